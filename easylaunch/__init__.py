@@ -1,0 +1,28 @@
+"""easylaunch: launch ``fn(doodad_config, variant)`` in-process, locally, on clusters and clouds."""
+
+from easylaunch.api import run_experiment, run_sweep
+from easylaunch.errors import (
+    EasyLaunchError,
+    JobCancelledError,
+    JobFailedError,
+    LaunchError,
+    SettingsError,
+)
+from easylaunch.jobs import Job, JobState
+from easylaunch.runner import DoodadConfig, GitInfo
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DoodadConfig",
+    "EasyLaunchError",
+    "GitInfo",
+    "Job",
+    "JobCancelledError",
+    "JobFailedError",
+    "JobState",
+    "LaunchError",
+    "SettingsError",
+    "run_experiment",
+    "run_sweep",
+]

@@ -1,0 +1,174 @@
+"""``run_experiment`` and ``run_sweep``: validate, bundle, hand over to the mode.
+
+Every check that can fail happens before the first run folder is made, so bad input never
+leaves anything behind.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import cloudpickle
+
+from easylaunch.bundle import SNAPSHOT_STORE, BundleSpec, Run, create_run
+from easylaunch.errors import LaunchError
+from easylaunch.gitinfo import git_infos
+from easylaunch.jobs import Job
+from easylaunch.modes import get_mode
+from easylaunch.request import LaunchRequest
+from easylaunch.runner import STATUS_JSON, read_json, update_status
+from easylaunch.settings import ConfigArg, load_settings
+from easylaunch.snapshot import snapshot
+
+EXP_NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,99}")
+RESERVED_VARIANT_KEY = "doodad_config"
+
+
+def check_exp_name(exp_name: Any) -> str:
+    """Return ``exp_name`` if it is a safe folder name, else explain what to change."""
+    if not isinstance(exp_name, str) or not exp_name:
+        raise LaunchError(f"exp_name must be a non-empty string, got {exp_name!r}")
+    if EXP_NAME_PATTERN.fullmatch(exp_name) and ".." not in exp_name:
+        return exp_name
+    suggestion = re.sub(r"[^A-Za-z0-9._+-]+", "-", exp_name).replace("..", ".").strip("-.")
+    raise LaunchError(
+        f"exp_name {exp_name!r} cannot be used: it becomes a folder name, so it may hold only "
+        "letters, digits and . _ + - (no '/', '..', spaces or shell characters), start with a "
+        f"letter or digit, and be at most 100 characters. Try {suggestion or 'my-exp'!r}.")
+
+
+def _bad_variant_key(variant: Mapping, path: str = "") -> str | None:
+    for key, value in variant.items():
+        where = f"{path}{key}"
+        if isinstance(key, str) and "." in key:
+            return f"key {where!r} contains '.' (dots separate nested keys)"
+        if not path and key == RESERVED_VARIANT_KEY:
+            return f"key {key!r} is reserved (the function receives doodad_config separately)"
+        if isinstance(value, Mapping):
+            problem = _bad_variant_key(value, f"{where}/")
+            if problem:
+                return problem
+    return None
+
+
+def check_variant(variant: Any, index: int | None = None) -> dict:
+    """Return the variant as a dict, or explain what is wrong with it."""
+    label = "variant" if index is None else f"variants[{index}]"
+    if variant is None:
+        return {}
+    if not isinstance(variant, Mapping):
+        raise LaunchError(f"{label} must be a dict, got {type(variant).__name__}")
+    problem = _bad_variant_key(variant)
+    if problem:
+        raise LaunchError(f"{label}: {problem}; rename it")
+    return dict(variant)
+
+
+def _pickle(obj: Any, what: str) -> bytes:
+    try:
+        return cloudpickle.dumps(obj)
+    except Exception as exc:  # noqa: BLE001 - every pickling failure gets the same advice
+        raise LaunchError(
+            f"{what} cannot be pickled, so it cannot travel to the run: {exc!r}. Objects such "
+            "as open files, locks, sockets, generators and database connections must be "
+            "created inside the function instead.") from exc
+
+
+def _script_name() -> str:
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None) or (sys.argv[0] if sys.argv else "")
+    return os.path.abspath(path) if path else ""
+
+
+def _abort(runs: list[Run], exc: BaseException) -> None:
+    """Mark runs that were made but never started as failed, naming why."""
+    for run in runs:
+        if read_json(str(run.log_dir / STATUS_JSON)).get("state") == "queued":
+            update_status(str(run.log_dir), state="failed",
+                          error=f"the launch was aborted before this run started: {exc!r}")
+
+
+def run_sweep(
+    method_call: Callable[..., Any],
+    variants: Iterable[Mapping | None],
+    exp_name: str = "default",
+    mode: str = "local",
+    prepend_date_to_exp_name: bool = True,
+    use_gpu: bool = False,
+    gpu_id: int | str | None = None,
+    base_log_dir: str | os.PathLike | None = None,
+    slurm_config_name: str | None = None,
+    config: ConfigArg = None,
+    **mode_options: Any,
+) -> list[Job]:
+    """Launch ``method_call(doodad_config, variant)`` once per variant; return their Jobs.
+
+    Modes that can, turn the whole sweep into one submission. ``config`` is a settings file
+    path or a dict of settings; ``mode_options`` go to the mode (``max_parallel`` for local).
+    """
+    settings = load_settings(config)
+    mode_obj = get_mode(mode)(settings, mode_options)
+    if not callable(method_call):
+        raise LaunchError(f"method_call must be a function, got {type(method_call).__name__}")
+    variants = [check_variant(v, i) for i, v in enumerate(variants)]
+    if not variants:
+        raise LaunchError("variants is empty: nothing to launch")
+    if not isinstance(use_gpu, bool):
+        raise LaunchError(f"use_gpu must be True or False, got {use_gpu!r}")
+    root = Path(os.path.expanduser(os.fspath(base_log_dir or settings.LOCAL_LOG_DIR))).resolve()
+    request = LaunchRequest(
+        method_call=method_call, variants=variants, exp_name=check_exp_name(exp_name),
+        use_gpu=use_gpu, gpu_id=gpu_id, log_root=root, prepend_date=prepend_date_to_exp_name,
+        slurm_config_name=slurm_config_name, script_name=_script_name(), settings=settings)
+    code_mounts = settings.code_mounts()
+    settings.data_mounts()  # checked here for every mode; modes that mount them read them again
+    if mode_obj.needs_bundle:
+        function_bytes = _pickle(method_call, "the function")
+        variant_bytes = [_pickle(v, f"variants[{i}]") for i, v in enumerate(variants)]
+    else:
+        function_bytes, variant_bytes = b"", [b""] * len(variants)
+    mode_obj.check(request)
+    snapshots = [
+        snapshot(m.local_dir, root / SNAPSHOT_STORE, settings.CODE_SNAPSHOT_EXCLUDES,
+                 settings.CODE_SNAPSHOT_MAX_MB, skip_dirs={str(root)})
+        for m in code_mounts] if mode_obj.needs_bundle else []
+    spec = BundleSpec(
+        root=root, exp_name=request.exp_name, mode=mode, function_bytes=function_bytes,
+        use_gpu=use_gpu, gpu_id=gpu_id, prepend_date=prepend_date_to_exp_name,
+        git_infos=git_infos(m.local_dir for m in code_mounts), snapshots=snapshots,
+        script_name=request.script_name, write_bundle=mode_obj.needs_bundle)
+    runs: list[Run] = []
+    try:
+        for i, (variant, data) in enumerate(zip(variants, variant_bytes)):
+            runs.append(create_run(spec, variant, data, i))
+        prepared = mode_obj.prepare(request, runs)
+        return mode_obj.submit(request, runs, prepared)
+    except Exception as exc:
+        _abort(runs, exc)
+        raise
+
+
+def run_experiment(
+    method_call: Callable[..., Any],
+    mode: str = "local",
+    exp_name: str = "default",
+    variant: Mapping | None = None,
+    prepend_date_to_exp_name: bool = True,
+    use_gpu: bool = False,
+    gpu_id: int | str | None = None,
+    base_log_dir: str | os.PathLike | None = None,
+    slurm_config_name: str | None = None,
+    config: ConfigArg = None,
+    **mode_options: Any,
+) -> Job:
+    """Launch ``method_call(doodad_config, variant)`` once; same arguments as doodad's."""
+    return run_sweep(
+        method_call, [variant], exp_name=exp_name, mode=mode,
+        prepend_date_to_exp_name=prepend_date_to_exp_name, use_gpu=use_gpu, gpu_id=gpu_id,
+        base_log_dir=base_log_dir, slurm_config_name=slurm_config_name, config=config,
+        **mode_options)[0]

@@ -1,0 +1,197 @@
+"""Run folders and run bundles.
+
+Every run gets its own folder ``<root>/<exp_name>/<date>_<exp_name>_<id>/``, built under a hidden
+temporary name and renamed into place when complete, so a failure never leaves half a run folder.
+The folder holds ``variant.json``, ``launch.json``, ``status.json``, the git diffs, and
+``bundle/``: the pickled function and variant, ``bundle.json`` (metadata the runner reads), a copy
+of the runner, and ``code/`` links to the content-addressed code snapshots.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import re
+import shutil
+import socket
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import cloudpickle
+
+from easylaunch import runner
+from easylaunch.runner import GitInfo, write_bytes_atomic, write_json_atomic
+from easylaunch.snapshot import Snapshot
+
+BUNDLE_DIR = "bundle"
+CODE_DIR = "code"
+GIT_DIR = "git"
+LAUNCH_JSON = "launch.json"
+VARIANT_JSON = "variant.json"
+STDOUT_LOG = "stdout.log"
+STDERR_LOG = "stderr.log"
+SNAPSHOT_STORE = ".snapshots"
+RUNNER_FILE = "runner.py"
+
+ID_CHARS = 8
+_RUNNER_SOURCE = Path(runner.__file__).read_bytes()
+
+
+@dataclass
+class Run:
+    """One run as launched: its id, folder and what the mode needs to start it."""
+
+    run_id: str
+    exp_name: str
+    mode: str
+    log_dir: Path
+    variant: dict
+    use_gpu: bool
+    gpu_id: int | str | None
+    launch: dict = field(default_factory=dict)
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def bundle_dir(self) -> Path:
+        return self.log_dir / BUNDLE_DIR
+
+    @property
+    def code_dirs(self) -> list[Path]:
+        """The snapshot folders of this run, in CODE_DIRS_TO_MOUNT order."""
+        return [self.bundle_dir / d for d in self.meta["code_dirs"]]
+
+    def record_backend(self, **ids: Any) -> None:
+        """Store the backend's ids (pid, job id, instance id) in launch.json."""
+        self.launch.setdefault("backend", {}).update(ids)
+        write_json_atomic(str(self.log_dir / LAUNCH_JSON), self.launch)
+
+
+def new_run_id() -> str:
+    """A short random id, unique within an experiment folder."""
+    return uuid.uuid4().hex[:ID_CHARS]
+
+
+def run_folder_name(exp_name: str, run_id: str, prepend_date: bool, now: float) -> str:
+    """``<date>_<exp_name>_<id>`` (without the date when prepend_date is False)."""
+    name = f"{exp_name}_{run_id}"
+    return f"{time.strftime('%Y-%m-%d_%H-%M-%S', time.localtime(now))}_{name}" if prepend_date \
+        else name
+
+
+def _safe_name(directory: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]", "_", os.path.basename(directory.rstrip("/"))) or "code"
+
+
+@dataclass(frozen=True)
+class BundleSpec:
+    """What every run of one launch request shares."""
+
+    root: Path
+    exp_name: str
+    mode: str
+    function_bytes: bytes
+    use_gpu: bool
+    gpu_id: int | str | None
+    prepend_date: bool
+    git_infos: list[GitInfo]
+    snapshots: list[Snapshot]  # empty for modes that run in this process
+    script_name: str
+    write_bundle: bool
+
+
+def _launch_record(spec: BundleSpec, run_id: str, log_dir: Path, index: int) -> dict:
+    return {
+        "run_id": run_id,
+        "exp_name": spec.exp_name,
+        "mode": spec.mode,
+        "log_dir": str(log_dir),
+        "sweep_index": index,
+        "launched_at": time.time(),
+        "host": socket.gethostname(),
+        "user": getpass.getuser(),
+        "launcher_pid": os.getpid(),
+        "python": sys.version.split()[0],
+        "python_executable": sys.executable,
+        "cloudpickle": cloudpickle.__version__,
+        "command_line": sys.argv,
+        "cwd": os.getcwd(),
+        "script_name": spec.script_name,
+        "git_commits": {g.directory: g.commit_hash for g in spec.git_infos},
+        "code_snapshots": [{"source": s.source, "digest": s.digest} for s in spec.snapshots],
+        "backend": {},
+    }
+
+
+def _bundle_metadata(spec: BundleSpec, run_id: str, final: Path, code_dirs: list[str]) -> dict:
+    return {
+        "format": runner.BUNDLE_FORMAT,
+        "run_id": run_id,
+        "exp_name": spec.exp_name,
+        "log_dir": str(final),
+        "python_minor": runner.python_minor(),
+        "cloudpickle": cloudpickle.__version__,
+        "use_gpu": spec.use_gpu,
+        "gpu_id": spec.gpu_id,
+        "git_infos": [list(g) for g in spec.git_infos],
+        "script_name": spec.script_name,
+        "code_dirs": code_dirs,
+        "extra_launch_info": {"mode": spec.mode, "run_id": run_id},
+    }
+
+
+def _write_bundle(spec: BundleSpec, tmp: Path, final: Path, meta: dict,
+                  variant_bytes: bytes) -> None:
+    bundle = tmp / BUNDLE_DIR
+    code_dirs = meta["code_dirs"]
+    (bundle / CODE_DIR).mkdir(parents=True)
+    for name, snap in zip(code_dirs, spec.snapshots):
+        link = bundle / name
+        os.symlink(os.path.relpath(snap.path, final / BUNDLE_DIR / CODE_DIR), link)
+    write_bytes_atomic(str(bundle / runner.FUNCTION_PKL), spec.function_bytes)
+    write_bytes_atomic(str(bundle / runner.VARIANT_PKL), variant_bytes)
+    write_bytes_atomic(str(bundle / RUNNER_FILE), _RUNNER_SOURCE)
+    write_json_atomic(str(bundle / runner.BUNDLE_JSON), meta)
+
+
+def _write_git_patches(folder: Path, git_infos: list[GitInfo]) -> None:
+    for info in git_infos:
+        name = _safe_name(info.directory)
+        for suffix, diff in (("diff", info.code_diff), ("staged.diff", info.code_diff_staged)):
+            if diff:
+                (folder / GIT_DIR).mkdir(exist_ok=True)
+                (folder / GIT_DIR / f"{name}.{suffix}").write_text(diff + "\n")
+
+
+def create_run(spec: BundleSpec, variant: dict, variant_bytes: bytes, index: int) -> Run:
+    """Make one complete run folder (and bundle) under a temporary name, then rename it."""
+    exp_dir = spec.root / spec.exp_name
+    exp_dir.mkdir(parents=True, exist_ok=True)
+    code_dirs = [f"{CODE_DIR}/{i}-{_safe_name(s.source)}" for i, s in enumerate(spec.snapshots)]
+    now = time.time()
+    while True:
+        run_id = new_run_id()
+        final = exp_dir / run_folder_name(spec.exp_name, run_id, spec.prepend_date, now)
+        if not final.exists():
+            break
+    tmp = exp_dir / f".partial-{run_id}"
+    tmp.mkdir()
+    try:
+        launch = _launch_record(spec, run_id, final, index)
+        meta = _bundle_metadata(spec, run_id, final, code_dirs)
+        write_json_atomic(str(tmp / VARIANT_JSON), variant)
+        write_json_atomic(str(tmp / LAUNCH_JSON), launch)
+        write_json_atomic(str(tmp / runner.STATUS_JSON),
+                          {"state": "queued", "run_id": run_id, "queued_at": now})
+        _write_git_patches(tmp, spec.git_infos)
+        if spec.write_bundle:
+            _write_bundle(spec, tmp, final, meta, variant_bytes)
+        os.rename(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return Run(run_id, spec.exp_name, spec.mode, final, variant, spec.use_gpu, spec.gpu_id,
+               launch, meta)

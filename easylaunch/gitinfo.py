@@ -1,0 +1,47 @@
+"""Git state of the code directories, gathered with GitPython once per process per repository."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+
+from easylaunch.runner import GitInfo
+
+_by_repo: dict[str, GitInfo | None] = {}
+
+
+def _read_repo(directory: str) -> GitInfo | None:
+    os.environ.setdefault("GIT_PYTHON_REFRESH", "quiet")  # no git binary: no entry, no crash
+    try:
+        import git
+
+        repo = git.Repo(directory, search_parent_directories=True)
+        try:
+            commit = repo.head.commit.hexsha
+        except ValueError:  # a repository without commits
+            commit = None
+        try:
+            branch = repo.active_branch.name
+        except TypeError:  # detached HEAD
+            branch = None
+        return GitInfo(
+            directory=directory,
+            code_diff=repo.git.diff(None),
+            code_diff_staged=repo.git.diff("--staged"),
+            commit_hash=commit,
+            branch_name=branch,
+        )
+    except Exception:  # noqa: BLE001 - not a repository, no git binary, unreadable: no entry
+        return None
+
+
+def git_infos(directories: Iterable[str]) -> list[GitInfo]:
+    """GitInfo for every directory that is inside a git repository (cached per directory)."""
+    infos = []
+    for directory in directories:
+        directory = os.path.abspath(directory)
+        if directory not in _by_repo:
+            _by_repo[directory] = _read_repo(directory)
+        if _by_repo[directory] is not None:
+            infos.append(_by_repo[directory])
+    return infos

@@ -1,0 +1,24 @@
+"""Which GPUs this machine offers to local runs."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+
+def local_gpu_ids(configured: list | None = None) -> list[str]:
+    """LOCAL_GPU_IDS if set, else CUDA_VISIBLE_DEVICES, else what ``nvidia-smi`` lists."""
+    if configured is not None:
+        return [str(g) for g in configured]
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return [g.strip() for g in visible.split(",") if g.strip() and g.strip() != "-1"]
+    if shutil.which("nvidia-smi") is None:
+        return []
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=30, check=True).stdout
+    except (subprocess.SubprocessError, OSError):
+        return []
+    return [line.strip() for line in out.splitlines() if line.strip()]

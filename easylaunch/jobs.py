@@ -1,0 +1,149 @@
+"""Job handles: state, waiting, results and cancellation of one run, from any process.
+
+A run's own ``status.json`` is the record of how it went; the mode that launched it is asked
+only while that record is not terminal (is the process still alive? did the scheduler drop it?).
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import cloudpickle
+
+from easylaunch import bundle, runner
+from easylaunch.errors import EasyLaunchError, JobCancelledError, JobFailedError
+
+if TYPE_CHECKING:
+    from easylaunch.modes.base import Mode
+
+_NO_VALUE = object()
+
+
+class JobState(str, enum.Enum):
+    """Where a run stands. ``terminal`` states never change again."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    TIMEOUT = "timeout"
+    UNKNOWN = "unknown"
+
+    @property
+    def terminal(self) -> bool:
+        return self in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED,
+                        JobState.TIMEOUT)
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Job:
+    """A handle on one launched run; ``Job.from_run_dir`` reconnects from a later process."""
+
+    def __init__(self, run_id: str, exp_name: str, log_dir: Path, mode: Mode) -> None:
+        self.id = run_id
+        self.exp_name = exp_name
+        self.log_dir = Path(log_dir)
+        self.mode = mode
+        self._value: Any = _NO_VALUE
+
+    def __repr__(self) -> str:
+        return f"Job(id={self.id!r}, exp_name={self.exp_name!r}, mode={self.mode.name!r}, " \
+               f"state={self.status().value!r})"
+
+    @classmethod
+    def from_run_dir(cls, log_dir: str | os.PathLike) -> Job:
+        """Reconnect to the run whose folder is ``log_dir``."""
+        from easylaunch.modes import get_mode
+        from easylaunch.settings import load_settings
+
+        log_dir = Path(log_dir)
+        launch = runner.read_json(str(log_dir / bundle.LAUNCH_JSON))
+        if not launch:
+            raise EasyLaunchError(f"{log_dir} is not an easylaunch run folder "
+                                  f"(no {bundle.LAUNCH_JSON})")
+        mode = get_mode(launch["mode"])(load_settings(), {})
+        return cls(launch["run_id"], launch["exp_name"], log_dir, mode)
+
+    @property
+    def launch_info(self) -> dict:
+        """The run's launch.json: mode, ids, host, versions, command line, git commits."""
+        return runner.read_json(str(self.log_dir / bundle.LAUNCH_JSON))
+
+    def info(self) -> dict:
+        """The run's status.json as it is now (state, times, exit code, error)."""
+        return runner.read_json(str(self.log_dir / runner.STATUS_JSON))
+
+    def recorded_state(self) -> JobState:
+        """The state in the run's own status.json, without asking the backend."""
+        return JobState(self.info().get("state", "unknown"))
+
+    def status(self) -> JobState:
+        """The current state, asking the backend when the run's own record is not final."""
+        state = self.recorded_state()
+        if not state.terminal:
+            self.mode.refresh(self)
+            state = self.recorded_state()
+        return state
+
+    def done(self) -> bool:
+        """True once the run has reached a terminal state."""
+        return self.status().terminal
+
+    def wait(self, timeout: float | None = None) -> JobState:
+        """Block until the run ends (or ``timeout`` seconds pass); return its state."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        delay = 0.01
+        while True:
+            state = self.status()
+            if state.terminal:
+                return state
+            if deadline is not None and time.monotonic() >= deadline:
+                return state
+            pause = delay if deadline is None else min(delay, deadline - time.monotonic())
+            self.mode.wait_for_change(self, max(pause, 0.0))
+            delay = min(delay * 1.5, 1.0)
+
+    def result(self, timeout: float | None = None) -> Any:
+        """The function's return value; raises its exception if it failed."""
+        state = self.wait(timeout)
+        if not state.terminal:
+            raise TimeoutError(f"run {self.id} is still {state} after {timeout} s")
+        if self._value is not _NO_VALUE:
+            return self._value
+        info = self.info()
+        if state in (JobState.CANCELLED, JobState.TIMEOUT):
+            raise JobCancelledError(f"run {self.id} ended as {state}: {info.get('error', '')}")
+        try:
+            with open(self.log_dir / runner.RESULT_PKL, "rb") as f:
+                outcome = cloudpickle.load(f)
+        except FileNotFoundError:
+            raise JobFailedError(f"run {self.id} {state} without a result: "
+                                 f"{info.get('error', 'no error recorded')}") from None
+        if outcome[0] == "success":
+            return outcome[1]
+        _, exc, tb_text = outcome
+        if isinstance(exc, BaseException):
+            if hasattr(exc, "add_note"):
+                exc.add_note(f"raised in easylaunch run {self.id} ({self.log_dir}):\n{tb_text}")
+            raise exc
+        raise JobFailedError(f"run {self.id} failed:\n{tb_text}")
+
+    def cancel(self) -> None:
+        """Stop the run (a finished run is left as it is)."""
+        if not self.recorded_state().terminal:
+            self.mode.cancel(self)
+
+    @property
+    def stdout_path(self) -> Path:
+        return self.log_dir / bundle.STDOUT_LOG
+
+    @property
+    def stderr_path(self) -> Path:
+        return self.log_dir / bundle.STDERR_LOG

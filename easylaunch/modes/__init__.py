@@ -1,0 +1,24 @@
+"""Modes by name. A mode module is imported only when a launch or a job asks for it."""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+
+from easylaunch.errors import LaunchError
+from easylaunch.modes.base import Mode
+
+MODES: dict[str, str] = {
+    "here_no_doodad": "easylaunch.modes.here_no_doodad:HereNoDoodadMode",
+    "local": "easylaunch.modes.local:LocalMode",
+}
+
+
+def get_mode(name: str) -> type[Mode]:
+    """The Mode class registered under ``name``; an unknown name lists the known ones."""
+    if name not in MODES:
+        close = difflib.get_close_matches(str(name), list(MODES), n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        raise LaunchError(f"unknown mode {name!r}; known modes: {', '.join(MODES)}.{hint}")
+    module, cls = MODES[name].split(":")
+    return getattr(importlib.import_module(module), cls)

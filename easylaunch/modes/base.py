@@ -1,0 +1,54 @@
+"""What every mode provides: option checks, a pure prepare, submit, and tracking."""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from easylaunch.errors import LaunchError
+from easylaunch.settings import Settings
+
+if TYPE_CHECKING:
+    from easylaunch.bundle import Run
+    from easylaunch.jobs import Job
+    from easylaunch.request import LaunchRequest
+
+
+class Mode(ABC):
+    """A way to run bundles. Subclasses add only what differs between backends."""
+
+    name: ClassVar[str]
+    needs_bundle: ClassVar[bool] = True
+    options: ClassVar[dict[str, Any]] = {}  # accepted mode options and their defaults
+
+    def __init__(self, settings: Settings, mode_options: dict[str, Any]) -> None:
+        unknown = sorted(set(mode_options) - set(self.options))
+        if unknown:
+            accepted = ", ".join(sorted(self.options)) or "none"
+            raise LaunchError(f"mode {self.name!r} does not take the option(s) "
+                              f"{', '.join(unknown)}; it takes: {accepted}")
+        self.settings = settings
+        self.opts = {**self.options, **mode_options}
+
+    def check(self, request: LaunchRequest) -> None:
+        """Refuse a request this mode cannot run, before anything is made (no side effects)."""
+
+    @abstractmethod
+    def prepare(self, request: LaunchRequest, runs: list[Run]) -> list[Any]:
+        """Render what starts each run (commands, scripts) without side effects."""
+
+    @abstractmethod
+    def submit(self, request: LaunchRequest, runs: list[Run], prepared: list[Any]) -> list[Job]:
+        """Start the prepared runs and return their Jobs."""
+
+    def refresh(self, job: Job) -> None:
+        """Bring a non-terminal status.json up to date with the backend (default: nothing)."""
+
+    def cancel(self, job: Job) -> None:
+        """Stop a run that has not ended."""
+        raise NotImplementedError(f"mode {self.name!r} cannot cancel runs")
+
+    def wait_for_change(self, job: Job, timeout: float) -> None:
+        """Block up to ``timeout`` seconds or until the job may have changed."""
+        time.sleep(timeout)

@@ -1,0 +1,332 @@
+"""``local``: one subprocess per run on this machine.
+
+Runs start in the background, at most ``max_parallel`` at once (default: the number of GPUs with
+use_gpu, else the CPU cores), each in its own process group so a cancel ends everything it
+started. With use_gpu, each run gets the least-used GPU in round-robin order through
+CUDA_VISIBLE_DEVICES (or the ``gpu_id`` given). When the launching script ends, it waits for its
+runs; Ctrl-C cancels them, and a launcher killed outright takes its runs with it (the runner
+watches its parent).
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from easylaunch import launchers, processes, runner
+from easylaunch.bundle import STDERR_LOG, STDOUT_LOG, Run
+from easylaunch.errors import LaunchError
+from easylaunch.gpus import local_gpu_ids
+from easylaunch.jobs import Job, JobState
+from easylaunch.modes.base import Mode
+from easylaunch.request import LaunchRequest
+from easylaunch.settings import Mount
+
+
+@dataclass(frozen=True)
+class LocalCommand:
+    """How to start one run: argv, added environment, working directory."""
+
+    argv: list[str]
+    env: dict[str, str]
+    cwd: str
+
+
+class _Slots:
+    """At most ``cap`` runs at once; hands out the least-used GPU, round-robin on ties."""
+
+    def __init__(self, cap: int, gpus: list[str]) -> None:
+        self.cap = cap
+        self.gpus = gpus
+        self.running = 0
+        self.use = {g: 0 for g in gpus}
+        self.next = 0
+        self.cond = threading.Condition()
+
+    def acquire(self, pinned: str | None) -> str | None:
+        with self.cond:
+            while self.running >= self.cap:
+                self.cond.wait()
+            self.running += 1
+            gpu = pinned if pinned is not None else self._pick()
+            if gpu is not None:
+                self.use[gpu] = self.use.get(gpu, 0) + 1
+            return gpu
+
+    def _pick(self) -> str | None:
+        if not self.gpus:
+            return None
+        order = self.gpus[self.next:] + self.gpus[:self.next]
+        gpu = min(order, key=lambda g: self.use[g])
+        self.next = (self.gpus.index(gpu) + 1) % len(self.gpus)
+        return gpu
+
+    def release(self, gpu: str | None) -> None:
+        with self.cond:
+            self.running -= 1
+            if gpu is not None:
+                self.use[gpu] -= 1
+            self.cond.notify()
+
+
+_slots: dict[tuple, _Slots] = {}
+_live: dict[str, _LocalRun] = {}
+_registry_lock = threading.Lock()
+_interrupted = False
+
+
+class _LocalRun:
+    """One run's subprocess, supervised by a thread of the launching process."""
+
+    def __init__(self, run: Run, command: LocalCommand, slots: _Slots, pinned: str | None,
+                 grace: float) -> None:
+        self.run = run
+        self.command = command
+        self.slots = slots
+        self.pinned = pinned
+        self.grace = grace
+        self.proc: subprocess.Popen | None = None
+        self.cancelled = False
+        self.lock = threading.Lock()
+        self.done = threading.Event()
+
+    @property
+    def log_dir(self) -> str:
+        return str(self.run.log_dir)
+
+    def supervise(self) -> None:
+        gpu = self.slots.acquire(self.pinned)
+        try:
+            if self._start(gpu):
+                self._finish(self.proc.wait())
+        except Exception as exc:  # noqa: BLE001 - the run must end with a status, not a hang
+            runner.update_status(self.log_dir, state="failed", ended_at=time.time(),
+                                 error=f"could not start the run: {exc!r}")
+        finally:
+            self.slots.release(gpu)
+            with _registry_lock:
+                _live.pop(self.run.run_id, None)
+            self.done.set()
+
+    def _start(self, gpu: str | None) -> bool:
+        with self.lock:
+            state = runner.read_json(os.path.join(self.log_dir, runner.STATUS_JSON)).get("state")
+            if self.cancelled or state != "queued":  # cancelled, maybe from another process
+                return False
+            env = dict(os.environ, **self.command.env)
+            if gpu is not None:
+                env.update(CUDA_VISIBLE_DEVICES=gpu, **{runner.ENV_GPU_ID: gpu})
+            with open(self.run.log_dir / STDOUT_LOG, "ab") as out, \
+                    open(self.run.log_dir / STDERR_LOG, "ab") as err:
+                self.proc = subprocess.Popen(
+                    self.command.argv, cwd=self.command.cwd, env=env, stdin=subprocess.DEVNULL,
+                    stdout=out, stderr=err, start_new_session=True)
+            self.run.record_backend(pid=self.proc.pid, pgid=self.proc.pid, gpu_id=gpu,
+                                    started=processes.start_time(self.proc.pid))
+            return True
+
+    def _finish(self, returncode: int) -> None:
+        status = runner.read_json(os.path.join(self.log_dir, runner.STATUS_JSON))
+        if JobState(status.get("state", "unknown")).terminal:
+            return
+        how = (f"was killed by {signal.Signals(-returncode).name}" if returncode < 0
+               else f"exited with code {returncode}")
+        cancelled = self.cancelled or status.get("cancel_requested")
+        runner.update_status(
+            self.log_dir, state="cancelled" if cancelled else "failed", ended_at=time.time(),
+            exit_code=returncode, error=f"the run's process {how} before recording an "
+                                        "outcome; see stderr.log")
+
+    def cancel(self) -> None:
+        with self.lock:
+            self.cancelled = True
+            if self.proc is None:
+                runner.update_status(self.log_dir, state="cancelled", ended_at=time.time(),
+                                     error="cancelled before it started")
+                return
+            processes.signal_group(self.proc.pid, signal.SIGTERM)
+        threading.Thread(target=self._kill_after_grace, daemon=True).start()
+
+    def _kill_after_grace(self) -> None:
+        if not self.done.wait(self.grace):
+            processes.signal_group(self.proc.pid, signal.SIGKILL)
+
+
+def _note_interrupt(hook: Any) -> Any:
+    def excepthook(exc_type, exc, tb):
+        global _interrupted
+        _interrupted = _interrupted or issubclass(exc_type, KeyboardInterrupt)
+        hook(exc_type, exc, tb)
+    return excepthook
+
+
+def _wait_at_exit() -> None:
+    """Let the launching script's runs finish; on Ctrl-C (now or before), cancel them."""
+    pending = list(_live.values())
+    if not pending:
+        return
+    try:
+        if _interrupted:
+            raise KeyboardInterrupt
+        print(f"easylaunch: waiting for {len(pending)} local run(s) to finish "
+              "(Ctrl-C cancels them)", file=sys.stderr)
+        for lr in pending:
+            while not lr.done.wait(0.5):
+                pass
+    except KeyboardInterrupt:
+        print("easylaunch: cancelling local runs", file=sys.stderr)
+        for lr in list(_live.values()):
+            lr.cancel()
+        for lr in pending:
+            lr.done.wait(lr.grace + 5)
+
+
+_exit_hooks_installed = False
+
+
+def _install_exit_hooks() -> None:
+    global _exit_hooks_installed
+    if not _exit_hooks_installed:
+        _exit_hooks_installed = True
+        sys.excepthook = _note_interrupt(sys.excepthook)
+        atexit.register(_wait_at_exit)
+
+
+def _check_data_mount(mount: Mount) -> bool:
+    """True if the mount point must still be linked; raise if something else is there."""
+    if os.path.realpath(mount.mount_point) == os.path.realpath(mount.local_dir):
+        return False
+    if os.path.lexists(mount.mount_point):
+        raise LaunchError(
+            f"NON_CODE_DIRS_TO_MOUNT: local mode makes {mount.local_dir} reachable at "
+            f"{mount.mount_point} through a symbolic link, but {mount.mount_point} already "
+            "exists and is something else; remove it or choose another mount_point")
+    return True
+
+
+def _link_data_mount(mount: Mount) -> None:
+    if not _check_data_mount(mount):
+        return
+    os.makedirs(os.path.dirname(mount.mount_point), exist_ok=True)
+    try:
+        os.symlink(mount.local_dir, mount.mount_point)
+    except FileExistsError:  # another launcher made it meanwhile: fine if it is the same link
+        _check_data_mount(mount)
+
+
+class LocalMode(Mode):
+    """Background subprocesses on this machine."""
+
+    name = "local"
+    options = {"max_parallel": None}
+
+    def _gpus(self) -> list[str]:
+        return local_gpu_ids(self.settings.LOCAL_GPU_IDS)
+
+    def _python(self) -> str:
+        return self.settings.LOCAL_PYTHON or sys.executable
+
+    def check(self, request: LaunchRequest) -> None:
+        cap = self.opts["max_parallel"]
+        if cap is not None and (not isinstance(cap, int) or isinstance(cap, bool) or cap < 1):
+            raise LaunchError(f"max_parallel must be a positive integer, got {cap!r}")
+        if request.use_gpu:
+            gpus = self._gpus()
+            if not gpus:
+                raise LaunchError(
+                    "use_gpu=True but no GPU was found (CUDA_VISIBLE_DEVICES is unset and "
+                    "nvidia-smi lists none); pass use_gpu=False or set LOCAL_GPU_IDS")
+            if request.gpu_id is not None and str(request.gpu_id) not in gpus:
+                raise LaunchError(f"gpu_id={request.gpu_id!r} is not one of this machine's "
+                                  f"GPUs ({', '.join(gpus)})")
+        if not os.access(self._python(), os.X_OK):
+            raise LaunchError(f"LOCAL_PYTHON={self._python()!r} is not an executable")
+        for mount in self.settings.data_mounts():
+            _check_data_mount(mount)
+
+    def prepare(self, request: LaunchRequest, runs: list[Run]) -> list[LocalCommand]:
+        commands = []
+        for run in runs:
+            pythonpath = [str(d) for d in run.code_dirs]
+            if os.environ.get("PYTHONPATH"):
+                pythonpath.append(os.environ["PYTHONPATH"])
+            commands.append(LocalCommand(
+                argv=launchers.python_runner(self._python(), run.bundle_dir),
+                env={"PYTHONPATH": os.pathsep.join(pythonpath), "PYTHONUNBUFFERED": "1",
+                     runner.ENV_PARENT_PID: str(os.getpid())},
+                cwd=os.getcwd()))
+        return commands
+
+    def submit(self, request: LaunchRequest, runs: list[Run],
+               prepared: list[LocalCommand]) -> list[Job]:
+        for mount in self.settings.data_mounts():
+            _link_data_mount(mount)
+        gpus = self._gpus() if request.use_gpu else []
+        cap = self.opts["max_parallel"] or len(gpus) or os.cpu_count() or 1
+        with _registry_lock:
+            slots = _slots.setdefault((cap, tuple(gpus)), _Slots(cap, gpus))
+        pinned = str(request.gpu_id) if request.use_gpu and request.gpu_id is not None else None
+        _install_exit_hooks()
+        jobs = []
+        launcher = {"launcher_pid": os.getpid(),
+                    "launcher_started": processes.start_time(os.getpid())}
+        for run, command in zip(runs, prepared):
+            run.record_backend(**launcher)
+            local_run = _LocalRun(run, command, slots, pinned,
+                                  float(self.settings.LOCAL_CANCEL_GRACE_SECONDS))
+            with _registry_lock:
+                _live[run.run_id] = local_run
+            threading.Thread(target=local_run.supervise, daemon=True,
+                             name=f"easylaunch-{run.run_id}").start()
+            jobs.append(Job(run.run_id, run.exp_name, run.log_dir, self))
+        return jobs
+
+    def refresh(self, job: Job) -> None:
+        if job.id in _live:
+            return  # its supervising thread records the outcome
+        backend = job.launch_info.get("backend", {})
+        if backend.get("pid"):
+            if not processes.is_alive(backend["pid"], backend.get("started")):
+                _record_lost(job, "failed", "the run's process ended without recording an "
+                                            "outcome (killed, or out of memory?); see stderr.log")
+        elif not processes.is_alive(backend.get("launcher_pid"), backend.get("launcher_started")):
+            _record_lost(job, "cancelled", "the launching process ended before this run started")
+
+    def cancel(self, job: Job) -> None:
+        local_run = _live.get(job.id)
+        if local_run is not None:
+            local_run.cancel()
+            return
+        runner.update_status(str(job.log_dir), cancel_requested=True)
+        backend = job.launch_info.get("backend", {})
+        if not processes.is_alive(backend.get("pid"), backend.get("started")):
+            _record_lost(job, "cancelled", "cancelled before it started")
+            return
+        processes.signal_group(backend["pgid"], signal.SIGTERM)
+        deadline = time.monotonic() + float(self.settings.LOCAL_CANCEL_GRACE_SECONDS)
+        while processes.is_alive(backend["pid"], backend.get("started")):
+            if time.monotonic() > deadline:
+                processes.signal_group(backend["pgid"], signal.SIGKILL)
+                break
+            time.sleep(0.05)
+        _record_lost(job, "cancelled", "cancelled")
+
+    def wait_for_change(self, job: Job, timeout: float) -> None:
+        local_run = _live.get(job.id)
+        if local_run is not None:
+            local_run.done.wait(timeout)
+        else:
+            time.sleep(timeout)
+
+
+def _record_lost(job: Job, state: str, error: str) -> None:
+    """Record a terminal state for a run whose own record never got one."""
+    if not job.recorded_state().terminal:
+        runner.update_status(str(job.log_dir), state=state, ended_at=time.time(), error=error)

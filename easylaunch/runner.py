@@ -1,0 +1,257 @@
+"""Job-side entry point: ``python runner.py BUNDLE_DIR [--log-dir DIR]``.
+
+This module needs only the standard library and cloudpickle, so a copy travels inside every run
+bundle and runs on any machine with the same Python minor version, whether or not easylaunch is
+installed there. It loads the pickled function and variant, calls ``fn(doodad_config, variant)``
+and records how that went in the run folder: ``status.json`` and ``result.pkl``, each written to
+a temporary name and then renamed, so a reader never sees half a file.
+
+The launching side imports the record types and file helpers from here, so both sides agree on
+the bundle format by construction.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+import traceback
+from typing import Any, NamedTuple
+
+BUNDLE_FORMAT = 1
+BUNDLE_JSON = "bundle.json"
+FUNCTION_PKL = "function.pkl"
+VARIANT_PKL = "variant.pkl"
+STATUS_JSON = "status.json"
+RESULT_PKL = "result.pkl"
+
+# Exit codes of the runner itself (the function's own failure exits with 1).
+EXIT_FAILED = 1
+EXIT_BAD_BUNDLE = 2
+EXIT_WRONG_PYTHON = 3
+
+ENV_PARENT_PID = "EASYLAUNCH_PARENT_PID"
+ENV_GPU_ID = "EASYLAUNCH_GPU_ID"
+
+
+class GitInfo(NamedTuple):
+    """The state of one git repository among the code directories at launch time."""
+
+    directory: str
+    code_diff: str
+    code_diff_staged: str
+    commit_hash: str | None
+    branch_name: str | None
+
+
+class DoodadConfig(NamedTuple):
+    """What the launched function learns about its run (first argument of ``fn``)."""
+
+    exp_name: str
+    base_log_dir: str
+    use_gpu: bool
+    gpu_id: int | str | None
+    git_infos: list[GitInfo]
+    script_name: str
+    extra_launch_info: dict
+
+
+def write_bytes_atomic(path: str, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file and a rename."""
+    tmp = f"{path}.tmp-{os.getpid()}-{threading.get_ident()}"
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+def write_json_atomic(path: str, obj: Any) -> None:
+    """Write ``obj`` as indented JSON to ``path`` atomically (non-JSON values become strings)."""
+    write_bytes_atomic(path, json.dumps(obj, indent=2, default=repr).encode())
+
+
+def read_json(path: str) -> dict:
+    """Read a JSON object from ``path``; a missing file reads as an empty dict."""
+    try:
+        with open(path, "rb") as f:
+            return json.loads(f.read())
+    except FileNotFoundError:
+        return {}
+
+
+def update_status(log_dir: str, **fields: Any) -> dict:
+    """Merge ``fields`` into ``<log_dir>/status.json`` and return the new status."""
+    path = os.path.join(log_dir, STATUS_JSON)
+    status = read_json(path)
+    status.update(fields)
+    write_json_atomic(path, status)
+    return status
+
+
+def python_minor() -> str:
+    """This interpreter's ``major.minor`` version."""
+    return f"{sys.version_info[0]}.{sys.version_info[1]}"
+
+
+class _Terminated(BaseException):
+    """Raised in the main thread when the run receives SIGTERM (cancel)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _raise_terminated(signum: int, _frame: Any) -> None:
+    raise _Terminated(signum)
+
+
+def _watch_parent(parent_pid: int) -> None:
+    """End this run's process group when the launching process is gone (no orphans)."""
+    while os.getppid() == parent_pid:
+        time.sleep(0.5)
+    os.killpg(os.getpgrp(), signal.SIGTERM)
+
+
+def make_doodad_config(meta: dict, log_dir: str) -> DoodadConfig:
+    """Build the DoodadConfig the function receives from a bundle's metadata."""
+    gpu_id: int | str | None = meta.get("gpu_id")
+    if os.environ.get(ENV_GPU_ID):
+        gpu = os.environ[ENV_GPU_ID]
+        gpu_id = int(gpu) if gpu.isdigit() else gpu
+    return DoodadConfig(
+        exp_name=meta["exp_name"],
+        base_log_dir=log_dir,
+        use_gpu=bool(meta.get("use_gpu")),
+        gpu_id=gpu_id,
+        git_infos=[GitInfo(*g) for g in meta.get("git_infos", [])],
+        script_name=meta.get("script_name", ""),
+        extra_launch_info=dict(meta.get("extra_launch_info", {}), host=socket.gethostname()),
+    )
+
+
+def _fail(log_dir: str, code: int, message: str, state: str = "failed") -> int:
+    update_status(log_dir, state=state, ended_at=time.time(), exit_code=code, error=message)
+    print(f"easylaunch runner: {message}", file=sys.stderr)
+    return code
+
+
+def _load_payload(bundle_dir: str) -> tuple[Any, Any]:
+    import cloudpickle
+
+    with open(os.path.join(bundle_dir, FUNCTION_PKL), "rb") as f:
+        fn = cloudpickle.load(f)
+    with open(os.path.join(bundle_dir, VARIANT_PKL), "rb") as f:
+        variant = cloudpickle.load(f)
+    return fn, variant
+
+
+def save_result(log_dir: str, value: Any) -> str | None:
+    """Pickle a return value to result.pkl; return an error message if it cannot be pickled."""
+    import cloudpickle
+
+    try:
+        data = cloudpickle.dumps(("success", value))
+    except Exception as exc:  # noqa: BLE001 - any pickling failure is reported the same way
+        return f"the function returned a value that cannot be pickled: {exc!r}"
+    write_bytes_atomic(os.path.join(log_dir, RESULT_PKL), data)
+    return None
+
+
+def save_error(log_dir: str, exc: BaseException, tb_text: str) -> None:
+    """Pickle a raised exception (or only its traceback text when it cannot be pickled)."""
+    import cloudpickle
+
+    try:
+        data = cloudpickle.dumps(("error", exc, tb_text))
+    except Exception:  # noqa: BLE001
+        data = cloudpickle.dumps(("error", None, tb_text))
+    write_bytes_atomic(os.path.join(log_dir, RESULT_PKL), data)
+
+
+def call_and_record(fn: Any, config: DoodadConfig, variant: Any,
+                    log_dir: str) -> tuple[int, Any]:
+    """Call the function, write result.pkl and the final status; return (exit code, value).
+
+    A KeyboardInterrupt is recorded as a cancellation and raised again.
+    """
+    try:
+        value = fn(config, variant)
+    except (_Terminated, KeyboardInterrupt) as stop:
+        signum = stop.signum if isinstance(stop, _Terminated) else signal.SIGINT
+        name = signal.Signals(signum).name
+        update_status(log_dir, state="cancelled", ended_at=time.time(),
+                      exit_code=128 + signum, signal=name, error=f"received {name}")
+        if isinstance(stop, KeyboardInterrupt):
+            raise
+        return 128 + signum, None
+    except BaseException as exc:  # noqa: BLE001 - SystemExit is a failure of the run too
+        tb_text = traceback.format_exc()
+        save_error(log_dir, exc, tb_text)
+        update_status(log_dir, state="failed", ended_at=time.time(), exit_code=EXIT_FAILED,
+                      error=tb_text)
+        return EXIT_FAILED, None
+    problem = save_result(log_dir, value)
+    if problem:
+        return _fail(log_dir, EXIT_FAILED, problem), None
+    update_status(log_dir, state="succeeded", ended_at=time.time(), exit_code=0)
+    return 0, value
+
+
+def run_bundle(bundle_dir: str, log_dir: str | None = None) -> int:
+    """Run the function of one bundle and record the outcome; return the process exit code."""
+    bundle_dir = os.path.abspath(bundle_dir)
+    meta = read_json(os.path.join(bundle_dir, BUNDLE_JSON))
+    if not meta:
+        print(f"easylaunch runner: no {BUNDLE_JSON} in {bundle_dir}", file=sys.stderr)
+        return EXIT_BAD_BUNDLE
+    log_dir = os.path.abspath(log_dir or meta["log_dir"])
+    os.makedirs(log_dir, exist_ok=True)
+    if meta.get("python_minor") != python_minor():
+        return _fail(log_dir, EXIT_WRONG_PYTHON, (
+            f"this run was launched with Python {meta.get('python_minor')}, but "
+            f"{sys.executable} is Python {python_minor()}; pickled functions only load on the "
+            f"same minor version. Run it with a Python {meta.get('python_minor')} interpreter."))
+    for code_dir in reversed(meta.get("code_dirs", [])):
+        sys.path.insert(0, os.path.join(bundle_dir, code_dir))
+    signal.signal(signal.SIGTERM, _raise_terminated)
+    parent = os.environ.get(ENV_PARENT_PID)
+    if parent:
+        threading.Thread(target=_watch_parent, args=(int(parent),), daemon=True).start()
+    update_status(log_dir, state="running", started_at=time.time(), pid=os.getpid(),
+                  host=socket.gethostname())
+    try:
+        fn, variant = _load_payload(bundle_dir)
+    except ModuleNotFoundError as exc:
+        return _fail(log_dir, EXIT_BAD_BUNDLE, (
+            f"cannot load the pickled function: {exc}. The module {exc.name!r} is not "
+            "importable on this machine: add the folder that holds it to CODE_DIRS_TO_MOUNT."))
+    except _Terminated as term:
+        return _fail(log_dir, 128 + term.signum, "cancelled before the function started",
+                     state="cancelled")
+    except Exception as exc:  # noqa: BLE001
+        return _fail(log_dir, EXIT_BAD_BUNDLE, f"cannot load the pickled payload: {exc!r}")
+    try:
+        return call_and_record(fn, make_doodad_config(meta, log_dir), variant, log_dir)[0]
+    except KeyboardInterrupt:
+        return 128 + signal.SIGINT
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point of the runner."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    log_dir = None
+    if "--log-dir" in args:
+        i = args.index("--log-dir")
+        log_dir = args[i + 1]
+        del args[i:i + 2]
+    if len(args) != 1:
+        print("usage: runner.py BUNDLE_DIR [--log-dir DIR]", file=sys.stderr)
+        return EXIT_BAD_BUNDLE
+    return run_bundle(args[0], log_dir)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
