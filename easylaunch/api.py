@@ -144,7 +144,7 @@ def run_sweep(
         script_name=request.script_name, write_bundle=mode_obj.needs_bundle)
     runs: list[Run] = []
     try:
-        for i, (variant, data) in enumerate(zip(variants, variant_bytes)):
+        for i, (variant, data) in enumerate(zip(variants, variant_bytes, strict=True)):
             runs.append(create_run(spec, variant, data, i))
         prepared = mode_obj.prepare(request, runs)
         return mode_obj.submit(request, runs, prepared)

@@ -148,7 +148,7 @@ def _write_bundle(spec: BundleSpec, tmp: Path, final: Path, meta: dict,
     bundle = tmp / BUNDLE_DIR
     code_dirs = meta["code_dirs"]
     (bundle / CODE_DIR).mkdir(parents=True)
-    for name, snap in zip(code_dirs, spec.snapshots):
+    for name, snap in zip(code_dirs, spec.snapshots, strict=True):
         link = bundle / name
         os.symlink(os.path.relpath(snap.path, final / BUNDLE_DIR / CODE_DIR), link)
     write_bytes_atomic(str(bundle / runner.FUNCTION_PKL), spec.function_bytes)

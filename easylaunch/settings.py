@@ -26,7 +26,7 @@ USER_CONFIG_PATH = Path("~/.config/easylaunch/config.py")
 TEMPLATE_PATH = Path(config_template.__file__)
 DEFAULT_SOURCE = "default (config_template.py)"
 
-ConfigArg = Union[str, os.PathLike, Mapping[str, Any], None]
+ConfigArg = str | os.PathLike | Mapping[str, Any] | None
 
 
 def _uppercase(namespace: Mapping[str, Any]) -> dict[str, Any]:

@@ -277,7 +277,7 @@ class LocalMode(Mode):
         jobs = []
         launcher = {"launcher_pid": os.getpid(),
                     "launcher_started": processes.start_time(os.getpid())}
-        for run, command in zip(runs, prepared):
+        for run, command in zip(runs, prepared, strict=True):
             run.record_backend(**launcher)
             local_run = _LocalRun(run, command, slots, pinned,
                                   float(self.settings.LOCAL_CANCEL_GRACE_SECONDS))

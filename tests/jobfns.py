@@ -1,0 +1,46 @@
+"""Functions the tests launch. They live in a code directory (CODE_DIRS_TO_MOUNT), so runs import
+them from the code snapshot, the way users' own modules travel."""
+
+import os
+import subprocess
+import time
+
+
+def train(doodad_config, variant):
+    print("lr", variant.get("learning_rate"), "logs to", doodad_config.base_log_dir)
+    return {"loss": 0.1, "lr": variant.get("learning_rate")}
+
+
+def fail(doodad_config, variant):
+    raise ValueError(f"bad learning rate {variant.get('learning_rate')}")
+
+
+def echo(doodad_config, variant):
+    return {"variant": variant, "config": doodad_config._asdict(), "pid": os.getpid(),
+            "cuda": os.environ.get("CUDA_VISIBLE_DEVICES"), "cwd": os.getcwd()}
+
+
+def sleep_with_child(doodad_config, variant):
+    """Start a grandchild process, note both pids, then sleep (to be cancelled)."""
+    child = subprocess.Popen(["sleep", "300"])
+    with open(os.path.join(doodad_config.base_log_dir, "pids"), "w") as f:
+        f.write(f"{os.getpid()} {child.pid}\n")
+    time.sleep(300)
+
+
+def interval(doodad_config, variant):
+    start = time.time()
+    time.sleep(variant.get("seconds", 0.4))
+    return start, time.time()
+
+
+def read_mounted(doodad_config, variant):
+    with open(os.path.join(variant["mount_point"], "data.txt")) as f:
+        return f.read()
+
+
+def write_file(doodad_config, variant):
+    path = os.path.join(doodad_config.base_log_dir, "output.txt")
+    with open(path, "w") as f:
+        f.write(variant["text"])
+    return path

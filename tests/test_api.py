@@ -1,0 +1,112 @@
+"""run_experiment / run_sweep end to end in the local and here_no_doodad modes."""
+
+import json
+import os
+
+import jobfns
+import pytest
+
+from easylaunch import DoodadConfig, Job, JobState, run_experiment, run_sweep
+
+
+def test_local_run_returns_result_and_fills_its_run_folder(cfg):
+    job = run_experiment(jobfns.train, exp_name="mnist-lr", mode="local", config=cfg,
+                         variant=dict(learning_rate=1e-4, parameter="awesome"))
+    assert job.wait(timeout=60) is JobState.SUCCEEDED
+    assert job.result() == {"loss": 0.1, "lr": 1e-4}
+    folder = job.log_dir
+    assert folder.parent.name == "mnist-lr"
+    assert folder.name.endswith(f"_mnist-lr_{job.id}")
+    assert json.loads((folder / "variant.json").read_text()) == {
+        "learning_rate": 1e-4, "parameter": "awesome"}
+    launch = json.loads((folder / "launch.json").read_text())
+    assert launch["mode"] == "local" and launch["run_id"] == job.id
+    assert launch["python"].startswith(f"{os.sys.version_info[0]}.")
+    assert launch["cloudpickle"] and launch["command_line"] and launch["host"]
+    assert launch["backend"]["pid"] != os.getpid()
+    status = json.loads((folder / "status.json").read_text())
+    assert status["state"] == "succeeded" and status["exit_code"] == 0
+    assert status["ended_at"] >= status["started_at"] >= status["queued_at"]
+    assert f"logs to {folder}" in (folder / "stdout.log").read_text()
+
+
+def test_every_run_gets_its_own_folder(cfg):
+    jobs = [run_experiment(jobfns.train, exp_name="same", config=cfg) for _ in range(3)]
+    jobs += run_sweep(jobfns.train, [{}, {}], exp_name="same", config=cfg)
+    for job in jobs:
+        job.wait(timeout=60)
+    folders = {job.log_dir for job in jobs}
+    assert len(folders) == 5
+    assert len({job.id for job in jobs}) == 5
+
+
+def test_failure_records_traceback_and_result_raises_it(cfg):
+    job = run_experiment(jobfns.fail, variant=dict(learning_rate=3), config=cfg)
+    assert job.wait(timeout=60) is JobState.FAILED
+    status = job.info()
+    assert status["exit_code"] == 1
+    assert "ValueError: bad learning rate 3" in status["error"]
+    assert "jobfns.py" in status["error"]
+    with pytest.raises(ValueError, match="bad learning rate 3"):
+        job.result()
+
+
+def test_function_receives_doodad_config(cfg):
+    job = run_experiment(jobfns.echo, exp_name="cfg", variant={"a": 1}, config=cfg)
+    out = job.result(timeout=60)
+    config = DoodadConfig(**out["config"])
+    assert config.exp_name == "cfg"
+    assert config.base_log_dir == str(job.log_dir)
+    assert config.use_gpu is False and config.gpu_id is None
+    assert config.script_name
+    assert config.extra_launch_info["run_id"] == job.id
+    assert config.extra_launch_info["mode"] == "local"
+    assert out["variant"] == {"a": 1}
+    assert out["cwd"] == os.getcwd()
+
+
+def test_sweep_runs_every_variant_with_a_concurrency_cap(cfg):
+    jobs = run_sweep(jobfns.interval, [dict(seconds=0.5)] * 4, exp_name="cap", config=cfg,
+                     max_parallel=2)
+    spans = sorted(job.result(timeout=60) for job in jobs)
+    most_at_once = max(sum(1 for s, e in spans if s <= t < e) for t, _ in spans)
+    assert most_at_once == 2
+
+
+def test_here_no_doodad_runs_in_this_process(cfg):
+    job = run_experiment(jobfns.echo, mode="here_no_doodad", variant={"x": 1}, config=cfg)
+    assert job.status() is JobState.SUCCEEDED  # finished when returned
+    assert job.result()["pid"] == os.getpid()
+    assert json.loads((job.log_dir / "status.json").read_text())["state"] == "succeeded"
+    assert not (job.log_dir / "bundle").exists()
+
+
+def test_here_no_doodad_keeps_unpicklable_results_and_records_failures(cfg, capsys):
+    job = run_experiment(lambda c, v: print("hello") or (x for x in ()), mode="here_no_doodad",
+                         config=cfg)
+    assert job.status() is JobState.FAILED  # the generator cannot be saved for later processes
+    assert "cannot be pickled" in job.info()["error"]
+    failed = run_experiment(jobfns.fail, mode="here_no_doodad", config=cfg)
+    assert failed.status() is JobState.FAILED
+    assert "bad learning rate" in capsys.readouterr().err
+    with pytest.raises(ValueError):
+        failed.result()
+    assert "hello" in (job.log_dir / "stdout.log").read_text()
+
+
+def test_job_reconnects_from_its_run_folder(cfg):
+    job = run_experiment(jobfns.train, variant=dict(learning_rate=2), config=cfg)
+    job.wait(timeout=60)
+    again = Job.from_run_dir(job.log_dir)
+    assert again.id == job.id and again.status() is JobState.SUCCEEDED
+    assert again.result() == {"loss": 0.1, "lr": 2}
+
+
+def test_variant_with_shell_characters_arrives_intact(cfg):
+    nasty = {"text": "it's \"quoted\" $(touch /tmp/pwned-easylaunch) `id`\nnew line; rm -rf ~"}
+    job = run_experiment(jobfns.write_file, exp_name="nasty", variant=nasty, config=cfg)
+    path = job.result(timeout=60)
+    with open(path) as f:
+        assert f.read() == nasty["text"]
+    assert not os.path.exists("/tmp/pwned-easylaunch")
+    assert json.loads((job.log_dir / "variant.json").read_text()) == nasty

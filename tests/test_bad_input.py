@@ -1,0 +1,120 @@
+"""Bad input gets a clear error before anything starts, and leaves no run folder behind."""
+
+import os
+import threading
+import warnings
+
+import jobfns
+import pytest
+
+from easylaunch import LaunchError, SettingsError, run_experiment, run_sweep
+
+
+def _nothing_made(cfg):
+    logs = cfg["LOCAL_LOG_DIR"]
+    return not os.path.exists(logs) or not any(
+        name for name in os.listdir(logs) if name != ".snapshots")
+
+
+def test_unpicklable_function(cfg):
+    lock = threading.Lock()
+    with pytest.raises(LaunchError, match="the function cannot be pickled.*inside the function"):
+        run_experiment(lambda c, v: lock.acquire(), config=cfg)
+    assert _nothing_made(cfg)
+
+
+def test_unpicklable_variant_names_which_one(cfg):
+    with pytest.raises(LaunchError, match=r"variants\[1\] cannot be pickled"):
+        run_sweep(jobfns.train, [{"a": 1}, {"lock": threading.Lock()}], config=cfg)
+    assert _nothing_made(cfg)
+
+
+def test_unknown_mode_lists_known_modes(cfg):
+    with pytest.raises(LaunchError, match="unknown mode 'locl'.*here_no_doodad.*Did you mean 'local'"):
+        run_experiment(jobfns.train, mode="locl", config=cfg)
+
+
+def test_unknown_mode_option(cfg):
+    with pytest.raises(LaunchError, match="does not take the option.*max_paralel.*max_parallel"):
+        run_experiment(jobfns.train, mode="local", config=cfg, max_paralel=2)
+    with pytest.raises(LaunchError, match="max_parallel must be a positive integer"):
+        run_experiment(jobfns.train, mode="local", config=cfg, max_parallel=0)
+    assert _nothing_made(cfg)
+
+
+@pytest.mark.parametrize("name", ["a/b", "..", "../up", "x..y", "a b", "$(id)", "a;b", "`x`",
+                                  "", ".hidden", "x" * 101, "new\nline"])
+def test_unsafe_exp_names_are_refused(cfg, name):
+    with pytest.raises(LaunchError, match="exp_name"):
+        run_experiment(jobfns.train, exp_name=name, config=cfg)
+    assert _nothing_made(cfg)
+
+
+@pytest.mark.parametrize("variant, problem", [
+    ({"lr.x": 1}, "contains '.'"),
+    ({"nested": {"a.b": 1}}, "nested/a.b"),
+    ({"doodad_config": 1}, "reserved"),
+    ([1, 2], "must be a dict"),
+])
+def test_bad_variants_are_refused(cfg, variant, problem):
+    with pytest.raises(LaunchError, match=problem):
+        run_experiment(jobfns.train, variant=variant, config=cfg)
+    assert _nothing_made(cfg)
+
+
+def test_missing_code_dir(cfg, tmp_path):
+    cfg["CODE_DIRS_TO_MOUNT"] = [str(tmp_path / "nope")]
+    with pytest.raises(SettingsError, match="CODE_DIRS_TO_MOUNT.*nope.*not an existing folder"):
+        run_experiment(jobfns.train, config=cfg)
+    assert _nothing_made(cfg)
+
+
+def test_mistyped_setting_value(cfg):
+    cfg["CODE_DIRS_TO_MOUNT"] = "/a/string/not/a/list"
+    with pytest.raises(SettingsError, match="CODE_DIRS_TO_MOUNT must be list, got str"):
+        run_experiment(jobfns.train, config=cfg)
+
+
+def test_misspelled_setting_warns_with_the_closest_key(cfg):
+    cfg["LOCAL_LOG_DIRR"] = "/tmp/x"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        run_experiment(jobfns.train, config=cfg, mode="here_no_doodad")
+    assert any("unknown setting LOCAL_LOG_DIRR; did you mean LOCAL_LOG_DIR?" in str(w.message)
+               for w in caught)
+
+
+def test_use_gpu_without_gpus(cfg, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    with pytest.raises(LaunchError, match="use_gpu=True but no GPU was found"):
+        run_experiment(jobfns.train, use_gpu=True, config=cfg)
+    assert _nothing_made(cfg)
+
+
+def test_gpu_id_must_be_a_known_gpu(cfg):
+    cfg["LOCAL_GPU_IDS"] = [0, 1]
+    with pytest.raises(LaunchError, match="gpu_id=5 is not one of this machine's GPUs"):
+        run_experiment(jobfns.train, use_gpu=True, gpu_id=5, config=cfg)
+
+
+def test_empty_sweep_and_non_callable(cfg):
+    with pytest.raises(LaunchError, match="variants is empty"):
+        run_sweep(jobfns.train, [], config=cfg)
+    with pytest.raises(LaunchError, match="method_call must be a function"):
+        run_experiment("train", config=cfg)
+
+
+def test_missing_settings_file():
+    with pytest.raises(SettingsError, match="config='/no/such.py' is not a file"):
+        run_experiment(jobfns.train, config="/no/such.py")
+
+
+def test_snapshot_size_limit_names_the_largest_files(cfg, tmp_path):
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "weights.bin").write_bytes(b"\0" * (2 * 2**20))
+    (code / "model.py").write_text("x = 1\n")
+    cfg.update(CODE_DIRS_TO_MOUNT=[str(code)], CODE_SNAPSHOT_MAX_MB=1)
+    with pytest.raises(LaunchError, match=r"weights.bin \(2.0 MB\).*CODE_SNAPSHOT_MAX_MB"):
+        run_experiment(jobfns.train, config=cfg)
+    assert _nothing_made(cfg)

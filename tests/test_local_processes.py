@@ -1,0 +1,205 @@
+"""The local mode's process handling: cancel, Ctrl-C, lost launchers, GPUs, data mounts."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import jobfns
+import pytest
+
+from easylaunch import Job, JobCancelledError, JobState, run_experiment, run_sweep
+
+TESTS_DIR = Path(__file__).resolve().parent
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def _wait_for(predicate, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _pids(log_dir: Path) -> list[int]:
+    assert _wait_for(lambda: (log_dir / "pids").exists()), "the run never started"
+    return [int(p) for p in (log_dir / "pids").read_text().split()]
+
+
+def test_cancel_ends_the_whole_process_group(cfg):
+    job = run_experiment(jobfns.sleep_with_child, config=cfg)
+    runner_pid, child_pid = _pids(job.log_dir)
+    job.cancel()
+    assert job.wait(timeout=30) is JobState.CANCELLED
+    assert _wait_for(lambda: not _alive(runner_pid) and not _alive(child_pid))
+    assert job.info()["signal"] == "SIGTERM"
+    with pytest.raises(JobCancelledError):
+        job.result()
+
+
+def test_cancel_before_start_never_starts_the_run(cfg):
+    first, second = run_sweep(jobfns.sleep_with_child, [{}, {}], config=cfg, max_parallel=1)
+    second.cancel()
+    assert second.status() is JobState.CANCELLED
+    first.cancel()
+    first.wait(timeout=30)
+    time.sleep(0.5)
+    assert not (second.log_dir / "pids").exists()
+    assert "pid" not in second.launch_info["backend"]
+
+
+def test_a_later_process_can_cancel_and_see_the_state(cfg):
+    job = run_experiment(jobfns.sleep_with_child, config=cfg)
+    runner_pid, child_pid = _pids(job.log_dir)
+    code = f"from easylaunch import Job; Job.from_run_dir({str(job.log_dir)!r}).cancel()"
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+    assert job.wait(timeout=30) is JobState.CANCELLED
+    assert _wait_for(lambda: not _alive(runner_pid) and not _alive(child_pid))
+    later = subprocess.run(
+        [sys.executable, "-c", f"from easylaunch import Job; "
+                               f"print(Job.from_run_dir({str(job.log_dir)!r}).status())"],
+        capture_output=True, text=True, check=True)
+    assert later.stdout.strip() == "cancelled"
+
+
+def test_run_killed_outside_easylaunch_ends_as_failed(cfg):
+    job = run_experiment(jobfns.sleep_with_child, config=cfg)
+    runner_pid, child_pid = _pids(job.log_dir)
+    os.kill(runner_pid, signal.SIGKILL)
+    os.kill(child_pid, signal.SIGKILL)
+    assert job.wait(timeout=30) is JobState.FAILED
+    assert "killed by SIGKILL" in job.info()["error"]
+
+
+LAUNCHER = textwrap.dedent("""
+    import sys, time
+    sys.path.insert(0, {tests!r})
+    import jobfns
+    from easylaunch import run_sweep
+    jobs = run_sweep(jobfns.sleep_with_child, [{{}}, {{}}, {{}}], config={cfg!r}, max_parallel=2)
+    print(" ".join(str(j.log_dir) for j in jobs), flush=True)
+    {tail}
+""")
+
+
+def _start_launcher(cfg, tail):
+    script = LAUNCHER.format(tests=str(TESTS_DIR), cfg=cfg, tail=tail)
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    dirs = [Path(d) for d in proc.stdout.readline().split()]
+    assert len(dirs) == 3, proc.stderr.read()
+    pids = _pids(dirs[0]) + _pids(dirs[1])
+    return proc, dirs, pids
+
+
+def test_ctrl_c_in_the_launching_script_leaves_no_orphans(cfg):
+    proc, dirs, pids = _start_launcher(cfg, "time.sleep(300)")
+    proc.send_signal(signal.SIGINT)
+    proc.wait(timeout=60)
+    assert _wait_for(lambda: not any(_alive(p) for p in pids))
+    states = [Job.from_run_dir(d).status() for d in dirs]
+    assert states == [JobState.CANCELLED] * 3
+
+
+def test_ctrl_c_while_the_script_waits_at_exit_cancels_the_runs(cfg):
+    proc, dirs, pids = _start_launcher(cfg, "")
+    assert _wait_for(lambda: "waiting for 3 local run(s)" in proc.stderr.readline(), 30)
+    proc.send_signal(signal.SIGINT)
+    proc.wait(timeout=60)
+    assert _wait_for(lambda: not any(_alive(p) for p in pids))
+    assert [Job.from_run_dir(d).status() for d in dirs] == [JobState.CANCELLED] * 3
+
+
+def test_a_killed_launcher_takes_its_runs_with_it(cfg):
+    proc, dirs, pids = _start_launcher(cfg, "time.sleep(300)")
+    proc.kill()
+    proc.wait(timeout=60)
+    assert _wait_for(lambda: not any(_alive(p) for p in pids))
+    states = [Job.from_run_dir(d).wait(timeout=30) for d in dirs]
+    assert states == [JobState.CANCELLED] * 3  # two were stopped, one never started
+
+
+def test_launching_script_waits_for_its_runs_at_exit(cfg):
+    script = textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {str(TESTS_DIR)!r})
+        import jobfns
+        from easylaunch import run_sweep
+        jobs = run_sweep(jobfns.interval, [dict(seconds=0.3)] * 3, config={cfg!r},
+                         max_parallel=1)
+        print(" ".join(str(j.log_dir) for j in jobs))
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=120, check=True).stdout
+    states = [Job.from_run_dir(d).status() for d in out.split()]
+    assert states == [JobState.SUCCEEDED] * 3
+
+
+def test_gpu_runs_are_pinned_round_robin(cfg):
+    cfg["LOCAL_GPU_IDS"] = [0, 1]
+    jobs = run_sweep(jobfns.echo, [{}] * 4, config=cfg, use_gpu=True, max_parallel=4)
+    results = [j.result(timeout=60) for j in jobs]
+    assert [r["cuda"] for r in results] == ["0", "1", "0", "1"]
+    assert [r["config"]["gpu_id"] for r in results] == [0, 1, 0, 1]
+    assert [j.launch_info["backend"]["gpu_id"] for j in jobs] == ["0", "1", "0", "1"]
+
+
+def test_default_cap_with_gpus_is_one_run_per_gpu(cfg):
+    cfg["LOCAL_GPU_IDS"] = [0, 1]
+    jobs = run_sweep(jobfns.interval, [dict(seconds=0.5)] * 4, config=cfg, use_gpu=True)
+    spans = sorted(j.result(timeout=60) for j in jobs)
+    assert max(sum(1 for s, e in spans if s <= t < e) for t, _ in spans) == 2
+
+
+def test_gpu_id_pins_every_run(cfg):
+    cfg["LOCAL_GPU_IDS"] = [0, 1, 2]
+    jobs = run_sweep(jobfns.echo, [{}] * 2, config=cfg, use_gpu=True, gpu_id=2)
+    assert [j.result(timeout=60)["cuda"] for j in jobs] == ["2", "2"]
+
+
+def test_cpu_runs_see_no_gpu_pinning(cfg, monkeypatch):
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert run_experiment(jobfns.echo, config=cfg).result(timeout=60)["cuda"] is None
+
+
+def test_data_dir_is_reachable_at_its_mount_point(cfg, tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "data.txt").write_text("mounted")
+    mount_point = tmp_path / "mnt/deep/data"
+    cfg["NON_CODE_DIRS_TO_MOUNT"] = [dict(local_dir=str(data), mount_point=str(mount_point))]
+    jobs = run_sweep(jobfns.read_mounted, [dict(mount_point=str(mount_point))] * 2, config=cfg)
+    assert [j.result(timeout=60) for j in jobs] == ["mounted"] * 2
+    assert os.path.islink(mount_point)
+
+
+def test_data_mount_point_taken_by_something_else_is_refused(cfg, tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    taken = tmp_path / "taken"
+    taken.mkdir()
+    cfg["NON_CODE_DIRS_TO_MOUNT"] = [dict(local_dir=str(data), mount_point=str(taken))]
+    with pytest.raises(Exception, match="already exists and is something else"):
+        run_experiment(jobfns.train, config=cfg)
+    assert not (tmp_path / "logs").exists()
+
+
+def test_status_json_is_always_complete(cfg):
+    jobs = run_sweep(jobfns.train, [{}] * 8, config=cfg, max_parallel=4)
+    for job in jobs:
+        while not job.done():
+            json.loads((job.log_dir / "status.json").read_text())  # never half-written
+    assert all(j.status() is JobState.SUCCEEDED for j in jobs)
