@@ -30,7 +30,8 @@ def test_unpicklable_variant_names_which_one(cfg):
 
 
 def test_unknown_mode_lists_known_modes(cfg):
-    with pytest.raises(LaunchError, match="unknown mode 'locl'.*here_no_doodad.*Did you mean 'local'"):
+    with pytest.raises(LaunchError,
+                       match="unknown mode 'locl'.*here_no_doodad.*Did you mean 'local'"):
         run_experiment(jobfns.train, mode="locl", config=cfg)
 
 

@@ -56,7 +56,8 @@ def test_gathered_once_per_process_per_repository(cfg, tmp_path, monkeypatch):
 
 def test_no_git_binary_means_no_entry_and_no_crash(tmp_path):
     _repo(tmp_path / "repo")
-    code = f"from easylaunch.gitinfo import git_infos; print(git_infos([{str(tmp_path / 'repo')!r}]))"
+    repo = str(tmp_path / "repo")
+    code = f"from easylaunch.gitinfo import git_infos; print(git_infos([{repo!r}]))"
     out = subprocess.run([sys.executable, "-c", code], env={"PATH": "/nonexistent"},
                          capture_output=True, text=True)
     assert out.returncode == 0, out.stderr

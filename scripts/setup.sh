@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Set up a development environment: a virtualenv in .venv with easylaunch and its test tools.
+# Idempotent; everything the tests need is installed here, never by hand.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3}
+if ! command -v git >/dev/null; then
+    apt-get update -q && apt-get install -y -q git
+fi
+[ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]' 2>&1 \
+    | grep -v "is ignored: it is neither a file nor a directory" || true
+.venv/bin/python -c "import easylaunch, cloudpickle, git, pytest"
