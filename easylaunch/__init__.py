@@ -1,6 +1,6 @@
 """easylaunch: launch ``fn(doodad_config, variant)`` in-process, locally, on clusters and clouds."""
 
-from easylaunch.api import run_experiment, run_sweep
+from easylaunch.api import get_job, resubmit, run_experiment, run_sweep
 from easylaunch.errors import (
     EasyLaunchError,
     JobCancelledError,
@@ -9,6 +9,8 @@ from easylaunch.errors import (
     SettingsError,
 )
 from easylaunch.jobs import Job, JobState
+from easylaunch.progress import wait_all
+from easylaunch.registry import NoSuchJob, RegistryError
 from easylaunch.runner import DoodadConfig, GitInfo
 
 __version__ = "0.1.0"
@@ -22,7 +24,12 @@ __all__ = [
     "JobFailedError",
     "JobState",
     "LaunchError",
+    "NoSuchJob",
+    "RegistryError",
     "SettingsError",
+    "get_job",
+    "resubmit",
     "run_experiment",
     "run_sweep",
+    "wait_all",
 ]

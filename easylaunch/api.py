@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -15,14 +16,17 @@ from typing import Any
 
 import cloudpickle
 
-from easylaunch.bundle import SNAPSHOT_STORE, BundleSpec, Run, create_run
+from easylaunch.bundle import SNAPSHOT_STORE, BundleSpec, Run, clone_run, create_run
 from easylaunch.errors import LaunchError
 from easylaunch.gitinfo import git_infos
 from easylaunch.jobs import Job
 from easylaunch.modes import get_mode
+from easylaunch.modes.base import Mode
+from easylaunch.progress import track
+from easylaunch.registry import Registry, open_registry
 from easylaunch.request import LaunchRequest
 from easylaunch.runner import STATUS_JSON, read_json, update_status
-from easylaunch.settings import ConfigArg, load_settings
+from easylaunch.settings import ConfigArg, Settings, load_settings
 from easylaunch.snapshot import snapshot
 
 EXP_NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,99}")
@@ -93,6 +97,34 @@ def _abort(runs: list[Run], exc: BaseException) -> None:
                           error=f"the launch was aborted before this run started: {exc!r}")
 
 
+def _registry(settings: Settings) -> Registry:
+    return open_registry(settings.REGISTRY_PATH)
+
+
+def _registry_row(run: Run) -> dict[str, Any]:
+    launch = run.launch
+    return {"id": run.run_id, "exp_name": run.exp_name, "mode": run.mode, "state": "queued",
+            "log_dir": str(run.log_dir), "variant": run.variant, "host": launch["host"],
+            "git_commit": next(iter(launch["git_commits"].values()), None),
+            "resubmitted_from": launch.get("resubmitted_from")}
+
+
+def _start(mode_obj: Mode, request: LaunchRequest, runs: list[Run],
+           registry: Registry) -> list[Job]:
+    """Register the runs, then prepare and submit them; a failure marks them failed."""
+    registry.add(_registry_row(run) for run in runs)
+    try:
+        jobs = mode_obj.submit(request, runs, mode_obj.prepare(request, runs))
+    except Exception as exc:
+        _abort(runs, exc)
+        for run in runs:
+            registry.update(run.run_id, state=read_json(str(run.log_dir / STATUS_JSON))["state"])
+        raise
+    for job, run in zip(jobs, runs, strict=True):
+        registry.update(job.id, state=job.recorded_state().value, backend=run.launch["backend"])
+    return jobs
+
+
 def run_sweep(
     method_call: Callable[..., Any],
     variants: Iterable[Mapping | None],
@@ -113,6 +145,7 @@ def run_sweep(
     """
     settings = load_settings(config)
     mode_obj = get_mode(mode)(settings, mode_options)
+    registry = _registry(settings)  # a broken registry fails here, before anything is made
     if not callable(method_call):
         raise LaunchError(f"method_call must be a function, got {type(method_call).__name__}")
     variants = [check_variant(v, i) for i, v in enumerate(variants)]
@@ -141,16 +174,13 @@ def run_sweep(
         root=root, exp_name=request.exp_name, mode=mode, function_bytes=function_bytes,
         use_gpu=use_gpu, gpu_id=gpu_id, prepend_date=prepend_date_to_exp_name,
         git_infos=git_infos(m.local_dir for m in code_mounts), snapshots=snapshots,
-        script_name=request.script_name, write_bundle=mode_obj.needs_bundle)
-    runs: list[Run] = []
-    try:
-        for i, (variant, data) in enumerate(zip(variants, variant_bytes, strict=True)):
-            runs.append(create_run(spec, variant, data, i))
-        prepared = mode_obj.prepare(request, runs)
-        return mode_obj.submit(request, runs, prepared)
-    except Exception as exc:
-        _abort(runs, exc)
-        raise
+        script_name=request.script_name, write_bundle=mode_obj.needs_bundle,
+        request={"settings": dict(settings), "mode_options": mode_options, "use_gpu": use_gpu,
+                 "gpu_id": gpu_id, "log_root": str(root), "slurm_config_name": slurm_config_name,
+                 "prepend_date": prepend_date_to_exp_name})
+    runs = [create_run(spec, variant, data, i) for i, (variant, data) in
+            enumerate(track(list(zip(variants, variant_bytes, strict=True)), "bundling runs"))]
+    return _start(mode_obj, request, runs, registry)
 
 
 def run_experiment(
@@ -172,3 +202,33 @@ def run_experiment(
         prepend_date_to_exp_name=prepend_date_to_exp_name, use_gpu=use_gpu, gpu_id=gpu_id,
         base_log_dir=base_log_dir, slurm_config_name=slurm_config_name, config=config,
         **mode_options)[0]
+
+
+def get_job(id_or_suffix: str, config: ConfigArg = None) -> Job:
+    """The Job of a registered run, by its id or a unique end of it, from any process."""
+    entry = _registry(load_settings(config)).find(id_or_suffix)
+    return Job.from_run_dir(entry.log_dir)
+
+
+def resubmit(id_or_suffix: str, config: ConfigArg = None) -> Job:
+    """Run a registered run again: same bundle, code snapshot and settings, a new run id."""
+    registry = _registry(load_settings(config))
+    old = Job.from_run_dir(registry.find(id_or_suffix).log_dir)
+    if not old.mode.needs_bundle:
+        raise LaunchError(f"run {old.id} ran in mode {old.mode.name!r}, which keeps no bundle to "
+                          "run again; run its script again instead")
+    saved = old.launch_info["request"]
+    settings = load_settings(saved["settings"])
+    mode_obj = get_mode(old.mode.name)(settings, saved["mode_options"])
+    run = clone_run(old.log_dir)
+    request = LaunchRequest(
+        method_call=None, variants=[run.variant], exp_name=run.exp_name,
+        use_gpu=saved["use_gpu"], gpu_id=saved["gpu_id"], log_root=Path(saved["log_root"]),
+        prepend_date=saved["prepend_date"], slurm_config_name=saved["slurm_config_name"],
+        script_name=run.launch["script_name"], settings=settings)
+    try:
+        mode_obj.check(request)
+    except Exception:
+        shutil.rmtree(run.log_dir, ignore_errors=True)
+        raise
+    return _start(mode_obj, request, [run], registry)[0]

@@ -9,6 +9,7 @@ of the runner, and ``code/`` links to the content-addressed code snapshots.
 
 from __future__ import annotations
 
+import contextlib
 import getpass
 import os
 import re
@@ -17,6 +18,7 @@ import socket
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -101,6 +103,7 @@ class BundleSpec:
     snapshots: list[Snapshot]  # empty for modes that run in this process
     script_name: str
     write_bundle: bool
+    request: dict  # what resubmitting needs again: settings, mode options, GPU and log choices
 
 
 def _launch_record(spec: BundleSpec, run_id: str, log_dir: Path, index: int) -> dict:
@@ -122,6 +125,7 @@ def _launch_record(spec: BundleSpec, run_id: str, log_dir: Path, index: int) -> 
         "script_name": spec.script_name,
         "git_commits": {g.directory: g.commit_hash for g in spec.git_infos},
         "code_snapshots": [{"source": s.source, "digest": s.digest} for s in spec.snapshots],
+        "request": spec.request,
         "backend": {},
     }
 
@@ -166,32 +170,72 @@ def _write_git_patches(folder: Path, git_infos: list[GitInfo]) -> None:
                 (folder / GIT_DIR / f"{name}.{suffix}").write_text(diff + "\n")
 
 
-def create_run(spec: BundleSpec, variant: dict, variant_bytes: bytes, index: int) -> Run:
-    """Make one complete run folder (and bundle) under a temporary name, then rename it."""
-    exp_dir = spec.root / spec.exp_name
+@contextlib.contextmanager
+def _new_run_folder(exp_dir: Path, exp_name: str, prepend_date: bool,
+                    now: float) -> Iterator[tuple[str, Path, Path]]:
+    """Yield (run id, temporary folder, final path); rename into place only on success."""
     exp_dir.mkdir(parents=True, exist_ok=True)
-    code_dirs = [f"{CODE_DIR}/{i}-{_safe_name(s.source)}" for i, s in enumerate(spec.snapshots)]
-    now = time.time()
     while True:
         run_id = new_run_id()
-        final = exp_dir / run_folder_name(spec.exp_name, run_id, spec.prepend_date, now)
+        final = exp_dir / run_folder_name(exp_name, run_id, prepend_date, now)
         if not final.exists():
             break
     tmp = exp_dir / f".partial-{run_id}"
     tmp.mkdir()
     try:
-        launch = _launch_record(spec, run_id, final, index)
-        meta = _bundle_metadata(spec, run_id, final, code_dirs)
-        write_json_atomic(str(tmp / VARIANT_JSON), variant)
-        write_json_atomic(str(tmp / LAUNCH_JSON), launch)
-        write_json_atomic(str(tmp / runner.STATUS_JSON),
-                          {"state": "queued", "run_id": run_id, "queued_at": now})
-        _write_git_patches(tmp, spec.git_infos)
-        if spec.write_bundle:
-            _write_bundle(spec, tmp, final, meta, variant_bytes)
+        yield run_id, tmp, final
         os.rename(tmp, final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def _queued_status(run_id: str, now: float, **extra: Any) -> dict:
+    return {"state": "queued", "run_id": run_id, "queued_at": now, **extra}
+
+
+def create_run(spec: BundleSpec, variant: dict, variant_bytes: bytes, index: int) -> Run:
+    """Make one complete run folder (and bundle) under a temporary name, then rename it."""
+    code_dirs = [f"{CODE_DIR}/{i}-{_safe_name(s.source)}" for i, s in enumerate(spec.snapshots)]
+    now = time.time()
+    with _new_run_folder(spec.root / spec.exp_name, spec.exp_name, spec.prepend_date,
+                         now) as (run_id, tmp, final):
+        launch = _launch_record(spec, run_id, final, index)
+        meta = _bundle_metadata(spec, run_id, final, code_dirs)
+        write_json_atomic(str(tmp / VARIANT_JSON), variant)
+        write_json_atomic(str(tmp / LAUNCH_JSON), launch)
+        write_json_atomic(str(tmp / runner.STATUS_JSON), _queued_status(run_id, now))
+        _write_git_patches(tmp, spec.git_infos)
+        if spec.write_bundle:
+            _write_bundle(spec, tmp, final, meta, variant_bytes)
     return Run(run_id, spec.exp_name, spec.mode, final, variant, spec.use_gpu, spec.gpu_id,
                launch, meta)
+
+
+def clone_run(old_dir: Path) -> Run:
+    """A new run of an old run's bundle: same function, variant and code snapshots, new id.
+
+    The new folder sits beside the old one and links to the same snapshots.
+    """
+    old_launch = runner.read_json(str(old_dir / LAUNCH_JSON))
+    old_meta = runner.read_json(str(old_dir / BUNDLE_DIR / runner.BUNDLE_JSON))
+    exp_name = old_launch["exp_name"]
+    now = time.time()
+    with _new_run_folder(old_dir.parent, exp_name, old_launch["request"]["prepend_date"],
+                         now) as (run_id, tmp, final):
+        shutil.copytree(old_dir / BUNDLE_DIR, tmp / BUNDLE_DIR, symlinks=True)
+        if (old_dir / GIT_DIR).is_dir():
+            shutil.copytree(old_dir / GIT_DIR, tmp / GIT_DIR)
+        shutil.copy2(old_dir / VARIANT_JSON, tmp / VARIANT_JSON)
+        meta = dict(old_meta, run_id=run_id, log_dir=str(final),
+                    extra_launch_info=dict(old_meta["extra_launch_info"], run_id=run_id))
+        write_json_atomic(str(tmp / BUNDLE_DIR / runner.BUNDLE_JSON), meta)
+        launch = dict(old_launch, run_id=run_id, log_dir=str(final), launched_at=now,
+                      backend={}, resubmitted_from=old_launch["run_id"],
+                      launcher_pid=os.getpid(), command_line=sys.argv, cwd=os.getcwd())
+        write_json_atomic(str(tmp / LAUNCH_JSON), launch)
+        write_json_atomic(str(tmp / runner.STATUS_JSON),
+                          _queued_status(run_id, now, resubmitted_from=old_launch["run_id"]))
+    variant = runner.read_json(str(final / VARIANT_JSON))
+    return Run(run_id, exp_name, old_launch["mode"], final, variant, meta["use_gpu"],
+               meta["gpu_id"], launch, meta)

@@ -1,13 +1,177 @@
-"""The ``easylaunch`` command."""
+"""The ``easylaunch`` command: list, inspect, follow, cancel, resubmit and fetch runs."""
 
 from __future__ import annotations
 
 import argparse
+import collections
+import datetime as dt
+import re
 import sys
+import time
+from pathlib import Path
 
 from easylaunch import __version__
 from easylaunch.errors import EasyLaunchError
 from easylaunch.settings import USER_CONFIG_PATH, load_settings, write_template
+
+STATUS_LOG_LINES = 100
+_SINCE = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def _registry(args: argparse.Namespace):
+    from easylaunch.registry import open_registry
+
+    return open_registry(load_settings(args.config).REGISTRY_PATH)
+
+
+def _job_for(registry, entry):
+    """The live Job of a registry entry, its state refreshed and written back."""
+    from easylaunch.jobs import Job
+
+    job = Job.from_run_dir(entry.log_dir)
+    state = job.status().value
+    if state != entry.state:
+        registry.update(entry.id, state=state)
+    return job
+
+
+def parse_since(text: str) -> float:
+    """``30m``, ``2h``, ``3d``, ``1w`` ago, or an ISO date/time, as a Unix time."""
+    match = _SINCE.fullmatch(text.strip())
+    if match:
+        return time.time() - float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+    try:
+        return dt.datetime.fromisoformat(text).timestamp()
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"--since {text!r}: use an age like 30m, 2h, 3d, 1w or a date like 2026-11-20"
+        ) from None
+
+
+def _when(timestamp: float | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(timestamp)) if timestamp else "-"
+
+
+def _tail(path: Path, lines: int | None) -> str:
+    try:
+        with open(path, errors="replace") as f:
+            if lines is None:
+                return f.read()
+            return "".join(collections.deque(f, maxlen=lines))
+    except FileNotFoundError:
+        return ""
+
+
+def _ls(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    registry = _registry(args)
+    states = [s for group in args.state or [] for s in group.split(",")]
+    entries, total = registry.list(exp=args.exp, mode=args.mode, states=states or None,
+                                   since=args.since, limit=None if args.all else args.limit)
+    table = Table(box=None, header_style="bold")
+    for column in ("ID", "EXPERIMENT", "MODE", "STATE", "LAUNCHED"):
+        table.add_column(column, no_wrap=True)
+    table.add_column("LOG DIR", overflow="fold")
+    for entry in entries:
+        state = entry.state
+        if state in ("queued", "running", "unknown"):
+            try:
+                state = _job_for(registry, entry).recorded_state().value
+            except EasyLaunchError:
+                state = f"{state} (folder missing)"
+        table.add_row(entry.id, entry.exp_name, entry.mode, state, _when(entry.created),
+                      entry.log_dir)
+    console = Console(width=None if sys.stdout.isatty() else 100_000)  # piped: one line a run
+    console.print(table)
+    if len(entries) < total:
+        console.print(f"[dim]showing the newest {len(entries)} of {total} runs; "
+                      "--limit N or --all for more[/dim]")
+    return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    registry = _registry(args)
+    entry = registry.find(args.id)
+    job = _job_for(registry, entry)
+    info, launch = job.info(), job.launch_info
+    rows = [
+        ("id", job.id), ("experiment", job.exp_name), ("mode", job.mode.name),
+        ("state", info.get("state")), ("launched", _when(launch.get("launched_at"))),
+        ("started", _when(info.get("started_at"))), ("ended", _when(info.get("ended_at"))),
+        ("exit code", info.get("exit_code")), ("signal", info.get("signal")),
+        ("host", info.get("host") or launch.get("host")), ("backend", launch.get("backend")),
+        ("resubmitted from", launch.get("resubmitted_from")),
+        ("git commits", launch.get("git_commits")), ("variant", entry.variant),
+        ("log dir", job.log_dir), ("stdout", job.stdout_path), ("stderr", job.stderr_path),
+    ]
+    for name, value in rows:
+        if value not in (None, "", {}, "-"):
+            print(f"{name + ':':18}{value}")
+    if info.get("error"):
+        print(f"\nerror:\n{info['error'].rstrip()}")
+    print(f"\n--- last {STATUS_LOG_LINES} lines of {job.stdout_path} ---")
+    print(_tail(job.stdout_path, STATUS_LOG_LINES), end="")
+    return 0
+
+
+def _logs(args: argparse.Namespace) -> int:
+    registry = _registry(args)
+    job = _job_for(registry, registry.find(args.id))
+    path = job.stderr_path if args.stderr else job.stdout_path
+    sys.stdout.write(_tail(path, args.lines))
+    sys.stdout.flush()
+    if not args.follow:
+        return 0
+    offset = path.stat().st_size if path.exists() else 0
+    while True:
+        finished = job.status().terminal
+        if path.exists():
+            with open(path, "rb") as f:
+                f.seek(offset)
+                data = f.read()
+            offset += len(data)
+            sys.stdout.write(data.decode(errors="replace"))
+            sys.stdout.flush()
+        if finished:
+            return 0
+        time.sleep(0.2)
+
+
+def _cancel(args: argparse.Namespace) -> int:
+    registry = _registry(args)
+    failures = 0
+    for run_id in args.ids:
+        try:
+            job = _job_for(registry, registry.find(run_id))
+            if job.status().terminal:
+                print(f"{job.id}: already {job.status()}")
+                continue
+            job.cancel()
+            state = job.wait(timeout=60)
+            registry.update(job.id, state=state.value)
+            print(f"{job.id}: {state}")
+        except EasyLaunchError as exc:
+            print(f"easylaunch: error: {run_id}: {exc}", file=sys.stderr)
+            failures += 1
+    return 1 if failures else 0
+
+
+def _resubmit(args: argparse.Namespace) -> int:
+    from easylaunch.api import resubmit
+
+    job = resubmit(args.id, config=args.config)
+    print(f"resubmitted {args.id} as {job.id}: {job.log_dir}")
+    return 0
+
+
+def _fetch(args: argparse.Namespace) -> int:
+    registry = _registry(args)
+    job = _job_for(registry, registry.find(args.id))
+    print(job.mode.fetch(job))
+    return 0
 
 
 def _init(args: argparse.Namespace) -> int:
@@ -28,13 +192,49 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``easylaunch`` command."""
     parser = argparse.ArgumentParser(prog="easylaunch", description=__doc__)
     parser.add_argument("--version", action="version", version=f"easylaunch {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser.add_argument("--config", help="settings file to read instead of the usual lookup")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    ls = sub.add_parser("ls", help="list runs, newest first")
+    ls.add_argument("--exp", help="only this experiment name")
+    ls.add_argument("--mode", help="only this mode")
+    ls.add_argument("--state", action="append",
+                    help="only these states (repeat, or separate with commas)")
+    ls.add_argument("--since", type=parse_since, help="only runs launched since (2h, 3d, date)")
+    ls.add_argument("-n", "--limit", type=int, default=50, help="how many (default 50)")
+    ls.add_argument("--all", action="store_true", help="every matching run")
+    ls.set_defaults(func=_ls)
+
+    status = sub.add_parser("status", aliases=["q"],
+                            help="refresh and show one run, with the end of its log")
+    status.add_argument("id", help="run id, or a unique end of one")
+    status.set_defaults(func=_status)
+
+    logs = sub.add_parser("logs", help="print (or follow) a run's log")
+    logs.add_argument("id", help="run id, or a unique end of one")
+    logs.add_argument("-f", "--follow", action="store_true", help="follow until the run ends")
+    logs.add_argument("-n", "--lines", type=int, help="only the last N lines")
+    logs.add_argument("--stderr", action="store_true", help="stderr.log instead of stdout.log")
+    logs.set_defaults(func=_logs)
+
+    cancel = sub.add_parser("cancel", aliases=["abort"], help="cancel runs")
+    cancel.add_argument("ids", nargs="+", metavar="id", help="run ids, or unique ends of them")
+    cancel.set_defaults(func=_cancel)
+
+    again = sub.add_parser("resubmit", help="run a run again (same bundle, new id)")
+    again.add_argument("id", help="run id, or a unique end of one")
+    again.set_defaults(func=_resubmit)
+
+    fetch = sub.add_parser("fetch", help="bring a remote run's logs and results here")
+    fetch.add_argument("id", help="run id, or a unique end of one")
+    fetch.set_defaults(func=_fetch)
+
     init = sub.add_parser("init", help="write a private copy of the settings template")
     init.add_argument("path", nargs="?", default=str(USER_CONFIG_PATH),
                       help=f"where to write it (default: {USER_CONFIG_PATH})")
     init.set_defaults(func=_init)
+
     config = sub.add_parser("config", help="print the effective settings and their sources")
-    config.add_argument("--config", help="settings file to read instead of the usual lookup")
     config.set_defaults(func=_config)
     return parser
 
@@ -47,6 +247,8 @@ def main(argv: list[str] | None = None) -> int:
     except EasyLaunchError as exc:
         print(f"easylaunch: error: {exc}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        return 130
 
 
 if __name__ == "__main__":

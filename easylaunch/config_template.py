@@ -55,6 +55,10 @@ LOCAL_PYTHON: str | None = None
 # Seconds a cancelled ``local`` run gets between SIGTERM and SIGKILL.
 LOCAL_CANCEL_GRACE_SECONDS: float = 5.0
 
+# The registry of launched runs (SQLite) that ``easylaunch ls`` and ``get_job`` read.
+# None: $XDG_DATA_HOME/easylaunch/registry.sqlite3 (~/.local/share/easylaunch/registry.sqlite3).
+REGISTRY_PATH: str | None = None
+
 # ---------------------------------------------------------------------------------------------
 # Slurm modes (sss, htp, slurm): read by those modes; names kept from doodad's easy_launch.
 # ---------------------------------------------------------------------------------------------

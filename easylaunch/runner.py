@@ -189,6 +189,7 @@ def call_and_record(fn: Any, config: DoodadConfig, variant: Any,
         return 128 + signum, None
     except BaseException as exc:  # noqa: BLE001 - SystemExit is a failure of the run too
         tb_text = traceback.format_exc()
+        print(tb_text, file=sys.stderr, end="")
         save_error(log_dir, exc, tb_text)
         update_status(log_dir, state="failed", ended_at=time.time(), exit_code=EXIT_FAILED,
                       error=tb_text)

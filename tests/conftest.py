@@ -17,6 +17,7 @@ def cfg(tmp_path):
 def _isolated_settings(tmp_path, monkeypatch):
     """No test reads the developer's own settings files."""
     monkeypatch.delenv("EASYLAUNCH_CONFIG", raising=False)
+    monkeypatch.delenv("XDG_DATA_HOME", raising=False)
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     monkeypatch.chdir(tmp_path)
 

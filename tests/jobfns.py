@@ -44,3 +44,17 @@ def write_file(doodad_config, variant):
     with open(path, "w") as f:
         f.write(variant["text"])
     return path
+
+
+def check_data(doodad_config, variant):
+    with open(os.path.join(variant["mount_point"], "data.txt")) as f:
+        data = f.read()
+    if data != "good":
+        raise ValueError(f"bad data: {data!r}")
+    return data
+
+
+def print_slowly(doodad_config, variant):
+    for i in range(variant.get("lines", 5)):
+        print(f"line {i}")
+        time.sleep(0.2)

@@ -11,40 +11,19 @@ from pathlib import Path
 
 import jobfns
 import pytest
+from helpers import alive, run_pids, wait_for
 
 from easylaunch import Job, JobCancelledError, JobState, run_experiment, run_sweep
 
 TESTS_DIR = Path(__file__).resolve().parent
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
-def _wait_for(predicate, timeout=30.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return False
-
-
-def _pids(log_dir: Path) -> list[int]:
-    assert _wait_for(lambda: (log_dir / "pids").exists()), "the run never started"
-    return [int(p) for p in (log_dir / "pids").read_text().split()]
-
-
 def test_cancel_ends_the_whole_process_group(cfg):
     job = run_experiment(jobfns.sleep_with_child, config=cfg)
-    runner_pid, child_pid = _pids(job.log_dir)
+    runner_pid, child_pid = run_pids(job.log_dir)
     job.cancel()
     assert job.wait(timeout=30) is JobState.CANCELLED
-    assert _wait_for(lambda: not _alive(runner_pid) and not _alive(child_pid))
+    assert wait_for(lambda: not alive(runner_pid) and not alive(child_pid))
     assert job.info()["signal"] == "SIGTERM"
     with pytest.raises(JobCancelledError):
         job.result()
@@ -63,11 +42,11 @@ def test_cancel_before_start_never_starts_the_run(cfg):
 
 def test_a_later_process_can_cancel_and_see_the_state(cfg):
     job = run_experiment(jobfns.sleep_with_child, config=cfg)
-    runner_pid, child_pid = _pids(job.log_dir)
+    runner_pid, child_pid = run_pids(job.log_dir)
     code = f"from easylaunch import Job; Job.from_run_dir({str(job.log_dir)!r}).cancel()"
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
     assert job.wait(timeout=30) is JobState.CANCELLED
-    assert _wait_for(lambda: not _alive(runner_pid) and not _alive(child_pid))
+    assert wait_for(lambda: not alive(runner_pid) and not alive(child_pid))
     later = subprocess.run(
         [sys.executable, "-c", f"from easylaunch import Job; "
                                f"print(Job.from_run_dir({str(job.log_dir)!r}).status())"],
@@ -77,7 +56,7 @@ def test_a_later_process_can_cancel_and_see_the_state(cfg):
 
 def test_run_killed_outside_easylaunch_ends_as_failed(cfg):
     job = run_experiment(jobfns.sleep_with_child, config=cfg)
-    runner_pid, child_pid = _pids(job.log_dir)
+    runner_pid, child_pid = run_pids(job.log_dir)
     os.kill(runner_pid, signal.SIGKILL)
     os.kill(child_pid, signal.SIGKILL)
     assert job.wait(timeout=30) is JobState.FAILED
@@ -101,7 +80,7 @@ def _start_launcher(cfg, tail):
                             stderr=subprocess.PIPE, text=True)
     dirs = [Path(d) for d in proc.stdout.readline().split()]
     assert len(dirs) == 3, proc.stderr.read()
-    pids = _pids(dirs[0]) + _pids(dirs[1])
+    pids = run_pids(dirs[0]) + run_pids(dirs[1])
     return proc, dirs, pids
 
 
@@ -109,17 +88,17 @@ def test_ctrl_c_in_the_launching_script_leaves_no_orphans(cfg):
     proc, dirs, pids = _start_launcher(cfg, "time.sleep(300)")
     proc.send_signal(signal.SIGINT)
     proc.wait(timeout=60)
-    assert _wait_for(lambda: not any(_alive(p) for p in pids))
+    assert wait_for(lambda: not any(alive(p) for p in pids))
     states = [Job.from_run_dir(d).status() for d in dirs]
     assert states == [JobState.CANCELLED] * 3
 
 
 def test_ctrl_c_while_the_script_waits_at_exit_cancels_the_runs(cfg):
     proc, dirs, pids = _start_launcher(cfg, "")
-    assert _wait_for(lambda: "waiting for 3 local run(s)" in proc.stderr.readline(), 30)
+    assert wait_for(lambda: "waiting for 3 local run(s)" in proc.stderr.readline(), 30)
     proc.send_signal(signal.SIGINT)
     proc.wait(timeout=60)
-    assert _wait_for(lambda: not any(_alive(p) for p in pids))
+    assert wait_for(lambda: not any(alive(p) for p in pids))
     assert [Job.from_run_dir(d).status() for d in dirs] == [JobState.CANCELLED] * 3
 
 
@@ -127,7 +106,7 @@ def test_a_killed_launcher_takes_its_runs_with_it(cfg):
     proc, dirs, pids = _start_launcher(cfg, "time.sleep(300)")
     proc.kill()
     proc.wait(timeout=60)
-    assert _wait_for(lambda: not any(_alive(p) for p in pids))
+    assert wait_for(lambda: not any(alive(p) for p in pids))
     states = [Job.from_run_dir(d).wait(timeout=30) for d in dirs]
     assert states == [JobState.CANCELLED] * 3  # two were stopped, one never started
 

@@ -49,6 +49,10 @@ class Mode(ABC):
         """Stop a run that has not ended."""
         raise NotImplementedError(f"mode {self.name!r} cannot cancel runs")
 
+    def fetch(self, job: Job) -> str:
+        """Bring remote logs and results into the local run folder; say what was done."""
+        return f"run {job.id} ran on this machine: everything is already in {job.log_dir}"
+
     def wait_for_change(self, job: Job, timeout: float) -> None:
         """Block up to ``timeout`` seconds or until the job may have changed."""
         time.sleep(timeout)

@@ -66,8 +66,8 @@ class HereNoDoodadMode(Mode):
             if code == 0:
                 job._value = value
             else:
-                print(f"easylaunch: run {run.run_id} failed:\n{job.info().get('error')}",
-                      file=sys.stderr)
+                print(f"easylaunch: run {run.run_id} ended {job.recorded_state()}; its "
+                      f"record is in {run.log_dir}", file=sys.stderr)
             jobs.append(job)
         return jobs
 

@@ -1,0 +1,59 @@
+"""`easylaunch ls` over a registry of 10,000 runs against `easylaunch --version` (goal < 5x).
+
+Both commands run as fresh processes, interleaved, so start-up costs count the same for both.
+Usage: python bench/bench_registry.py [--runs N] [--repeats N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from easylaunch.registry import Registry
+
+
+def fill(path: Path, runs: int) -> None:
+    now = time.time()
+    states = ("succeeded", "failed", "cancelled")
+    Registry(path).add(
+        dict(id=f"{i:08x}", exp_name=f"exp-{i % 37}", mode="local", state=states[i % 3],
+             log_dir=f"/logs/exp-{i % 37}/run_{i:08x}", variant={"lr": i}, created=now - i)
+        for i in range(runs))
+
+
+def timed(argv: list[str]) -> float:
+    t = time.perf_counter()
+    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL)
+    return time.perf_counter() - t
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=10_000)
+    parser.add_argument("--repeats", type=int, default=15)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        registry = Path(tmp) / "registry.sqlite3"
+        fill(registry, args.runs)
+        config = Path(tmp) / "settings.py"
+        config.write_text(f"REGISTRY_PATH = {str(registry)!r}\n")
+        base = [sys.executable, "-m", "easylaunch.cli"]
+        version, ls = [], []
+        for _ in range(args.repeats):
+            version.append(timed(base + ["--version"]))
+            ls.append(timed(base + ["--config", str(config), "ls"]))
+        v, s = statistics.median(version) * 1000, statistics.median(ls) * 1000
+        print(f"registry of {args.runs} runs: easylaunch --version {v:.0f} ms | "
+              f"easylaunch ls {s:.0f} ms | ratio {s / v:.2f}x (goal < 5x)")
+        ls_all = statistics.median(timed(base + ["--config", str(config), "ls", "--all"])
+                                   for _ in range(3)) * 1000
+        print(f"  (easylaunch ls --all, every one of the {args.runs} rows: {ls_all:.0f} ms)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,220 @@
+"""The registry of every launched run: SQLite in WAL mode, shared by all launching processes.
+
+It outlives the launching process, so ``easylaunch ls`` and ``get_job`` work from anywhere.
+A run's own status.json stays the record of how it ended; the registry keeps the last state seen,
+refreshed whenever a command looks at the run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from easylaunch.errors import EasyLaunchError
+
+SCHEMA_VERSION = 1
+DEFAULT_PATH = "easylaunch/registry.sqlite3"
+COLUMNS = ("id", "exp_name", "mode", "state", "log_dir", "remote_log_dir", "backend", "variant",
+           "git_commit", "created", "updated", "resubmitted_from", "host")
+_SCHEMA = f"""
+CREATE TABLE runs (
+    id TEXT PRIMARY KEY, exp_name TEXT NOT NULL, mode TEXT NOT NULL, state TEXT NOT NULL,
+    log_dir TEXT NOT NULL, remote_log_dir TEXT, backend TEXT NOT NULL DEFAULT '{{}}',
+    variant TEXT NOT NULL DEFAULT '{{}}', git_commit TEXT, created REAL NOT NULL,
+    updated REAL NOT NULL, resubmitted_from TEXT, host TEXT);
+CREATE INDEX runs_by_created ON runs (created DESC);
+CREATE INDEX runs_by_exp ON runs (exp_name, created DESC);
+PRAGMA user_version = {SCHEMA_VERSION};
+"""
+
+
+class RegistryError(EasyLaunchError):
+    """The registry cannot be opened or read; the message says what to do."""
+
+
+class NoSuchJob(EasyLaunchError, LookupError):
+    """No run (or more than one) matches the id or suffix given."""
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One registry row."""
+
+    id: str
+    exp_name: str
+    mode: str
+    state: str
+    log_dir: str
+    remote_log_dir: str | None
+    backend: dict
+    variant: dict
+    git_commit: str | None
+    created: float
+    updated: float
+    resubmitted_from: str | None
+    host: str | None
+
+    @classmethod
+    def from_row(cls, row: tuple) -> Entry:
+        values = dict(zip(COLUMNS, row, strict=True))
+        values["backend"] = json.loads(values["backend"])
+        values["variant"] = json.loads(values["variant"])
+        return cls(**values)
+
+
+def default_path() -> Path:
+    """``$XDG_DATA_HOME/easylaunch/registry.sqlite3`` (``~/.local/share`` by default)."""
+    data_home = os.environ.get("XDG_DATA_HOME") or os.path.expanduser("~/.local/share")
+    return Path(data_home) / DEFAULT_PATH
+
+
+class Registry:
+    """Read and write the runs table; one connection per thread."""
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.path = Path(path).expanduser()
+        self._local = threading.local()
+
+    def _fail(self, problem: str) -> RegistryError:
+        return RegistryError(
+            f"the run registry {self.path} {problem}. Move the file away (a new registry is "
+            "started in its place; the run folders themselves are untouched) or point "
+            "REGISTRY_PATH in your settings at another file.")
+
+    @property
+    def db(self) -> sqlite3.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = self._local.conn = self._open()
+        return conn
+
+    def _open(self) -> sqlite3.Connection:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            conn = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+            conn.execute("PRAGMA busy_timeout = 30000")
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("PRAGMA synchronous = NORMAL")
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            if version == 0:
+                self._create(conn)
+            elif version > SCHEMA_VERSION:
+                raise self._fail(f"was written by a newer easylaunch (schema {version}; this "
+                                 f"one reads schema {SCHEMA_VERSION}); upgrade easylaunch, or")
+            conn.execute(f"SELECT {', '.join(COLUMNS)} FROM runs LIMIT 1").fetchall()
+        except sqlite3.DatabaseError as exc:
+            raise self._fail(f"cannot be read ({exc})") from exc
+        return conn
+
+    def _create(self, conn: sqlite3.Connection) -> None:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            tables = conn.execute("SELECT name FROM sqlite_master WHERE type='table'").fetchall()
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            if version == 0 and tables:
+                raise self._fail("holds tables but no schema version: it was written by an "
+                                 "older easylaunch or another program")
+            if version == 0:
+                for statement in _SCHEMA.strip().split(";"):
+                    if statement.strip():
+                        conn.execute(statement)
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
+    def add(self, entries: Iterable[dict[str, Any]]) -> None:
+        """Insert runs (dicts with the registry's columns) in one transaction."""
+        now = time.time()
+        rows = []
+        for e in entries:
+            e = {"remote_log_dir": None, "backend": {}, "variant": {}, "git_commit": None,
+                 "created": now, "resubmitted_from": None, "host": None, **e, "updated": now}
+            e["backend"] = json.dumps(e["backend"], default=repr)
+            e["variant"] = json.dumps(e["variant"], default=repr)
+            rows.append(tuple(e[c] for c in COLUMNS))
+        with self.db:
+            self.db.executemany(
+                f"INSERT INTO runs ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})",
+                rows)
+
+    def update(self, run_id: str, state: str | None = None, backend: dict | None = None) -> None:
+        """Record a run's last known state and/or backend ids."""
+        sets, args = ["updated = ?"], [time.time()]
+        if state is not None:
+            sets.append("state = ?")
+            args.append(state)
+        if backend is not None:
+            sets.append("backend = ?")
+            args.append(json.dumps(backend, default=repr))
+        with self.db:
+            self.db.execute(f"UPDATE runs SET {', '.join(sets)} WHERE id = ?", (*args, run_id))
+
+    def find(self, id_or_suffix: str) -> Entry:
+        """The one run whose id ends with ``id_or_suffix``."""
+        if not id_or_suffix:
+            raise NoSuchJob("give a run id, or the end of one")
+        rows = self.db.execute(
+            f"SELECT {', '.join(COLUMNS)} FROM runs WHERE id = ? OR id LIKE ? ESCAPE '\\' "
+            "ORDER BY created DESC LIMIT 11",
+            (id_or_suffix, "%" + _escape_like(id_or_suffix))).fetchall()
+        exact = [r for r in rows if r[0] == id_or_suffix]
+        if exact:
+            return Entry.from_row(exact[0])
+        if not rows:
+            raise NoSuchJob(f"no run id ends with {id_or_suffix!r} (see `easylaunch ls`)")
+        if len(rows) > 1:
+            listed = ", ".join(f"{r[0]} ({r[1]})" for r in rows[:10])
+            more = " and more" if len(rows) > 10 else ""
+            raise NoSuchJob(f"{id_or_suffix!r} matches several runs: {listed}{more}; "
+                            "give more characters")
+        return Entry.from_row(rows[0])
+
+    def list(self, exp: str | None = None, mode: str | None = None,
+             states: list[str] | None = None, since: float | None = None,
+             limit: int | None = None) -> tuple[list[Entry], int]:
+        """Runs newest first, filtered; also the number that matched before ``limit``."""
+        where, args = [], []
+        if exp is not None:
+            where.append("exp_name = ?")
+            args.append(exp)
+        if mode is not None:
+            where.append("mode = ?")
+            args.append(mode)
+        if states:
+            where.append(f"state IN ({', '.join('?' * len(states))})")
+            args.extend(states)
+        if since is not None:
+            where.append("created >= ?")
+            args.append(since)
+        clause = f" WHERE {' AND '.join(where)}" if where else ""
+        total = self.db.execute(f"SELECT COUNT(*) FROM runs{clause}", args).fetchone()[0]
+        query = f"SELECT {', '.join(COLUMNS)} FROM runs{clause} ORDER BY created DESC"
+        if limit is not None:
+            query += f" LIMIT {int(limit)}"
+        return [Entry.from_row(r) for r in self.db.execute(query, args)], total
+
+
+def _escape_like(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+_registries: dict[str, Registry] = {}
+
+
+def open_registry(path: str | os.PathLike | None = None) -> Registry:
+    """The registry at ``path`` (default: :func:`default_path`), opened and checked."""
+    path = Path(path).expanduser() if path else default_path()
+    key = str(path)
+    if key not in _registries:
+        registry = Registry(path)
+        registry.db  # noqa: B018 - open now, so a broken file fails before anything launches
+        _registries[key] = registry
+    return _registries[key]

@@ -1,0 +1,184 @@
+"""The registry and the `easylaunch` job commands, driven as a user would: via subprocess."""
+
+import os
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import jobfns
+import pytest
+from helpers import alive, run_pids, wait_for
+
+from easylaunch import JobState, RegistryError, get_job, run_experiment, run_sweep
+from easylaunch.registry import Registry
+
+TESTS_DIR = Path(__file__).resolve().parent
+
+
+@pytest.fixture
+def config_file(tmp_path):
+    path = tmp_path / "settings.py"
+    path.write_text(textwrap.dedent(f"""
+        LOCAL_LOG_DIR = {str(tmp_path / 'logs')!r}
+        CODE_DIRS_TO_MOUNT = [{str(TESTS_DIR)!r}]
+        REGISTRY_PATH = {str(tmp_path / 'registry.sqlite3')!r}
+    """))
+    return str(path)
+
+
+def cli(config_file, *args, check=True):
+    proc = subprocess.run([sys.executable, "-m", "easylaunch.cli", "--config", config_file,
+                           *args], capture_output=True, text=True, timeout=120)
+    if check:
+        assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
+    return proc
+
+
+def _row(output: str, run_id: str) -> str:
+    (line,) = [ln for ln in output.splitlines() if ln.strip().startswith(run_id)]
+    return line
+
+
+def test_ls_shows_runs_newest_first_with_their_states(config_file):
+    ok = run_experiment(jobfns.train, exp_name="good", config=config_file)
+    bad = run_experiment(jobfns.fail, exp_name="bad", config=config_file)
+    ok.wait(timeout=60), bad.wait(timeout=60)
+    out = cli(config_file, "ls").stdout
+    assert "succeeded" in _row(out, ok.id) and "good" in _row(out, ok.id)
+    assert "failed" in _row(out, bad.id) and str(bad.log_dir) in _row(out, bad.id)
+    assert out.index(bad.id) < out.index(ok.id)
+    only_failed = cli(config_file, "ls", "--state", "failed").stdout
+    assert bad.id in only_failed and ok.id not in only_failed
+    only_good = cli(config_file, "ls", "--exp", "good", "--mode", "local", "--since", "1h").stdout
+    assert ok.id in only_good and bad.id not in only_good
+    limited = cli(config_file, "ls", "-n", "1").stdout
+    assert bad.id in limited and ok.id not in limited
+    assert "showing the newest 1 of 2 runs" in limited
+
+
+def test_status_and_logs_by_suffix(config_file):
+    job = run_experiment(jobfns.print_slowly, variant={"lines": 3}, config=config_file)
+    job.wait(timeout=60)
+    out = cli(config_file, "status", job.id[-5:]).stdout
+    assert f"id:               {job.id}" in out
+    assert "state:            succeeded" in out
+    assert f"stdout:           {job.stdout_path}" in out
+    assert out.rstrip().endswith("line 0\nline 1\nline 2")
+    assert cli(config_file, "q", job.id).stdout == out
+    assert cli(config_file, "logs", job.id, "-n", "1").stdout == "line 2\n"
+    failed = run_experiment(jobfns.fail, config=config_file)
+    failed.wait(timeout=60)
+    status = cli(config_file, "status", failed.id).stdout
+    assert "state:            failed" in status and "ValueError: bad learning rate" in status
+    stderr_log = cli(config_file, "logs", failed.id, "--stderr").stdout
+    assert stderr_log.startswith("Traceback") and "ValueError: bad learning rate" in stderr_log
+
+
+def test_logs_follow_until_the_run_ends(config_file):
+    job = run_experiment(jobfns.print_slowly, variant={"lines": 8}, config=config_file)
+    out = cli(config_file, "logs", "-f", job.id).stdout
+    assert out == "".join(f"line {i}\n" for i in range(8))
+    assert job.status() is JobState.SUCCEEDED
+
+
+def test_cancel_ends_a_running_job_and_ls_shows_it(config_file):
+    job = run_experiment(jobfns.sleep_with_child, config=config_file)
+    pids = run_pids(job.log_dir)
+    out = cli(config_file, "abort", job.id[-6:]).stdout
+    assert out.strip() == f"{job.id}: cancelled"
+    assert job.wait(timeout=30) is JobState.CANCELLED
+    assert wait_for(lambda: not any(alive(p) for p in pids))
+    assert "cancelled" in _row(cli(config_file, "ls").stdout, job.id)
+    again = cli(config_file, "cancel", job.id).stdout
+    assert again.strip() == f"{job.id}: already cancelled"
+
+
+def test_resubmit_reruns_a_failed_job_after_a_fix(config_file, tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "data.txt").write_text("broken")
+    mount_point = tmp_path / "mnt/data"
+    with open(config_file, "a") as f:
+        f.write(f"NON_CODE_DIRS_TO_MOUNT = [dict(local_dir={str(data)!r}, "
+                f"mount_point={str(mount_point)!r})]\n")
+    first = run_experiment(jobfns.check_data, variant={"mount_point": str(mount_point)},
+                           config=config_file)
+    assert first.wait(timeout=60) is JobState.FAILED
+    (data / "data.txt").write_text("good")
+    out = cli(config_file, "resubmit", first.id).stdout
+    new_id = out.split(" as ")[1].split(":")[0]
+    new = get_job(new_id, config=config_file)
+    assert new.id != first.id
+    assert new.result(timeout=60) == "good"
+    assert new.launch_info["resubmitted_from"] == first.id
+    assert new.launch_info["code_snapshots"] == first.launch_info["code_snapshots"]
+    assert os.path.realpath(new.log_dir / "bundle/code/0-tests") == \
+        os.path.realpath(first.log_dir / "bundle/code/0-tests")
+    assert (new.log_dir / "bundle/function.pkl").read_bytes() == \
+        (first.log_dir / "bundle/function.pkl").read_bytes()
+    assert first.status() is JobState.FAILED  # the old run keeps its record
+    assert f"resubmitted from: {first.id}" in cli(config_file, "status", new.id).stdout
+
+
+def test_get_job_from_another_process(config_file):
+    job = run_experiment(jobfns.train, variant={"learning_rate": 7}, config=config_file)
+    job.wait(timeout=60)
+    code = (f"from easylaunch import get_job; "
+            f"print(get_job({job.id[-4:]!r}, config={config_file!r}).result())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.strip() == "{'loss': 0.1, 'lr': 7}"
+
+
+def test_two_processes_launching_at_once_both_land(config_file):
+    script = textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {str(TESTS_DIR)!r})
+        import jobfns
+        from easylaunch import run_sweep
+        run_sweep(jobfns.train, [{{"i": i}} for i in range(25)], exp_name=sys.argv[1],
+                  mode="here_no_doodad", config={config_file!r})
+    """)
+    procs = [subprocess.Popen([sys.executable, "-c", script, name]) for name in ("one", "two")]
+    assert [p.wait(timeout=120) for p in procs] == [0, 0]
+    out = cli(config_file, "ls", "--all").stdout
+    assert sum(" one " in line for line in out.splitlines()) == 25
+    assert sum(" two " in line for line in out.splitlines()) == 25
+
+
+def test_ambiguous_and_unknown_ids(config_file, tmp_path):
+    registry = Registry(tmp_path / "registry.sqlite3")
+    registry.add([dict(id=i, exp_name="e", mode="local", state="succeeded",
+                       log_dir=str(tmp_path / i)) for i in ("aaaa11", "bbbb11")])
+    ambiguous = cli(config_file, "status", "11", check=False)
+    assert ambiguous.returncode == 1
+    assert "'11' matches several runs: " in ambiguous.stderr
+    assert "aaaa11" in ambiguous.stderr and "bbbb11" in ambiguous.stderr
+    unknown = cli(config_file, "logs", "zz", check=False)
+    assert unknown.returncode == 1
+    assert "no run id ends with 'zz'" in unknown.stderr
+    assert cli(config_file, "cancel", "zz", check=False).returncode == 1
+
+
+@pytest.mark.parametrize("make, problem", [
+    (lambda p: p.write_bytes(b"this is not sqlite" * 100), "cannot be read"),
+    (lambda p: sqlite3.connect(p).execute("CREATE TABLE runs (x)"), "older easylaunch"),
+    (lambda p: sqlite3.connect(p).execute("PRAGMA user_version = 99"), "newer easylaunch"),
+])
+def test_broken_registry_gives_a_clear_message(config_file, tmp_path, make, problem):
+    make(tmp_path / "registry.sqlite3")
+    proc = cli(config_file, "ls", check=False)
+    assert proc.returncode == 1
+    assert problem in proc.stderr and "Move the file away" in proc.stderr
+    with pytest.raises(RegistryError, match=problem):
+        run_sweep(jobfns.train, [{}], config=config_file)
+    assert not (tmp_path / "logs").exists()
+
+
+def test_fetch_of_a_local_run_says_it_is_here(config_file):
+    job = run_experiment(jobfns.train, config=config_file)
+    job.wait(timeout=60)
+    assert str(job.log_dir) in cli(config_file, "fetch", job.id).stdout
