@@ -15,7 +15,7 @@ T = TypeVar("T")
 
 
 @contextlib.contextmanager
-def _bar(total: int, description: str) -> Iterator[Callable[[int], None]]:
+def bar(total: int, description: str) -> Iterator[Callable[[int], None]]:
     """Yield ``advance(n)``: a rich progress bar on a terminal for 2+ items, else a no-op."""
     if total < 2 or not sys.stderr.isatty():
         yield lambda n: None
@@ -30,7 +30,7 @@ def _bar(total: int, description: str) -> Iterator[Callable[[int], None]]:
 
 def track(items: Sequence[T], description: str) -> Iterator[T]:
     """Iterate over ``items`` with a progress bar (on a terminal)."""
-    with _bar(len(items), description) as advance:
+    with bar(len(items), description) as advance:
         for item in items:
             yield item
             advance(1)
@@ -41,7 +41,7 @@ def wait_all(jobs: Iterable[Job], timeout: float | None = None) -> list[JobState
     jobs = list(jobs)
     deadline = None if timeout is None else time.monotonic() + timeout
     pending = list(jobs)
-    with _bar(len(jobs), "waiting for runs") as advance:
+    with bar(len(jobs), "waiting for runs") as advance:
         while pending and (deadline is None or time.monotonic() < deadline):
             left = 0.2 if deadline is None else min(0.2, max(deadline - time.monotonic(), 0))
             pending[0].wait(timeout=left)

@@ -26,6 +26,7 @@ from easylaunch.errors import LaunchError
 from easylaunch.gpus import local_gpu_ids
 from easylaunch.jobs import Job, JobState
 from easylaunch.modes.base import Mode
+from easylaunch.progress import bar
 from easylaunch.request import LaunchRequest
 from easylaunch.settings import Mount
 
@@ -177,9 +178,11 @@ def _wait_at_exit() -> None:
             raise KeyboardInterrupt
         print(f"easylaunch: waiting for {len(pending)} local run(s) to finish "
               "(Ctrl-C cancels them)", file=sys.stderr)
-        for lr in pending:
-            while not lr.done.wait(0.5):
-                pass
+        with bar(len(pending), "waiting for local runs") as advance:
+            for lr in pending:
+                while not lr.done.wait(0.5):
+                    pass
+                advance(1)
     except KeyboardInterrupt:
         print("easylaunch: cancelling local runs", file=sys.stderr)
         for lr in list(_live.values()):
