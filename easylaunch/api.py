@@ -49,6 +49,8 @@ def check_exp_name(exp_name: Any) -> str:
 def _bad_variant_key(variant: Mapping, path: str = "") -> str | None:
     for key, value in variant.items():
         where = f"{path}{key}"
+        if not isinstance(key, (str, int, float, bool)) and key is not None:
+            return f"key {key!r} is a {type(key).__name__}; variant keys must be strings"
         if isinstance(key, str) and "." in key:
             return f"key {where!r} contains '.' (dots separate nested keys)"
         if not path and key == RESERVED_VARIANT_KEY:
@@ -90,10 +92,11 @@ def _script_name() -> str:
 
 
 def _abort(runs: list[Run], exc: BaseException) -> None:
-    """Mark runs that were made but never started as failed, naming why."""
+    """Give runs that were made but never started a terminal state naming why."""
+    state = "cancelled" if isinstance(exc, KeyboardInterrupt) else "failed"
     for run in runs:
         if read_json(str(run.log_dir / STATUS_JSON)).get("state") == "queued":
-            update_status(str(run.log_dir), state="failed",
+            update_status(str(run.log_dir), state=state,
                           error=f"the launch was aborted before this run started: {exc!r}")
 
 
@@ -112,10 +115,10 @@ def _registry_row(run: Run) -> dict[str, Any]:
 def _start(mode_obj: Mode, request: LaunchRequest, runs: list[Run],
            registry: Registry) -> list[Job]:
     """Register the runs, then prepare and submit them; a failure marks them failed."""
-    registry.add(_registry_row(run) for run in runs)
     try:
+        registry.add(_registry_row(run) for run in runs)
         jobs = mode_obj.submit(request, runs, mode_obj.prepare(request, runs))
-    except Exception as exc:
+    except BaseException as exc:
         _abort(runs, exc)
         for run in runs:
             registry.update(run.run_id, state=read_json(str(run.log_dir / STATUS_JSON))["state"])
@@ -148,6 +151,9 @@ def run_sweep(
     registry = _registry(settings)  # a broken registry fails here, before anything is made
     if not callable(method_call):
         raise LaunchError(f"method_call must be a function, got {type(method_call).__name__}")
+    if isinstance(variants, (Mapping, str)) or not isinstance(variants, Iterable):
+        raise LaunchError("variants must be a list of dicts; for a single variant use "
+                          "run_experiment(..., variant=...)")
     variants = [check_variant(v, i) for i, v in enumerate(variants)]
     if not variants:
         raise LaunchError("variants is empty: nothing to launch")
@@ -178,8 +184,14 @@ def run_sweep(
         request={"settings": dict(settings), "mode_options": mode_options, "use_gpu": use_gpu,
                  "gpu_id": gpu_id, "log_root": str(root), "slurm_config_name": slurm_config_name,
                  "prepend_date": prepend_date_to_exp_name})
-    runs = [create_run(spec, variant, data, i) for i, (variant, data) in
-            enumerate(track(list(zip(variants, variant_bytes, strict=True)), "bundling runs"))]
+    runs: list[Run] = []
+    try:
+        for i, (variant, data) in enumerate(
+                track(list(zip(variants, variant_bytes, strict=True)), "bundling runs")):
+            runs.append(create_run(spec, variant, data, i))
+    except BaseException as exc:
+        _abort(runs, exc)
+        raise
     return _start(mode_obj, request, runs, registry)
 
 

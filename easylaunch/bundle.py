@@ -117,6 +117,7 @@ def _launch_record(spec: BundleSpec, run_id: str, log_dir: Path, index: int) -> 
         "host": socket.gethostname(),
         "user": getpass.getuser(),
         "launcher_pid": os.getpid(),
+        "launcher_started": runner.process_start_time(os.getpid()),
         "python": sys.version.split()[0],
         "python_executable": sys.executable,
         "cloudpickle": cloudpickle.__version__,
@@ -162,8 +163,8 @@ def _write_bundle(spec: BundleSpec, tmp: Path, final: Path, meta: dict,
 
 
 def _write_git_patches(folder: Path, git_infos: list[GitInfo]) -> None:
-    for info in git_infos:
-        name = _safe_name(info.directory)
+    for i, info in enumerate(git_infos):
+        name = f"{i}-{_safe_name(info.directory)}"
         for suffix, diff in (("diff", info.code_diff), ("staged.diff", info.code_diff_staged)):
             if diff:
                 (folder / GIT_DIR).mkdir(exist_ok=True)

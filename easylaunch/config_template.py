@@ -60,10 +60,12 @@ LOCAL_CANCEL_GRACE_SECONDS: float = 5.0
 REGISTRY_PATH: str | None = None
 
 # ---------------------------------------------------------------------------------------------
-# Slurm modes (sss, htp, slurm): read by those modes; names kept from doodad's easy_launch.
+# Slurm modes (slurm, sss, htp); names kept from doodad's easy_launch.
 # ---------------------------------------------------------------------------------------------
 
 # Named resource requests; ``slurm_config_name=`` picks one, else "gpu" when use_gpu, else "cpu".
+# Fields: account_name, partition, n_gpus, max_num_cores_per_node, n_cpus_per_task,
+# time_in_mins, n_nodes (None: enough nodes for the cores asked), extra_flags (sbatch options).
 SLURM_CONFIGS: dict = dict(
     cpu=dict(
         account_name=None,
@@ -86,12 +88,43 @@ SLURM_CONFIGS: dict = dict(
         extra_flags="",
     ),
 )
+
+# Seconds before the time limit that Slurm sends SIGUSR1 (--signal), so a run records "timeout"
+# instead of dying silently.
+SLURM_SIGNAL_SECONDS: int = 120
+
+# ``slurm`` mode (submits right away; the launching machine is a login node, LOCAL_LOG_DIR is on
+# a file system the compute nodes share). Python on the compute nodes (None: the interpreter
+# running the launching script) and shell commands run before it (e.g. "module load cuda").
+SLURM_PYTHON: str | None = None
+SLURM_PRE_CMDS: list = []
+
+# ``sss`` and ``htp`` modes write a batch folder to copy to the cluster. Cluster-side absolute
+# paths: where the batch folders go, and where runs write their logs.
+SLURM_DIRECTORY_FOR_JOB_SCRIPT: str | None = None
+SSS_LOG_DIR: str | None = None
+# Code folders that already exist on the cluster (cluster paths; mounted and put on PYTHONPATH
+# in addition to the snapshots of CODE_DIRS_TO_MOUNT that travel in the batch folder).
 SSS_CODE_DIRS_TO_MOUNT: list = []
+# Cluster data folders: dicts of local_dir (a cluster path) and mount_point.
 SSS_NON_CODE_DIRS_TO_MOUNT: list = []
-SSS_LOG_DIR: str = "~/easylaunch-logs"
+# Singularity images (required by sss; htp uses SSS_CPU_IMAGE when set, else plain Python).
 SSS_GPU_IMAGE: str | None = None
 SSS_CPU_IMAGE: str | None = None
+# Python inside the image, and shell commands run inside the container before it.
+SSS_PYTHON: str = "python3"
 SSS_PRE_CMDS: list = []
+# Extra arguments of ``singularity exec`` (e.g. "--writable -B /usr/lib64").
 BRC_EXTRA_SINGULARITY_ARGS: str = ""
-SLURM_DIRECTORY_FOR_JOB_SCRIPT: str = "~/easylaunch-slurm"
+# The seed's one-file list of sbatch commands; a second launch in the same process appends to
+# it, a new process starts it afresh. None: write only the batch folder's submit.sh.
+SSS_SCRIPT_PATH: str | None = "/tmp/script_to_scp_over.sh"
+# ``user@host`` of the cluster's login node, for the printed copy command.
+SSS_CLUSTER_HOST: str = "CLUSTER"
+
+# ``htp``: "packer" (easylaunch's own: N workers in one allocation pull tasks from the task file;
+# works on any Slurm) or "ht_helper" (BRC's ht_helper.sh, reading TASKFILE_PATH_ON_BRC).
+HTP_RUNNER: str = "packer"
 TASKFILE_PATH_ON_BRC: str | None = None
+HT_HELPER_PREAMBLE: str = "module load gcc openmpi"
+HT_HELPER_PYTHON_MODULE: str = "python/3.5"

@@ -23,6 +23,13 @@ if TYPE_CHECKING:
 _NO_VALUE = object()
 
 
+class RemoteTraceback(Exception):
+    """Carries a run's own traceback as the cause of the exception ``result()`` raises."""
+
+    def __str__(self) -> str:
+        return self.args[0]
+
+
 class JobState(str, enum.Enum):
     """Where a run stands. ``terminal`` states never change again."""
 
@@ -126,13 +133,16 @@ class Job:
         except FileNotFoundError:
             raise JobFailedError(f"run {self.id} {state} without a result: "
                                  f"{info.get('error', 'no error recorded')}") from None
+        except Exception as exc:  # noqa: BLE001 - a result this process cannot unpickle
+            raise JobFailedError(f"run {self.id} {state}, but its result cannot be loaded "
+                                 f"here ({exc!r}); error recorded: {info.get('error')}") from exc
         if outcome[0] == "success":
             return outcome[1]
         _, exc, tb_text = outcome
+        remote = RemoteTraceback(f"raised in easylaunch run {self.id} ({self.log_dir}):\n"
+                                 f"{tb_text}")
         if isinstance(exc, BaseException):
-            if hasattr(exc, "add_note"):
-                exc.add_note(f"raised in easylaunch run {self.id} ({self.log_dir}):\n{tb_text}")
-            raise exc
+            raise exc from remote
         raise JobFailedError(f"run {self.id} failed:\n{tb_text}")
 
     def cancel(self) -> None:

@@ -3,15 +3,33 @@
 from __future__ import annotations
 
 import os
+import shlex
+from collections.abc import Sequence
 from pathlib import Path
 
 from easylaunch.bundle import RUNNER_FILE
+from easylaunch.errors import LaunchError
 
 
-def python_runner(python: str, bundle_dir: str | os.PathLike,
-                  log_dir: str | os.PathLike | None = None) -> list[str]:
-    """``python BUNDLE/runner.py BUNDLE [--log-dir DIR]``."""
-    argv = [python, str(Path(bundle_dir) / RUNNER_FILE), str(bundle_dir)]
-    if log_dir is not None:
-        argv += ["--log-dir", str(log_dir)]
-    return argv
+def python_runner(python: str, bundle_dir: str | os.PathLike) -> list[str]:
+    """``python BUNDLE/runner.py BUNDLE``."""
+    return [python, str(Path(bundle_dir) / RUNNER_FILE), str(bundle_dir)]
+
+
+def _bind(source: str, target: str) -> str:
+    for path in (source, target):
+        if ":" in path or "," in path or "\n" in path:
+            raise LaunchError(f"cannot bind-mount {path!r}: singularity's -B cannot take a path "
+                              "holding ':', ',' or a newline; rename the folder")
+    return f"{source}:{target}"
+
+
+def singularity_exec(image: str, binds: Sequence[tuple[str, str]], command: Sequence[str],
+                     gpu: bool = False, extra_args: str = "") -> list[str]:
+    """``singularity exec [extra] -B src:dst ... [--nv] IMAGE COMMAND...``."""
+    argv = ["singularity", "exec", *shlex.split(extra_args)]
+    for source, target in binds:
+        argv += ["-B", _bind(source, target)]
+    if gpu:
+        argv.append("--nv")
+    return [*argv, image, *command]

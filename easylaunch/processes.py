@@ -4,44 +4,28 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
+import time
 
-
-def start_time(pid: int) -> str | None:
-    """The kernel's start time of ``pid`` (None if there is no such process)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return fields[19]
-    except (FileNotFoundError, ProcessLookupError, IndexError):
-        return None
-    except OSError:
-        return None
+from easylaunch.runner import process_start_time
 
 
 def is_alive(pid: int | None, started: str | None) -> bool:
-    """True if ``pid`` runs and is the same process that started at ``started``."""
+    """True if ``pid`` runs (not a zombie) and is the process that started at ``started``."""
     if not pid:
         return False
-    now = start_time(pid)
-    if now is None:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return started is None  # no /proc: trust the pid only when no start time was recorded
-    if _is_zombie(pid):
-        return False
-    return started is None or now == started
-
-
-def _is_zombie(pid: int) -> bool:
+    now = process_start_time(pid)
+    if now is not None:
+        return started is None or now == started
+    if os.path.exists(f"/proc/{pid}"):
+        return False  # a zombie
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except OSError:
+        os.kill(pid, 0)
+    except ProcessLookupError:
         return False
+    except PermissionError:
+        return True
+    return started is None  # no /proc: trust the pid only when no start time was recorded
 
 
 def signal_group(pgid: int, sig: int = signal.SIGTERM) -> bool:
@@ -51,3 +35,24 @@ def signal_group(pgid: int, sig: int = signal.SIGTERM) -> bool:
         return True
     except ProcessLookupError:
         return False
+
+
+def terminate_group(pgid: int, leader_started: str | None, grace: float) -> None:
+    """SIGTERM a process group, then SIGKILL whatever is left of it after ``grace`` seconds."""
+    if not signal_group(pgid, signal.SIGTERM):
+        return
+    deadline = time.monotonic() + grace
+    while is_alive(pgid, leader_started) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    signal_group(pgid, signal.SIGKILL)
+
+
+def same_host(launch: dict) -> bool:
+    """True if the run was launched from this machine (so its pids mean something here)."""
+    return launch.get("host") == socket.gethostname()
+
+
+def launcher_gone(launch: dict) -> bool:
+    """True if the process that launched the run is known to have ended (on this machine)."""
+    return same_host(launch) and not is_alive(launch.get("launcher_pid"),
+                                              launch.get("launcher_started"))

@@ -12,6 +12,7 @@ the bundle format by construction.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -33,9 +34,13 @@ RESULT_PKL = "result.pkl"
 EXIT_FAILED = 1
 EXIT_BAD_BUNDLE = 2
 EXIT_WRONG_PYTHON = 3
+EXIT_NOT_STARTED = 4  # cancelled (or ended otherwise) before the runner took the run
 
-ENV_PARENT_PID = "EASYLAUNCH_PARENT_PID"
+TERMINAL_STATES = frozenset({"succeeded", "failed", "cancelled", "timeout"})
+
+ENV_PARENT_PID = "EASYLAUNCH_PARENT_PID"  # "<pid>:<start time>" of the launching process
 ENV_GPU_ID = "EASYLAUNCH_GPU_ID"
+ENV_TIMEOUT_SIGNAL = "EASYLAUNCH_TIMEOUT_SIGNAL"  # e.g. USR1: the scheduler's time-limit warning
 
 
 class GitInfo(NamedTuple):
@@ -82,13 +87,56 @@ def read_json(path: str) -> dict:
         return {}
 
 
+@contextlib.contextmanager
+def _status_lock(log_dir: str):
+    """An exclusive lock on a run's status (a no-op where the file system refuses locks)."""
+    try:
+        import fcntl
+
+        fd = os.open(os.path.join(log_dir, f".{STATUS_JSON}.lock"), os.O_CREAT | os.O_RDWR)
+    except (ImportError, OSError):
+        yield
+        return
+    try:
+        with contextlib.suppress(OSError):
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
 def update_status(log_dir: str, **fields: Any) -> dict:
-    """Merge ``fields`` into ``<log_dir>/status.json`` and return the new status."""
+    """Merge ``fields`` into ``<log_dir>/status.json``; return the status as it now is.
+
+    Writers hold a lock, and the first terminal state wins: a later ``state`` never replaces
+    it (other fields still merge in). Callers compare the returned state with the one they asked.
+    """
     path = os.path.join(log_dir, STATUS_JSON)
-    status = read_json(path)
-    status.update(fields)
-    write_json_atomic(path, status)
+    with _status_lock(log_dir):
+        status = read_json(path)
+        if status.get("state") in TERMINAL_STATES and "state" in fields:
+            return status
+        status.update(fields)
+        write_json_atomic(path, status)
     return status
+
+
+def process_start_time(pid: int) -> str | None:
+    """The kernel's start time of ``pid`` from /proc (None if unknown or gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return None if fields[0] == "Z" else fields[19]
+
+
+def signal_name(signum: int) -> str:
+    """``SIGTERM`` for 15; ``signal 40`` for numbers without a name."""
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
 
 
 def python_minor() -> str:
@@ -97,20 +145,24 @@ def python_minor() -> str:
 
 
 class _Terminated(BaseException):
-    """Raised in the main thread when the run receives SIGTERM (cancel)."""
+    """Raised in the main thread on SIGTERM (cancel) or the time-limit signal (timeout)."""
 
     def __init__(self, signum: int) -> None:
         super().__init__(signum)
         self.signum = signum
+
+    @property
+    def state(self) -> str:
+        return "cancelled" if self.signum == signal.SIGTERM else "timeout"
 
 
 def _raise_terminated(signum: int, _frame: Any) -> None:
     raise _Terminated(signum)
 
 
-def _watch_parent(parent_pid: int) -> None:
+def _watch_launcher(pid: int, started: str) -> None:
     """End this run's process group when the launching process is gone (no orphans)."""
-    while os.getppid() == parent_pid:
+    while process_start_time(pid) == started:
         time.sleep(0.5)
     os.killpg(os.getpgrp(), signal.SIGTERM)
 
@@ -118,9 +170,10 @@ def _watch_parent(parent_pid: int) -> None:
 def make_doodad_config(meta: dict, log_dir: str) -> DoodadConfig:
     """Build the DoodadConfig the function receives from a bundle's metadata."""
     gpu_id: int | str | None = meta.get("gpu_id")
-    if os.environ.get(ENV_GPU_ID):
-        gpu = os.environ[ENV_GPU_ID]
-        gpu_id = int(gpu) if gpu.isdigit() else gpu
+    extra = dict(meta.get("extra_launch_info", {}), host=socket.gethostname())
+    if os.environ.get(ENV_GPU_ID):  # pinned through CUDA_VISIBLE_DEVICES: device 0 inside
+        extra["physical_gpu_id"] = os.environ[ENV_GPU_ID]
+        gpu_id = 0
     return DoodadConfig(
         exp_name=meta["exp_name"],
         base_log_dir=log_dir,
@@ -128,7 +181,7 @@ def make_doodad_config(meta: dict, log_dir: str) -> DoodadConfig:
         gpu_id=gpu_id,
         git_infos=[GitInfo(*g) for g in meta.get("git_infos", [])],
         script_name=meta.get("script_name", ""),
-        extra_launch_info=dict(meta.get("extra_launch_info", {}), host=socket.gethostname()),
+        extra_launch_info=extra,
     )
 
 
@@ -166,6 +219,7 @@ def save_error(log_dir: str, exc: BaseException, tb_text: str) -> None:
 
     try:
         data = cloudpickle.dumps(("error", exc, tb_text))
+        cloudpickle.loads(data)  # some exceptions pickle but cannot be rebuilt
     except Exception:  # noqa: BLE001
         data = cloudpickle.dumps(("error", None, tb_text))
     write_bytes_atomic(os.path.join(log_dir, RESULT_PKL), data)
@@ -181,9 +235,11 @@ def call_and_record(fn: Any, config: DoodadConfig, variant: Any,
         value = fn(config, variant)
     except (_Terminated, KeyboardInterrupt) as stop:
         signum = stop.signum if isinstance(stop, _Terminated) else signal.SIGINT
-        name = signal.Signals(signum).name
-        update_status(log_dir, state="cancelled", ended_at=time.time(),
-                      exit_code=128 + signum, signal=name, error=f"received {name}")
+        state = stop.state if isinstance(stop, _Terminated) else "cancelled"
+        name = signal_name(signum)
+        reason = "the time limit is near" if state == "timeout" else "cancelled"
+        update_status(log_dir, state=state, ended_at=time.time(), exit_code=128 + signum,
+                      signal=name, error=f"received {name} ({reason})")
         if isinstance(stop, KeyboardInterrupt):
             raise
         return 128 + signum, None
@@ -218,26 +274,50 @@ def run_bundle(bundle_dir: str, log_dir: str | None = None) -> int:
     for code_dir in reversed(meta.get("code_dirs", [])):
         sys.path.insert(0, os.path.join(bundle_dir, code_dir))
     signal.signal(signal.SIGTERM, _raise_terminated)
-    parent = os.environ.get(ENV_PARENT_PID)
-    if parent:
-        threading.Thread(target=_watch_parent, args=(int(parent),), daemon=True).start()
-    update_status(log_dir, state="running", started_at=time.time(), pid=os.getpid(),
-                  host=socket.gethostname())
+    if os.environ.get(ENV_TIMEOUT_SIGNAL):
+        signal.signal(signal.Signals["SIG" + os.environ[ENV_TIMEOUT_SIGNAL]], _raise_terminated)
+    if os.environ.get(ENV_PARENT_PID):
+        pid, started = os.environ[ENV_PARENT_PID].split(":", 1)
+        threading.Thread(target=_watch_launcher, args=(int(pid), started), daemon=True).start()
+    status = update_status(log_dir, state="running", started_at=time.time(), pid=os.getpid(),
+                           host=socket.gethostname())
+    if status.get("state") != "running" or status.get("cancel_requested"):
+        if status.get("state") == "running":
+            _fail(log_dir, EXIT_NOT_STARTED, "cancelled before it started", state="cancelled")
+        print(f"easylaunch runner: not starting: the run is {status.get('state')}",
+              file=sys.stderr)
+        return EXIT_NOT_STARTED
+    if meta.get("cloudpickle") != _cloudpickle_version():
+        print(f"easylaunch runner: warning: the run was pickled with cloudpickle "
+              f"{meta.get('cloudpickle')}; this machine has {_cloudpickle_version()}",
+              file=sys.stderr)
     try:
         fn, variant = _load_payload(bundle_dir)
     except ModuleNotFoundError as exc:
+        if exc.name == "cloudpickle":
+            return _fail(log_dir, EXIT_BAD_BUNDLE, (
+                f"cloudpickle is not installed for {sys.executable}; install cloudpickle "
+                f"{meta.get('cloudpickle')} there (pip install cloudpickle)"))
         return _fail(log_dir, EXIT_BAD_BUNDLE, (
             f"cannot load the pickled function: {exc}. The module {exc.name!r} is not "
             "importable on this machine: add the folder that holds it to CODE_DIRS_TO_MOUNT."))
     except _Terminated as term:
-        return _fail(log_dir, 128 + term.signum, "cancelled before the function started",
-                     state="cancelled")
+        return _fail(log_dir, 128 + term.signum, "stopped before the function started",
+                     state=term.state)
     except Exception as exc:  # noqa: BLE001
         return _fail(log_dir, EXIT_BAD_BUNDLE, f"cannot load the pickled payload: {exc!r}")
     try:
         return call_and_record(fn, make_doodad_config(meta, log_dir), variant, log_dir)[0]
     except KeyboardInterrupt:
         return 128 + signal.SIGINT
+
+
+def _cloudpickle_version() -> str | None:
+    try:
+        import cloudpickle
+    except ImportError:
+        return None
+    return cloudpickle.__version__
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -12,7 +12,7 @@ import os
 import runpy
 import types
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Union, get_args, get_origin
@@ -25,6 +25,7 @@ LOCAL_CONFIG_NAME = "easylaunch_config.py"
 USER_CONFIG_PATH = Path("~/.config/easylaunch/config.py")
 TEMPLATE_PATH = Path(config_template.__file__)
 DEFAULT_SOURCE = "default (config_template.py)"
+MAPPING_SOURCE = "config= argument"
 
 ConfigArg = str | os.PathLike | Mapping[str, Any] | None
 
@@ -63,24 +64,28 @@ class Settings(Mapping[str, Any]):
         return len(self._values)
 
     def __getattr__(self, key: str) -> Any:
+        if key.startswith("_"):
+            raise AttributeError(key)
         try:
             return self._values[key]
         except KeyError:
             raise AttributeError(key) from None
 
-    def code_mounts(self) -> list[Mount]:
-        """CODE_DIRS_TO_MOUNT as checked, absolute mounts (mount_point defaults to /code/<name>)."""
+    def code_mounts(self, key: str = "CODE_DIRS_TO_MOUNT") -> list[Mount]:
+        """A list of code folders as checked mounts (mount_point defaults to /code/<name>).
+
+        ``SSS_CODE_DIRS_TO_MOUNT`` holds cluster paths, which are not checked for existence.
+        """
         mounts = []
-        for entry in self._values["CODE_DIRS_TO_MOUNT"]:
+        for entry in self._values[key]:
             if isinstance(entry, (str, os.PathLike)):
                 entry = {"local_dir": entry}
-            mounts.append(self._mount("CODE_DIRS_TO_MOUNT", entry, default_prefix="/code"))
+            mounts.append(self._mount(key, entry, default_prefix="/code"))
         return mounts
 
-    def data_mounts(self) -> list[Mount]:
-        """NON_CODE_DIRS_TO_MOUNT as checked, absolute mounts."""
-        return [self._mount("NON_CODE_DIRS_TO_MOUNT", e, default_prefix=None)
-                for e in self._values["NON_CODE_DIRS_TO_MOUNT"]]
+    def data_mounts(self, key: str = "NON_CODE_DIRS_TO_MOUNT") -> list[Mount]:
+        """A list of data folders as checked mounts (cluster paths for the SSS_ key)."""
+        return [self._mount(key, e, default_prefix=None) for e in self._values[key]]
 
     def _mount(self, key: str, entry: Any, default_prefix: str | None) -> Mount:
         where = f"{key} in {self.sources.get(key)}"
@@ -91,8 +96,13 @@ class Settings(Mapping[str, Any]):
         if unknown:
             raise SettingsError(f"{where}: unknown field(s) {sorted(unknown)} in {entry!r}; "
                                 "only local_dir and mount_point are read")
-        local_dir = os.path.abspath(os.path.expanduser(os.fspath(entry["local_dir"])))
-        if not os.path.isdir(local_dir):
+        local_dir = os.fspath(entry["local_dir"])
+        on_cluster = key.startswith("SSS_")
+        if on_cluster and not os.path.isabs(local_dir):
+            raise SettingsError(f"{where}: local_dir {local_dir!r} must be an absolute path on "
+                                "the cluster")
+        local_dir = os.path.abspath(os.path.expanduser(local_dir))
+        if not on_cluster and not os.path.isdir(local_dir):
             raise SettingsError(f"{where}: local_dir {local_dir!r} is not an existing folder; "
                                 "create it or remove the entry")
         mount_point = entry.get("mount_point")
@@ -105,6 +115,24 @@ class Settings(Mapping[str, Any]):
         return Mount(local_dir, os.path.normpath(mount_point))
 
 
+def _strings(value: list) -> bool:
+    return all(isinstance(v, str) for v in value)
+
+
+# Checks beyond the type, for the keys that need them: (test, what the value must be).
+CONSTRAINTS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "CODE_SNAPSHOT_EXCLUDES": (_strings, "a list of strings (glob patterns)"),
+    "CODE_SNAPSHOT_MAX_MB": (lambda v: v > 0, "a positive number"),
+    "LOCAL_CANCEL_GRACE_SECONDS": (lambda v: 0 <= v < 86400, "0 or more seconds, below a day"),
+    "LOCAL_GPU_IDS": (lambda v: v is None or all(isinstance(g, (int, str)) for g in v),
+                      "None or a list of GPU ids"),
+    "SLURM_SIGNAL_SECONDS": (lambda v: v >= 0, "0 or more"),
+    "SLURM_PRE_CMDS": (_strings, "a list of shell commands (strings)"),
+    "SSS_PRE_CMDS": (_strings, "a list of shell commands (strings)"),
+    "HTP_RUNNER": (lambda v: v in ("packer", "ht_helper"), '"packer" or "ht_helper"'),
+}
+
+
 def _type_ok(value: Any, annotation: Any) -> bool:
     if isinstance(annotation, types.UnionType) or get_origin(annotation) is Union:
         return any(_type_ok(value, a) for a in get_args(annotation))
@@ -115,6 +143,8 @@ def _type_ok(value: Any, annotation: Any) -> bool:
         return isinstance(value, (int, float)) and not isinstance(value, bool)
     if origin is int:
         return isinstance(value, int) and not isinstance(value, bool)
+    if origin is str:
+        return isinstance(value, (str, os.PathLike))
     return isinstance(value, origin)
 
 
@@ -145,6 +175,14 @@ def find_config_path(config: str | os.PathLike | None = None) -> Path | None:
 def check_values(values: Mapping[str, Any], source: str) -> dict[str, Any]:
     """Type-check user values against the template; warn about unknown names."""
     checked = {}
+    for key in values:
+        if not isinstance(key, str):
+            raise SettingsError(f"{source}: setting names must be strings, got {key!r}")
+    if isinstance(values, Mapping) and source == MAPPING_SOURCE:
+        for key in values:
+            if not key.isupper() and key.upper() in DEFAULTS:
+                warnings.warn(f"{source}: {key!r} is ignored: settings are UPPERCASE "
+                              f"({key.upper()})", UserWarning, stacklevel=3)
     for key, value in _uppercase(values).items():
         if key not in DEFAULTS:
             close = difflib.get_close_matches(key, list(DEFAULTS), n=1)
@@ -156,6 +194,11 @@ def check_values(values: Mapping[str, Any], source: str) -> dict[str, Any]:
             raise SettingsError(
                 f"{source}: {key} must be {_type_name(annotation)}, got "
                 f"{type(value).__name__} {value!r} (see config_template.py for its meaning)")
+        if isinstance(value, os.PathLike):
+            value = os.fspath(value)
+        test, must = CONSTRAINTS.get(key, (None, ""))
+        if test is not None and not (value == value and test(value)):  # NaN fails too
+            raise SettingsError(f"{source}: {key} must be {must}, got {value!r}")
         checked[key] = value
     return checked
 
@@ -173,8 +216,8 @@ def _read_file(path: Path) -> dict[str, Any]:
 def load_settings(config: ConfigArg = None) -> Settings:
     """Load the effective settings (see config_template.py for the lookup order)."""
     if isinstance(config, Mapping):
-        values = check_values(config, "config= argument")
-        sources = {k: "config= argument" for k in values}
+        values = check_values(config, MAPPING_SOURCE)
+        sources = {k: MAPPING_SOURCE for k in values}
         return _merge(values, sources, None)
     path = find_config_path(config)
     if path is None:

@@ -14,6 +14,7 @@ import os
 import shutil
 import stat
 import uuid
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,13 +25,12 @@ HASH_CHARS = 16
 
 @dataclass(frozen=True)
 class Entry:
-    """One file of a code directory."""
+    """One file of a code directory (symbolic links are followed)."""
 
     relpath: str
     size: int
     mtime_ns: int
     executable: bool
-    link_target: str | None
 
 
 @dataclass(frozen=True)
@@ -46,32 +46,47 @@ class Snapshot:
 _hash_by_fingerprint: dict[str, tuple[tuple[Entry, ...], str]] = {}
 
 
+def _excluded(name: str, excludes: list[str]) -> bool:
+    return any(fnmatch.fnmatch(name, p) for p in excludes)
+
+
 def _walk(root: str, excludes: list[str], skip_dirs: set[str]) -> tuple[Entry, ...]:
-    entries = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(
-            d for d in dirnames
-            if not any(fnmatch.fnmatch(d, p) for p in excludes)
-            and os.path.realpath(os.path.join(dirpath, d)) not in skip_dirs)
+    """Regular files under ``root``, links followed (each real folder once), sorted."""
+    entries, seen = [], {os.path.realpath(root)}
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
+        kept = []
+        for d in sorted(dirnames):
+            real = os.path.realpath(os.path.join(dirpath, d))
+            if not _excluded(d, excludes) and real not in skip_dirs and real not in seen:
+                seen.add(real)
+                kept.append(d)
+        dirnames[:] = kept
         for name in sorted(filenames):
-            if any(fnmatch.fnmatch(name, p) for p in excludes):
-                continue
             full = os.path.join(dirpath, name)
-            st = os.lstat(full)
-            link = os.readlink(full) if stat.S_ISLNK(st.st_mode) else None
+            if _excluded(name, excludes):
+                continue
+            try:
+                st = os.stat(full)
+            except OSError as exc:
+                warnings.warn(f"code snapshot of {root}: leaving out {full} ({exc.strerror})",
+                              stacklevel=4)
+                continue
+            if not stat.S_ISREG(st.st_mode):
+                warnings.warn(f"code snapshot of {root}: leaving out {full}, which is not a "
+                              "regular file", stacklevel=4)
+                continue
             entries.append(Entry(os.path.relpath(full, root), st.st_size, st.st_mtime_ns,
-                                 bool(st.st_mode & stat.S_IXUSR), link))
+                                 bool(st.st_mode & stat.S_IXUSR)))
     return tuple(entries)
 
 
-def _digest(root: str, entries: tuple[Entry, ...]) -> str:
+def _digest(root: Path, entries: tuple[Entry, ...]) -> str:
     h = hashlib.sha256()
     for e in entries:
-        h.update(f"{e.relpath}\0{int(e.executable)}\0{e.link_target}\0".encode())
-        if e.link_target is None:
-            with open(os.path.join(root, e.relpath), "rb") as f:
-                for block in iter(lambda: f.read(1 << 20), b""):
-                    h.update(block)
+        h.update(f"{e.relpath}\0{int(e.executable)}\0".encode())
+        with open(root / e.relpath, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
         h.update(b"\0")
     return h.hexdigest()[:HASH_CHARS]
 
@@ -90,31 +105,40 @@ def _copy_into(source: str, entries: tuple[Entry, ...], dest: Path) -> None:
     for e in entries:
         target = dest / e.relpath
         target.parent.mkdir(parents=True, exist_ok=True)
-        if e.link_target is not None:
-            os.symlink(e.link_target, target)
-        else:
+        try:
             shutil.copy2(os.path.join(source, e.relpath), target)
+        except OSError as exc:
+            raise LaunchError(
+                f"cannot copy {os.path.join(source, e.relpath)} into the code snapshot "
+                f"({exc.strerror}); make it readable or add it to CODE_SNAPSHOT_EXCLUDES"
+            ) from exc
 
 
 def snapshot(source: str, store: Path, excludes: list[str], max_mb: float,
              skip_dirs: set[str] = frozenset()) -> Snapshot:
-    """Snapshot ``source`` into ``store`` (or find the existing snapshot of the same content)."""
+    """Snapshot ``source`` into ``store`` (or find the existing snapshot of the same content).
+
+    The hash is taken over the copy, so a file edited during the launch cannot leave a
+    snapshot whose content differs from its name.
+    """
     entries = _walk(source, excludes, {os.path.realpath(d) for d in skip_dirs})
     total = sum(e.size for e in entries)
     if total > max_mb * 2**20:
         raise _too_big(source, entries, total, max_mb)
     cached = _hash_by_fingerprint.get(source)
-    digest = cached[1] if cached and cached[0] == entries else _digest(source, entries)
-    _hash_by_fingerprint[source] = (entries, digest)
-    final = store / digest
-    if not final.is_dir():
-        tmp = store / f".partial-{digest}-{uuid.uuid4().hex[:8]}"
-        tmp.mkdir(parents=True)
+    if cached and cached[0] == entries and (store / cached[1]).is_dir():
+        return Snapshot(source, cached[1], store / cached[1], total)
+    tmp = store / f".partial-{uuid.uuid4().hex[:12]}"
+    tmp.mkdir(parents=True)
+    try:
+        _copy_into(source, entries, tmp)
+        digest = _digest(tmp, entries)
         try:
-            _copy_into(source, entries, tmp)
-            os.rename(tmp, final)
+            os.rename(tmp, store / digest)
         except OSError:
-            shutil.rmtree(tmp, ignore_errors=True)
-            if not final.is_dir():  # not a lost race with another launcher: a real failure
+            if not (store / digest).is_dir():  # not a lost race with another launcher
                 raise
-    return Snapshot(source, digest, final, total)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    _hash_by_fingerprint[source] = (entries, digest)
+    return Snapshot(source, digest, store / digest, total)

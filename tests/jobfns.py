@@ -58,3 +58,25 @@ def print_slowly(doodad_config, variant):
     for i in range(variant.get("lines", 5)):
         print(f"line {i}")
         time.sleep(0.2)
+
+
+class ShapeError(Exception):
+    """An exception whose __init__ needs more than its message (it cannot be rebuilt)."""
+
+    def __init__(self, message, shape):
+        super().__init__(message)
+        self.shape = shape
+
+
+def raise_shape_error(doodad_config, variant):
+    raise ShapeError("wrong shape", (2, 3))
+
+
+def leave_background_child(doodad_config, variant):
+    child = subprocess.Popen(["sleep", "300"], start_new_session=False)
+    return child.pid
+
+
+def kill_self(doodad_config, variant):
+    os.kill(os.getpid(), variant["signal"])
+    time.sleep(5)

@@ -106,19 +106,22 @@ def test_runner_runs_without_easylaunch_installed(cfg, tmp_path):
     assert cloudpickle.loads((out_dir / "result.pkl").read_bytes()) == ("success", (42, "alone"))
 
 
-def test_runner_refuses_another_python_minor_version(cfg):
+def test_runner_refuses_another_python_minor_version(cfg, tmp_path):
     job = run_experiment(jobfns.train, config=cfg)
     job.wait(timeout=60)
     meta_path = job.log_dir / "bundle/bundle.json"
     meta = json.loads(meta_path.read_text())
     meta["python_minor"] = "2.7"
     meta_path.write_text(json.dumps(meta))
+    out_dir = tmp_path / "rerun"
     proc = subprocess.run([sys.executable, str(job.log_dir / "bundle/runner.py"),
-                           str(job.log_dir / "bundle")], capture_output=True, text=True)
+                           str(job.log_dir / "bundle"), "--log-dir", str(out_dir)],
+                          capture_output=True, text=True)
     assert proc.returncode == 3
     assert "launched with Python 2.7" in proc.stderr
-    assert "Run it with a Python 2.7 interpreter" in job.info()["error"]
-    assert job.status() is JobState.FAILED
+    status = json.loads((out_dir / "status.json").read_text())
+    assert status["state"] == "failed"
+    assert "Run it with a Python 2.7 interpreter" in status["error"]
 
 
 def test_missing_module_on_the_target_says_which_setting_to_fix(cfg, tmp_path, monkeypatch):

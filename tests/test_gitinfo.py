@@ -36,8 +36,8 @@ def test_git_infos_reach_the_function_and_the_run_folder(cfg, tmp_path):
     assert "+b = 1" in staged
     assert commit_hash == commit and branch == "main"
     assert not [i for i in infos if i[0] == str(plain)]  # not a repository: no entry
-    assert "+a = 2" in (job.log_dir / "git/repo.diff").read_text()
-    assert "+b = 1" in (job.log_dir / "git/repo.staged.diff").read_text()
+    assert "+a = 2" in (job.log_dir / "git/0-repo.diff").read_text()
+    assert "+b = 1" in (job.log_dir / "git/0-repo.staged.diff").read_text()
     assert job.launch_info["git_commits"][str(tmp_path / "repo")] == commit
 
 

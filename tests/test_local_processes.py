@@ -132,7 +132,10 @@ def test_gpu_runs_are_pinned_round_robin(cfg):
     jobs = run_sweep(jobfns.echo, [{}] * 4, config=cfg, use_gpu=True, max_parallel=4)
     results = [j.result(timeout=60) for j in jobs]
     assert [r["cuda"] for r in results] == ["0", "1", "0", "1"]
-    assert [r["config"]["gpu_id"] for r in results] == [0, 1, 0, 1]
+    # each run sees its one GPU as device 0; which physical GPU it got is recorded
+    assert [r["config"]["gpu_id"] for r in results] == [0, 0, 0, 0]
+    assert [r["config"]["extra_launch_info"]["physical_gpu_id"] for r in results] == \
+        ["0", "1", "0", "1"]
     assert [j.launch_info["backend"]["gpu_id"] for j in jobs] == ["0", "1", "0", "1"]
 
 

@@ -35,11 +35,11 @@ class Mode(ABC):
         """Refuse a request this mode cannot run, before anything is made (no side effects)."""
 
     @abstractmethod
-    def prepare(self, request: LaunchRequest, runs: list[Run]) -> list[Any]:
-        """Render what starts each run (commands, scripts) without side effects."""
+    def prepare(self, request: LaunchRequest, runs: list[Run]) -> Any:
+        """Render what starts the runs (commands, scripts, as text) without side effects."""
 
     @abstractmethod
-    def submit(self, request: LaunchRequest, runs: list[Run], prepared: list[Any]) -> list[Job]:
+    def submit(self, request: LaunchRequest, runs: list[Run], prepared: Any) -> list[Job]:
         """Start the prepared runs and return their Jobs."""
 
     def refresh(self, job: Job) -> None:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from easylaunch import runner
+from easylaunch import processes, runner
 from easylaunch.bundle import Run
 from easylaunch.jobs import Job
 from easylaunch.modes.base import Mode
@@ -58,7 +60,8 @@ class HereNoDoodadMode(Mode):
         for run in runs:
             job = Job(run.run_id, run.exp_name, run.log_dir, self)
             log_dir = str(run.log_dir)
-            runner.update_status(log_dir, state="running", started_at=run.launch["launched_at"])
+            runner.update_status(log_dir, state="running", started_at=time.time(),
+                                 pid=os.getpid())
             config = runner.make_doodad_config(run.meta, log_dir)
             with _tee_output(job.stdout_path, job.stderr_path):
                 code, value = runner.call_and_record(request.method_call, config, run.variant,
@@ -70,6 +73,12 @@ class HereNoDoodadMode(Mode):
                       f"record is in {run.log_dir}", file=sys.stderr)
             jobs.append(job)
         return jobs
+
+    def refresh(self, job: Job) -> None:
+        """A run left unfinished by a launching process that has since died failed."""
+        if processes.launcher_gone(job.launch_info):
+            runner.update_status(str(job.log_dir), state="failed", ended_at=time.time(),
+                                 error="the launching process ended during the run")
 
     def cancel(self, job: Job) -> None:
         """A run in this process has always ended by the time anyone can cancel it."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -24,7 +25,7 @@ from easylaunch import launchers, processes, runner
 from easylaunch.bundle import STDERR_LOG, STDOUT_LOG, Run
 from easylaunch.errors import LaunchError
 from easylaunch.gpus import local_gpu_ids
-from easylaunch.jobs import Job, JobState
+from easylaunch.jobs import Job
 from easylaunch.modes.base import Mode
 from easylaunch.progress import bar
 from easylaunch.request import LaunchRequest
@@ -94,6 +95,7 @@ class _LocalRun:
         self.pinned = pinned
         self.grace = grace
         self.proc: subprocess.Popen | None = None
+        self.started: str | None = None
         self.cancelled = False
         self.lock = threading.Lock()
         self.done = threading.Event()
@@ -129,16 +131,16 @@ class _LocalRun:
                 self.proc = subprocess.Popen(
                     self.command.argv, cwd=self.command.cwd, env=env, stdin=subprocess.DEVNULL,
                     stdout=out, stderr=err, start_new_session=True)
+            self.started = runner.process_start_time(self.proc.pid)
             self.run.record_backend(pid=self.proc.pid, pgid=self.proc.pid, gpu_id=gpu,
-                                    started=processes.start_time(self.proc.pid))
+                                    started=self.started)
             return True
 
     def _finish(self, returncode: int) -> None:
-        status = runner.read_json(os.path.join(self.log_dir, runner.STATUS_JSON))
-        if JobState(status.get("state", "unknown")).terminal:
-            return
-        how = (f"was killed by {signal.Signals(-returncode).name}" if returncode < 0
+        processes.signal_group(self.proc.pid, signal.SIGKILL)  # what the run left behind
+        how = (f"was killed by {runner.signal_name(-returncode)}" if returncode < 0
                else f"exited with code {returncode}")
+        status = runner.read_json(os.path.join(self.log_dir, runner.STATUS_JSON))
         cancelled = self.cancelled or status.get("cancel_requested")
         runner.update_status(
             self.log_dir, state="cancelled" if cancelled else "failed", ended_at=time.time(),
@@ -152,12 +154,13 @@ class _LocalRun:
                 runner.update_status(self.log_dir, state="cancelled", ended_at=time.time(),
                                      error="cancelled before it started")
                 return
-            processes.signal_group(self.proc.pid, signal.SIGTERM)
-        threading.Thread(target=self._kill_after_grace, daemon=True).start()
+        threading.Thread(target=processes.terminate_group,
+                         args=(self.proc.pid, self.started, self.grace), daemon=True).start()
 
-    def _kill_after_grace(self) -> None:
-        if not self.done.wait(self.grace):
-            processes.signal_group(self.proc.pid, signal.SIGKILL)
+
+def _recorded_end(log_dir: str) -> bool:
+    state = runner.read_json(os.path.join(log_dir, runner.STATUS_JSON)).get("state")
+    return state in runner.TERMINAL_STATES
 
 
 def _note_interrupt(hook: Any) -> Any:
@@ -170,7 +173,8 @@ def _note_interrupt(hook: Any) -> Any:
 
 def _wait_at_exit() -> None:
     """Let the launching script's runs finish; on Ctrl-C (now or before), cancel them."""
-    pending = list(_live.values())
+    pending = [lr for lr in _live.values()
+               if not lr.done.is_set() and not _recorded_end(lr.log_dir)]
     if not pending:
         return
     try:
@@ -234,7 +238,8 @@ class LocalMode(Mode):
         return local_gpu_ids(self.settings.LOCAL_GPU_IDS)
 
     def _python(self) -> str:
-        return self.settings.LOCAL_PYTHON or sys.executable
+        python = self.settings.LOCAL_PYTHON or sys.executable
+        return shutil.which(python) or python
 
     def check(self, request: LaunchRequest) -> None:
         cap = self.opts["max_parallel"]
@@ -249,13 +254,15 @@ class LocalMode(Mode):
             if request.gpu_id is not None and str(request.gpu_id) not in gpus:
                 raise LaunchError(f"gpu_id={request.gpu_id!r} is not one of this machine's "
                                   f"GPUs ({', '.join(gpus)})")
-        if not os.access(self._python(), os.X_OK):
-            raise LaunchError(f"LOCAL_PYTHON={self._python()!r} is not an executable")
+        if shutil.which(self._python()) is None:
+            raise LaunchError(f"LOCAL_PYTHON={self._python()!r} is not an executable "
+                              "(a path, or a name on PATH)")
         for mount in self.settings.data_mounts():
             _check_data_mount(mount)
 
     def prepare(self, request: LaunchRequest, runs: list[Run]) -> list[LocalCommand]:
         commands = []
+        launcher = f"{os.getpid()}:{runner.process_start_time(os.getpid())}"
         for run in runs:
             pythonpath = [str(d) for d in run.code_dirs]
             if os.environ.get("PYTHONPATH"):
@@ -263,7 +270,7 @@ class LocalMode(Mode):
             commands.append(LocalCommand(
                 argv=launchers.python_runner(self._python(), run.bundle_dir),
                 env={"PYTHONPATH": os.pathsep.join(pythonpath), "PYTHONUNBUFFERED": "1",
-                     runner.ENV_PARENT_PID: str(os.getpid())},
+                     runner.ENV_PARENT_PID: launcher},
                 cwd=os.getcwd()))
         return commands
 
@@ -278,10 +285,7 @@ class LocalMode(Mode):
         pinned = str(request.gpu_id) if request.use_gpu and request.gpu_id is not None else None
         _install_exit_hooks()
         jobs = []
-        launcher = {"launcher_pid": os.getpid(),
-                    "launcher_started": processes.start_time(os.getpid())}
         for run, command in zip(runs, prepared, strict=True):
-            run.record_backend(**launcher)
             local_run = _LocalRun(run, command, slots, pinned,
                                   float(self.settings.LOCAL_CANCEL_GRACE_SECONDS))
             with _registry_lock:
@@ -292,15 +296,16 @@ class LocalMode(Mode):
         return jobs
 
     def refresh(self, job: Job) -> None:
-        if job.id in _live:
-            return  # its supervising thread records the outcome
-        backend = job.launch_info.get("backend", {})
+        launch = job.launch_info
+        if job.id in _live or not processes.same_host(launch):
+            return  # its supervising thread records the outcome / pids mean nothing here
+        backend = launch.get("backend", {})
         if backend.get("pid"):
             if not processes.is_alive(backend["pid"], backend.get("started")):
-                _record_lost(job, "failed", "the run's process ended without recording an "
-                                            "outcome (killed, or out of memory?); see stderr.log")
-        elif not processes.is_alive(backend.get("launcher_pid"), backend.get("launcher_started")):
-            _record_lost(job, "cancelled", "the launching process ended before this run started")
+                _record(job, "failed", "the run's process ended without recording an "
+                                       "outcome (killed, or out of memory?); see stderr.log")
+        elif processes.launcher_gone(launch):
+            _record(job, "cancelled", "the launching process ended before this run started")
 
     def cancel(self, job: Job) -> None:
         local_run = _live.get(job.id)
@@ -309,17 +314,10 @@ class LocalMode(Mode):
             return
         runner.update_status(str(job.log_dir), cancel_requested=True)
         backend = job.launch_info.get("backend", {})
-        if not processes.is_alive(backend.get("pid"), backend.get("started")):
-            _record_lost(job, "cancelled", "cancelled before it started")
-            return
-        processes.signal_group(backend["pgid"], signal.SIGTERM)
-        deadline = time.monotonic() + float(self.settings.LOCAL_CANCEL_GRACE_SECONDS)
-        while processes.is_alive(backend["pid"], backend.get("started")):
-            if time.monotonic() > deadline:
-                processes.signal_group(backend["pgid"], signal.SIGKILL)
-                break
-            time.sleep(0.05)
-        _record_lost(job, "cancelled", "cancelled")
+        if processes.is_alive(backend.get("pid"), backend.get("started")):
+            processes.terminate_group(backend["pgid"], backend.get("started"),
+                                      float(self.settings.LOCAL_CANCEL_GRACE_SECONDS))
+        _record(job, "cancelled", "cancelled")
 
     def wait_for_change(self, job: Job, timeout: float) -> None:
         local_run = _live.get(job.id)
@@ -329,7 +327,6 @@ class LocalMode(Mode):
             time.sleep(timeout)
 
 
-def _record_lost(job: Job, state: str, error: str) -> None:
-    """Record a terminal state for a run whose own record never got one."""
-    if not job.recorded_state().terminal:
-        runner.update_status(str(job.log_dir), state=state, ended_at=time.time(), error=error)
+def _record(job: Job, state: str, error: str) -> None:
+    """Record a terminal state for a run whose own record has none (the first end wins)."""
+    runner.update_status(str(job.log_dir), state=state, ended_at=time.time(), error=error)

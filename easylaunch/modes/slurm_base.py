@@ -1,0 +1,104 @@
+"""What the Slurm modes share: resources, tracking by the run's own record then Slurm, cancel.
+
+A run's ``status.json`` is the first source of truth. Only while it is not final is Slurm asked
+(squeue, then sacct); when Slurm reports the job ended, or has forgotten it, the run gets a
+terminal state with the reason, so ``job.wait()`` never hangs.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from pathlib import Path
+
+from easylaunch import runner, slurm
+from easylaunch.errors import LaunchError
+from easylaunch.jobs import Job, JobState
+from easylaunch.modes.base import Mode
+from easylaunch.request import LaunchRequest
+from easylaunch.slurm import Resources
+
+MIRRORED = (runner.STATUS_JSON, runner.RESULT_PKL)
+
+
+def _mirror(source: Path, dest: Path, names: tuple[str, ...] = MIRRORED) -> None:
+    """Copy the run's record from where the job writes it into the local run folder."""
+    for name in names:
+        if (source / name).exists():
+            shutil.copyfile(source / name, dest / f".{name}.tmp")
+            os.replace(dest / f".{name}.tmp", dest / name)
+
+
+class SlurmBase(Mode):
+    """Tracking and cancelling through Slurm; subclasses decide how jobs are made."""
+
+    def resources(self, request: LaunchRequest) -> Resources:
+        """The checked SLURM_CONFIGS entry for this request."""
+        return slurm.resolve_resources(self.settings.SLURM_CONFIGS, request.slurm_config_name,
+                                       request.use_gpu)
+
+    def check(self, request: LaunchRequest) -> None:
+        self.resources(request)
+        if self.settings.SLURM_SIGNAL_SECONDS < 0:
+            raise LaunchError("SLURM_SIGNAL_SECONDS must be 0 or more")
+
+    # -- tracking -------------------------------------------------------------------------------
+
+    def _job_log_dir(self, job: Job) -> Path:
+        return Path(job.launch_info["backend"].get("job_log_dir", job.log_dir))
+
+    def slurm_job_id(self, job: Job) -> str | None:
+        """The Slurm job (or array task) id that runs this job, if known here."""
+        return job.launch_info["backend"].get("slurm_job_id")
+
+    def _sync(self, job: Job) -> None:
+        remote = self._job_log_dir(job)
+        if remote != job.log_dir and remote.is_dir():
+            _mirror(remote, job.log_dir)
+
+    def _record(self, job: Job, state: str, error: str) -> None:
+        for folder in {self._job_log_dir(job), job.log_dir}:
+            if folder.is_dir():
+                runner.update_status(str(folder), state=state, ended_at=time.time(), error=error)
+
+    def refresh(self, job: Job) -> None:
+        self._sync(job)
+        if job.recorded_state().terminal:
+            return
+        job_id = self.slurm_job_id(job)
+        if job_id is None or shutil.which("squeue") is None:
+            return  # not submitted from here, or not on a login node: nothing more to ask
+        state = slurm.query_states([job_id]).get(job_id)
+        if state in ("queued", "running", "unknown"):
+            return
+        self._sync(job)  # the run may have recorded its end meanwhile
+        if job.recorded_state().terminal:
+            return
+        if job.info().get("cancel_requested") and state in (None, "failed", "cancelled"):
+            self._record(job, "cancelled", f"cancelled (Slurm job {job_id})")
+        elif state is None:
+            self._record(job, "failed", f"Slurm no longer knows job {job_id} and the run "
+                                        "recorded no outcome (see stderr.log)")
+        elif state == "succeeded":
+            self._record(job, "failed", f"Slurm job {job_id} ended without the run recording "
+                                        "an outcome (see stderr.log)")
+        else:
+            self._record(job, state, f"Slurm reports job {job_id} as {state} before the run "
+                                     "recorded an outcome (see stderr.log)")
+
+    def cancel(self, job: Job) -> None:
+        for folder in {self._job_log_dir(job), job.log_dir}:
+            if folder.is_dir():
+                runner.update_status(str(folder), cancel_requested=True)
+        job_id = self.slurm_job_id(job)
+        if job_id is None:
+            raise LaunchError(f"run {job.id} has no Slurm job id known on this machine; cancel "
+                              "it on the cluster (scancel)")
+        out = slurm.run_command(slurm.scancel_command(job_id))
+        if out.returncode != 0:
+            raise LaunchError(f"scancel {job_id} failed: {out.stderr.strip()}")
+
+    def wait_for_change(self, job: Job, timeout: float) -> None:
+        time.sleep(max(timeout, 0.25) if not JobState(job.info().get("state", "unknown"))
+                   .terminal else 0)

@@ -1,0 +1,230 @@
+"""Slurm as a handful of pure functions: resources, batch scripts, commands and their parsing.
+
+Nothing here runs a command except :func:`query_max_array_size` and :func:`query_states`, which
+take the command runner as an argument, so everything else is testable without a cluster.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import shlex
+import subprocess
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from easylaunch.errors import LaunchError
+
+CONFIG_FIELDS = ("account_name", "partition", "n_gpus", "max_num_cores_per_node",
+                 "n_cpus_per_task", "time_in_mins", "n_nodes", "extra_flags")
+DEFAULT_MAX_ARRAY_SIZE = 1001
+TIMEOUT_SIGNAL = "USR1"
+
+# squeue/sacct states -> easylaunch states (JobState values).
+STATES = {
+    "PENDING": "queued", "CONFIGURING": "queued", "REQUEUED": "queued", "REQUEUE_HOLD": "queued",
+    "REQUEUE_FED": "queued", "RESV_DEL_HOLD": "queued", "SUSPENDED": "running",
+    "RUNNING": "running", "COMPLETING": "running", "STAGE_OUT": "running",
+    "SIGNALING": "running", "RESIZING": "running", "STOPPED": "running",
+    "COMPLETED": "succeeded", "FAILED": "failed", "BOOT_FAIL": "failed", "NODE_FAIL": "failed",
+    "OUT_OF_MEMORY": "failed", "DEADLINE": "timeout", "TIMEOUT": "timeout",
+    "PREEMPTED": "cancelled", "CANCELLED": "cancelled", "REVOKED": "cancelled",
+    "SPECIAL_EXIT": "failed",
+}
+
+Runner = Callable[[list[str]], subprocess.CompletedProcess]
+
+
+def run_command(argv: list[str]) -> subprocess.CompletedProcess:
+    """Run a Slurm command, capturing its output as text."""
+    return subprocess.run(argv, capture_output=True, text=True, timeout=60)
+
+
+@dataclass(frozen=True)
+class Resources:
+    """What one Slurm job asks for."""
+
+    config_name: str
+    account: str | None
+    partition: str | None
+    n_gpus: int
+    cpus_per_task: int
+    time_minutes: int
+    nodes: int
+    tasks: int
+    extra_flags: str
+
+
+def resolve_resources(configs: dict, name: str | None, use_gpu: bool,
+                      n_tasks: int = 1) -> Resources:
+    """Pick and check one of SLURM_CONFIGS (``name``, else "gpu"/"cpu" by use_gpu)."""
+    name = name or ("gpu" if use_gpu else "cpu")
+    if name not in configs:
+        raise LaunchError(f"slurm_config_name={name!r} is not in SLURM_CONFIGS; known: "
+                          f"{', '.join(sorted(configs)) or 'none'}")
+    cfg = configs[name]
+    where = f"SLURM_CONFIGS[{name!r}]"
+    unknown = sorted(set(cfg) - set(CONFIG_FIELDS))
+    if unknown:
+        raise LaunchError(f"{where} has unknown field(s) {', '.join(unknown)}; known fields: "
+                          f"{', '.join(CONFIG_FIELDS)}")
+    ints = {}
+    for key, default in (("n_gpus", 0), ("n_cpus_per_task", 1), ("time_in_mins", None),
+                         ("max_num_cores_per_node", None), ("n_nodes", None)):
+        value = cfg.get(key, default)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
+            raise LaunchError(f"{where}: {key} must be an integer, got {value!r}")
+        ints[key] = value
+    if ints["time_in_mins"] is None or ints["time_in_mins"] <= 0:
+        raise LaunchError(f"{where}: time_in_mins must be a positive number of minutes, got "
+                          f"{ints['time_in_mins']!r}")
+    if ints["n_cpus_per_task"] < 1:
+        raise LaunchError(f"{where}: n_cpus_per_task must be at least 1")
+    if ints["n_gpus"] > 0 and not cfg.get("partition"):
+        raise LaunchError(f"{where} asks for n_gpus={ints['n_gpus']} but names no partition; "
+                          "GPU jobs need a GPU partition: set partition")
+    if use_gpu and ints["n_gpus"] < 1:
+        raise LaunchError(f"use_gpu=True but {where} asks for n_gpus=0; pick a GPU config with "
+                          "slurm_config_name or set n_gpus")
+    if ints["n_gpus"] > 0 and ints["n_cpus_per_task"] < 2:
+        raise LaunchError(f"{where}: a GPU job with n_cpus_per_task={ints['n_cpus_per_task']} "
+                          "is refused (as doodad does: the GPU would starve for data loading); "
+                          "set n_cpus_per_task to 2 or more")
+    nodes = ints["n_nodes"]
+    if nodes is None:
+        per_node = ints["max_num_cores_per_node"] or ints["n_cpus_per_task"]
+        nodes = max(1, math.ceil(n_tasks * ints["n_cpus_per_task"] / per_node))
+    extra = cfg.get("extra_flags") or ""
+    if not isinstance(extra, str):
+        raise LaunchError(f"{where}: extra_flags must be a string of sbatch options")
+    return Resources(name, cfg.get("account_name"), cfg.get("partition"), ints["n_gpus"],
+                     ints["n_cpus_per_task"], ints["time_in_mins"], nodes, n_tasks, extra)
+
+
+def _directive(*parts: str) -> str:
+    return "#SBATCH " + " ".join(parts)
+
+
+def _quoted(value: str) -> str:
+    """Quote a #SBATCH value: sbatch reads double quotes (a newline can never be inside)."""
+    if "\n" in value or '"' in value:
+        raise LaunchError(f"{value!r} cannot go into a #SBATCH line (newline or double quote); "
+                          "choose a path or name without them")
+    return f'"{value}"' if re.search(r"\s", value) else value
+
+
+def sbatch_header(res: Resources, job_name: str, output: str, signal_seconds: int,
+                  array: str | None = None) -> list[str]:
+    """The #SBATCH lines of a job script (``array`` like ``0-99%10``)."""
+    lines = [
+        _directive(f"--job-name={_quoted(job_name)}"),
+        _directive(f"--output={_quoted(output)}"),
+        _directive(f"--time={res.time_minutes}"),
+        _directive(f"--nodes={res.nodes}"),
+        _directive(f"--ntasks={res.tasks}"),
+        _directive(f"--cpus-per-task={res.cpus_per_task}"),
+        _directive(f"--signal=B:{TIMEOUT_SIGNAL}@{signal_seconds}"),
+    ]
+    if res.account:
+        lines.append(_directive(f"--account={_quoted(res.account)}"))
+    if res.partition:
+        lines.append(_directive(f"--partition={_quoted(res.partition)}"))
+    if res.n_gpus:
+        lines.append(_directive(f"--gres=gpu:{res.n_gpus}"))
+    if array is not None:
+        lines.append(_directive(f"--array={array}"))
+    if res.extra_flags.strip():
+        if "\n" in res.extra_flags:
+            raise LaunchError(f"SLURM_CONFIGS[{res.config_name!r}] extra_flags holds a newline")
+        lines.append(_directive(res.extra_flags.strip()))
+    return lines
+
+
+def array_spec(count: int, parallelism: int | None) -> str:
+    """``0-<count-1>`` with an optional ``%parallelism`` cap."""
+    spec = f"0-{count - 1}"
+    return f"{spec}%{parallelism}" if parallelism else spec
+
+
+def chunks(count: int, max_array_size: int) -> list[range]:
+    """Split ``count`` array tasks into arrays whose indices stay below MaxArraySize."""
+    size = max(1, max_array_size - 1) if max_array_size > 1 else 1
+    return [range(start, min(start + size, count)) for start in range(0, count, size)]
+
+
+def sbatch_command(script: str, extra: Sequence[str] = ()) -> list[str]:
+    """``sbatch --parsable [extra] SCRIPT``."""
+    return ["sbatch", "--parsable", *extra, script]
+
+
+def parse_sbatch(stdout: str) -> str:
+    """The job id from ``sbatch --parsable`` output (``123`` or ``123;cluster``)."""
+    first = stdout.strip().splitlines()[0] if stdout.strip() else ""
+    job_id = first.split(";")[0].strip()
+    if not job_id.isdigit():
+        raise LaunchError(f"sbatch did not print a job id: {stdout!r}")
+    return job_id
+
+
+def squeue_command(job_ids: Sequence[str]) -> list[str]:
+    """squeue for these jobs (or array tasks), finished ones included, one ``id state`` a line."""
+    return ["squeue", "--noheader", "--states=all", "--format=%i %T", "--jobs", ",".join(job_ids)]
+
+
+def parse_squeue(stdout: str) -> dict[str, str]:
+    """``{job id: easylaunch state}`` from :func:`squeue_command` output."""
+    states = {}
+    for line in stdout.splitlines():
+        parts = line.split()
+        if len(parts) >= 2:
+            states[parts[0]] = STATES.get(parts[1].rstrip("+"), "unknown")
+    return states
+
+
+def sacct_command(job_ids: Sequence[str]) -> list[str]:
+    """sacct for these jobs, one ``id|state`` a line, without the steps."""
+    return ["sacct", "--noheader", "--parsable2", "--allocations", "--format=JobID,State",
+            "--jobs", ",".join(job_ids)]
+
+
+def parse_sacct(stdout: str) -> dict[str, str]:
+    """``{job id: easylaunch state}`` from :func:`sacct_command` output."""
+    states = {}
+    for line in stdout.splitlines():
+        parts = line.split("|")
+        if len(parts) >= 2 and parts[1]:
+            states[parts[0]] = STATES.get(parts[1].split()[0].rstrip("+"), "unknown")
+    return states
+
+
+def scancel_command(job_id: str) -> list[str]:
+    """scancel one job or one array task (``123_4``), never the whole array by accident."""
+    return ["scancel", job_id]
+
+
+def query_states(job_ids: Sequence[str], run: Runner = run_command) -> dict[str, str]:
+    """States of these jobs from squeue, then sacct for those squeue has forgotten."""
+    states: dict[str, str] = {}
+    if not job_ids:
+        return states
+    out = run(squeue_command(job_ids))
+    if out.returncode == 0:
+        states.update(parse_squeue(out.stdout))
+    missing = [j for j in job_ids if j not in states]
+    if missing:
+        out = run(sacct_command(missing))
+        if out.returncode == 0:
+            states.update({k: v for k, v in parse_sacct(out.stdout).items() if k in missing})
+    return states
+
+
+def query_max_array_size(run: Runner = run_command) -> int:
+    """MaxArraySize from ``scontrol show config`` (Slurm's default when it cannot be read)."""
+    out = run(["scontrol", "show", "config"])
+    match = re.search(r"^MaxArraySize\s*=\s*(\d+)", out.stdout or "", re.MULTILINE)
+    return int(match.group(1)) if match else DEFAULT_MAX_ARRAY_SIZE
+
+
+def shell_join(argv: Sequence[str]) -> str:
+    """Join an argv list into one shell-safe command line."""
+    return shlex.join(argv)

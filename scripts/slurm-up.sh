@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Install (Debian's slurm-wlm and munge) and start a one-node Slurm cluster on this machine, for
+# the tests. Needs root; idempotent: a cluster that already answers is left running.
+set -euo pipefail
+if [ "$(id -u)" != 0 ]; then
+    echo "slurm-up: needs root to install and start slurmctld/slurmd; skipping" >&2
+    exit 0
+fi
+if ! command -v slurmctld >/dev/null || ! command -v munged >/dev/null || ! command -v bwrap >/dev/null; then
+    apt-get update -q
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q slurm-wlm munge bubblewrap
+fi
+if sinfo -h -o %T 2>/dev/null | grep -q -E 'idle|mix|alloc'; then
+    exit 0
+fi
+
+# munge: a key and its daemon, run as the munge user.
+if [ ! -s /etc/munge/munge.key ]; then
+    dd if=/dev/urandom bs=1 count=1024 of=/etc/munge/munge.key status=none
+fi
+chown munge:munge /etc/munge/munge.key
+chmod 400 /etc/munge/munge.key
+mkdir -p /run/munge
+chown munge:munge /run/munge
+pgrep -x munged >/dev/null || su -s /bin/sh munge -c /usr/sbin/munged
+
+host=$(hostname -s)
+mkdir -p /var/spool/slurmctld /var/spool/slurmd /var/log/slurm
+cat > /etc/slurm/slurm.conf <<CONF
+ClusterName=easylaunch-test
+SlurmctldHost=${host}
+SlurmUser=root
+AuthType=auth/munge
+StateSaveLocation=/var/spool/slurmctld
+SlurmdSpoolDir=/var/spool/slurmd
+SlurmctldLogFile=/var/log/slurm/slurmctld.log
+SlurmdLogFile=/var/log/slurm/slurmd.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/none
+MpiDefault=none
+SchedulerParameters=sched_min_interval=0,batch_sched_delay=0,max_sched_time=1
+MinJobAge=300
+NodeName=${host} CPUs=$(nproc) RealMemory=8000 State=UNKNOWN
+PartitionName=debug Nodes=${host} Default=YES MaxTime=INFINITE State=UP
+CONF
+
+pgrep -x slurmctld >/dev/null || slurmctld
+pgrep -x slurmd >/dev/null || slurmd
+for _ in $(seq 1 60); do
+    if sinfo -h -o %T 2>/dev/null | grep -q -E 'idle|mix|alloc'; then
+        exit 0
+    fi
+    sleep 0.5
+done
+echo "slurm-up: the node did not come up; see /var/log/slurm/" >&2
+exit 1
