@@ -37,6 +37,11 @@ class StartLine:
     container: Container | None = None
 
 
+def bundle_pythonpath(code_dirs: Sequence[str]) -> tuple[str, ...]:
+    """PYTHONPATH words for a bundle's code snapshots (``code_dirs`` of bundle.json)."""
+    return tuple(f'"$BUNDLE"/{shlex.quote(d)}' for d in code_dirs)
+
+
 def start_line(start: StartLine) -> str:
     """One line of shell that runs the runner on ``$BUNDLE``, logging to ``$LOG_DIR``."""
     runner = (f'exec {shlex.quote(start.python)} "$BUNDLE"/{RUNNER_FILE} "$BUNDLE" '

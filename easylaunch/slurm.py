@@ -53,6 +53,7 @@ class Resources:
     nodes: int
     tasks: int
     extra_flags: str
+    max_cores_per_node: int | None = None
 
 
 def resolve_resources(configs: dict, name: str | None, use_gpu: bool,
@@ -98,7 +99,8 @@ def resolve_resources(configs: dict, name: str | None, use_gpu: bool,
     if not isinstance(extra, str):
         raise LaunchError(f"{where}: extra_flags must be a string of sbatch options")
     return Resources(name, cfg.get("account_name"), cfg.get("partition"), ints["n_gpus"],
-                     ints["n_cpus_per_task"], ints["time_in_mins"], nodes, n_tasks, extra)
+                     ints["n_cpus_per_task"], ints["time_in_mins"], nodes, n_tasks, extra,
+                     ints["max_num_cores_per_node"])
 
 
 def _directive(*parts: str) -> str:

@@ -11,6 +11,9 @@ from easylaunch.modes.base import Mode
 MODES: dict[str, str] = {
     "here_no_doodad": "easylaunch.modes.here_no_doodad:HereNoDoodadMode",
     "local": "easylaunch.modes.local:LocalMode",
+    "slurm": "easylaunch.modes.slurm:SlurmMode",
+    "sss": "easylaunch.modes.sss:SssMode",
+    "htp": "easylaunch.modes.htp:HtpMode",
 }
 
 

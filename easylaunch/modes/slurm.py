@@ -1,0 +1,89 @@
+"""``slurm``: submit right away with sbatch from a login node; a sweep becomes one job array.
+
+Runs live in LOCAL_LOG_DIR, which the compute nodes must share. Arrays above MaxArraySize are
+split; ``array_parallelism=N`` caps how many tasks of an array run at once (``%N``).
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from easylaunch import slurm
+from easylaunch.bundle import Run
+from easylaunch.errors import LaunchError
+from easylaunch.jobs import Job
+from easylaunch.jobscript import StartLine, bundle_pythonpath, job_script, start_line
+from easylaunch.modes.slurm_base import SlurmBase
+from easylaunch.request import LaunchRequest
+from easylaunch.runner import write_bytes_atomic
+
+SCRIPT_DIR = ".slurm"
+
+
+@dataclass(frozen=True)
+class ArrayJob:
+    """One job array: its script, and the runs its task indices stand for."""
+
+    script: Path
+    text: str
+    runs: list[Run]
+
+
+class SlurmMode(SlurmBase):
+    """Direct submission to the Slurm cluster this machine is a login node of."""
+
+    name = "slurm"
+    options = {"array_parallelism": None}
+
+    def check(self, request: LaunchRequest) -> None:
+        super().check(request)
+        if shutil.which("sbatch") is None:
+            raise LaunchError("mode 'slurm' submits with sbatch, which is not on PATH here; run "
+                              "on the cluster's login node, or use mode='sss' to write job "
+                              "scripts to copy there")
+        cap = self.opts["array_parallelism"]
+        if cap is not None and (not isinstance(cap, int) or isinstance(cap, bool) or cap < 1):
+            raise LaunchError(f"array_parallelism must be a positive integer, got {cap!r}")
+
+    def prepare(self, request: LaunchRequest, runs: list[Run]) -> list[ArrayJob]:
+        res = self.resources(request)
+        line = start_line(StartLine(
+            python=self.settings.SLURM_PYTHON or sys.executable,
+            pre_cmds=tuple(self.settings.SLURM_PRE_CMDS),
+            pythonpath=bundle_pythonpath(runs[0].meta["code_dirs"])))
+        script_dir = runs[0].log_dir.parent / SCRIPT_DIR
+        arrays = []
+        for chunk in slurm.chunks(len(runs), slurm.query_max_array_size()):
+            members = runs[chunk.start:chunk.stop]
+            header = slurm.sbatch_header(
+                res, job_name=request.exp_name, output=str(script_dir / "slurm-%A_%a.out"),
+                signal_seconds=self.settings.SLURM_SIGNAL_SECONDS,
+                array=slurm.array_spec(len(members), self.opts["array_parallelism"]))
+            entries = [(str(r.bundle_dir), str(r.log_dir)) for r in members]
+            arrays.append(ArrayJob(script_dir / f"{members[0].run_id}.sbatch",
+                                   job_script(header, entries, line), members))
+        return arrays
+
+    def submit(self, request: LaunchRequest, runs: list[Run],
+               prepared: list[ArrayJob]) -> list[Job]:
+        submitted: list[str] = []
+        for array in prepared:
+            array.script.parent.mkdir(parents=True, exist_ok=True)
+            write_bytes_atomic(str(array.script), array.text.encode())
+            out = slurm.run_command(slurm.sbatch_command(str(array.script)))
+            try:
+                if out.returncode != 0:
+                    raise LaunchError(f"sbatch refused {array.script}: {out.stderr.strip()}")
+                job_id = slurm.parse_sbatch(out.stdout)
+            except LaunchError:
+                for earlier in submitted:  # all or nothing: no half-submitted sweep
+                    slurm.run_command(slurm.scancel_command(earlier))
+                raise
+            submitted.append(job_id)
+            for index, run in enumerate(array.runs):
+                run.record_backend(slurm_job_id=f"{job_id}_{index}", array_job_id=job_id,
+                                   array_index=index, script=str(array.script))
+        return [Job(run.run_id, run.exp_name, run.log_dir, self) for run in runs]

@@ -1,0 +1,44 @@
+"""``sss`` (script, Slurm, Singularity): one sbatch script per run in a batch folder to copy."""
+
+from __future__ import annotations
+
+import shlex
+
+from easylaunch import slurm
+from easylaunch.bundle import Run
+from easylaunch.errors import LaunchError
+from easylaunch.jobscript import StartLine, job_script, start_line
+from easylaunch.modes.batch import SUBMIT, BatchMode, BatchPlan, Layout, submit_script
+from easylaunch.request import LaunchRequest
+
+
+class SssMode(BatchMode):
+    """Each run gets its own sbatch script that runs it in a Singularity container."""
+
+    name = "sss"
+
+    def check(self, request: LaunchRequest) -> None:
+        super().check(request)
+        if not self.image(request):
+            key = "SSS_GPU_IMAGE" if request.use_gpu else "SSS_CPU_IMAGE"
+            raise LaunchError(f"mode 'sss' runs in a Singularity image, but {key} is not set; "
+                              "set it to the image's path on the cluster")
+
+    def plan(self, request: LaunchRequest, runs: list[Run], layout: Layout) -> BatchPlan:
+        res = self.resources(request)
+        line = start_line(StartLine(
+            python=self.settings.SSS_PYTHON, pre_cmds=tuple(self.settings.SSS_PRE_CMDS),
+            pythonpath=self.container_pythonpath(),
+            container=self.container(request, layout, runs)))
+        files, entries, seed = {}, [], []
+        for run, bundle, log_dir in zip(runs, layout.bundles, layout.log_dirs, strict=True):
+            header = slurm.sbatch_header(res, job_name=f"{run.exp_name}-{run.run_id}",
+                                         output=f"{log_dir}/slurm-%j.out",
+                                         signal_seconds=self.settings.SLURM_SIGNAL_SECONDS)
+            script = f"{run.run_id}.sbatch"
+            files[script] = job_script(header, [(bundle, log_dir)], line)
+            entries.append(([run.run_id], script))
+            seed.append(shlex.join(["sbatch", f"{layout.cluster_dir}/{script}"]))
+        files[SUBMIT] = submit_script(entries)
+        then = shlex.join(["bash", f"{layout.cluster_dir}/{SUBMIT}"])
+        return BatchPlan(layout, files, seed, self.note(layout, then))
