@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Set up (if needed), lint, and run the whole test suite. With CI=true, a skipped test fails.
+# Set up (if needed), start the test services, lint, and run the whole test suite.
+# With CI=true, a skipped test fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
+scripts/slurm-up.sh  # a real one-node Slurm cluster (and bubblewrap) for the Slurm tests
 .venv/bin/ruff check .
 exec .venv/bin/python -m pytest "$@"

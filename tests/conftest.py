@@ -32,3 +32,27 @@ def pytest_sessionfinish(session, exitstatus):
         reporter.write_line(f"CI: {len(skipped)} test(s) were skipped; in CI every test must "
                             "run (install what they need in scripts/setup.sh)", red=True)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster():
+    """A Slurm cluster that answers here (scripts/slurm-up.sh starts one), else skip."""
+    import shutil
+    import subprocess
+
+    if shutil.which("sinfo") is None:
+        pytest.skip("Slurm is not installed: run scripts/slurm-up.sh as root")
+    out = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True)
+    if out.returncode != 0 or not {"idle", "mixed", "allocated"} & set(out.stdout.split()):
+        pytest.skip(f"no Slurm node answers ({out.stderr.strip() or out.stdout.strip()}): "
+                    "run scripts/slurm-up.sh as root")
+
+
+@pytest.fixture
+def slurm_cfg(cfg, slurm_cluster):
+    """Settings for jobs on the local one-node cluster."""
+    import sys
+
+    return dict(cfg, SLURM_PYTHON=sys.executable, SLURM_SIGNAL_SECONDS=30,
+                SLURM_CONFIGS=dict(cpu=dict(max_num_cores_per_node=os.cpu_count(),
+                                            time_in_mins=10)))

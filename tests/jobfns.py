@@ -80,3 +80,14 @@ def leave_background_child(doodad_config, variant):
 def kill_self(doodad_config, variant):
     os.kill(os.getpid(), variant["signal"])
     time.sleep(5)
+
+
+def write_into_mount(doodad_config, variant):
+    with open(os.path.join(variant["mount_point"], "written.txt"), "w") as f:
+        f.write(variant["text"])
+
+
+def fail_unless_exists(doodad_config, variant):
+    if not os.path.exists(variant["path"]):
+        raise FileNotFoundError(variant["path"])
+    return variant["path"]

@@ -99,22 +99,28 @@ class HtpMode(BatchMode):
         return " ".join(parts) + " --wrap=" + ansi_c_quote(wrap)
 
     def backend(self, layout: Layout, index: int) -> dict:
-        return dict(super().backend(layout, index), task_index=index,
-                    task_state_dir=f"{layout.cluster_dir}/{TASK_STATE}")
+        return dict(super().backend(layout, index), task_index=index)
 
     def cancel(self, job: Job) -> None:
-        """Cancel one task of the shared allocation (never the whole allocation)."""
+        """Cancel one task of the shared allocation (never the whole allocation).
+
+        The packer skips or stops a task whose cancel marker exists; the marker goes into the
+        cluster's batch folder when it is visible from here, and into the local copy (for a
+        batch not copied yet).
+        """
         backend = job.launch_info["backend"]
-        state_dir = Path(backend["task_state_dir"])
-        marker = state_dir / f"task-{backend['task_index']}.cancel"
-        if not Path(backend["cluster_batch_dir"]).is_dir():
-            raise LaunchError(f"the batch folder is on the cluster; cancel task "
-                              f"{backend['task_index']} there with: touch {marker}")
-        state_dir.mkdir(parents=True, exist_ok=True)
-        marker.touch()
+        marker = f"{TASK_STATE}/task-{backend['task_index']}.cancel"
+        folders = [Path(backend[k]) for k in ("batch_dir", "cluster_batch_dir")]
+        visible = [f for f in folders if f.is_dir()]
+        if not visible:
+            raise LaunchError(f"the batch folder is on the cluster; cancel the run there with: "
+                              f"touch {folders[1] / marker}")
+        for folder in visible:
+            (folder / marker).parent.mkdir(exist_ok=True)
+            (folder / marker).touch()
         for folder in {self._job_log_dir(job), job.log_dir}:
             if folder.is_dir():
                 update_status(str(folder), cancel_requested=True)
-        if not (state_dir / f"task-{backend['task_index']}.json").exists():
+        started = folders[1] / TASK_STATE / f"task-{backend['task_index']}.json"
+        if not started.exists():
             self._record(job, "cancelled", "cancelled before it started")
-

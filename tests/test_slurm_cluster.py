@@ -1,0 +1,218 @@
+"""Real jobs on the local one-node Slurm cluster (started by scripts/slurm-up.sh)."""
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import jobfns
+import pytest
+from helpers import alive, run_pids, wait_for
+
+from easylaunch import JobState, LaunchError, run_experiment, run_sweep
+from easylaunch.modes import slurm as slurm_mode
+
+TESTS_DIR = Path(__file__).resolve().parent
+
+
+def test_a_sweep_is_one_job_array(slurm_cfg):
+    jobs = run_sweep(jobfns.train, [dict(learning_rate=i) for i in range(4)], mode="slurm",
+                     exp_name="arr", config=slurm_cfg)
+    ids = [j.launch_info["backend"]["slurm_job_id"] for j in jobs]
+    array = ids[0].split("_")[0]
+    assert ids == [f"{array}_{i}" for i in range(4)]
+    assert [j.result(timeout=120)["lr"] for j in jobs] == [0, 1, 2, 3]
+    assert all(j.info()["host"] for j in jobs)
+
+
+def test_arrays_are_split_at_max_array_size(slurm_cfg, monkeypatch):
+    monkeypatch.setattr(slurm_mode.slurm, "query_max_array_size", lambda: 3)
+    jobs = run_sweep(jobfns.train, [dict(learning_rate=i) for i in range(5)], mode="slurm",
+                     config=slurm_cfg)
+    arrays = [j.launch_info["backend"]["array_job_id"] for j in jobs]
+    assert len(set(arrays)) == 3
+    assert [j.launch_info["backend"]["array_index"] for j in jobs] == [0, 1, 0, 1, 0]
+    assert [j.result(timeout=120)["lr"] for j in jobs] == list(range(5))
+
+
+def test_array_parallelism_caps_concurrency(slurm_cfg):
+    jobs = run_sweep(jobfns.interval, [dict(seconds=1.0)] * 3, mode="slurm", config=slurm_cfg,
+                     array_parallelism=1)
+    assert "#SBATCH --array=0-2%1" in Path(jobs[0].launch_info["backend"]["script"]).read_text()
+    spans = sorted(j.result(timeout=120) for j in jobs)
+    assert all(end <= start for (_, end), (start, _) in zip(spans, spans[1:], strict=False))
+
+
+def test_failure_is_recorded_with_its_traceback(slurm_cfg):
+    job = run_experiment(jobfns.fail, mode="slurm", variant={"learning_rate": 5},
+                         config=slurm_cfg)
+    assert job.wait(timeout=120) is JobState.FAILED
+    assert "ValueError: bad learning rate 5" in job.info()["error"]
+    assert "ValueError" in job.stderr_path.read_text()
+    with pytest.raises(ValueError):
+        job.result()
+
+
+def test_cancel_ends_one_array_task_not_the_array(slurm_cfg):
+    jobs = run_sweep(jobfns.sleep_with_child, [{}, {}], mode="slurm", config=slurm_cfg)
+    pids = [run_pids(j.log_dir) for j in jobs]
+    jobs[0].cancel()
+    assert jobs[0].wait(timeout=60) is JobState.CANCELLED
+    assert wait_for(lambda: not any(alive(p) for p in pids[0]))
+    assert jobs[1].status() is JobState.RUNNING and all(alive(p) for p in pids[1])
+    jobs[1].cancel()
+    assert jobs[1].wait(timeout=60) is JobState.CANCELLED
+
+
+def test_a_job_cancelled_before_it_started_still_ends(slurm_cfg):
+    jobs = run_sweep(jobfns.sleep_with_child, [{}, {}], mode="slurm", config=slurm_cfg,
+                     array_parallelism=1)
+    run_pids(jobs[0].log_dir)
+    assert jobs[1].status() is JobState.QUEUED
+    jobs[1].cancel()
+    assert jobs[1].wait(timeout=60) is JobState.CANCELLED
+    assert "pid" not in jobs[1].info()
+    jobs[0].cancel()
+    assert jobs[0].wait(timeout=60) is JobState.CANCELLED
+
+
+def test_a_job_slurm_has_forgotten_reaches_a_terminal_state(slurm_cfg):
+    job = run_experiment(jobfns.train, mode="slurm", config=slurm_cfg)
+    job.wait(timeout=120)
+    lost = run_experiment(jobfns.sleep_with_child, mode="slurm", config=slurm_cfg)
+    lost.mode.cancel(lost)
+    lost_launch = lost.launch_info
+    lost_launch["backend"]["slurm_job_id"] = "99999999_0"  # a job squeue never heard of
+    (lost.log_dir / "launch.json").write_text(__import__("json").dumps(lost_launch))
+    (lost.log_dir / "status.json").write_text('{"state": "queued"}')
+    assert lost.wait(timeout=30) is JobState.FAILED
+    assert "Slurm no longer knows job 99999999_0" in lost.info()["error"]
+
+
+def test_time_limit_is_recorded_as_timeout(slurm_cfg):
+    slurm_cfg["SLURM_CONFIGS"]["cpu"]["time_in_mins"] = 1
+    slurm_cfg["SLURM_SIGNAL_SECONDS"] = 50
+    job = run_experiment(jobfns.sleep_with_child, mode="slurm", config=slurm_cfg)
+    assert job.wait(timeout=150) is JobState.TIMEOUT
+    assert job.info()["signal"] == "SIGUSR1"
+    assert "time limit" in job.info()["error"]
+
+
+def test_sbatch_rejection_shows_sbatchs_own_message(slurm_cfg):
+    slurm_cfg["SLURM_CONFIGS"]["cpu"]["extra_flags"] = "--no-such-option"
+    with pytest.raises(LaunchError, match="sbatch refused .*unrecognized option"):
+        run_sweep(jobfns.train, [{}, {}], mode="slurm", config=slurm_cfg)
+    folders = list((Path(slurm_cfg["LOCAL_LOG_DIR"]) / "default").glob("*_default_*"))
+    assert len(folders) == 2
+    states = {__import__("json").loads((f / "status.json").read_text())["state"]
+              for f in folders}
+    assert states == {"failed"}
+
+
+def test_paths_with_spaces_quotes_and_dollars(slurm_cfg, tmp_path):
+    slurm_cfg["LOCAL_LOG_DIR"] = str(tmp_path / "it's my $(touch pwned) logs")
+    nasty = {"text": "a 'quoted' \"thing\" $(touch pwned2)\nsecond line"}
+    job = run_experiment(jobfns.write_file, variant=nasty, mode="slurm", config=slurm_cfg)
+    assert Path(job.result(timeout=120)).read_text() == nasty["text"]
+    assert not list(tmp_path.rglob("pwned*"))
+
+
+def test_cli_lists_and_cancels_slurm_runs(slurm_cfg, tmp_path):
+    settings = tmp_path / "settings.py"
+    settings.write_text("".join(f"{k} = {v!r}\n" for k, v in slurm_cfg.items()))
+    job = run_experiment(jobfns.sleep_with_child, mode="slurm", config=str(settings))
+    run_pids(job.log_dir)
+    cli = [sys.executable, "-m", "easylaunch.cli", "--config", str(settings)]
+    listed = subprocess.run(cli + ["ls", "--mode", "slurm"], capture_output=True, text=True,
+                            check=True).stdout
+    assert job.id in listed and "running" in listed
+    status = subprocess.run(cli + ["status", job.id], capture_output=True, text=True,
+                            check=True).stdout
+    assert job.launch_info["backend"]["slurm_job_id"] in status
+    out = subprocess.run(cli + ["cancel", job.id], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == f"{job.id}: cancelled"
+
+
+def _copy_to_cluster(job) -> str:
+    """Play the user's rsync: copy the batch folder to its cluster path."""
+    backend = job.launch_info["backend"]
+    shutil.copytree(backend["batch_dir"], backend["cluster_batch_dir"], symlinks=True,
+                    dirs_exist_ok=True)
+    return backend["cluster_batch_dir"]
+
+
+@pytest.fixture
+def batch_cfg(slurm_cfg, tmp_path, monkeypatch):
+    if shutil.which("bwrap") is None:
+        pytest.skip("bubblewrap is not installed: run scripts/slurm-up.sh as root")
+    monkeypatch.setenv("PATH", f"{TESTS_DIR / 'bin'}:{os.environ['PATH']}")  # the stand-in
+    image = tmp_path / "image.sif"
+    image.write_text("test image")
+    return dict(slurm_cfg, SLURM_DIRECTORY_FOR_JOB_SCRIPT=str(tmp_path / "cluster/batches"),
+                SSS_LOG_DIR=str(tmp_path / "cluster/logs"), SSS_CPU_IMAGE=str(image),
+                SSS_PYTHON=sys.executable, SSS_SCRIPT_PATH=str(tmp_path / "seed.sh"),
+                CODE_DIRS_TO_MOUNT=[dict(local_dir=str(TESTS_DIR),
+                                         mount_point=str(tmp_path / "in-container/code"))])
+
+
+def test_sss_runs_in_the_container_with_real_bind_mounts(batch_cfg, tmp_path):
+    data = tmp_path / "cluster-data"
+    data.mkdir()
+    (data / "data.txt").write_text("good")
+    mount_point = tmp_path / "in-container/data"
+    batch_cfg["SSS_NON_CODE_DIRS_TO_MOUNT"] = [dict(local_dir=str(data),
+                                                    mount_point=str(mount_point))]
+    jobs = run_sweep(jobfns.check_data, [{"mount_point": str(mount_point)}] * 2, mode="sss",
+                     config=batch_cfg)
+    writer = run_experiment(jobfns.write_into_mount, mode="sss", config=batch_cfg,
+                            variant={"mount_point": str(mount_point), "text": "from the job"})
+    for job in (jobs[0], writer):  # one batch per launch
+        subprocess.run(["bash", f"{_copy_to_cluster(job)}/submit.sh"], check=True)
+    assert [j.result(timeout=120) for j in jobs] == ["good", "good"]
+    writer.wait(timeout=120)
+    assert (data / "written.txt").read_text() == "from the job"  # landed in local_dir
+    assert not mount_point.exists() or not any(mount_point.iterdir())
+    assert writer.mode.fetch(writer).startswith("copied ")
+    assert (writer.log_dir / "stdout.log").exists()
+
+
+def test_htp_packer_runs_every_task_and_reruns_only_failures(batch_cfg, tmp_path):
+    marker = tmp_path / "fixed"
+    jobs = run_sweep(jobfns.fail_unless_exists,
+                     [{"path": str(marker) if i == 2 else "/"} for i in range(5)],
+                     mode="htp", config=batch_cfg)
+    cluster = _copy_to_cluster(jobs[0])
+    subprocess.run(["bash", f"{cluster}/submit.sh"], check=True)
+    states = [j.wait(timeout=180) for j in jobs]
+    assert states == [JobState.SUCCEEDED] * 2 + [JobState.FAILED] + [JobState.SUCCEEDED] * 2
+    state_dir = Path(cluster) / "task-state"
+    first = {i: (state_dir / f"task-{i}.json").read_text() for i in range(5)}
+    assert all((state_dir / f"task-{i}.out").exists() for i in range(5))
+    marker.touch()
+    (Path(jobs[2].launch_info["backend"]["job_log_dir"]) / "status.json").unlink()
+    (jobs[2].log_dir / "status.json").write_text('{"state": "queued"}')
+    subprocess.run(["bash", f"{cluster}/submit.sh"], check=True)
+    assert jobs[2].wait(timeout=180) is JobState.SUCCEEDED
+    assert wait_for(lambda: "succeeded" in (state_dir / "task-2.json").read_text())
+    again = {i: (state_dir / f"task-{i}.json").read_text() for i in range(5)}
+    assert all(again[i] == first[i] for i in (0, 1, 3, 4))  # not run again
+
+
+def test_htp_cancels_one_task_without_touching_the_others(batch_cfg):
+    batch_cfg["SLURM_CONFIGS"]["cpu"]["max_num_cores_per_node"] = 1  # one worker
+    jobs = run_sweep(jobfns.sleep_with_child, [{}, {}, {}], mode="htp", config=batch_cfg)
+    jobs[2].cancel()  # before the allocation even starts
+    cluster = _copy_to_cluster(jobs[0])
+    subprocess.run(["bash", f"{cluster}/submit.sh"], check=True)
+    job_log = Path(jobs[0].launch_info["backend"]["job_log_dir"])
+    pids = run_pids(job_log)
+    jobs[0].cancel()
+    assert jobs[0].wait(timeout=60) is JobState.CANCELLED
+    assert wait_for(lambda: not any(alive(p) for p in pids))
+    run_pids(Path(jobs[1].launch_info["backend"]["job_log_dir"]))  # the next task started
+    jobs[1].cancel()
+    assert [j.wait(timeout=60) for j in jobs] == [JobState.CANCELLED] * 3
+    time.sleep(1)
+    assert not (Path(jobs[2].launch_info["backend"]["job_log_dir"]) / "pids").exists()
