@@ -36,16 +36,28 @@ def track(items: Sequence[T], description: str) -> Iterator[T]:
             advance(1)
 
 
-def wait_all(jobs: Iterable[Job], timeout: float | None = None) -> list[JobState]:
-    """Wait for every job (with a progress bar on a terminal); return their states."""
+def wait_all(jobs: Iterable[Job], timeout: float | None = None,
+             refresh_every: float = 2.0) -> list[JobState]:
+    """Wait for every job (with a progress bar on a terminal); return their states.
+
+    The runs' own records are read often; backends (squeue, process tables) are asked at most
+    every ``refresh_every`` seconds, once per mode for all the jobs still open.
+    """
     jobs = list(jobs)
     deadline = None if timeout is None else time.monotonic() + timeout
-    pending = list(jobs)
+    pending, last_refresh = list(jobs), time.monotonic()
     with bar(len(jobs), "waiting for runs") as advance:
         while pending and (deadline is None or time.monotonic() < deadline):
-            left = 0.2 if deadline is None else min(0.2, max(deadline - time.monotonic(), 0))
-            pending[0].wait(timeout=left)
-            still = [j for j in pending if not j.status().terminal]
+            if time.monotonic() - last_refresh >= refresh_every:
+                by_mode: dict[int, list[Job]] = {}
+                for job in pending:
+                    by_mode.setdefault(id(job.mode), []).append(job)
+                for group in by_mode.values():
+                    group[0].mode.refresh_many(group)
+                last_refresh = time.monotonic()
+            still = [j for j in pending if not j.recorded_state().terminal]
             advance(len(pending) - len(still))
+            if still:
+                still[0].mode.wait_for_change(still[0], 0.1)
             pending = still
     return [j.status() for j in jobs]

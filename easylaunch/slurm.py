@@ -169,8 +169,10 @@ def parse_sbatch(stdout: str) -> str:
 
 
 def squeue_command(job_ids: Sequence[str]) -> list[str]:
-    """squeue for these jobs (or array tasks), finished ones included, one ``id state`` a line."""
-    return ["squeue", "--noheader", "--states=all", "--format=%i %T", "--jobs", ",".join(job_ids)]
+    """squeue for these jobs or array tasks, finished ones included, one ``id state`` a line
+    (``--array``: pending array tasks one a line, not folded into ``123_[4-9]``)."""
+    return ["squeue", "--noheader", "--array", "--states=all", "--format=%i %T", "--jobs",
+            ",".join(job_ids)]
 
 
 def parse_squeue(stdout: str) -> dict[str, str]:

@@ -11,7 +11,7 @@ import jobfns
 import pytest
 from helpers import alive, run_pids, wait_for
 
-from easylaunch import JobState, LaunchError, run_experiment, run_sweep
+from easylaunch import JobState, LaunchError, run_experiment, run_sweep, wait_all
 from easylaunch.modes import slurm as slurm_mode
 
 TESTS_DIR = Path(__file__).resolve().parent
@@ -178,12 +178,16 @@ def test_sss_runs_in_the_container_with_real_bind_mounts(batch_cfg, tmp_path):
     assert (writer.log_dir / "stdout.log").exists()
 
 
-def test_htp_packer_runs_every_task_and_reruns_only_failures(batch_cfg, tmp_path):
+@pytest.mark.parametrize("container", [True, False], ids=["in-container", "warm-workers"])
+def test_htp_packer_runs_every_task_and_reruns_only_failures(batch_cfg, tmp_path, container):
+    if not container:
+        batch_cfg["SSS_CPU_IMAGE"] = None  # plain runner lines: the packer forks warm workers
     marker = tmp_path / "fixed"
     jobs = run_sweep(jobfns.fail_unless_exists,
                      [{"path": str(marker) if i == 2 else "/"} for i in range(5)],
                      mode="htp", config=batch_cfg)
     cluster = _copy_to_cluster(jobs[0])
+    assert (Path(cluster) / "runs.tsv").exists() is not container
     subprocess.run(["bash", f"{cluster}/submit.sh"], check=True)
     states = [j.wait(timeout=180) for j in jobs]
     assert states == [JobState.SUCCEEDED] * 2 + [JobState.FAILED] + [JobState.SUCCEEDED] * 2
@@ -200,7 +204,10 @@ def test_htp_packer_runs_every_task_and_reruns_only_failures(batch_cfg, tmp_path
     assert all(again[i] == first[i] for i in (0, 1, 3, 4))  # not run again
 
 
-def test_htp_cancels_one_task_without_touching_the_others(batch_cfg):
+@pytest.mark.parametrize("container", [True, False], ids=["in-container", "warm-workers"])
+def test_htp_cancels_one_task_without_touching_the_others(batch_cfg, container):
+    if not container:
+        batch_cfg["SSS_CPU_IMAGE"] = None
     batch_cfg["SLURM_CONFIGS"]["cpu"]["max_num_cores_per_node"] = 1  # one worker
     jobs = run_sweep(jobfns.sleep_with_child, [{}, {}, {}], mode="htp", config=batch_cfg)
     jobs[2].cancel()  # before the allocation even starts
@@ -216,3 +223,11 @@ def test_htp_cancels_one_task_without_touching_the_others(batch_cfg):
     assert [j.wait(timeout=60) for j in jobs] == [JobState.CANCELLED] * 3
     time.sleep(1)
     assert not (Path(jobs[2].launch_info["backend"]["job_log_dir"]) / "pids").exists()
+
+
+def test_pending_array_tasks_are_not_mistaken_for_lost_ones(slurm_cfg):
+    jobs = run_sweep(jobfns.interval, [dict(seconds=0.5)] * 6, mode="slurm", config=slurm_cfg,
+                     array_parallelism=1)
+    early = wait_all(jobs, timeout=2, refresh_every=0)  # squeue asked at every turn
+    assert JobState.FAILED not in early and JobState.QUEUED in early
+    assert wait_all(jobs, timeout=120) == [JobState.SUCCEEDED] * 6

@@ -45,6 +45,11 @@ class Mode(ABC):
     def refresh(self, job: Job) -> None:
         """Bring a non-terminal status.json up to date with the backend (default: nothing)."""
 
+    def refresh_many(self, jobs: list[Job]) -> None:
+        """Refresh several jobs of this mode; backends override it to ask once for all."""
+        for job in jobs:
+            self.refresh(job)
+
     def cancel(self, job: Job) -> None:
         """Stop a run that has not ended."""
         raise NotImplementedError(f"mode {self.name!r} cannot cancel runs")

@@ -63,13 +63,24 @@ class SlurmBase(Mode):
                 runner.update_status(str(folder), state=state, ended_at=time.time(), error=error)
 
     def refresh(self, job: Job) -> None:
-        self._sync(job)
-        if job.recorded_state().terminal:
-            return
-        job_id = self.slurm_job_id(job)
-        if job_id is None or shutil.which("squeue") is None:
+        self.refresh_many([job])
+
+    def refresh_many(self, jobs: list[Job]) -> None:
+        """Sync each run's record, then ask Slurm once about those still not ended."""
+        open_jobs = {}
+        for job in jobs:
+            self._sync(job)
+            job_id = None if job.recorded_state().terminal else self.slurm_job_id(job)
+            if job_id is not None:
+                open_jobs[job_id] = job
+        if not open_jobs or shutil.which("squeue") is None:
             return  # not submitted from here, or not on a login node: nothing more to ask
-        state = slurm.query_states([job_id]).get(job_id)
+        states = slurm.query_states(list(open_jobs))
+        for job_id, job in open_jobs.items():
+            self._settle(job, job_id, states.get(job_id))
+
+    def _settle(self, job: Job, job_id: str, state: str | None) -> None:
+        """Give a run Slurm has finished with (or forgotten) the terminal state it lacks."""
         if state in ("queued", "running", "unknown"):
             return
         self._sync(job)  # the run may have recorded its end meanwhile
