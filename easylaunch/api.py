@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -25,7 +24,7 @@ from easylaunch.modes.base import Mode
 from easylaunch.progress import track
 from easylaunch.registry import Registry, open_registry
 from easylaunch.request import LaunchRequest
-from easylaunch.runner import STATUS_JSON, read_json, update_status
+from easylaunch.runner import update_status
 from easylaunch.settings import ConfigArg, Settings, load_settings
 from easylaunch.snapshot import snapshot
 
@@ -91,13 +90,16 @@ def _script_name() -> str:
     return os.path.abspath(path) if path else ""
 
 
-def _abort(runs: list[Run], exc: BaseException) -> None:
-    """Give runs that were made but never started a terminal state naming why."""
+def _abort(runs: list[Run], exc: BaseException) -> list[tuple[str, dict[str, Any]]]:
+    """Give runs that were made but never started a terminal state naming why.
+
+    Returns each run's state now, as registry changes.
+    """
     state = "cancelled" if isinstance(exc, KeyboardInterrupt) else "failed"
-    for run in runs:
-        if read_json(str(run.log_dir / STATUS_JSON)).get("state") == "queued":
-            update_status(str(run.log_dir), state=state,
-                          error=f"the launch was aborted before this run started: {exc!r}")
+    error = f"the launch was aborted before this run started: {exc!r}"
+    return [(run.run_id, {"state": update_status(str(run.log_dir), state=state,
+                                                 error=error)["state"]})
+            for run in runs]
 
 
 def _registry(settings: Settings) -> Registry:
@@ -114,17 +116,16 @@ def _registry_row(run: Run) -> dict[str, Any]:
 
 def _start(mode_obj: Mode, request: LaunchRequest, runs: list[Run],
            registry: Registry) -> list[Job]:
-    """Register the runs, then prepare and submit them; a failure marks them failed."""
+    """Prepare and submit the runs; a failure gives the runs not started a terminal state."""
     try:
-        registry.add(_registry_row(run) for run in runs)
         jobs = mode_obj.submit(request, runs, mode_obj.prepare(request, runs))
     except BaseException as exc:
-        _abort(runs, exc)
-        for run in runs:
-            registry.update(run.run_id, state=read_json(str(run.log_dir / STATUS_JSON))["state"])
+        registry.update_many(_abort(runs, exc))
         raise
-    for job, run in zip(jobs, runs, strict=True):
-        registry.update(job.id, state=job.recorded_state().value, backend=run.launch["backend"])
+    registry.update_many(
+        (job.id, {"state": job.recorded_state().value, "backend": run.launch["backend"],
+                  "remote_log_dir": run.launch["backend"].get("job_log_dir")})
+        for job, run in zip(jobs, runs, strict=True))
     return jobs
 
 
@@ -189,9 +190,11 @@ def run_sweep(
         for i, (variant, data) in enumerate(
                 track(list(zip(variants, variant_bytes, strict=True)), "bundling runs")):
             runs.append(create_run(spec, variant, data, i))
-    except BaseException as exc:
-        _abort(runs, exc)
+    except BaseException as exc:  # the runs made so far are recorded, as never started
+        registry.add(_registry_row(run) for run in runs)
+        registry.update_many(_abort(runs, exc))
         raise
+    registry.add(_registry_row(run) for run in runs)
     return _start(mode_obj, request, runs, registry)
 
 
@@ -233,6 +236,7 @@ def resubmit(id_or_suffix: str, config: ConfigArg = None) -> Job:
     settings = load_settings(saved["settings"])
     mode_obj = get_mode(old.mode.name)(settings, saved["mode_options"])
     run = clone_run(old.log_dir)
+    registry.add([_registry_row(run)])
     request = LaunchRequest(
         method_call=None, variants=[run.variant], exp_name=run.exp_name,
         use_gpu=saved["use_gpu"], gpu_id=saved["gpu_id"], log_root=Path(saved["log_root"]),
@@ -240,7 +244,7 @@ def resubmit(id_or_suffix: str, config: ConfigArg = None) -> Job:
         script_name=run.launch["script_name"], settings=settings)
     try:
         mode_obj.check(request)
-    except Exception:
-        shutil.rmtree(run.log_dir, ignore_errors=True)
+    except BaseException as exc:
+        registry.update_many(_abort([run], exc))
         raise
     return _start(mode_obj, request, [run], registry)[0]

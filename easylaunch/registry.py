@@ -145,17 +145,23 @@ class Registry:
                 f"INSERT INTO runs ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})",
                 rows)
 
-    def update(self, run_id: str, state: str | None = None, backend: dict | None = None) -> None:
-        """Record a run's last known state and/or backend ids."""
-        sets, args = ["updated = ?"], [time.time()]
-        if state is not None:
-            sets.append("state = ?")
-            args.append(state)
-        if backend is not None:
-            sets.append("backend = ?")
-            args.append(json.dumps(backend, default=repr))
+    def update(self, run_id: str, **fields: Any) -> None:
+        """Record a run's last known ``state``, ``backend`` ids or ``remote_log_dir``."""
+        self.update_many([(run_id, fields)])
+
+    def update_many(self, changes: Iterable[tuple[str, dict[str, Any]]]) -> None:
+        """Apply ``(run id, fields)`` changes in one transaction."""
+        now = time.time()
         with self.db:
-            self.db.execute(f"UPDATE runs SET {', '.join(sets)} WHERE id = ?", (*args, run_id))
+            for run_id, fields in changes:
+                unknown = set(fields) - {"state", "backend", "remote_log_dir"}
+                if unknown:
+                    raise ValueError(f"cannot update registry column(s) {sorted(unknown)}")
+                values = {k: json.dumps(v, default=repr) if k == "backend" else v
+                          for k, v in fields.items()}
+                sets = ", ".join(["updated = ?", *(f"{k} = ?" for k in values)])
+                self.db.execute(f"UPDATE runs SET {sets} WHERE id = ?",
+                                (now, *values.values(), run_id))
 
     def find(self, id_or_suffix: str) -> Entry:
         """The one run whose id ends with ``id_or_suffix``."""
