@@ -59,6 +59,13 @@ def start_line(start: StartLine) -> str:
     return "exec " + shlex.join(argv)
 
 
+def on_every_rank(line: str, srun: Sequence[str]) -> str:
+    """Run a start line once per rank through ``srun``, each rank logging to its own files."""
+    return (f"exec {shlex.join(srun)} --kill-on-bad-exit=1 "
+            '--output="$LOG_DIR"/stdout.rank%t.log --error="$LOG_DIR"/stderr.rank%t.log '
+            f"bash -c {shlex.quote(line)}")
+
+
 _PROLOGUE = (f"export PYTHONUNBUFFERED=1 {ENV_TIMEOUT_SIGNAL}={TIMEOUT_SIGNAL}\n"
              'mkdir -p "$LOG_DIR"\n'
              f'exec >>"$LOG_DIR"/{STDOUT_LOG} 2>>"$LOG_DIR"/{STDERR_LOG}\n')

@@ -33,3 +33,31 @@ def singularity_exec(image: str, binds: Sequence[tuple[str, str]], command: Sequ
     if gpu:
         argv.append("--nv")
     return [*argv, image, *command]
+
+
+def srun(nodes: int, tasks: int, gpus_per_node: int = 0, cpu_bind: str | None = None,
+         extra: Sequence[str] = ()) -> list[str]:
+    """``srun -u -N NODES -n TASKS [--gpus-per-node=G] [--cpu-bind=B] [extra]``."""
+    argv = ["srun", "-u", "-N", str(nodes), "-n", str(tasks)]
+    if gpus_per_node:
+        argv.append(f"--gpus-per-node={gpus_per_node}")
+    if cpu_bind:
+        argv.append(f"--cpu-bind={cpu_bind}")
+    return [*argv, *extra]
+
+
+def mpiexec(total: int, per_host: int, hostfile: str, cpu_bind: str | None = "depth",
+            depth: int | None = None) -> list[str]:
+    """``mpiexec --envall --np N --ppn P --hostfile F [--cpu-bind=B [--depth=D]]`` (PBS)."""
+    argv = ["mpiexec", "--envall", "--np", str(total), "--ppn", str(per_host),
+            "--hostfile", hostfile]
+    if cpu_bind:
+        argv.append(f"--cpu-bind={cpu_bind}")
+        if cpu_bind == "depth" and depth:
+            argv.append(f"--depth={depth}")
+    return argv
+
+
+def torchrun(per_host: int) -> list[str]:
+    """``torchrun --standalone --nproc-per-node=P`` (one host, no scheduler)."""
+    return ["torchrun", "--standalone", f"--nproc-per-node={per_host}"]

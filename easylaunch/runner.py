@@ -38,6 +38,31 @@ EXIT_NOT_STARTED = 4  # cancelled (or ended otherwise) before the runner took th
 
 TERMINAL_STATES = frozenset({"succeeded", "failed", "cancelled", "timeout"})
 
+# Where launchers put a process's place in a multi-process job, first match wins
+# (torchrun, MPICH/PMI, Open MPI, Slurm; PALS and MPI for the local rank).
+RANK_VARS = ("RANK", "PMI_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID")
+LOCAL_RANK_VARS = ("LOCAL_RANK", "PALS_LOCAL_RANKID", "PMI_LOCAL_RANK",
+                   "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID")
+WORLD_SIZE_VARS = ("WORLD_SIZE", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_STEP_NUM_TASKS",
+                   "SLURM_NTASKS")
+
+
+def first_int(env: dict, names: tuple[str, ...]) -> int | None:
+    """The first of ``names`` set in ``env``, as an integer (None if none is set)."""
+    for name in names:
+        value = env.get(name, "").strip()
+        if value.isdigit():
+            return int(value)
+    return None
+
+
+def rank_info(env: dict | None = None) -> tuple[int, int, int]:
+    """(rank, local rank, world size) from the launcher's variables; (0, 0, 1) alone."""
+    env = os.environ if env is None else env
+    rank = first_int(env, RANK_VARS) or 0
+    local = first_int(env, LOCAL_RANK_VARS)
+    return rank, rank if local is None else local, first_int(env, WORLD_SIZE_VARS) or 1
+
 ENV_PARENT_PID = "EASYLAUNCH_PARENT_PID"  # "<pid>:<start time>" of the launching process
 ENV_GPU_ID = "EASYLAUNCH_GPU_ID"
 ENV_TIMEOUT_SIGNAL = "EASYLAUNCH_TIMEOUT_SIGNAL"  # e.g. USR1: the scheduler's time-limit warning
@@ -170,7 +195,9 @@ def _watch_launcher(pid: int, started: str) -> None:
 def make_doodad_config(meta: dict, log_dir: str) -> DoodadConfig:
     """Build the DoodadConfig the function receives from a bundle's metadata."""
     gpu_id: int | str | None = meta.get("gpu_id")
-    extra = dict(meta.get("extra_launch_info", {}), host=socket.gethostname())
+    rank, local_rank, world_size = rank_info()
+    extra = dict(meta.get("extra_launch_info", {}), host=socket.gethostname(), rank=rank,
+                 local_rank=local_rank, world_size=world_size)
     if os.environ.get(ENV_GPU_ID):  # pinned through CUDA_VISIBLE_DEVICES: device 0 inside
         extra["physical_gpu_id"] = os.environ[ENV_GPU_ID]
         gpu_id = 0
@@ -273,6 +300,8 @@ def run_bundle(bundle_dir: str, log_dir: str | None = None) -> int:
             f"same minor version. Run it with a Python {meta.get('python_minor')} interpreter."))
     for code_dir in reversed(meta.get("code_dirs", [])):
         sys.path.insert(0, os.path.join(bundle_dir, code_dir))
+    if rank_info()[0] != 0:
+        return _run_other_rank(bundle_dir, meta, log_dir)
     signal.signal(signal.SIGTERM, _raise_terminated)
     if os.environ.get(ENV_TIMEOUT_SIGNAL):
         signal.signal(signal.Signals["SIG" + os.environ[ENV_TIMEOUT_SIGNAL]], _raise_terminated)
@@ -310,6 +339,17 @@ def run_bundle(bundle_dir: str, log_dir: str | None = None) -> int:
         return call_and_record(fn, make_doodad_config(meta, log_dir), variant, log_dir)[0]
     except KeyboardInterrupt:
         return 128 + signal.SIGINT
+
+
+def _run_other_rank(bundle_dir: str, meta: dict, log_dir: str) -> int:
+    """A rank other than 0 runs the function too; rank 0 alone keeps the run's record."""
+    try:
+        fn, variant = _load_payload(bundle_dir)
+        fn(make_doodad_config(meta, log_dir), variant)
+    except BaseException:  # noqa: BLE001 - reported in this rank's own log
+        traceback.print_exc()
+        return EXIT_FAILED
+    return 0
 
 
 def _cloudpickle_version() -> str | None:

@@ -91,3 +91,21 @@ def fail_unless_exists(doodad_config, variant):
     if not os.path.exists(variant["path"]):
         raise FileNotFoundError(variant["path"])
     return variant["path"]
+
+
+def allreduce(doodad_config, variant):
+    """Each rank contributes rank + 1; every rank checks the sum (gloo on the CPU)."""
+    import torch
+    import torch.distributed as dist
+
+    from easylaunch.dist import setup_torch
+
+    info = setup_torch()
+    value = torch.tensor([float(info.rank + 1)])
+    dist.all_reduce(value)
+    expected = info.world_size * (info.world_size + 1) / 2
+    assert value.item() == expected, (value.item(), expected)
+    extra = doodad_config.extra_launch_info
+    dist.destroy_process_group()
+    return {"sum": value.item(), "world_size": info.world_size, "backend": info.backend,
+            "ranks": (extra["rank"], extra["local_rank"], extra["world_size"])}

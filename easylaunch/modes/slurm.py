@@ -36,7 +36,7 @@ class SlurmMode(SlurmBase):
     """Direct submission to the Slurm cluster this machine is a login node of."""
 
     name = "slurm"
-    options = {"array_parallelism": None}
+    options = {**SlurmBase.options, "array_parallelism": None}
 
     def check(self, request: LaunchRequest) -> None:
         super().check(request)
@@ -50,10 +50,10 @@ class SlurmMode(SlurmBase):
 
     def prepare(self, request: LaunchRequest, runs: list[Run]) -> list[ArrayJob]:
         res = self.resources(request)
-        line = start_line(StartLine(
+        line = self.every_rank(start_line(StartLine(
             python=self.settings.SLURM_PYTHON or sys.executable,
             pre_cmds=tuple(self.settings.SLURM_PRE_CMDS),
-            pythonpath=bundle_pythonpath(runs[0].meta["code_dirs"])))
+            pythonpath=bundle_pythonpath(runs[0].meta["code_dirs"]))), res)
         script_dir = runs[0].log_dir.parent / SCRIPT_DIR
         arrays = []
         for chunk in slurm.chunks(len(runs), slurm.query_max_array_size()):

@@ -12,9 +12,10 @@ import shutil
 import time
 from pathlib import Path
 
-from easylaunch import runner, slurm
+from easylaunch import launchers, runner, slurm
 from easylaunch.errors import LaunchError
 from easylaunch.jobs import Job, JobState
+from easylaunch.jobscript import on_every_rank
 from easylaunch.modes.base import Mode
 from easylaunch.request import LaunchRequest
 from easylaunch.slurm import Resources
@@ -31,12 +32,36 @@ def _mirror(source: Path, dest: Path, names: tuple[str, ...] = MIRRORED) -> None
 
 
 class SlurmBase(Mode):
-    """Tracking and cancelling through Slurm; subclasses decide how jobs are made."""
+    """Tracking and cancelling through Slurm; subclasses decide how jobs are made.
+
+    Options ``n_nodes``, ``n_gpus`` (per node) and ``tasks_per_node`` (default: the GPUs per
+    node, else 1) make a run multi-process: its function runs on every rank through srun.
+    """
+
+    options = {"n_nodes": None, "n_gpus": None, "tasks_per_node": None}
 
     def resources(self, request: LaunchRequest) -> Resources:
-        """The checked SLURM_CONFIGS entry for this request."""
-        return slurm.resolve_resources(self.settings.SLURM_CONFIGS, request.slurm_config_name,
-                                       request.use_gpu)
+        """The checked SLURM_CONFIGS entry for this request, with the rank options applied."""
+        configs = self.settings.SLURM_CONFIGS
+        name = request.slurm_config_name or ("gpu" if request.use_gpu else "cpu")
+        overrides = {k: self.opts[k] for k in ("n_nodes", "n_gpus")
+                     if self.opts.get(k) is not None}
+        if name in configs and overrides:
+            configs = {**configs, name: {**configs[name], **overrides}}
+        res = slurm.resolve_resources(configs, name, request.use_gpu)
+        per_node = self.opts.get("tasks_per_node") or res.n_gpus or 1
+        if not isinstance(per_node, int) or isinstance(per_node, bool) or per_node < 1:
+            raise LaunchError(f"tasks_per_node must be a positive integer, got {per_node!r}")
+        if overrides.get("n_nodes") or per_node > 1:
+            res = slurm.resolve_resources(configs, name, request.use_gpu,
+                                          n_tasks=res.nodes * per_node)
+        return res
+
+    def every_rank(self, line: str, res: Resources) -> str:
+        """``line`` as is for one process, or started on every rank through srun."""
+        if res.tasks == 1:
+            return line
+        return on_every_rank(line, launchers.srun(res.nodes, res.tasks, res.n_gpus))
 
     def check(self, request: LaunchRequest) -> None:
         self.resources(request)

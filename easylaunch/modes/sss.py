@@ -26,10 +26,10 @@ class SssMode(BatchMode):
 
     def plan(self, request: LaunchRequest, runs: list[Run], layout: Layout) -> BatchPlan:
         res = self.resources(request)
-        line = start_line(StartLine(
+        line = self.every_rank(start_line(StartLine(
             python=self.settings.SSS_PYTHON, pre_cmds=tuple(self.settings.SSS_PRE_CMDS),
             pythonpath=self.container_pythonpath(),
-            container=self.container(request, layout, runs)))
+            container=self.container(request, layout, runs))), res)
         files, entries, seed = {}, [], []
         for run, bundle, log_dir in zip(runs, layout.bundles, layout.log_dirs, strict=True):
             header = slurm.sbatch_header(res, job_name=f"{run.exp_name}-{run.run_id}",

@@ -1,0 +1,256 @@
+"""Use every accelerator a job was given, on whichever machine it lands (after ALCF's ezpz).
+
+Usable inside any job, launched by easylaunch or not: which scheduler this is, the hosts and
+GPUs of the job, the command that starts a program on all of them, and ``setup_torch`` for
+torch.distributed. Everything reads an environment mapping, so it is testable anywhere.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from itertools import product
+
+from easylaunch import launchers
+from easylaunch.errors import EasyLaunchError
+from easylaunch.runner import (
+    LOCAL_RANK_VARS,
+    RANK_VARS,
+    WORLD_SIZE_VARS,
+    first_int,
+    rank_info,
+)
+
+GPU_COUNT_VARS = ("NGPU_PER_HOST", "SLURM_GPUS_ON_NODE", "SLURM_GPUS_PER_NODE")
+DEFAULT_MASTER_PORT = 29500
+
+
+class DistError(EasyLaunchError):
+    """The job's layout cannot be worked out, or does not add up."""
+
+
+def _env(env: Mapping[str, str] | None) -> Mapping[str, str]:
+    return os.environ if env is None else env
+
+
+def detect_scheduler(env: Mapping[str, str] | None = None,
+                     which: Callable[[str], str | None] | None = None) -> str:
+    """"pbs", "slurm" or "none": the job's variables first, then the commands on PATH."""
+    env = _env(env)
+    which = which or shutil.which
+    if env.get("PBS_JOBID"):
+        return "pbs"
+    if env.get("SLURM_JOB_ID"):
+        return "slurm"
+    if which("qsub"):
+        return "pbs"
+    if which("sbatch"):
+        return "slurm"
+    return "none"
+
+
+def workdir(env: Mapping[str, str] | None = None) -> str:
+    """PBS_O_WORKDIR, then SLURM_SUBMIT_DIR, then the current directory."""
+    env = _env(env)
+    return env.get("PBS_O_WORKDIR") or env.get("SLURM_SUBMIT_DIR") or os.getcwd()
+
+
+def _split_top_level(text: str) -> list[str]:
+    parts, depth, current = [], 0, ""
+    for char in text:
+        if char == "," and depth == 0:
+            parts.append(current)
+            current = ""
+            continue
+        depth += {"[": 1, "]": -1}.get(char, 0)
+        if depth < 0:
+            raise DistError(f"unbalanced ']' in node list {text!r}")
+        current += char
+    if depth:
+        raise DistError(f"unbalanced '[' in node list {text!r}")
+    return [p for p in [*parts, current] if p]
+
+
+def _expand_range(spec: str, text: str) -> list[str]:
+    names = []
+    for part in spec.split(","):
+        low, _, high = part.partition("-")
+        if not low.isdigit() or (high and not high.isdigit()):
+            raise DistError(f"cannot read range {part!r} in node list {text!r}")
+        width = len(low)
+        names += [str(i).zfill(width) for i in range(int(low), int(high or low) + 1)]
+    return names
+
+
+def expand_nodelist(text: str) -> list[str]:
+    """Slurm's compressed host list as names: ``gpu-[01-03,07],cpu5`` -> 4 + 1 names."""
+    hosts = []
+    for item in _split_top_level(text.strip()):
+        pieces = re.split(r"(\[[^\]]*\])", item)
+        choices = [_expand_range(p[1:-1], text) if p.startswith("[") else [p]
+                   for p in pieces if p]
+        hosts += ["".join(combo) for combo in product(*choices)]
+    return hosts
+
+
+def _read_hostfile(path: str, variable: str) -> list[str]:
+    try:
+        with open(path) as f:
+            names = [line.split()[0] for line in f if line.strip()]
+    except OSError as exc:
+        raise DistError(f"{variable}={path!r} cannot be read ({exc.strerror}); the job's host "
+                        "file is missing") from exc
+    return list(dict.fromkeys(names))  # one entry per host, in order
+
+
+def hosts(env: Mapping[str, str] | None = None, scheduler: str | None = None) -> list[str]:
+    """The job's hosts: PBS_NODEFILE or HOSTFILE, or Slurm's node list, else this host."""
+    env = _env(env)
+    scheduler = scheduler or detect_scheduler(env)
+    for variable in ("PBS_NODEFILE", "HOSTFILE"):
+        if env.get(variable):
+            return _read_hostfile(env[variable], variable)
+    nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
+    if scheduler == "slurm" and nodelist:
+        if shutil.which("scontrol"):
+            out = subprocess.run(["scontrol", "show", "hostnames", nodelist],
+                                 capture_output=True, text=True)
+            if out.returncode == 0 and out.stdout.split():
+                return out.stdout.split()
+        return expand_nodelist(nodelist)
+    return [os.uname().nodename]
+
+
+def gpus_per_host(env: Mapping[str, str] | None = None) -> int:
+    """GPUs of each host: NGPU_PER_HOST or Slurm's count, else the visible devices."""
+    env = _env(env)
+    count = first_int(env, GPU_COUNT_VARS)
+    if count is not None:
+        return count
+    visible = env.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return len([d for d in visible.split(",") if d.strip() and d.strip() != "-1"])
+    from easylaunch.gpus import local_gpu_ids
+
+    return len(local_gpu_ids())
+
+
+@dataclass(frozen=True)
+class Topology:
+    """Where a job runs: its scheduler, hosts and GPUs per host."""
+
+    scheduler: str
+    hosts: tuple[str, ...]
+    ngpu_per_host: int
+    hostfile: str | None = None
+
+    @property
+    def nhosts(self) -> int:
+        return len(self.hosts)
+
+    @property
+    def ngpus(self) -> int:
+        return self.nhosts * self.ngpu_per_host
+
+
+def topology(env: Mapping[str, str] | None = None) -> Topology:
+    """The job's topology from its environment."""
+    env = _env(env)
+    scheduler = detect_scheduler(env)
+    hostfile = env.get("PBS_NODEFILE") or env.get("HOSTFILE") or None
+    return Topology(scheduler, tuple(hosts(env, scheduler)), gpus_per_host(env), hostfile)
+
+
+def launch_command(argv: Sequence[str], topo: Topology, procs_per_host: int | None = None,
+                   total: int | None = None, cpu_bind: str | None = "depth",
+                   depth: int | None = None) -> list[str]:
+    """The argv that starts ``argv`` once per GPU (or ``procs_per_host``) on every host.
+
+    PBS: ``mpiexec --envall --np N --ppn P --hostfile F --cpu-bind=depth --depth=D``;
+    Slurm: ``srun -u -N H -n N [--gpus-per-node=P] [--cpu-bind=B]``; no scheduler:
+    ``torchrun --standalone --nproc-per-node=P``.
+    """
+    ppn = procs_per_host or topo.ngpu_per_host or 1
+    total = total or topo.nhosts * ppn
+    if total % ppn:
+        raise DistError(f"{total} processes cannot be spread evenly at {ppn} per host; "
+                        "make the total a multiple of the processes per host")
+    nhosts = total // ppn
+    if nhosts > topo.nhosts:
+        raise DistError(f"{total} processes at {ppn} per host need {nhosts} hosts; the job "
+                        f"has {topo.nhosts} ({', '.join(topo.hosts)})")
+    if topo.scheduler == "pbs":
+        if not topo.hostfile:
+            raise DistError("a PBS launch needs the job's host file: PBS_NODEFILE (or HOSTFILE) "
+                            "is not set")
+        depth = depth or max(1, (os.cpu_count() or ppn) // ppn)
+        return [*launchers.mpiexec(total, ppn, topo.hostfile, cpu_bind, depth), *argv]
+    if topo.scheduler == "slurm":
+        return [*launchers.srun(nhosts, total, ppn if topo.ngpu_per_host else 0,
+                                None if cpu_bind == "depth" else cpu_bind), *argv]
+    if nhosts > 1:
+        raise DistError("several hosts without a scheduler: launch from a PBS or Slurm job")
+    if argv and os.path.basename(argv[0]).startswith("python"):
+        argv = argv[1:]  # torchrun starts the Python itself
+    return [*launchers.torchrun(ppn), *argv]
+
+
+@dataclass(frozen=True)
+class DistInfo:
+    """This process's place in the job, as set up by :func:`setup_torch`."""
+
+    rank: int
+    local_rank: int
+    world_size: int
+    backend: str | None
+    device: str
+
+
+def _backend_and_device(torch, local_rank: int) -> tuple[str, str]:
+    if torch.cuda.is_available():
+        return "nccl", f"cuda:{local_rank % torch.cuda.device_count()}"
+    xpu = getattr(torch, "xpu", None)
+    if xpu is not None and xpu.is_available():
+        return "xccl", f"xpu:{local_rank % xpu.device_count()}"
+    return "gloo", "cpu"
+
+
+def setup_torch(backend: str | None = None, env: Mapping[str, str] | None = None) -> DistInfo:
+    """Initialise torch.distributed from whatever launched this process; return its place.
+
+    Rank, local rank and world size come from torchrun, Slurm, Open MPI, MPICH/PMI or PALS
+    variables; MASTER_ADDR/MASTER_PORT from the environment or the job's first host. The local
+    device is set before ``init_process_group``. A single process needs no init.
+    """
+    try:
+        import torch
+        import torch.distributed as torch_dist
+    except ImportError as exc:
+        raise DistError("setup_torch needs torch: pip install torch "
+                        "(or easylaunch[torch])") from exc
+    env = dict(_env(env))
+    rank, local_rank, world_size = rank_info(env)
+    found_rank = first_int(env, RANK_VARS) is not None
+    default_backend, device = _backend_and_device(torch, local_rank)
+    if device.startswith("cuda"):
+        torch.cuda.set_device(device)
+    elif device.startswith("xpu"):
+        torch.xpu.set_device(device)
+    if world_size == 1:
+        return DistInfo(0, 0, 1, None, device)
+    if not found_rank:
+        raise DistError(f"world size {world_size} but no rank: looked for {', '.join(RANK_VARS)}"
+                        f" (local rank: {', '.join(LOCAL_RANK_VARS)}; world size: "
+                        f"{', '.join(WORLD_SIZE_VARS)})")
+    os.environ.setdefault("MASTER_ADDR", env.get("MASTER_ADDR") or hosts(env)[0])
+    job = first_int(env, ("SLURM_JOB_ID",)) or 0
+    os.environ.setdefault("MASTER_PORT", env.get("MASTER_PORT")
+                          or str(DEFAULT_MASTER_PORT + job % 1000))
+    backend = backend or default_backend
+    if not torch_dist.is_initialized():
+        torch_dist.init_process_group(backend=backend, rank=rank, world_size=world_size)
+    return DistInfo(rank, local_rank, world_size, backend, device)
