@@ -98,6 +98,8 @@ SLURM_SIGNAL_SECONDS: int = 120
 # running the launching script) and shell commands run before it (e.g. "module load cuda").
 SLURM_PYTHON: str | None = None
 SLURM_PRE_CMDS: list = []
+# Node-local folder that ``env_pack=`` broadcasts the packed environment to (sbcast).
+ENV_BROADCAST_DIR: str = "/tmp"
 
 # ``sss`` and ``htp`` modes write a batch folder to copy to the cluster. Cluster-side absolute
 # paths: where the batch folders go, and where runs write their logs.

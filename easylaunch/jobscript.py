@@ -6,6 +6,7 @@ environment; paths only ever enter the shell through ``shlex.quote``.
 
 from __future__ import annotations
 
+import os
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -31,7 +32,7 @@ class Container:
 class StartLine:
     """How runs start: the Python, commands before it, PYTHONPATH entries, a container."""
 
-    python: str
+    python: str  # a shell word: a quoted path, or e.g. "$EASYLAUNCH_ENV"/bin/python
     pre_cmds: tuple[str, ...]
     pythonpath: tuple[str, ...]  # shell words, e.g. '"$BUNDLE"/code/0-src' or a quoted path
     container: Container | None = None
@@ -44,7 +45,7 @@ def bundle_pythonpath(code_dirs: Sequence[str]) -> tuple[str, ...]:
 
 def start_line(start: StartLine) -> str:
     """One line of shell that runs the runner on ``$BUNDLE``, logging to ``$LOG_DIR``."""
-    runner = (f'exec {shlex.quote(start.python)} "$BUNDLE"/{RUNNER_FILE} "$BUNDLE" '
+    runner = (f'exec {start.python} "$BUNDLE"/{RUNNER_FILE} "$BUNDLE" '
               '--log-dir "$LOG_DIR"')
     steps = [*start.pre_cmds]
     if start.pythonpath:
@@ -64,6 +65,33 @@ def on_every_rank(line: str, srun: Sequence[str]) -> str:
     return (f"exec {shlex.join(srun)} --kill-on-bad-exit=1 "
             '--output="$LOG_DIR"/stdout.rank%t.log --error="$LOG_DIR"/stderr.rank%t.log '
             f"bash -c {shlex.quote(line)}")
+
+
+def broadcast_env(archive: str, dest: str, scheduler: str = "slurm") -> str:
+    """Shell lines that copy a packed environment to every node and unpack it once per node.
+
+    Slurm: ``sbcast`` to node-local ``dest``, then one srun task per node unpacks it. PBS: one
+    mpiexec rank per node copies and unpacks. A failure stops the job with a message, so a run
+    never starts on a half-copied environment. Sets ``EASYLAUNCH_ENV`` to the unpacked folder.
+    """
+    name = os.path.basename(archive).removesuffix(".tar.gz")
+    target = f"{dest.rstrip('/')}/easylaunch-{name}"
+    unpack = (f"rm -rf {shlex.quote(target)} && mkdir -p {shlex.quote(target)} && "
+              f"tar -xzf {shlex.quote(target + '.tar.gz')} -C {shlex.quote(target)}")
+    fail = "echo \"easylaunch: {what} failed on $(hostname); the run did not start\" >&2; exit 1"
+    # (no path ever goes inside those double quotes)
+    if scheduler == "pbs":
+        copy = ("mpiexec --np \"$(sort -u \"$PBS_NODEFILE\" | wc -l)\" --ppn 1 bash -c "
+                + shlex.quote(f"cp {shlex.quote(archive)} {shlex.quote(target + '.tar.gz')} "
+                              f"&& {unpack}"))
+        lines = [f"{copy} || {{ {fail.format(what='copying the environment')}; }}"]
+    else:
+        sbcast = shlex.join(["sbcast", "--force", archive, f"{target}.tar.gz"])
+        per_node = ('srun --ntasks-per-node=1 -N "$SLURM_JOB_NUM_NODES" '
+                    f'-n "$SLURM_JOB_NUM_NODES" bash -c {shlex.quote(unpack)}')
+        lines = [f"{sbcast} || {{ {fail.format(what='sbcast of the packed environment')}; }}",
+                 f"{per_node} || {{ {fail.format(what='unpacking the environment')}; }}"]
+    return "\n".join([*lines, f"export EASYLAUNCH_ENV={shlex.quote(target)}"])
 
 
 _PROLOGUE = (f"export PYTHONUNBUFFERED=1 {ENV_TIMEOUT_SIGNAL}={TIMEOUT_SIGNAL}\n"

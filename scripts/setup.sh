@@ -10,4 +10,8 @@ fi
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]' 2>&1 \
     | grep -v "is ignored: it is neither a file nor a directory" || true
-.venv/bin/python -c "import easylaunch, cloudpickle, git, pytest"
+# torch for the distributed tests: this exact version is a CPU build on local disk here (a bare
+# "torch" requirement could download a multi-GB CUDA build instead).
+.venv/bin/python -c "import torch" 2>/dev/null || .venv/bin/python -m pip install -q \
+    --disable-pip-version-check torch==2.13.0 2>&1 | grep -v "is ignored: it is neither" || true
+.venv/bin/python -c "import easylaunch, cloudpickle, git, pytest, torch, venv_pack"

@@ -109,3 +109,9 @@ def allreduce(doodad_config, variant):
     dist.destroy_process_group()
     return {"sum": value.item(), "world_size": info.world_size, "backend": info.backend,
             "ranks": (extra["rank"], extra["local_rank"], extra["world_size"])}
+
+
+def where(doodad_config, variant):
+    import sys
+
+    return {"prefix": sys.prefix, "executable": sys.executable}

@@ -249,3 +249,35 @@ def test_slurm_mode_off_a_login_node_says_what_to_do(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", "/nonexistent")
     with pytest.raises(LaunchError, match="sbatch, which is not on PATH.*mode='sss'"):
         run_sweep(jobfns.train, [{}], mode="slurm", config=batch_settings(tmp_path))
+
+
+def test_environment_broadcast_lines_golden():
+    from easylaunch.jobscript import broadcast_env
+
+    assert broadcast_env("/logs/.envs/env-ab12.tar.gz", "/local/scratch").splitlines() == [
+        "sbcast --force /logs/.envs/env-ab12.tar.gz /local/scratch/easylaunch-env-ab12.tar.gz "
+        "|| { echo \"easylaunch: sbcast of the packed environment failed on $(hostname); the "
+        "run did not start\" >&2; exit 1; }",
+        "srun --ntasks-per-node=1 -N \"$SLURM_JOB_NUM_NODES\" -n \"$SLURM_JOB_NUM_NODES\" bash "
+        "-c 'rm -rf /local/scratch/easylaunch-env-ab12 && mkdir -p "
+        "/local/scratch/easylaunch-env-ab12 && tar -xzf "
+        "/local/scratch/easylaunch-env-ab12.tar.gz -C /local/scratch/easylaunch-env-ab12' || "
+        "{ echo \"easylaunch: unpacking the environment failed on $(hostname); the run did not "
+        "start\" >&2; exit 1; }",
+        "export EASYLAUNCH_ENV=/local/scratch/easylaunch-env-ab12",
+    ]
+    pbs = broadcast_env("/logs/env-ab12.tar.gz", "/tmp", scheduler="pbs").splitlines()
+    assert pbs[0].startswith("mpiexec --np \"$(sort -u \"$PBS_NODEFILE\" | wc -l)\" --ppn 1 "
+                             "bash -c 'cp /logs/env-ab12.tar.gz /tmp/easylaunch-env-ab12.tar.gz"
+                             " && rm -rf /tmp/easylaunch-env-ab12")
+    assert pbs[-1] == "export EASYLAUNCH_ENV=/tmp/easylaunch-env-ab12"
+
+
+def test_multi_rank_runs_start_through_srun(tmp_path):
+    cfg = batch_settings(tmp_path)
+    (job,) = run_sweep(jobfns.train, [{}], mode="sss", use_gpu=True, n_nodes=2, config=cfg)
+    script = (Path(job.launch_info["backend"]["batch_dir"]) / f"{job.id}.sbatch").read_text()
+    assert "#SBATCH --nodes=2" in script and "#SBATCH --ntasks=2" in script
+    assert ("exec srun -u -N 2 -n 2 --gpus-per-node=1 --kill-on-bad-exit=1 "
+            "--output=\"$LOG_DIR\"/stdout.rank%t.log --error=\"$LOG_DIR\"/stderr.rank%t.log "
+            "bash -c 'exec singularity exec") in script

@@ -50,7 +50,7 @@ class HtpMode(BatchMode):
         res = self.resources(request)
         image = self.image(request)
         line = start_line(StartLine(
-            python=self.settings.SSS_PYTHON if image else self.cluster_python(),
+            python=shlex.quote(self.settings.SSS_PYTHON if image else self.cluster_python()),
             pre_cmds=tuple(self.settings.SSS_PRE_CMDS),
             pythonpath=self.container_pythonpath() if image
             else bundle_pythonpath(runs[0].meta["code_dirs"]),

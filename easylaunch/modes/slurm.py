@@ -2,25 +2,36 @@
 
 Runs live in LOCAL_LOG_DIR, which the compute nodes must share. Arrays above MaxArraySize are
 split; ``array_parallelism=N`` caps how many tasks of an array run at once (``%N``).
+``env_pack=True`` (this Python's environment) or ``env_pack=PATH`` (a virtualenv or conda
+environment) packs it once per content and broadcasts it with sbcast to node-local storage
+(ENV_BROADCAST_DIR) inside each job, where the runs then start from.
 """
 
 from __future__ import annotations
 
+import shlex
 import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from easylaunch import slurm
+from easylaunch import envpack, slurm
 from easylaunch.bundle import Run
 from easylaunch.errors import LaunchError
 from easylaunch.jobs import Job
-from easylaunch.jobscript import StartLine, bundle_pythonpath, job_script, start_line
+from easylaunch.jobscript import (
+    StartLine,
+    broadcast_env,
+    bundle_pythonpath,
+    job_script,
+    start_line,
+)
 from easylaunch.modes.slurm_base import SlurmBase
 from easylaunch.request import LaunchRequest
 from easylaunch.runner import write_bytes_atomic
 
 SCRIPT_DIR = ".slurm"
+ENV_STORE = ".envs"
 
 
 @dataclass(frozen=True)
@@ -36,7 +47,13 @@ class SlurmMode(SlurmBase):
     """Direct submission to the Slurm cluster this machine is a login node of."""
 
     name = "slurm"
-    options = {**SlurmBase.options, "array_parallelism": None}
+    options = {**SlurmBase.options, "array_parallelism": None, "env_pack": None}
+
+    def _env_prefix(self) -> Path | None:
+        choice = self.opts["env_pack"]
+        if choice is None or choice is False:
+            return None
+        return Path(sys.prefix if choice is True else choice).expanduser()
 
     def check(self, request: LaunchRequest) -> None:
         super().check(request)
@@ -50,10 +67,16 @@ class SlurmMode(SlurmBase):
 
     def prepare(self, request: LaunchRequest, runs: list[Run]) -> list[ArrayJob]:
         res = self.resources(request)
+        prefix = self._env_prefix()
+        python = shlex.quote(self.settings.SLURM_PYTHON or sys.executable)
+        if prefix is not None:
+            python = '"$EASYLAUNCH_ENV"/bin/python'
         line = self.every_rank(start_line(StartLine(
-            python=self.settings.SLURM_PYTHON or sys.executable,
-            pre_cmds=tuple(self.settings.SLURM_PRE_CMDS),
+            python=python, pre_cmds=tuple(self.settings.SLURM_PRE_CMDS),
             pythonpath=bundle_pythonpath(runs[0].meta["code_dirs"]))), res)
+        if prefix is not None:
+            archive = envpack.archive_path(prefix, request.log_root / ENV_STORE)
+            line = broadcast_env(str(archive), self.settings.ENV_BROADCAST_DIR) + "\n" + line
         script_dir = runs[0].log_dir.parent / SCRIPT_DIR
         arrays = []
         for chunk in slurm.chunks(len(runs), slurm.query_max_array_size()):
@@ -69,6 +92,9 @@ class SlurmMode(SlurmBase):
 
     def submit(self, request: LaunchRequest, runs: list[Run],
                prepared: list[ArrayJob]) -> list[Job]:
+        prefix = self._env_prefix()
+        if prefix is not None:
+            envpack.pack_env(prefix, request.log_root / ENV_STORE)
         submitted: list[str] = []
         for array in prepared:
             array.script.parent.mkdir(parents=True, exist_ok=True)

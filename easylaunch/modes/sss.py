@@ -27,7 +27,8 @@ class SssMode(BatchMode):
     def plan(self, request: LaunchRequest, runs: list[Run], layout: Layout) -> BatchPlan:
         res = self.resources(request)
         line = self.every_rank(start_line(StartLine(
-            python=self.settings.SSS_PYTHON, pre_cmds=tuple(self.settings.SSS_PRE_CMDS),
+            python=shlex.quote(self.settings.SSS_PYTHON),
+            pre_cmds=tuple(self.settings.SSS_PRE_CMDS),
             pythonpath=self.container_pythonpath(),
             container=self.container(request, layout, runs))), res)
         files, entries, seed = {}, [], []
