@@ -2,19 +2,18 @@
 
 ``python packer.py TASKFILE --state-dir DIR [--workers N] [--runs RUNS.tsv --runner RUNNER.py]``
 
-Standard library only: a copy travels in the htp batch folder. Each worker takes the next task,
-runs its line with bash, and records ``task-<i>.json`` (state, exit code, times) plus
-``task-<i>.out``/``.err`` in the state folder. A failing task does not stop the others. Running
-the same task file again skips the tasks that already succeeded. ``task-<i>.cancel`` in the state
-folder cancels task i (before it starts, or while it runs). SIGTERM and SIGUSR1 (the time-limit
-warning) are passed on to the running tasks.
+Standard library only, and Python 3.6 or newer: a copy travels in the htp batch folder and
+runs on the cluster's own python3. Each worker takes the next task, runs its line with bash,
+and records ``task-<i>.json`` (state, exit code, times) plus ``task-<i>.out``/``.err`` in the
+state folder. A failing task does not stop the others. Running the same task file again skips
+the tasks that already succeeded and reruns the others. ``task-<i>.cancel`` in the state folder
+cancels task i (before it starts, or while it runs: SIGTERM, then SIGKILL after a grace
+period). SIGTERM and SIGUSR1 (the time-limit warning) are passed on to the running tasks.
 
 With ``--runs`` (one ``bundle<TAB>log dir`` line per task, written by htp when a task line does
 nothing but start easylaunch's runner), each worker is a warm Python that has loaded the runner
 and cloudpickle once and forks a child per run, instead of paying a new interpreter per task.
 """
-
-from __future__ import annotations
 
 import argparse
 import contextlib
@@ -25,21 +24,34 @@ import subprocess
 import sys
 import threading
 import time
+from typing import Dict, List, Optional, Tuple
 
 POLL_SECONDS = 0.5
+KILL_AFTER_SECONDS = 10.0
+ENV_RERUN = "EASYLAUNCH_RERUN"  # tells the runner that a failed earlier attempt may be redone
 
 
 def _write_json(path: str, obj: dict) -> None:
-    tmp = f"{path}.tmp-{os.getpid()}-{threading.get_ident()}"
+    tmp = "{}.tmp-{}-{}".format(path, os.getpid(), threading.get_ident())
     with open(tmp, "w") as f:
         json.dump(obj, f)
     os.replace(tmp, path)
 
 
-def read_tasks(path: str) -> list[str]:
+def read_tasks(path: str) -> List[str]:
     """The task lines (blank lines and # comments left out)."""
     with open(path) as f:
         return [ln.rstrip("\n") for ln in f if ln.strip() and not ln.lstrip().startswith("#")]
+
+
+def _exit_code(status: int) -> int:
+    if os.WIFSIGNALED(status):
+        return -os.WTERMSIG(status)
+    return os.WEXITSTATUS(status)
+
+
+class WorkerDied(Exception):
+    """The warm worker process ended; its stderr says why."""
 
 
 class WarmWorker:
@@ -48,72 +60,84 @@ class WarmWorker:
     def __init__(self, runner_path: str) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, os.path.abspath(__file__), "--serve", runner_path],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, universal_newlines=True, bufsize=1)
 
-    def start(self, bundle: str, log_dir: str) -> int:
+    def _answer(self) -> int:
+        line = self.proc.stdout.readline()
+        if not line:
+            raise WorkerDied("the warm worker ended (exit code {}); see the packer's own log"
+                             .format(self.proc.wait()))
+        return int(line.split()[1])
+
+    def start(self, bundle: str, log_dir: str, rerun: bool) -> int:
         """Start a run; return the pid of its process (a process group leader)."""
-        self.proc.stdin.write(f"{bundle}\t{log_dir}\n")
+        self.proc.stdin.write("{}\t{}\t{}\n".format(bundle, log_dir, int(rerun)))
         self.proc.stdin.flush()
-        return int(self.proc.stdout.readline().split()[1])
+        return self._answer()
 
     def wait(self) -> int:
         """The exit code of the run started last."""
-        return int(self.proc.stdout.readline().split()[1])
+        return self._answer()
 
     def close(self) -> None:
-        self.proc.stdin.close()
+        with contextlib.suppress(OSError):
+            self.proc.stdin.close()
         self.proc.wait()
 
 
 def serve(runner_path: str) -> int:
-    """Worker loop: for each ``bundle<TAB>log dir`` on stdin, fork a child that runs it."""
+    """Worker loop: for each ``bundle<TAB>log dir<TAB>rerun`` on stdin, fork a child to run it."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("easylaunch_runner", runner_path)
     runner = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(runner)
-    import cloudpickle  # noqa: F401 - loaded once here, inherited by every child
-
+    try:
+        import cloudpickle  # noqa: F401 - loaded once here, inherited by every child
+    except ImportError:
+        print("packer: cloudpickle is not installed for {}; install it there (pip install "
+              "cloudpickle)".format(sys.executable), file=sys.stderr)
+        return 1
     for line in sys.stdin:
-        bundle, log_dir = line.rstrip("\n").split("\t")
+        bundle, log_dir, rerun = line.rstrip("\n").split("\t")
         pid = os.fork()
         if pid == 0:
-            os._exit(_run_child(runner, bundle, log_dir))
-        print(f"pid {pid}", flush=True)
-        print(f"exit {os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])}", flush=True)
+            os._exit(_run_child(runner, bundle, log_dir, rerun == "1"))
+        print("pid {}".format(pid), flush=True)
+        print("exit {}".format(_exit_code(os.waitpid(pid, 0)[1])), flush=True)
     return 0
 
 
-def _run_child(runner, bundle: str, log_dir: str) -> int:
-    """In the forked child: the same environment and logs as a task line, then the runner."""
+def _run_child(runner, bundle: str, log_dir: str, rerun: bool) -> int:
+    """In the forked child: the environment and logs a task line sets up, then the runner."""
     os.setsid()
     os.makedirs(log_dir, exist_ok=True)
     with open(os.path.join(bundle, runner.BUNDLE_JSON)) as f:
         code_dirs = [os.path.join(bundle, d) for d in json.load(f).get("code_dirs", [])]
-    os.environ.update(BUNDLE=bundle, LOG_DIR=log_dir, PYTHONUNBUFFERED="1",
-                      **{runner.ENV_TIMEOUT_SIGNAL: "USR1"})
+    os.environ.update(BUNDLE=bundle, LOG_DIR=log_dir, PYTHONUNBUFFERED="1")
+    os.environ[runner.ENV_TIMEOUT_SIGNAL] = "USR1"
+    if rerun:
+        os.environ[ENV_RERUN] = "1"
     if code_dirs:
         os.environ["PYTHONPATH"] = os.pathsep.join(
             code_dirs + [p for p in [os.environ.get("PYTHONPATH")] if p])
-    null = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(null, 0)
+    os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
     for fd, name in ((1, "stdout.log"), (2, "stderr.log")):
-        out = os.open(os.path.join(log_dir, name), os.O_WRONLY | os.O_APPEND | os.O_CREAT)
-        os.dup2(out, fd)
+        os.dup2(os.open(os.path.join(log_dir, name), os.O_WRONLY | os.O_APPEND | os.O_CREAT,
+                        0o644), fd)
     try:
-        code = runner.run_bundle(bundle, log_dir)
+        return runner.run_bundle(bundle, log_dir)
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
-    return code
 
 
 class Packer:
     """Runs tasks on a fixed number of workers and records each one's outcome."""
 
-    def __init__(self, tasks: list[str], state_dir: str, workers: int,
-                 runs: list[tuple[str, str]] | None = None, runner_path: str | None = None,
-                 ) -> None:
+    def __init__(self, tasks: List[str], state_dir: str, workers: int,
+                 runs: Optional[List[Tuple[str, str]]] = None,
+                 runner_path: Optional[str] = None) -> None:
         self.tasks = tasks
         self.state_dir = state_dir
         self.workers = workers
@@ -121,20 +145,20 @@ class Packer:
         self.runner_path = runner_path
         self.next = 0
         self.lock = threading.Lock()
-        self.running: dict[int, int] = {}  # task index -> pid of its process group
+        self.running: Dict[int, Tuple[int, float]] = {}  # task -> (pid, when SIGTERM was sent)
         self.stopping = False
 
     def _path(self, index: int, suffix: str) -> str:
-        return os.path.join(self.state_dir, f"task-{index}.{suffix}")
+        return os.path.join(self.state_dir, "task-{}.{}".format(index, suffix))
 
-    def _state(self, index: int) -> str | None:
+    def _state(self, index: int) -> Optional[str]:
         try:
             with open(self._path(index, "json")) as f:
                 return json.load(f).get("state")
-        except (FileNotFoundError, ValueError):
+        except (OSError, ValueError):
             return None
 
-    def _take(self) -> int | None:
+    def _take(self) -> Optional[int]:
         with self.lock:
             while self.next < len(self.tasks) and not self.stopping:
                 index = self.next
@@ -143,28 +167,35 @@ class Packer:
                     return index
             return None
 
-    def _run(self, index: int, worker: WarmWorker | None) -> None:
-        record = {"index": index, "line": self.tasks[index], "host": os.uname().nodename}
+    def _run(self, index: int, worker: Optional[WarmWorker]) -> None:
+        record = {"index": index, "line": self.tasks[index], "host": os.uname()[1]}
         if os.path.exists(self._path(index, "cancel")):
             _write_json(self._path(index, "json"), dict(record, state="cancelled"))
             return
+        rerun = self._state(index) is not None  # an earlier attempt did not succeed
         started = time.time()
         _write_json(self._path(index, "json"), dict(record, state="running", started=started))
         with open(self._path(index, "out"), "ab") as out, \
                 open(self._path(index, "err"), "ab") as err:
-            if worker is not None:
-                pid = worker.start(*self.runs[index])
-                wait = worker.wait
-            else:
-                proc = subprocess.Popen(["bash", "-c", self.tasks[index]], stdout=out,
-                                        stderr=err, stdin=subprocess.DEVNULL,
-                                        start_new_session=True)
-                pid, wait = proc.pid, proc.wait
-            with self.lock:
-                self.running[index] = pid
-            code = wait()
-            with self.lock:
-                self.running.pop(index, None)
+            try:
+                if worker is not None:
+                    pid = worker.start(self.runs[index][0], self.runs[index][1], rerun)
+                    wait = worker.wait
+                else:
+                    env = dict(os.environ, **({ENV_RERUN: "1"} if rerun else {}))
+                    proc = subprocess.Popen(["bash", "-c", self.tasks[index]], stdout=out,
+                                            stderr=err, stdin=subprocess.DEVNULL, env=env,
+                                            start_new_session=True)
+                    pid, wait = proc.pid, proc.wait
+                with self.lock:
+                    self.running[index] = (pid, 0.0)
+                code = wait()
+            except WorkerDied as exc:
+                err.write("packer: {}\n".format(exc).encode())
+                code = -1
+            finally:
+                with self.lock:
+                    self.running.pop(index, None)
         cancelled = os.path.exists(self._path(index, "cancel"))
         state = "succeeded" if code == 0 else "cancelled" if cancelled else "failed"
         _write_json(self._path(index, "json"), dict(
@@ -173,8 +204,13 @@ class Packer:
     def _worker(self) -> None:
         worker = WarmWorker(self.runner_path) if self.runs is not None else None
         try:
-            while (index := self._take()) is not None:
+            while True:
+                index = self._take()
+                if index is None:
+                    break
                 self._run(index, worker)
+                if worker is not None and worker.proc.poll() is not None:
+                    worker = None  # it died: the remaining tasks run their own lines
         finally:
             if worker is not None:
                 worker.close()
@@ -183,15 +219,21 @@ class Packer:
         while not done.wait(POLL_SECONDS):
             with self.lock:
                 running = dict(self.running)
-            for index, pid in running.items():
-                if os.path.exists(self._path(index, "cancel")):
-                    _signal_group(pid, signal.SIGTERM)
+            for index, (pid, asked) in running.items():
+                if not os.path.exists(self._path(index, "cancel")):
+                    continue
+                late = asked and time.time() - asked > KILL_AFTER_SECONDS
+                _signal_group(pid, signal.SIGKILL if late else signal.SIGTERM)
+                if not asked:
+                    with self.lock:
+                        if index in self.running:
+                            self.running[index] = (pid, time.time())
 
     def forward(self, signum: int, _frame: object = None) -> None:
         """Pass a signal on to every running task; stop handing out new ones."""
         with self.lock:
             self.stopping = True
-            running = list(self.running.values())
+            running = [pid for pid, _ in self.running.values()]
         for pid in running:
             _signal_group(pid, signum)
 
@@ -208,7 +250,7 @@ class Packer:
         done.set()
         states = [self._state(i) for i in range(len(self.tasks))]
         ok = states.count("succeeded")
-        print(f"packer: {ok} of {len(states)} tasks succeeded", file=sys.stderr)
+        print("packer: {} of {} tasks succeeded".format(ok, len(states)), file=sys.stderr)
         return 0 if ok == len(states) else 1
 
 
@@ -225,7 +267,7 @@ def default_workers() -> int:
     return os.cpu_count() or 1
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: Optional[List[str]] = None) -> int:
     """Command-line entry point of the packer."""
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--serve"]:

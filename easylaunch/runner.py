@@ -66,6 +66,7 @@ def rank_info(env: dict | None = None) -> tuple[int, int, int]:
 ENV_PARENT_PID = "EASYLAUNCH_PARENT_PID"  # "<pid>:<start time>" of the launching process
 ENV_GPU_ID = "EASYLAUNCH_GPU_ID"
 ENV_TIMEOUT_SIGNAL = "EASYLAUNCH_TIMEOUT_SIGNAL"  # e.g. USR1: the scheduler's time-limit warning
+ENV_RERUN = "EASYLAUNCH_RERUN"  # set by htp's packer when it runs a task again
 
 
 class GitInfo(NamedTuple):
@@ -308,6 +309,8 @@ def run_bundle(bundle_dir: str, log_dir: str | None = None) -> int:
     if os.environ.get(ENV_PARENT_PID):
         pid, started = os.environ[ENV_PARENT_PID].split(":", 1)
         threading.Thread(target=_watch_launcher, args=(int(pid), started), daemon=True).start()
+    if os.environ.get(ENV_RERUN):
+        _reopen_for_rerun(log_dir)
     status = update_status(log_dir, state="running", started_at=time.time(), pid=os.getpid(),
                            host=socket.gethostname())
     if status.get("state") != "running" or status.get("cancel_requested"):
@@ -339,6 +342,19 @@ def run_bundle(bundle_dir: str, log_dir: str | None = None) -> int:
         return call_and_record(fn, make_doodad_config(meta, log_dir), variant, log_dir)[0]
     except KeyboardInterrupt:
         return 128 + signal.SIGINT
+
+
+def _reopen_for_rerun(log_dir: str) -> None:
+    """Let a run that failed (or was stopped, without a cancel request) run again."""
+    path = os.path.join(log_dir, STATUS_JSON)
+    with _status_lock(log_dir):
+        old = read_json(path)
+        if old.get("state") in ("failed", "timeout", "cancelled") and \
+                not old.get("cancel_requested"):
+            write_json_atomic(path, {
+                "state": "queued", "run_id": old.get("run_id"),
+                "queued_at": old.get("queued_at"), "attempt": old.get("attempt", 1) + 1,
+                "previous_attempt": {k: old.get(k) for k in ("state", "ended_at", "error")}})
 
 
 def _run_other_rank(bundle_dir: str, meta: dict, log_dir: str) -> int:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 import re
-import shlex
 import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -36,8 +35,13 @@ Runner = Callable[[list[str]], subprocess.CompletedProcess]
 
 
 def run_command(argv: list[str]) -> subprocess.CompletedProcess:
-    """Run a Slurm command, capturing its output as text."""
-    return subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    """Run a Slurm command, capturing its output as text (a missing or hung one fails)."""
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    except FileNotFoundError:
+        return subprocess.CompletedProcess(argv, 127, "", f"{argv[0]}: not found")
+    except subprocess.TimeoutExpired:
+        return subprocess.CompletedProcess(argv, 124, "", f"{argv[0]}: no answer in 60 s")
 
 
 @dataclass(frozen=True)
@@ -108,11 +112,12 @@ def _directive(*parts: str) -> str:
 
 
 def _quoted(value: str) -> str:
-    """Quote a #SBATCH value: sbatch reads double quotes (a newline can never be inside)."""
-    if "\n" in value or '"' in value:
-        raise LaunchError(f"{value!r} cannot go into a #SBATCH line (newline or double quote); "
-                          "choose a path or name without them")
-    return f'"{value}"' if re.search(r"\s", value) else value
+    """Double-quote a #SBATCH value for sbatch's own parser (which reads quotes, backslash
+    escapes and # comments); a newline can never be inside."""
+    if "\n" in value:
+        raise LaunchError(f"{value!r} cannot go into a #SBATCH line (it holds a newline); "
+                          "choose a path or name without one")
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def sbatch_header(res: Resources, job_name: str, output: str, signal_seconds: int,
@@ -125,8 +130,9 @@ def sbatch_header(res: Resources, job_name: str, output: str, signal_seconds: in
         _directive(f"--nodes={res.nodes}"),
         _directive(f"--ntasks={res.tasks}"),
         _directive(f"--cpus-per-task={res.cpus_per_task}"),
-        _directive(f"--signal=B:{TIMEOUT_SIGNAL}@{signal_seconds}"),
     ]
+    if signal_seconds:
+        lines.append(_directive(f"--signal=B:{TIMEOUT_SIGNAL}@{signal_seconds}"))
     if res.account:
         lines.append(_directive(f"--account={_quoted(res.account)}"))
     if res.partition:
@@ -154,9 +160,9 @@ def chunks(count: int, max_array_size: int) -> list[range]:
     return [range(start, min(start + size, count)) for start in range(0, count, size)]
 
 
-def sbatch_command(script: str, extra: Sequence[str] = ()) -> list[str]:
-    """``sbatch --parsable [extra] SCRIPT``."""
-    return ["sbatch", "--parsable", *extra, script]
+def sbatch_command(script: str) -> list[str]:
+    """``sbatch --parsable SCRIPT``."""
+    return ["sbatch", "--parsable", script]
 
 
 def parse_sbatch(stdout: str) -> str:
@@ -191,13 +197,26 @@ def sacct_command(job_ids: Sequence[str]) -> list[str]:
             "--jobs", ",".join(job_ids)]
 
 
+def _array_ids(job_id: str) -> list[str]:
+    """``123_[1-3,7]`` (array tasks folded into one line) as each task's id."""
+    match = re.fullmatch(r"(\d+)_\[([\d,\-]+)(?:%\d+)?\]", job_id)
+    if not match:
+        return [job_id]
+    ids = []
+    for part in match.group(2).split(","):
+        low, _, high = part.partition("-")
+        ids += [f"{match.group(1)}_{i}" for i in range(int(low), int(high or low) + 1)]
+    return ids
+
+
 def parse_sacct(stdout: str) -> dict[str, str]:
-    """``{job id: easylaunch state}`` from :func:`sacct_command` output."""
+    """``{job id: easylaunch state}`` from :func:`sacct_command` output (folded arrays too)."""
     states = {}
     for line in stdout.splitlines():
         parts = line.split("|")
         if len(parts) >= 2 and parts[1]:
-            states[parts[0]] = STATES.get(parts[1].split()[0].rstrip("+"), "unknown")
+            state = STATES.get(parts[1].split()[0].rstrip("+"), "unknown")
+            states.update(dict.fromkeys(_array_ids(parts[0]), state))
     return states
 
 
@@ -206,20 +225,24 @@ def scancel_command(job_id: str) -> list[str]:
     return ["scancel", job_id]
 
 
-def query_states(job_ids: Sequence[str], run: Runner = run_command) -> dict[str, str]:
-    """States of these jobs from squeue, then sacct for those squeue has forgotten."""
-    states: dict[str, str] = {}
+def query_states(job_ids: Sequence[str], run: Runner = run_command) -> dict[str, str | None]:
+    """States of these jobs from squeue, then sacct for those squeue does not list.
+
+    None means Slurm has forgotten the job (squeue answered and listed it nowhere, and sacct
+    did not know it either); "unknown" means Slurm could not be asked just now.
+    """
     if not job_ids:
-        return states
+        return {}
     out = run(squeue_command(job_ids))
-    if out.returncode == 0:
-        states.update(parse_squeue(out.stdout))
+    if out.returncode != 0:
+        return dict.fromkeys(job_ids, "unknown")
+    states: dict[str, str | None] = dict(parse_squeue(out.stdout))
     missing = [j for j in job_ids if j not in states]
     if missing:
         out = run(sacct_command(missing))
-        if out.returncode == 0:
-            states.update({k: v for k, v in parse_sacct(out.stdout).items() if k in missing})
-    return states
+        known = parse_sacct(out.stdout) if out.returncode == 0 else {}
+        states.update({j: known.get(j) for j in missing})
+    return {j: states.get(j) for j in job_ids}
 
 
 def query_max_array_size(run: Runner = run_command) -> int:
@@ -228,7 +251,3 @@ def query_max_array_size(run: Runner = run_command) -> int:
     match = re.search(r"^MaxArraySize\s*=\s*(\d+)", out.stdout or "", re.MULTILINE)
     return int(match.group(1)) if match else DEFAULT_MAX_ARRAY_SIZE
 
-
-def shell_join(argv: Sequence[str]) -> str:
-    """Join an argv list into one shell-safe command line."""
-    return shlex.join(argv)

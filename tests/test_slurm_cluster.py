@@ -195,10 +195,10 @@ def test_htp_packer_runs_every_task_and_reruns_only_failures(batch_cfg, tmp_path
     first = {i: (state_dir / f"task-{i}.json").read_text() for i in range(5)}
     assert all((state_dir / f"task-{i}.out").exists() for i in range(5))
     marker.touch()
-    (Path(jobs[2].launch_info["backend"]["job_log_dir"]) / "status.json").unlink()
-    (jobs[2].log_dir / "status.json").write_text('{"state": "queued"}')
     subprocess.run(["bash", f"{cluster}/submit.sh"], check=True)
-    assert jobs[2].wait(timeout=180) is JobState.SUCCEEDED
+    assert wait_for(lambda: jobs[2].status() is JobState.SUCCEEDED, 180)
+    assert jobs[2].info()["attempt"] == 2
+    assert "FileNotFoundError" in jobs[2].info()["previous_attempt"]["error"]
     assert wait_for(lambda: "succeeded" in (state_dir / "task-2.json").read_text())
     again = {i: (state_dir / f"task-{i}.json").read_text() for i in range(5)}
     assert all(again[i] == first[i] for i in (0, 1, 3, 4))  # not run again
@@ -210,8 +210,8 @@ def test_htp_cancels_one_task_without_touching_the_others(batch_cfg, container):
         batch_cfg["SSS_CPU_IMAGE"] = None
     batch_cfg["SLURM_CONFIGS"]["cpu"]["max_num_cores_per_node"] = 1  # one worker
     jobs = run_sweep(jobfns.sleep_with_child, [{}, {}, {}], mode="htp", config=batch_cfg)
-    jobs[2].cancel()  # before the allocation even starts
     cluster = _copy_to_cluster(jobs[0])
+    jobs[2].cancel()  # before the allocation even starts
     subprocess.run(["bash", f"{cluster}/submit.sh"], check=True)
     job_log = Path(jobs[0].launch_info["backend"]["job_log_dir"])
     pids = run_pids(job_log)

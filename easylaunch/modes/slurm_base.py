@@ -64,9 +64,12 @@ class SlurmBase(Mode):
         return on_every_rank(line, launchers.srun(res.nodes, res.tasks, res.n_gpus))
 
     def check(self, request: LaunchRequest) -> None:
-        self.resources(request)
-        if self.settings.SLURM_SIGNAL_SECONDS < 0:
-            raise LaunchError("SLURM_SIGNAL_SECONDS must be 0 or more")
+        res = self.resources(request)
+        if self.settings.SLURM_SIGNAL_SECONDS >= res.time_minutes * 60:
+            raise LaunchError(
+                f"SLURM_SIGNAL_SECONDS={self.settings.SLURM_SIGNAL_SECONDS} is not shorter than "
+                f"the time limit ({res.time_minutes} min): the time-limit warning would come at "
+                "once; lower it (0 turns the warning off) or raise time_in_mins")
 
     # -- tracking -------------------------------------------------------------------------------
 
@@ -92,17 +95,18 @@ class SlurmBase(Mode):
 
     def refresh_many(self, jobs: list[Job]) -> None:
         """Sync each run's record, then ask Slurm once about those still not ended."""
-        open_jobs = {}
+        open_jobs: dict[str, list[Job]] = {}  # htp runs share one allocation's id
         for job in jobs:
             self._sync(job)
             job_id = None if job.recorded_state().terminal else self.slurm_job_id(job)
             if job_id is not None:
-                open_jobs[job_id] = job
+                open_jobs.setdefault(job_id, []).append(job)
         if not open_jobs or shutil.which("squeue") is None:
             return  # not submitted from here, or not on a login node: nothing more to ask
         states = slurm.query_states(list(open_jobs))
-        for job_id, job in open_jobs.items():
-            self._settle(job, job_id, states.get(job_id))
+        for job_id, group in open_jobs.items():
+            for job in group:
+                self._settle(job, job_id, states.get(job_id, "unknown"))
 
     def _settle(self, job: Job, job_id: str, state: str | None) -> None:
         """Give a run Slurm has finished with (or forgotten) the terminal state it lacks."""
@@ -123,10 +127,14 @@ class SlurmBase(Mode):
             self._record(job, state, f"Slurm reports job {job_id} as {state} before the run "
                                      "recorded an outcome (see stderr.log)")
 
-    def cancel(self, job: Job) -> None:
+    def request_cancel(self, job: Job) -> None:
+        """Note the cancel in the run's record, here and where the job writes it."""
         for folder in {self._job_log_dir(job), job.log_dir}:
             if folder.is_dir():
                 runner.update_status(str(folder), cancel_requested=True)
+
+    def cancel(self, job: Job) -> None:
+        self.request_cancel(job)
         job_id = self.slurm_job_id(job)
         if job_id is None:
             raise LaunchError(f"run {job.id} has no Slurm job id known on this machine; cancel "
