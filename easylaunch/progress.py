@@ -57,7 +57,7 @@ def wait_all(jobs: Iterable[Job], timeout: float | None = None,
                 last_refresh = time.monotonic()
             still = [j for j in pending if not j.recorded_state().terminal]
             advance(len(pending) - len(still))
-            if still:
-                still[0].mode.wait_for_change(still[0], 0.1)
+            if still:  # a full scan reads every open run's record: not more than twice a second
+                still[0].mode.wait_for_change(still[0], 0.5)
             pending = still
     return [j.status() for j in jobs]

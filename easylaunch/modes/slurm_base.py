@@ -14,7 +14,7 @@ from pathlib import Path
 
 from easylaunch import launchers, runner, slurm
 from easylaunch.errors import LaunchError
-from easylaunch.jobs import Job, JobState
+from easylaunch.jobs import Job
 from easylaunch.jobscript import on_every_rank
 from easylaunch.modes.base import Mode
 from easylaunch.request import LaunchRequest
@@ -144,5 +144,4 @@ class SlurmBase(Mode):
             raise LaunchError(f"scancel {job_id} failed: {out.stderr.strip()}")
 
     def wait_for_change(self, job: Job, timeout: float) -> None:
-        time.sleep(max(timeout, 0.25) if not JobState(job.info().get("state", "unknown"))
-                   .terminal else 0)
+        time.sleep(max(timeout, 0.25))  # each look may ask squeue: not more than 4 times a second
