@@ -152,8 +152,10 @@ class Job:
 
     @property
     def stdout_path(self) -> Path:
-        return self.log_dir / bundle.STDOUT_LOG
+        """The run's stdout log, where it can be read from here."""
+        return self.mode.log_file(self, bundle.STDOUT_LOG)
 
     @property
     def stderr_path(self) -> Path:
-        return self.log_dir / bundle.STDERR_LOG
+        """The run's stderr log, where it can be read from here."""
+        return self.mode.log_file(self, bundle.STDERR_LOG)

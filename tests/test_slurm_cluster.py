@@ -171,6 +171,8 @@ def test_sss_runs_in_the_container_with_real_bind_mounts(batch_cfg, tmp_path):
     for job in (jobs[0], writer):  # one batch per launch
         subprocess.run(["bash", f"{_copy_to_cluster(job)}/submit.sh"], check=True)
     assert [j.result(timeout=120) for j in jobs] == ["good", "good"]
+    backend = jobs[0].launch_info["backend"]
+    assert jobs[0].stdout_path == Path(backend["job_log_dir"]) / "stdout.log"  # logs read there
     writer.wait(timeout=120)
     assert (data / "written.txt").read_text() == "from the job"  # landed in local_dir
     assert not mount_point.exists() or not any(mount_point.iterdir())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from easylaunch.errors import LaunchError
@@ -53,6 +54,10 @@ class Mode(ABC):
     def cancel(self, job: Job) -> None:
         """Stop a run that has not ended."""
         raise NotImplementedError(f"mode {self.name!r} cannot cancel runs")
+
+    def log_file(self, job: Job, name: str) -> Path:
+        """Where this run's log file ``name`` can be read from this machine."""
+        return job.log_dir / name
 
     def fetch(self, job: Job) -> str:
         """Bring remote logs and results into the local run folder; say what was done."""

@@ -76,6 +76,11 @@ class SlurmBase(Mode):
     def _job_log_dir(self, job: Job) -> Path:
         return Path(job.launch_info["backend"].get("job_log_dir", job.log_dir))
 
+    def log_file(self, job: Job, name: str) -> Path:
+        """The log where the job writes it (a cluster folder visible here), else the copy."""
+        remote = self._job_log_dir(job) / name
+        return remote if remote.exists() else job.log_dir / name
+
     def slurm_job_id(self, job: Job) -> str | None:
         """The Slurm job (or array task) id that runs this job, if known here."""
         return job.launch_info["backend"].get("slurm_job_id")
