@@ -130,3 +130,61 @@ HTP_RUNNER: str = "packer"
 TASKFILE_PATH_ON_BRC: str | None = None
 HT_HELPER_PREAMBLE: str = "module load gcc openmpi"
 HT_HELPER_PYTHON_MODULE: str = "python/3.5"
+
+# ---------------------------------------------------------------------------------------------
+# EC2 mode (ec2): runs on AWS instances that sync their log folders to S3 and terminate when done
+# ---------------------------------------------------------------------------------------------
+
+# Where code, bundles and run logs go: "s3://bucket/prefix". Required. A run's log folder is
+# mirrored to <prefix>/logs/<exp_name>/<run folder>/; code snapshots and bundles are stored once
+# per unique content under <prefix>/snapshots/ and <prefix>/bundles/.
+AWS_S3_PATH: str | None = None
+
+# The AWS region instances start in. None: boto3's default (AWS_DEFAULT_REGION, ~/.aws/config).
+AWS_REGION: str | None = None
+
+# Instance types for runs without and with use_gpu.
+AWS_INSTANCE_TYPE: str = "c5.large"
+AWS_GPU_INSTANCE_TYPE: str = "g4dn.xlarge"
+
+# Machine images by region, for runs without and with use_gpu: {"us-east-1": "ami-..."}.
+# The image needs bash and a Python of the launching machine's minor version (pickled functions
+# load only there), or Docker when AWS_DOCKER_IMAGE is set.
+AWS_IMAGE_IDS: dict = {}
+AWS_GPU_IMAGE_IDS: dict = {}
+
+# Maximum price in USD per instance-hour for spot instances. None: on-demand instances.
+AWS_SPOT_PRICE: float | None = None
+
+# EC2 key pair name for ssh access (None: no key), security group ids (empty: the default group)
+# and subnet id (None: the default subnet).
+AWS_KEY_NAME: str | None = None
+AWS_SECURITY_GROUP_IDS: list = []
+AWS_SUBNET_ID: str | None = None
+
+# The IAM instance profile (name or ARN) the instances run as. Required: its role must allow
+# s3:GetObject, s3:PutObject and s3:ListBucket on AWS_S3_PATH (and ec2:CreateTags, optional, so
+# instances can tag themselves). No credentials ever travel to the instances.
+AWS_IAM_INSTANCE_PROFILE: str | None = None
+
+# Files of a run's log folder that are synced to S3 (glob patterns matched against the file name
+# and its path in the folder). status.json, result.pkl, stdout.log and stderr.log always are.
+AWS_FILE_PATTERNS_TO_SAVE: list = ["*"]
+
+# Seconds between two syncs of a run's log folder to S3 (status.json is synced whenever it
+# changes; everything is synced once more when the runs end or a spot interruption is announced).
+AWS_SYNC_INTERVAL_SECONDS: float = 60.0
+
+# Runs per instance: a sweep's runs are packed this many to an instance, run side by side; the
+# instance terminates when all of them have ended. The mode option num_exps_per_instance= wins.
+AWS_NUM_EXPS_PER_INSTANCE: int = 1
+
+# Docker image the runs start in (with --gpus all for use_gpu; it needs python3 and cloudpickle).
+# None: the image's own Python, AWS_PYTHON.
+AWS_DOCKER_IMAGE: str | None = None
+
+# Python on the instance (runs the instance agent, and the runs without AWS_DOCKER_IMAGE), and
+# the packages pip installs there at boot (empty: the image has them). The agent needs boto3;
+# runs need cloudpickle (best pinned to the launching machine's version).
+AWS_PYTHON: str = "python3"
+AWS_PIP_REQUIREMENTS: list = ["boto3", "cloudpickle"]

@@ -14,6 +14,7 @@ MODES: dict[str, str] = {
     "slurm": "easylaunch.modes.slurm:SlurmMode",
     "sss": "easylaunch.modes.sss:SssMode",
     "htp": "easylaunch.modes.htp:HtpMode",
+    "ec2": "easylaunch.modes.ec2:Ec2Mode",
 }
 
 

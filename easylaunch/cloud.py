@@ -1,0 +1,265 @@
+"""What every cloud mode shares: packing runs for object storage, uploads once per content, and
+the boot script that starts the instance agent.
+
+A run travels as two kinds of archives: one per code snapshot (``snapshots/<digest>.tar.gz``)
+and one for the run's bundle folder without the snapshots (``bundles/<sha>.tar.gz``). Keys are
+named by content, so an archive whose key already exists is never uploaded again. On the
+instance, snapshots unpack to ``<workdir>/.snapshots/<digest>`` and a bundle to
+``<workdir>/<exp>/<run folder>/bundle``, where its relative ``code/`` links resolve.
+
+Nothing here imports a cloud SDK; modes implement :class:`Storage` with theirs.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+import os
+import shlex
+import tarfile
+from abc import ABC, abstractmethod
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from easylaunch import instance_agent
+from easylaunch.bundle import SNAPSHOT_STORE, Run
+from easylaunch.errors import LaunchError
+
+MANIFEST_FORMAT = 1
+# The largest object a single upload may hold (S3's single PUT limit, 5 GiB).
+MAX_OBJECT_BYTES = 5 * 2**30
+# The boot script must stay well below the user-data / startup-script limit (16 KB on EC2).
+MAX_BOOT_SCRIPT_BYTES = 8 * 2**10
+AGENT_SOURCE = Path(instance_agent.__file__).read_bytes()
+
+
+class Storage(ABC):
+    """A bucket seen through the few calls cloud modes need; keys are relative to the bucket."""
+
+    url_scheme = ""
+
+    def __init__(self, bucket: str) -> None:
+        self.bucket = bucket
+
+    def url(self, key: str) -> str:
+        """The object's URL, e.g. ``s3://bucket/key``."""
+        return f"{self.url_scheme}://{self.bucket}/{key}"
+
+    @abstractmethod
+    def exists(self, key: str) -> bool:
+        """True if an object is stored under ``key``."""
+
+    @abstractmethod
+    def upload_bytes(self, key: str, data: bytes) -> None:
+        """Store ``data`` under ``key``."""
+
+    @abstractmethod
+    def upload_file(self, key: str, path: str | os.PathLike) -> None:
+        """Store the file at ``path`` under ``key``."""
+
+    @abstractmethod
+    def read_bytes(self, key: str) -> bytes | None:
+        """The object under ``key``, or None if there is none."""
+
+    @abstractmethod
+    def list(self, prefix: str) -> list[str]:
+        """Keys under ``prefix``."""
+
+    def download_prefix(self, prefix: str, dest: str | os.PathLike,
+                        skip: Iterable[str] = ()) -> list[str]:
+        """Copy every object under ``prefix/`` into ``dest`` (keeping relative paths).
+
+        Relative paths in ``skip`` are left out; returns the relative paths written.
+        """
+        dest = Path(dest).resolve()
+        prefix = prefix.rstrip("/") + "/"
+        written = []
+        for key in self.list(prefix):
+            rel = key[len(prefix):]
+            target = (dest / rel).resolve()
+            if not rel or rel in skip or not target.is_relative_to(dest):
+                continue
+            data = self.read_bytes(key)
+            if data is None:
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            tmp = target.with_name(f".{target.name}.download")
+            tmp.write_bytes(data)
+            os.replace(tmp, target)
+            written.append(rel)
+        return written
+
+
+@dataclass
+class Archive:
+    """One object to upload: its key and bytes."""
+
+    key: str
+    data: bytes
+
+
+@dataclass
+class Upload:
+    """What a launch uploads, and what it found already stored."""
+
+    archives: list[Archive] = field(default_factory=list)
+    uploaded_bytes: int = 0
+    skipped: list[str] = field(default_factory=list)
+
+
+def split_url(url: str, scheme: str, setting: str) -> tuple[str, str]:
+    """``scheme://bucket/prefix`` as (bucket, prefix without slashes at either end)."""
+    head = f"{scheme}://"
+    if not isinstance(url, str) or not url.startswith(head) or not url[len(head):].strip("/"):
+        raise LaunchError(f"{setting} must look like {head}bucket/prefix, got {url!r}; set it in "
+                          "your settings to a bucket this machine and the instances can write")
+    bucket, _, prefix = url[len(head):].partition("/")
+    return bucket, prefix.strip("/")
+
+
+def join_key(*parts: str) -> str:
+    """Parts joined by ``/``, empty parts left out."""
+    return "/".join(p.strip("/") for p in parts if p and p.strip("/"))
+
+
+def tar_gz(folder: Path) -> bytes:
+    """A reproducible gzipped tarball of ``folder``'s content (links kept as links)."""
+    buf = io.BytesIO()
+    with gzip.GzipFile(fileobj=buf, mode="wb", mtime=0) as gz, \
+            tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for dirpath, dirnames, filenames in os.walk(folder):
+            dirnames.sort()
+            for name in sorted(dirnames + filenames):
+                path = Path(dirpath) / name
+                info = tar.gettarinfo(str(path), arcname=str(path.relative_to(folder)))
+                info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
+                if info.isreg():
+                    with open(path, "rb") as f:
+                        tar.addfile(info, f)
+                else:
+                    tar.addfile(info)
+    return buf.getvalue()
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()[:32]
+
+
+def snapshot_key(prefix: str, digest: str) -> str:
+    """Where the archive of code snapshot ``digest`` is stored."""
+    return join_key(prefix, "snapshots", f"{digest}.tar.gz")
+
+
+def run_log_prefix(prefix: str, run: Run) -> str:
+    """Where a run's log folder is mirrored: ``<prefix>/logs/<exp>/<run folder>``."""
+    return join_key(prefix, "logs", run.exp_name, run.log_dir.name)
+
+
+def _check_size(archive: Archive, what: str) -> Archive:
+    if len(archive.data) > MAX_OBJECT_BYTES:
+        raise LaunchError(
+            f"{what} packs to {len(archive.data) / 2**20:.1f} MB, more than the "
+            f"{MAX_OBJECT_BYTES / 2**20:.0f} MB one upload may hold; move data out of the code "
+            "folders and the variant (NON_CODE_DIRS_TO_MOUNT, or read it from the bucket)")
+    return archive
+
+
+def pack_snapshots(runs: list[Run], log_root: Path, prefix: str) -> list[Archive]:
+    """One archive per code snapshot the runs use (each digest once)."""
+    digests = dict.fromkeys(s["digest"] for r in runs for s in r.launch["code_snapshots"])
+    return [_check_size(Archive(snapshot_key(prefix, d), tar_gz(log_root / SNAPSHOT_STORE / d)),
+                        f"code snapshot {d}") for d in digests]
+
+
+def pack_bundle(run: Run, prefix: str) -> Archive:
+    """The run's bundle folder (links to snapshots kept as links) as a content-named archive."""
+    data = tar_gz(run.bundle_dir)
+    return _check_size(Archive(join_key(prefix, "bundles", f"{_sha(data)}.tar.gz"), data),
+                       f"the bundle of run {run.run_id}")
+
+
+def agent_archive(prefix: str) -> Archive:
+    """The instance agent's source, named by its content."""
+    return Archive(join_key(prefix, "agent", f"{_sha(AGENT_SOURCE)}.py"), AGENT_SOURCE)
+
+
+def manifest_archive(prefix: str, manifest: dict) -> Archive:
+    """A launch manifest as JSON, named by its content."""
+    data = json.dumps(manifest, indent=1, sort_keys=True).encode()
+    return Archive(join_key(prefix, "manifests", f"{_sha(data)}.json"), data)
+
+
+def upload_missing(storage: Storage, archives: Iterable[Archive]) -> Upload:
+    """Upload each archive whose key is not stored yet (each key at most once)."""
+    report = Upload()
+    seen: set[str] = set()
+    for archive in archives:
+        if archive.key in seen:
+            continue
+        seen.add(archive.key)
+        report.archives.append(archive)
+        if storage.exists(archive.key):
+            report.skipped.append(archive.key)
+            continue
+        storage.upload_bytes(archive.key, archive.data)
+        report.uploaded_bytes += len(archive.data)
+    return report
+
+
+def manifest_run(run: Run, prefix: str, bundle_key: str) -> dict:
+    """What the agent needs to know about one run."""
+    return {"run_id": run.run_id, "exp_name": run.exp_name, "folder": run.log_dir.name,
+            "bundle_key": bundle_key, "log_prefix": run_log_prefix(prefix, run),
+            "queued_at": run.launch.get("launched_at")}
+
+
+@dataclass(frozen=True)
+class BootSpec:
+    """What the boot script needs: the Python, packages, where the agent and manifest are."""
+
+    python: str
+    pip_requirements: tuple[str, ...]
+    bucket: str
+    region: str
+    agent_key: str
+    manifest_key: str
+    workdir: str = "/var/lib/easylaunch"
+
+
+def boot_script(spec: BootSpec) -> str:
+    """The short bash boot script: install packages, fetch the agent, run it on the manifest.
+
+    ``EASYLAUNCH_WORKDIR`` and ``EASYLAUNCH_SHUTDOWN_CMD`` override the work folder and the
+    shutdown command (tests point them at a sandbox). A failure before the agent starts shuts
+    the machine down, so a broken boot never leaves an instance running.
+    """
+    q = shlex.quote
+    python = q(spec.python)
+    fetch = ("import sys, boto3; boto3.client('s3', region_name=sys.argv[1])"
+             ".download_file(sys.argv[2], sys.argv[3], sys.argv[4])")
+    lines = [
+        "#!/bin/bash",
+        "# easylaunch boot script: fetch the instance agent and its manifest, then run it.",
+        "set -eu",
+        f'WORKDIR="${{EASYLAUNCH_WORKDIR:-{spec.workdir}}}"',
+        'mkdir -p "$WORKDIR" && cd "$WORKDIR"',
+        'exec >>"$WORKDIR"/boot.log 2>&1',
+        f"trap '${{EASYLAUNCH_SHUTDOWN_CMD:-{instance_agent.DEFAULT_SHUTDOWN_CMD}}}' EXIT",
+    ]
+    if spec.pip_requirements:
+        lines.append(f"{python} -m pip install --quiet "
+                     + " ".join(q(r) for r in spec.pip_requirements))
+    lines += [
+        f"{python} -c {q(fetch)} {q(spec.region)} {q(spec.bucket)} {q(spec.agent_key)} agent.py",
+        "trap - EXIT",
+        f"exec {python} agent.py {q(spec.bucket)} {q(spec.manifest_key)} --region "
+        f"{q(spec.region)}",
+    ]
+    text = "\n".join(lines) + "\n"
+    if len(text.encode()) > MAX_BOOT_SCRIPT_BYTES:
+        raise LaunchError(f"the boot script is {len(text.encode())} bytes, more than "
+                          f"{MAX_BOOT_SCRIPT_BYTES}; shorten the pip requirements list")
+    return text
