@@ -85,6 +85,7 @@ class Job:
 
     def info(self) -> dict:
         """The run's status.json as it is now (state, times, exit code, error)."""
+        self.mode.sync_record(self)
         return runner.read_json(str(self.log_dir / runner.STATUS_JSON))
 
     def recorded_state(self) -> JobState:

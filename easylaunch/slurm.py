@@ -234,7 +234,7 @@ def query_states(job_ids: Sequence[str], run: Runner = run_command) -> dict[str,
     if not job_ids:
         return {}
     out = run(squeue_command(job_ids))
-    if out.returncode != 0:
+    if out.returncode != 0 and "Invalid job id" not in out.stderr:  # (all of them unknown)
         return dict.fromkeys(job_ids, "unknown")
     states: dict[str, str | None] = dict(parse_squeue(out.stdout))
     missing = [j for j in job_ids if j not in states]

@@ -292,3 +292,25 @@ def test_multi_rank_runs_start_through_srun(tmp_path):
     assert ("exec srun -u -N 2 -n 2 --gpus-per-node=1 --kill-on-bad-exit=1 "
             "--output=\"$LOG_DIR\"/stdout.rank%t.log --error=\"$LOG_DIR\"/stderr.rank%t.log "
             "bash -c 'exec singularity exec") in script
+
+
+def _fake_run(answers):
+    def run(argv):
+        code, out, err = answers[argv[0]]
+        return subprocess.CompletedProcess(argv, code, out, err)
+    return run
+
+
+def test_slurm_that_cannot_be_asked_is_not_slurm_forgetting():
+    ids = ["5_0", "5_1"]
+    failing = _fake_run({"squeue": (1, "", "slurm_load_jobs error: Socket timed out"),
+                         "sacct": (1, "", "accounting disabled")})
+    assert slurm.query_states(ids, failing) == {"5_0": "unknown", "5_1": "unknown"}
+    forgotten = _fake_run({"squeue": (1, "", "slurm_load_jobs error: Invalid job id specified"),
+                           "sacct": (1, "", "Slurm accounting storage is disabled")})
+    assert slurm.query_states(ids, forgotten) == {"5_0": None, "5_1": None}
+    folded = _fake_run({"squeue": (0, "5_0 RUNNING\n", ""),
+                        "sacct": (0, "5_[1-2]|PENDING\n", "")})
+    assert slurm.query_states(ids, folded) == {"5_0": "running", "5_1": "queued"}
+    missing = _fake_run({"squeue": (127, "", "squeue: not found"), "sacct": (127, "", "")})
+    assert slurm.query_states(ids, missing)["5_0"] == "unknown"

@@ -43,6 +43,10 @@ class Mode(ABC):
     def submit(self, request: LaunchRequest, runs: list[Run], prepared: Any) -> list[Job]:
         """Start the prepared runs and return their Jobs."""
 
+    def sync_record(self, job: Job) -> None:
+        """Copy the run's own record into its local folder, where the job writes it elsewhere
+        (default: the job writes it there already)."""
+
     def refresh(self, job: Job) -> None:
         """Bring a non-terminal status.json up to date with the backend (default: nothing)."""
 

@@ -24,10 +24,15 @@ MIRRORED = (runner.STATUS_JSON, runner.RESULT_PKL)
 
 
 def _mirror(source: Path, dest: Path, names: tuple[str, ...] = MIRRORED) -> None:
-    """Copy the run's record from where the job writes it into the local run folder."""
+    """Copy the run's record from where the job writes it into the local run folder, when
+    that copy is newer than the local one."""
     for name in names:
-        if (source / name).exists():
-            shutil.copyfile(source / name, dest / f".{name}.tmp")
+        try:
+            newer = (source / name).stat().st_mtime_ns > (dest / name).stat().st_mtime_ns
+        except FileNotFoundError:
+            newer = (source / name).exists()
+        if newer:
+            shutil.copy2(source / name, dest / f".{name}.tmp")
             os.replace(dest / f".{name}.tmp", dest / name)
 
 
@@ -85,7 +90,7 @@ class SlurmBase(Mode):
         """The Slurm job (or array task) id that runs this job, if known here."""
         return job.launch_info["backend"].get("slurm_job_id")
 
-    def _sync(self, job: Job) -> None:
+    def sync_record(self, job: Job) -> None:
         remote = self._job_log_dir(job)
         if remote != job.log_dir and remote.is_dir():
             _mirror(remote, job.log_dir)
@@ -102,7 +107,7 @@ class SlurmBase(Mode):
         """Sync each run's record, then ask Slurm once about those still not ended."""
         open_jobs: dict[str, list[Job]] = {}  # htp runs share one allocation's id
         for job in jobs:
-            self._sync(job)
+            self.sync_record(job)
             job_id = None if job.recorded_state().terminal else self.slurm_job_id(job)
             if job_id is not None:
                 open_jobs.setdefault(job_id, []).append(job)
@@ -117,7 +122,7 @@ class SlurmBase(Mode):
         """Give a run Slurm has finished with (or forgotten) the terminal state it lacks."""
         if state in ("queued", "running", "unknown"):
             return
-        self._sync(job)  # the run may have recorded its end meanwhile
+        self.sync_record(job)  # the run may have recorded its end meanwhile
         if job.recorded_state().terminal:
             return
         if job.info().get("cancel_requested") and state in (None, "failed", "cancelled"):

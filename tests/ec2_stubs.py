@@ -1,0 +1,165 @@
+"""Stand-ins for what an EC2 instance has, and functions the EC2 tests launch.
+
+``ImdsStub`` answers the few metadata calls the instance agent makes (IMDSv2: a token first);
+``Instance`` plays one instance on this machine: it runs the user-data moto stored with bash in
+a sandbox folder, with the metadata service, ``shutdown`` and S3 pointed at stand-ins. The launched
+functions live here because this folder is the tests' code directory: runs import them from the
+code snapshot they fetched from S3.
+"""
+
+import base64
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+RELEASE = "release"
+
+
+class ImdsStub:
+    """A metadata service for one instance; spot/instance-action is 404 until ``announce``."""
+
+    def __init__(self, instance_id: str, region: str, launch_index: int = 0) -> None:
+        self.values = {"instance-id": instance_id, "placement/region": region,
+                       "ami-launch-index": str(launch_index)}
+        self.token = uuid.uuid4().hex
+        self.calls: list[tuple[str, str]] = []  # (method, path) in order
+        self.refused = 0  # metadata reads without a valid token
+        stub = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def _send(self, code: int, body: str = "") -> None:
+                self.send_response(code)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body.encode())
+
+            def do_PUT(self):
+                stub.calls.append(("PUT", self.path))
+                if self.path == "/latest/api/token" and \
+                        self.headers.get("X-aws-ec2-metadata-token-ttl-seconds"):
+                    self._send(200, stub.token)
+                else:
+                    self._send(400)
+
+            def do_GET(self):
+                stub.calls.append(("GET", self.path))
+                if self.headers.get("X-aws-ec2-metadata-token") != stub.token:
+                    stub.refused += 1
+                    self._send(401)
+                    return
+                value = stub.values.get(self.path.removeprefix("/latest/meta-data/"))
+                if value is None:
+                    self._send(404)
+                else:
+                    self._send(200, value)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def announce_spot_interruption(self) -> None:
+        self.values["spot/instance-action"] = json.dumps(
+            {"action": "terminate", "time": "2026-01-01T00:00:00Z"})
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+_FAKE_SHUTDOWN = """#!/bin/bash
+# A stand-in for shutdown: note the call, then do what InstanceInitiatedShutdownBehavior=terminate
+# makes AWS do.
+echo "shutdown $*" >> "$FAKE_SHUTDOWN_LOG"
+AWS_DEFAULT_REGION="$FAKE_REGION" exec "$FAKE_PYTHON" -c '
+import os, boto3
+boto3.client("ec2").terminate_instances(InstanceIds=[os.environ["FAKE_INSTANCE_ID"]])'
+"""
+
+
+class Instance:
+    """One EC2 instance played on this machine from the user-data moto holds."""
+
+    def __init__(self, ec2, instance_id: str, sandbox: Path, env: dict, region: str) -> None:
+        self.id = instance_id
+        reply = ec2.describe_instance_attribute(InstanceId=instance_id, Attribute="userData")
+        self.user_data = base64.b64decode(reply["UserData"]["Value"]).decode()
+        desc = ec2.describe_instances(InstanceIds=[instance_id])["Reservations"][0]["Instances"][0]
+        self.imds = ImdsStub(instance_id, region, desc.get("AmiLaunchIndex", 0))
+        self.root = sandbox / instance_id
+        self.workdir = self.root / "work"
+        self.shutdown_log = self.root / "shutdown.log"
+        bin_dir = self.root / "bin"
+        bin_dir.mkdir(parents=True)
+        (bin_dir / "shutdown").write_text(_FAKE_SHUTDOWN)
+        (bin_dir / "shutdown").chmod(0o755)
+        (self.root / "user-data.sh").write_text(self.user_data)
+        self.env = dict(env, PATH=f"{bin_dir}{os.pathsep}{env['PATH']}", HOME=str(self.root),
+                        EASYLAUNCH_IMDS_URL=self.imds.url, EASYLAUNCH_WORKDIR=str(self.workdir),
+                        FAKE_SHUTDOWN_LOG=str(self.shutdown_log), FAKE_INSTANCE_ID=instance_id,
+                        FAKE_REGION=region, FAKE_PYTHON=sys.executable)
+        self.proc = subprocess.Popen(["bash", str(self.root / "user-data.sh")], cwd=self.root,
+                                     env=self.env, start_new_session=True,
+                                     stdin=subprocess.DEVNULL)
+
+    def run_dir(self, job) -> Path:
+        """The run's folder on this instance."""
+        return self.workdir / job.exp_name / job.log_dir.name
+
+    def release(self, job) -> None:
+        """Let a ``wait_for_release`` run finish."""
+        (self.run_dir(job) / RELEASE).write_text("go")
+
+    def boot_log(self) -> str:
+        path = self.workdir / "boot.log"
+        return path.read_text() if path.exists() else "(no boot.log)"
+
+    def wait(self, timeout: float = 60) -> int:
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"the instance did not finish:\n{self.boot_log()}") from None
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        self.imds.close()
+
+
+def clean_env(endpoint: str, keys: tuple[str, str]) -> dict:
+    """The sandbox environment: PATH, the fake keys and moto's endpoint, nothing of this
+    process's Python setup (no PYTHONPATH: the code must come from S3)."""
+    return {"PATH": os.environ["PATH"], "AWS_ACCESS_KEY_ID": keys[0],
+            "AWS_SECRET_ACCESS_KEY": keys[1], "AWS_ENDPOINT_URL": endpoint, "LANG": "C.UTF-8"}
+
+
+# -- functions the tests launch ------------------------------------------------------------------
+
+
+def wait_for_release(doodad_config, variant):
+    """Print, write a file, then wait until the test lets the run finish."""
+    print("started", variant.get("tag"), flush=True)
+    out = Path(doodad_config.base_log_dir)
+    (out / "progress.txt").write_text("halfway\n")
+    deadline = time.time() + variant.get("limit", 60)
+    while not (out / RELEASE).exists():
+        if time.time() > deadline:
+            raise TimeoutError("never released")
+        time.sleep(0.05)
+    return {"module_file": __file__, "tag": variant.get("tag"), "gpu": doodad_config.use_gpu}
+
+
+def quick(doodad_config, variant):
+    return {"module_file": __file__, "tag": variant.get("tag"), "cwd": os.getcwd(),
+            "which_python": shutil.which("python3")}
