@@ -51,7 +51,8 @@ INSTANCE_LOG = "instance.log"
 BOOT_LOG = "boot.log"
 SNAPSHOT_STORE = ".snapshots"
 BUNDLE_DIR = "bundle"
-RECORD_FILES = ("stdout.log", "stderr.log", "result.pkl", STATUS_JSON)
+RESULT_PKL = "result.pkl"
+RECORD_FILES = ("stdout.log", "stderr.log", RESULT_PKL, STATUS_JSON)
 TERMINAL_STATES = ("succeeded", "failed", "cancelled", "timeout")
 CANCEL_SUFFIX = ".cancel"
 TAG_KEY = "easylaunch:agent"
@@ -325,8 +326,8 @@ class Agent:
     # -- syncing --------------------------------------------------------------------------------
 
     def _files(self, slot: RunSlot, everything: bool) -> list[str]:
-        if not everything:
-            return [STATUS_JSON]
+        if not everything:  # the record only; result.pkl before the status that announces it
+            return [RESULT_PKL, STATUS_JSON]
         patterns = self.manifest["patterns"]
         found = []
         for dirpath, dirnames, filenames in os.walk(slot.log_dir):
@@ -341,7 +342,7 @@ class Agent:
                                               for p in patterns):
                     found.append(rel)
         # the record last: a reader who sees a final status.json finds result.pkl already there
-        return sorted(found, key=lambda r: (r == STATUS_JSON, r == "result.pkl", r))
+        return sorted(found, key=lambda r: (r == STATUS_JSON, r == RESULT_PKL, r))
 
     def sync(self, slot: RunSlot, everything: bool) -> None:
         """Upload the run's files that changed since they were last uploaded."""

@@ -51,8 +51,12 @@ CONF
 pgrep -x slurmctld >/dev/null || slurmctld
 pgrep -x slurmd >/dev/null || slurmd
 for _ in $(seq 1 60); do
-    if sinfo -h -o %T 2>/dev/null | grep -q -E 'idle|mix|alloc'; then
+    state=$(sinfo -h -o %T 2>/dev/null || true)
+    if echo "$state" | grep -q -E 'idle|mix|alloc'; then
         exit 0
+    fi
+    if echo "$state" | grep -q -E 'down|drain|fail'; then  # left so by an earlier unclean stop
+        scontrol update NodeName="${host}" State=RESUME 2>/dev/null || true
     fi
     sleep 0.5
 done

@@ -394,6 +394,8 @@ class Ec2Mode(Mode):
             result = storage.read_bytes(f"{prefix}/{runner.RESULT_PKL}")
             if result is not None:
                 runner.write_bytes_atomic(str(job.log_dir / runner.RESULT_PKL), result)
+            elif remote["state"] == "succeeded":
+                return remote  # its result is on the way: take the end with the result
         runner.update_status(str(job.log_dir), **remote)
         return remote
 
