@@ -12,6 +12,7 @@ end gives the run a terminal state with the reason.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
@@ -32,6 +33,8 @@ CANCEL_WAIT_SECONDS = 30.0  # how long cancel waits for the agent's last sync
 MAX_INSTANCES_PER_CALL = 100
 ENDED_INSTANCE_STATES = frozenset({"shutting-down", "terminated", "stopping", "stopped"})
 _NOT_FOUND = ("NoSuchKey", "404", "NotFound", "NoSuchBucket")
+_SESSION_ENV = ("AWS_ENDPOINT_URL", "AWS_PROFILE", "AWS_ACCESS_KEY_ID", "AWS_DEFAULT_REGION",
+                "AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE")
 
 
 def _boto3() -> Any:
@@ -42,12 +45,23 @@ def _boto3() -> Any:
     return boto3
 
 
+@functools.lru_cache(maxsize=8)
+def _session(_environment: tuple) -> Any:
+    return _boto3().session.Session()
+
+
+def session() -> Any:
+    """A boto3 session, one per process while the AWS environment variables stay the same
+    (a session loads the service models once, which takes longer than most calls)."""
+    return _session(tuple(os.environ.get(k) for k in _SESSION_ENV))
+
+
 def _client(service: str, region: str) -> Any:
     from botocore.config import Config
 
     config = Config(retries={"max_attempts": 3, "mode": "standard"}, connect_timeout=5,
                     read_timeout=60)
-    return _boto3().session.Session().client(service, region_name=region, config=config)
+    return session().client(service, region_name=region, config=config)
 
 
 def _error_code(exc: Exception) -> str:
@@ -147,10 +161,16 @@ class Ec2Mode(Mode):
         """The settings this request needs, checked without asking AWS."""
         s = self.settings
         bucket, prefix = cloud.split_url(s.AWS_S3_PATH, "s3", "AWS_S3_PATH")
-        region = s.AWS_REGION or _boto3().session.Session().region_name
+        aws = session()
+        region = s.AWS_REGION or aws.region_name
         if not region:
             raise LaunchError("no AWS region: set AWS_REGION in your settings (or "
                               "AWS_DEFAULT_REGION in the environment)")
+        regions = {r for p in aws.get_available_partitions()
+                   for r in aws.get_available_regions("ec2", partition_name=p)}
+        if region not in regions:
+            raise LaunchError(f"AWS region {region!r} is unknown (AWS_REGION); known regions: "
+                              f"{', '.join(sorted(regions))}")
         key = "AWS_GPU_IMAGE_IDS" if request.use_gpu else "AWS_IMAGE_IDS"
         image_id = s[key].get(region)
         if not image_id:
@@ -193,19 +213,12 @@ class Ec2Mode(Mode):
 
     def _check_aws(self, target: Target) -> None:
         """Credentials, region, bucket, image, instance type and network settings, asked of AWS."""
-        boto3 = _boto3()
         from botocore.exceptions import BotoCoreError, ClientError
 
-        session = boto3.session.Session()
-        if session.get_credentials() is None:
+        if _boto3().session.Session().get_credentials() is None:  # looked for afresh
             raise LaunchError(
                 "no AWS credentials found: run 'aws configure' (or 'aws sso login'), or set "
                 "AWS_PROFILE, or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY in the environment")
-        regions = {r for p in session.get_available_partitions()
-                   for r in session.get_available_regions("ec2", partition_name=p)}
-        if target.region not in regions:
-            raise LaunchError(f"AWS region {target.region!r} is unknown (AWS_REGION); known "
-                              f"regions: {', '.join(sorted(regions))}")
         try:
             self._check_bucket(target)
             self._check_ec2(target)
