@@ -238,11 +238,11 @@ def boot_script(spec: BootSpec) -> str:
     """
     q = shlex.quote
     python = q(spec.python)
-    fetch = ("import sys, boto3; boto3.client('s3', region_name=sys.argv[1])"
+    fetch = ('import sys, boto3; boto3.client("s3", region_name=sys.argv[1])'
              ".download_file(sys.argv[2], sys.argv[3], sys.argv[4])")
     lines = [
         "#!/bin/bash",
-        "# easylaunch boot script: fetch the instance agent and its manifest, then run it.",
+        "# easylaunch boot script: fetch the instance agent, which runs the launch manifest.",
         "set -eu",
         f'WORKDIR="${{EASYLAUNCH_WORKDIR:-{spec.workdir}}}"',
         'mkdir -p "$WORKDIR" && cd "$WORKDIR"',
@@ -250,7 +250,7 @@ def boot_script(spec: BootSpec) -> str:
         f"trap '${{EASYLAUNCH_SHUTDOWN_CMD:-{instance_agent.DEFAULT_SHUTDOWN_CMD}}}' EXIT",
     ]
     if spec.pip_requirements:
-        lines.append(f"{python} -m pip install --quiet "
+        lines.append(f"PIP_BREAK_SYSTEM_PACKAGES=1 {python} -m pip install --quiet "
                      + " ".join(q(r) for r in spec.pip_requirements))
     lines += [
         f"{python} -c {q(fetch)} {q(spec.region)} {q(spec.bucket)} {q(spec.agent_key)} agent.py",

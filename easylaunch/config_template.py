@@ -184,7 +184,8 @@ AWS_NUM_EXPS_PER_INSTANCE: int = 1
 AWS_DOCKER_IMAGE: str | None = None
 
 # Python on the instance (runs the instance agent, and the runs without AWS_DOCKER_IMAGE), and
-# the packages pip installs there at boot (empty: the image has them). The agent needs boto3;
-# runs need cloudpickle (best pinned to the launching machine's version).
+# the packages ``python -m pip`` installs there at boot (empty: the image has them; the image
+# needs pip otherwise). The agent needs boto3; runs need cloudpickle (best pinned to the
+# launching machine's version). A failed boot shuts the instance down.
 AWS_PYTHON: str = "python3"
 AWS_PIP_REQUIREMENTS: list = ["boto3", "cloudpickle"]

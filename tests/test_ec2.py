@@ -418,3 +418,16 @@ def test_a_batch_that_fails_after_another_started_terminates_the_first(
     assert {json.loads((r / "status.json").read_text())["state"] for r in runs} == {"failed"}
     assert not s3_keys(aws, "exps/logs/")
     assert len(s3_keys(aws, "exps/control/")) == 1  # the started run is marked cancelled too
+
+
+def test_the_boot_script_quotes_what_it_is_given_and_stays_short(tmp_path):
+    spec = cloud.BootSpec(python="/opt/my python/bin/python3", pip_requirements=("boto3",
+                          "cloudpickle==3.1.1", "x; touch pwned"), bucket="b", region=REGION,
+                          agent_key="p/agent/$(touch pwned).py", manifest_key="p/m's.json")
+    script = cloud.boot_script(spec)
+    assert "'/opt/my python/bin/python3' -m pip install --quiet boto3" in script
+    assert "'x; touch pwned'" in script and "'p/agent/$(touch pwned).py'" in script
+    assert subprocess.run(["bash", "-n", "-c", script]).returncode == 0
+    with pytest.raises(LaunchError, match="shorten the pip requirements list"):
+        cloud.boot_script(cloud.BootSpec(**dict(spec.__dict__,
+                                                pip_requirements=("numpy",) * 2000)))

@@ -155,7 +155,8 @@ class Ec2Mode(Mode):
 
     def per_instance(self) -> int:
         """Runs per instance: the mode option, else AWS_NUM_EXPS_PER_INSTANCE."""
-        return self.opts["num_exps_per_instance"] or self.settings.AWS_NUM_EXPS_PER_INSTANCE
+        n = self.opts["num_exps_per_instance"]
+        return self.settings.AWS_NUM_EXPS_PER_INSTANCE if n is None else n
 
     def target(self, request: LaunchRequest) -> Target:
         """The settings this request needs, checked without asking AWS."""
