@@ -124,7 +124,7 @@ def _start(mode_obj: Mode, request: LaunchRequest, runs: list[Run],
         raise
     registry.update_many(
         (job.id, {"state": job.recorded_state().value, "backend": run.launch["backend"],
-                  "remote_log_dir": run.launch["backend"].get("job_log_dir")})
+                  "remote_log_dir": mode_obj.remote_log_dir(run)})
         for job, run in zip(jobs, runs, strict=True))
     return jobs
 

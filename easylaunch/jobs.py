@@ -146,6 +146,14 @@ class Job:
             raise exc from remote
         raise JobFailedError(f"run {self.id} failed:\n{tb_text}")
 
+    def fetch(self) -> str:
+        """Bring the run's remote logs and results into its local folder; say what was done."""
+        return self.mode.fetch(self)
+
+    def record_end(self, state: str, error: str) -> None:
+        """Record a terminal state for a run whose own record has none (the first end wins)."""
+        runner.update_status(str(self.log_dir), state=state, ended_at=time.time(), error=error)
+
     def cancel(self) -> None:
         """Stop the run (a finished run is left as it is)."""
         if not self.recorded_state().terminal:

@@ -95,7 +95,7 @@ def broadcast_env(archive: str, dest: str, scheduler: str = "slurm") -> str:
 
 
 _PROLOGUE = (f"export PYTHONUNBUFFERED=1 {ENV_TIMEOUT_SIGNAL}={TIMEOUT_SIGNAL}\n"
-             'mkdir -p "$LOG_DIR"\n'
+             '[ -d "$LOG_DIR" ] || mkdir -p "$LOG_DIR"\n'
              f'exec >>"$LOG_DIR"/{STDOUT_LOG} 2>>"$LOG_DIR"/{STDERR_LOG}\n')
 
 

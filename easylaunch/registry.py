@@ -20,6 +20,7 @@ from typing import Any
 from easylaunch.errors import EasyLaunchError
 
 SCHEMA_VERSION = 1
+OPEN_WAIT_SECONDS = 30
 DEFAULT_PATH = "easylaunch/registry.sqlite3"
 COLUMNS = ("id", "exp_name", "mode", "state", "log_dir", "remote_log_dir", "backend", "variant",
            "git_commit", "created", "updated", "resubmitted_from", "host")
@@ -97,8 +98,22 @@ class Registry:
 
     def _open(self) -> sqlite3.Connection:
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        deadline = time.monotonic() + OPEN_WAIT_SECONDS
+        while True:
+            try:
+                return self._connect()
+            except sqlite3.OperationalError as exc:
+                # switching a new file to WAL can meet another process doing the same, and
+                # SQLite answers "locked" without waiting: try again for a while
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    raise self._fail(f"cannot be read ({exc})") from exc
+                time.sleep(0.05)
+            except sqlite3.DatabaseError as exc:
+                raise self._fail(f"cannot be read ({exc})") from exc
+
+    def _connect(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(self.path, timeout=30, isolation_level=None)
         try:
-            conn = sqlite3.connect(self.path, timeout=30, isolation_level=None)
             conn.execute("PRAGMA busy_timeout = 30000")
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute("PRAGMA synchronous = NORMAL")
@@ -107,10 +122,11 @@ class Registry:
                 self._create(conn)
             elif version > SCHEMA_VERSION:
                 raise self._fail(f"was written by a newer easylaunch (schema {version}; this "
-                                 f"one reads schema {SCHEMA_VERSION}); upgrade easylaunch, or")
+                                 f"one reads schema {SCHEMA_VERSION}); upgrade easylaunch")
             conn.execute(f"SELECT {', '.join(COLUMNS)} FROM runs LIMIT 1").fetchall()
-        except sqlite3.DatabaseError as exc:
-            raise self._fail(f"cannot be read ({exc})") from exc
+        except BaseException:
+            conn.close()
+            raise
         return conn
 
     def _create(self, conn: sqlite3.Connection) -> None:

@@ -16,7 +16,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import sys
 import threading
 import time
@@ -197,7 +196,7 @@ def make_doodad_config(meta: dict, log_dir: str) -> DoodadConfig:
     """Build the DoodadConfig the function receives from a bundle's metadata."""
     gpu_id: int | str | None = meta.get("gpu_id")
     rank, local_rank, world_size = rank_info()
-    extra = dict(meta.get("extra_launch_info", {}), host=socket.gethostname(), rank=rank,
+    extra = dict(meta.get("extra_launch_info", {}), host=os.uname().nodename, rank=rank,
                  local_rank=local_rank, world_size=world_size)
     if os.environ.get(ENV_GPU_ID):  # pinned through CUDA_VISIBLE_DEVICES: device 0 inside
         extra["physical_gpu_id"] = os.environ[ENV_GPU_ID]
@@ -312,7 +311,7 @@ def run_bundle(bundle_dir: str, log_dir: str | None = None) -> int:
     if os.environ.get(ENV_RERUN):
         _reopen_for_rerun(log_dir)
     status = update_status(log_dir, state="running", started_at=time.time(), pid=os.getpid(),
-                           host=socket.gethostname())
+                           host=os.uname().nodename)
     if status.get("state") != "running" or status.get("cancel_requested"):
         if status.get("state") == "running":
             _fail(log_dir, EXIT_NOT_STARTED, "cancelled before it started", state="cancelled")

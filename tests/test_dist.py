@@ -132,7 +132,8 @@ def test_setup_torch_two_processes_with_gloo(tmp_path):
             "from easylaunch.dist import setup_torch\n"
             "i = setup_torch()\n"
             "t = torch.tensor([i.rank + 1.0]); d.all_reduce(t)\n"
-            "print(i.rank, i.world_size, i.backend, t.item())\n")
+            "print(i.rank, i.world_size, i.backend, t.item(), flush=True)\n"
+            "d.destroy_process_group()\n")
     env = {"WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29731",
            "PATH": "/usr/bin:/bin"}
     procs = [subprocess.Popen([sys.executable, "-c", code], env=dict(env, RANK=str(r)),

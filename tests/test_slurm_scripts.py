@@ -110,7 +110,7 @@ LOG_DIRS=(
 i=${SLURM_ARRAY_TASK_ID:-0}
 export BUNDLE="${BUNDLES[$i]}" LOG_DIR="${LOG_DIRS[$i]}"
 export PYTHONUNBUFFERED=1 EASYLAUNCH_TIMEOUT_SIGNAL=USR1
-mkdir -p "$LOG_DIR"
+[ -d "$LOG_DIR" ] || mkdir -p "$LOG_DIR"
 exec >>"$LOG_DIR"/stdout.log 2>>"$LOG_DIR"/stderr.log
 exec true
 """
@@ -129,7 +129,8 @@ def test_hostile_paths_reach_the_shell_as_data(tmp_path):
 def test_task_line_golden():
     assert task_line("/b 1", "/l", "exec x") == (
         "export BUNDLE='/b 1' LOG_DIR=/l; export PYTHONUNBUFFERED=1 "
-        "EASYLAUNCH_TIMEOUT_SIGNAL=USR1; mkdir -p \"$LOG_DIR\"; exec >>\"$LOG_DIR\"/stdout.log "
+        "EASYLAUNCH_TIMEOUT_SIGNAL=USR1; [ -d \"$LOG_DIR\" ] || mkdir -p \"$LOG_DIR\"; "
+        "exec >>\"$LOG_DIR\"/stdout.log "
         "2>>\"$LOG_DIR\"/stderr.log; exec x")
     with pytest.raises(LaunchError, match="cannot hold a newline"):
         task_line("/b", "/l", "a\nb")

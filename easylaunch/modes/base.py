@@ -59,6 +59,10 @@ class Mode(ABC):
         """Stop a run that has not ended."""
         raise NotImplementedError(f"mode {self.name!r} cannot cancel runs")
 
+    def remote_log_dir(self, run: Run) -> str | None:
+        """Where the run writes its logs when that is not its local folder (for the registry)."""
+        return None
+
     def log_file(self, job: Job, name: str) -> Path:
         """Where this run's log file ``name`` can be read from this machine."""
         return job.log_dir / name

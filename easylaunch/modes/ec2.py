@@ -18,6 +18,7 @@ import os
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from easylaunch import cloud, runner
@@ -444,15 +445,15 @@ class Ec2Mode(Mode):
             return
         reason = (instance or {}).get("StateReason", {}).get("Message", "")
         if job.info().get("cancel_requested"):
-            _record(job, "cancelled", f"cancelled (instance {iid} is {state or 'gone'})")
+            job.record_end("cancelled", f"cancelled (instance {iid} is {state or 'gone'})")
         elif state is None:
-            _record(job, "failed", f"EC2 no longer knows instance {iid} and the run recorded "
+            job.record_end("failed", f"EC2 no longer knows instance {iid} and the run recorded "
                                    "no outcome")
         elif "Spot" in reason:
-            _record(job, "failed", f"spot instance {iid} was reclaimed by AWS ({reason}) before "
+            job.record_end("failed", f"spot instance {iid} was reclaimed by AWS ({reason}) before "
                                    "the run ended; its last sync is in S3 (job.fetch())")
         else:
-            _record(job, "failed", f"instance {iid} is {state} ({reason or 'no reason given'}) "
+            job.record_end("failed", f"instance {iid} is {state} ({reason or 'no reason given'}) "
                                    "and the run recorded no outcome; job.fetch() brings "
                                    "instance.log and the run's logs")
 
@@ -474,7 +475,19 @@ class Ec2Mode(Mode):
         if not busy:
             _client("ec2", backend["region"]).terminate_instances(
                 InstanceIds=[backend["instance_id"]])
-        _record(job, "cancelled", "cancelled")
+        job.record_end("cancelled", "cancelled")
+
+    def remote_log_dir(self, run: Run) -> str | None:
+        return run.launch["backend"].get("s3_log_url")
+
+    def log_file(self, job: Job, name: str) -> Path:
+        """The run's log as last synced to S3 (copied into the local folder first)."""
+        backend = job.launch_info.get("backend", {})
+        if "instance_id" in backend:
+            data = self._storage(backend).read_bytes(f"{backend['s3_log_prefix']}/{name}")
+            if data is not None:
+                runner.write_bytes_atomic(str(job.log_dir / name), data)
+        return job.log_dir / name
 
     def fetch(self, job: Job) -> str:
         backend = self._backend(job)
@@ -488,10 +501,6 @@ class Ec2Mode(Mode):
     def wait_for_change(self, job: Job, timeout: float) -> None:
         time.sleep(max(timeout, 0.5))  # each look asks S3 (and maybe EC2): at most twice a second
 
-
-def _record(job: Job, state: str, error: str) -> None:
-    """Record a terminal state for a run whose own record has none (the first end wins)."""
-    runner.update_status(str(job.log_dir), state=state, ended_at=time.time(), error=error)
 
 
 def _instance_states(ec2: Any, ids: list[str]) -> dict[str, dict]:

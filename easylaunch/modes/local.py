@@ -302,10 +302,10 @@ class LocalMode(Mode):
         backend = launch.get("backend", {})
         if backend.get("pid"):
             if not processes.is_alive(backend["pid"], backend.get("started")):
-                _record(job, "failed", "the run's process ended without recording an "
+                job.record_end("failed", "the run's process ended without recording an "
                                        "outcome (killed, or out of memory?); see stderr.log")
         elif processes.launcher_gone(launch):
-            _record(job, "cancelled", "the launching process ended before this run started")
+            job.record_end("cancelled", "the launching process ended before this run started")
 
     def cancel(self, job: Job) -> None:
         local_run = _live.get(job.id)
@@ -317,7 +317,7 @@ class LocalMode(Mode):
         if processes.is_alive(backend.get("pid"), backend.get("started")):
             processes.terminate_group(backend["pgid"], backend.get("started"),
                                       float(self.settings.LOCAL_CANCEL_GRACE_SECONDS))
-        _record(job, "cancelled", "cancelled")
+        job.record_end("cancelled", "cancelled")
 
     def wait_for_change(self, job: Job, timeout: float) -> None:
         local_run = _live.get(job.id)
@@ -326,7 +326,3 @@ class LocalMode(Mode):
         else:
             time.sleep(timeout)
 
-
-def _record(job: Job, state: str, error: str) -> None:
-    """Record a terminal state for a run whose own record has none (the first end wins)."""
-    runner.update_status(str(job.log_dir), state=state, ended_at=time.time(), error=error)

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from easylaunch import launchers, runner, slurm
+from easylaunch.bundle import Run
 from easylaunch.errors import LaunchError
 from easylaunch.jobs import Job
 from easylaunch.jobscript import on_every_rank
@@ -81,6 +82,10 @@ class SlurmBase(Mode):
     def _job_log_dir(self, job: Job) -> Path:
         return Path(job.launch_info["backend"].get("job_log_dir", job.log_dir))
 
+    def remote_log_dir(self, run: Run) -> str | None:
+        remote = run.launch["backend"].get("job_log_dir")
+        return remote if remote != str(run.log_dir) else None
+
     def log_file(self, job: Job, name: str) -> Path:
         """The log where the job writes it (a cluster folder visible here), else the copy."""
         remote = self._job_log_dir(job) / name
@@ -96,9 +101,10 @@ class SlurmBase(Mode):
             _mirror(remote, job.log_dir)
 
     def _record(self, job: Job, state: str, error: str) -> None:
-        for folder in {self._job_log_dir(job), job.log_dir}:
-            if folder.is_dir():
-                runner.update_status(str(folder), state=state, ended_at=time.time(), error=error)
+        remote = self._job_log_dir(job)
+        if remote != job.log_dir and remote.is_dir():
+            runner.update_status(str(remote), state=state, ended_at=time.time(), error=error)
+        job.record_end(state, error)
 
     def refresh(self, job: Job) -> None:
         self.refresh_many([job])
