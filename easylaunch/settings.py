@@ -119,6 +119,10 @@ def _strings(value: list) -> bool:
     return all(isinstance(v, str) for v in value)
 
 
+def _words(value: list) -> bool:
+    return all(isinstance(v, str) and v for v in value)
+
+
 # Checks beyond the type, for the keys that need them: (test, what the value must be).
 CONSTRAINTS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "CODE_SNAPSHOT_EXCLUDES": (_strings, "a list of strings (glob patterns)"),
@@ -130,6 +134,12 @@ CONSTRAINTS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "SLURM_PRE_CMDS": (_strings, "a list of shell commands (strings)"),
     "SSS_PRE_CMDS": (_strings, "a list of shell commands (strings)"),
     "HTP_RUNNER": (lambda v: v in ("packer", "ht_helper"), '"packer" or "ht_helper"'),
+    "AWS_SYNC_INTERVAL_SECONDS": (lambda v: v > 0, "more than 0 seconds"),
+    "AWS_SPOT_PRICE": (lambda v: v is None or v > 0,
+                       "None (on-demand) or a price in USD per hour above 0"),
+    "AWS_SECURITY_GROUP_IDS": (_words, "a list of non-empty strings"),
+    "AWS_FILE_PATTERNS_TO_SAVE": (_words, "a list of non-empty strings"),
+    "AWS_PIP_REQUIREMENTS": (_words, "a list of non-empty strings"),
 }
 
 

@@ -22,7 +22,7 @@ import jobfns
 import pytest
 from helpers import wait_for
 
-from easylaunch import JobState, LaunchError, cloud, run_experiment, run_sweep
+from easylaunch import EasyLaunchError, JobState, LaunchError, cloud, run_experiment, run_sweep
 from easylaunch.modes import ec2 as ec2_mode
 
 boto3 = pytest.importorskip("boto3")
@@ -174,7 +174,7 @@ def test_a_run_boots_syncs_while_running_ends_and_is_fetched(ec2_cfg, aws, play)
     assert s3_state(aws, job) == "succeeded"
 
     assert not (job.log_dir / "progress.txt").exists()
-    assert "fetched" in job.mode.fetch(job)  # Job.fetch() does not exist yet (jobs.py)
+    assert "fetched" in job.fetch()
     assert (job.log_dir / "progress.txt").read_text() == "halfway\n"
     assert "started a" in (job.log_dir / "stdout.log").read_text()
     assert json.loads((job.log_dir / "agent.json").read_text())["final"] is True
@@ -183,7 +183,7 @@ def test_a_run_boots_syncs_while_running_ends_and_is_fetched(ec2_cfg, aws, play)
     later = subprocess.run(
         [sys.executable, "-c", "import sys; from easylaunch import Job; "
          "j = Job.from_run_dir(sys.argv[1]); "
-         "print(j.status(), j.result()['tag'], j.mode.fetch(j))",
+         "print(j.status(), j.result()['tag'], j.fetch())",
          str(job.log_dir)], capture_output=True, text=True, timeout=60)
     assert later.stdout.startswith("succeeded a fetched"), later.stderr
     assert "started a" in (job.log_dir / "stdout.log").read_text()
@@ -354,7 +354,7 @@ def _nothing_started(aws, cfg, exp_name: str) -> None:
     ({"AWS_SYNC_INTERVAL_SECONDS": 0}, "AWS_SYNC_INTERVAL_SECONDS must be more than 0"),
 ])
 def test_bad_settings_are_refused_before_anything_is_made(ec2_cfg, aws, change, message, exp):
-    with pytest.raises(LaunchError, match=message):
+    with pytest.raises(EasyLaunchError, match=message):
         run_experiment(ec2_stubs.quick, exp_name=exp, mode="ec2",
                        config=dict(ec2_cfg, **change))
     assert not (Path(ec2_cfg["LOCAL_LOG_DIR"]) / exp).exists()

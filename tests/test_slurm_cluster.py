@@ -176,7 +176,7 @@ def test_sss_runs_in_the_container_with_real_bind_mounts(batch_cfg, tmp_path):
     writer.wait(timeout=120)
     assert (data / "written.txt").read_text() == "from the job"  # landed in local_dir
     assert not mount_point.exists() or not any(mount_point.iterdir())
-    assert writer.mode.fetch(writer).startswith("copied ")
+    assert writer.fetch().startswith("copied ")
     assert (writer.log_dir / "stdout.log").exists()
 
 

@@ -190,16 +190,6 @@ class Ec2Mode(Mode):
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:
             problems.append(f"num_exps_per_instance / AWS_NUM_EXPS_PER_INSTANCE must be a "
                             f"positive integer, got {n!r}")
-        if not s.AWS_SYNC_INTERVAL_SECONDS > 0:
-            problems.append("AWS_SYNC_INTERVAL_SECONDS must be more than 0, got "
-                            f"{s.AWS_SYNC_INTERVAL_SECONDS!r}")
-        if s.AWS_SPOT_PRICE is not None and not s.AWS_SPOT_PRICE > 0:
-            problems.append(f"AWS_SPOT_PRICE must be None (on-demand) or a price in USD per "
-                            f"hour above 0, got {s.AWS_SPOT_PRICE!r}")
-        for key in ("AWS_SECURITY_GROUP_IDS", "AWS_FILE_PATTERNS_TO_SAVE",
-                    "AWS_PIP_REQUIREMENTS"):
-            if not all(isinstance(v, str) and v for v in s[key]):
-                problems.append(f"{key} must be a list of non-empty strings, got {s[key]!r}")
         if not s.AWS_IAM_INSTANCE_PROFILE:
             problems.append("AWS_IAM_INSTANCE_PROFILE is not set: instances reach S3 through "
                             "their own role (no credentials are sent to them); set it to an "
