@@ -24,12 +24,13 @@ from easylaunch.modes.base import Mode
 from easylaunch.progress import track
 from easylaunch.registry import Registry, open_registry
 from easylaunch.request import LaunchRequest
-from easylaunch.runner import update_status
-from easylaunch.settings import ConfigArg, Settings, load_settings
+from easylaunch.runner import read_json, update_status
+from easylaunch.settings import ConfigArg, Settings, load_settings, save_settings
 from easylaunch.snapshot import snapshot
 
 EXP_NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,99}")
 RESERVED_VARIANT_KEY = "doodad_config"
+SETTINGS_STORE = ".settings"
 
 
 def check_exp_name(exp_name: Any) -> str:
@@ -182,7 +183,8 @@ def run_sweep(
         use_gpu=use_gpu, gpu_id=gpu_id, prepend_date=prepend_date_to_exp_name,
         git_infos=git_infos(m.local_dir for m in code_mounts), snapshots=snapshots,
         script_name=request.script_name, write_bundle=mode_obj.needs_bundle,
-        request={"settings": dict(settings), "mode_options": mode_options, "use_gpu": use_gpu,
+        request={"settings_file": str(save_settings(settings, root / SETTINGS_STORE)),
+                 "mode_options": mode_options, "use_gpu": use_gpu,
                  "gpu_id": gpu_id, "log_root": str(root), "slurm_config_name": slurm_config_name,
                  "prepend_date": prepend_date_to_exp_name})
     runs: list[Run] = []
@@ -233,7 +235,7 @@ def resubmit(id_or_suffix: str, config: ConfigArg = None) -> Job:
         raise LaunchError(f"run {old.id} ran in mode {old.mode.name!r}, which keeps no bundle to "
                           "run again; run its script again instead")
     saved = old.launch_info["request"]
-    settings = load_settings(saved["settings"])
+    settings = load_settings(read_json(saved["settings_file"]))
     mode_obj = get_mode(old.mode.name)(settings, saved["mode_options"])
     run = clone_run(old.log_dir)
     registry.add([_registry_row(run)])

@@ -8,6 +8,8 @@ annotations, so the template is the single source of truth.
 from __future__ import annotations
 
 import difflib
+import hashlib
+import json
 import os
 import runpy
 import types
@@ -19,6 +21,7 @@ from typing import Any, Union, get_args, get_origin
 
 from easylaunch import config_template
 from easylaunch.errors import SettingsError
+from easylaunch.runner import write_bytes_atomic
 
 ENV_CONFIG = "EASYLAUNCH_CONFIG"
 LOCAL_CONFIG_NAME = "easylaunch_config.py"
@@ -244,6 +247,16 @@ def _merge(values: dict[str, Any], sources: dict[str, str], path: str | None) ->
     merged = dict(DEFAULTS, **values)
     all_sources = {k: sources.get(k, DEFAULT_SOURCE) for k in merged}
     return Settings(merged, all_sources, path)
+
+
+def save_settings(settings: Settings, store: Path) -> Path:
+    """Keep the effective settings of a launch (once per unique content) for resubmitting."""
+    data = json.dumps(dict(settings), sort_keys=True, default=repr).encode()
+    path = store / f"{hashlib.sha256(data).hexdigest()[:16]}.json"
+    if not path.exists():
+        store.mkdir(parents=True, exist_ok=True)
+        write_bytes_atomic(str(path), data)
+    return path
 
 
 def write_template(dest: str | os.PathLike) -> Path:
