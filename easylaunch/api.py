@@ -183,6 +183,7 @@ def run_sweep(
         use_gpu=use_gpu, gpu_id=gpu_id, prepend_date=prepend_date_to_exp_name,
         git_infos=git_infos(m.local_dir for m in code_mounts), snapshots=snapshots,
         script_name=request.script_name, write_bundle=mode_obj.needs_bundle,
+        runs_here=not mode_obj.needs_bundle,
         request={"settings_file": str(save_settings(settings, root / SETTINGS_STORE)),
                  "mode_options": mode_options, "use_gpu": use_gpu,
                  "gpu_id": gpu_id, "log_root": str(root), "slurm_config_name": slurm_config_name,

@@ -103,6 +103,7 @@ class BundleSpec:
     snapshots: list[Snapshot]  # empty for modes that run in this process
     script_name: str
     write_bundle: bool
+    runs_here: bool  # the mode runs the function in this process as soon as the run is made
     request: dict  # what resubmitting needs again: settings, mode options, GPU and log choices
 
 
@@ -205,7 +206,10 @@ def create_run(spec: BundleSpec, variant: dict, variant_bytes: bytes, index: int
         meta = _bundle_metadata(spec, run_id, final, code_dirs)
         write_json_atomic(str(tmp / VARIANT_JSON), variant)
         write_json_atomic(str(tmp / LAUNCH_JSON), launch)
-        write_json_atomic(str(tmp / runner.STATUS_JSON), _queued_status(run_id, now))
+        status = _queued_status(run_id, now)
+        if spec.runs_here:
+            status.update(state="running", started_at=now, pid=os.getpid())
+        write_json_atomic(str(tmp / runner.STATUS_JSON), status)
         _write_git_patches(tmp, spec.git_infos)
         if spec.write_bundle:
             _write_bundle(spec, tmp, final, meta, variant_bytes)

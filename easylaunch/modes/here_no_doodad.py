@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import sys
 import time
 from collections.abc import Iterator
@@ -18,18 +17,26 @@ from easylaunch.request import LaunchRequest
 
 
 class _Tee:
-    """Write to the terminal and to the run's log file."""
+    """Write to the terminal and to the run's log file (opened on the first write)."""
 
-    def __init__(self, stream: IO[str], copy: IO[str]) -> None:
-        self._stream, self._copy = stream, copy
+    def __init__(self, stream: IO[str], path: Path) -> None:
+        self._stream, self._path = stream, path
+        self._copy: IO[str] | None = None
 
     def write(self, text: str) -> int:
+        if self._copy is None:
+            self._copy = open(self._path, "a")  # noqa: SIM115 - closed by close()
         self._copy.write(text)
         return self._stream.write(text)
 
     def flush(self) -> None:
-        self._copy.flush()
+        if self._copy is not None:
+            self._copy.flush()
         self._stream.flush()
+
+    def close(self) -> None:
+        if self._copy is not None:
+            self._copy.close()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)
@@ -37,13 +44,15 @@ class _Tee:
 
 @contextlib.contextmanager
 def _tee_output(stdout_path: Path, stderr_path: Path) -> Iterator[None]:
-    with open(stdout_path, "a") as out, open(stderr_path, "a") as err:
-        saved = sys.stdout, sys.stderr
-        sys.stdout, sys.stderr = _Tee(sys.stdout, out), _Tee(sys.stderr, err)
-        try:
-            yield
-        finally:
-            sys.stdout, sys.stderr = saved
+    saved = sys.stdout, sys.stderr
+    tees = _Tee(sys.stdout, stdout_path), _Tee(sys.stderr, stderr_path)
+    sys.stdout, sys.stderr = tees
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = saved
+        for tee in tees:
+            tee.close()
 
 
 class HereNoDoodadMode(Mode):
@@ -60,8 +69,6 @@ class HereNoDoodadMode(Mode):
         for run in runs:
             job = Job(run.run_id, run.exp_name, run.log_dir, self)
             log_dir = str(run.log_dir)
-            runner.update_status(log_dir, state="running", started_at=time.time(),
-                                 pid=os.getpid())
             config = runner.make_doodad_config(run.meta, log_dir)
             with _tee_output(job.stdout_path, job.stderr_path):
                 code, value = runner.call_and_record(request.method_call, config, run.variant,
