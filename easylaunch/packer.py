@@ -240,6 +240,17 @@ class Packer:
     def run(self) -> int:
         """Run every task not yet succeeded; 0 if all have succeeded now, else 1."""
         os.makedirs(self.state_dir, exist_ok=True)
+        lock = open(os.path.join(self.state_dir, ".packer.lock"), "w")  # noqa: SIM115
+        try:
+            import fcntl
+
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print("packer: another packer is running this task file ({}); not starting"
+                  .format(self.state_dir), file=sys.stderr)
+            return 2
+        except OSError:
+            pass  # a file system without locks: go on
         done = threading.Event()
         threading.Thread(target=self._watch_cancels, args=(done,), daemon=True).start()
         threads = [threading.Thread(target=self._worker) for _ in range(self.workers)]

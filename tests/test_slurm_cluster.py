@@ -194,6 +194,12 @@ def test_htp_packer_runs_every_task_and_reruns_only_failures(batch_cfg, tmp_path
     states = [j.wait(timeout=180) for j in jobs]
     assert states == [JobState.SUCCEEDED] * 2 + [JobState.FAILED] + [JobState.SUCCEEDED] * 2
     state_dir = Path(cluster) / "task-state"
+
+    def packer_done():
+        return all((state_dir / f"task-{i}.json").exists() and "running" not in
+                   (state_dir / f"task-{i}.json").read_text() for i in range(5))
+
+    assert wait_for(packer_done, 60)  # the runs' ends are recorded before the packer's
     first = {i: (state_dir / f"task-{i}.json").read_text() for i in range(5)}
     assert all((state_dir / f"task-{i}.out").exists() for i in range(5))
     marker.touch()
