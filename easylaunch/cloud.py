@@ -244,7 +244,7 @@ def boot_script(spec: BootSpec) -> str:
         "#!/bin/bash",
         "# easylaunch boot script: fetch the instance agent, which runs the launch manifest.",
         "set -eu",
-        f'WORKDIR="${{EASYLAUNCH_WORKDIR:-{spec.workdir}}}"',
+        f'WORKDIR="${{EASYLAUNCH_WORKDIR:-}}"; [ -n "$WORKDIR" ] || WORKDIR={q(spec.workdir)}',
         'mkdir -p "$WORKDIR" && cd "$WORKDIR"',
         'exec >>"$WORKDIR"/boot.log 2>&1',
         f"trap '${{EASYLAUNCH_SHUTDOWN_CMD:-{instance_agent.DEFAULT_SHUTDOWN_CMD}}}' EXIT",
