@@ -24,7 +24,7 @@ import boto3
 from moto.server import ThreadedMotoServer
 
 from easylaunch import run_sweep
-from easylaunch.modes import ec2 as ec2_mode
+from easylaunch.instance_agent import S3Store
 
 REPO = Path(__file__).resolve().parent.parent
 REGION = "us-east-1"
@@ -61,13 +61,13 @@ def settings(log_dir: str) -> dict:
 def count_uploads() -> Counter:
     """Bytes uploaded by kind of key (snapshots, bundles, manifests, agent)."""
     counts: Counter = Counter()
-    real = ec2_mode.S3Storage.upload_bytes
+    real = S3Store.put_bytes
 
-    def upload_bytes(self, key: str, data: bytes) -> None:
+    def put_bytes(self, key: str, data: bytes) -> None:
         counts[key.split("/")[1]] += len(data)
         real(self, key, data)
 
-    ec2_mode.S3Storage.upload_bytes = upload_bytes
+    S3Store.put_bytes = put_bytes
     return counts
 
 

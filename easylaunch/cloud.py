@@ -7,7 +7,8 @@ named by content, so an archive whose key already exists is never uploaded again
 instance, snapshots unpack to ``<workdir>/.snapshots/<digest>`` and a bundle to
 ``<workdir>/<exp>/<run folder>/bundle``, where its relative ``code/`` links resolve.
 
-Nothing here imports a cloud SDK; modes implement :class:`Storage` with theirs.
+Nothing here imports a cloud SDK: buckets are reached through the instance agent's
+:class:`~easylaunch.instance_agent.Store` classes, given the mode's own client.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ import json
 import os
 import shlex
 import tarfile
-from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,70 +27,39 @@ from pathlib import Path
 from easylaunch import instance_agent
 from easylaunch.bundle import SNAPSHOT_STORE, Run
 from easylaunch.errors import LaunchError
+from easylaunch.instance_agent import Store
 
 MANIFEST_FORMAT = 1
-# The largest object a single upload may hold (S3's single PUT limit, 5 GiB).
+# The largest object a single upload may hold (S3's single PUT limit, 5 GiB; GCS allows more).
 MAX_OBJECT_BYTES = 5 * 2**30
-# The boot script must stay well below the user-data / startup-script limit (16 KB on EC2).
+# The boot script must stay well below the user-data / metadata value limits (16 KB on EC2).
 MAX_BOOT_SCRIPT_BYTES = 8 * 2**10
 AGENT_SOURCE = Path(instance_agent.__file__).read_bytes()
 
 
-class Storage(ABC):
-    """A bucket seen through the few calls cloud modes need; keys are relative to the bucket."""
+def download_prefix(store: Store, prefix: str, dest: str | os.PathLike,
+                    skip: Iterable[str] = ()) -> list[str]:
+    """Copy every object under ``prefix/`` into ``dest`` (keeping relative paths).
 
-    url_scheme = ""
-
-    def __init__(self, bucket: str) -> None:
-        self.bucket = bucket
-
-    def url(self, key: str) -> str:
-        """The object's URL, e.g. ``s3://bucket/key``."""
-        return f"{self.url_scheme}://{self.bucket}/{key}"
-
-    @abstractmethod
-    def exists(self, key: str) -> bool:
-        """True if an object is stored under ``key``."""
-
-    @abstractmethod
-    def upload_bytes(self, key: str, data: bytes) -> None:
-        """Store ``data`` under ``key``."""
-
-    @abstractmethod
-    def upload_file(self, key: str, path: str | os.PathLike) -> None:
-        """Store the file at ``path`` under ``key``."""
-
-    @abstractmethod
-    def read_bytes(self, key: str) -> bytes | None:
-        """The object under ``key``, or None if there is none."""
-
-    @abstractmethod
-    def list(self, prefix: str) -> list[str]:
-        """Keys under ``prefix``."""
-
-    def download_prefix(self, prefix: str, dest: str | os.PathLike,
-                        skip: Iterable[str] = ()) -> list[str]:
-        """Copy every object under ``prefix/`` into ``dest`` (keeping relative paths).
-
-        Relative paths in ``skip`` are left out; returns the relative paths written.
-        """
-        dest = Path(dest).resolve()
-        prefix = prefix.rstrip("/") + "/"
-        written = []
-        for key in self.list(prefix):
-            rel = key[len(prefix):]
-            target = (dest / rel).resolve()
-            if not rel or rel in skip or not target.is_relative_to(dest):
-                continue
-            data = self.read_bytes(key)
-            if data is None:
-                continue
-            target.parent.mkdir(parents=True, exist_ok=True)
-            tmp = target.with_name(f".{target.name}.download")
-            tmp.write_bytes(data)
-            os.replace(tmp, target)
-            written.append(rel)
-        return written
+    Relative paths in ``skip`` are left out; returns the relative paths written.
+    """
+    dest = Path(dest).resolve()
+    prefix = prefix.rstrip("/") + "/"
+    written = []
+    for key in store.list(prefix):
+        rel = key[len(prefix):]
+        target = (dest / rel).resolve()
+        if not rel or rel in skip or not target.is_relative_to(dest):
+            continue
+        data = store.get(key)
+        if data is None:
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{target.name}.download")
+        tmp.write_bytes(data)
+        os.replace(tmp, target)
+        written.append(rel)
+    return written
 
 
 @dataclass
@@ -192,7 +161,7 @@ def manifest_archive(prefix: str, manifest: dict) -> Archive:
     return Archive(join_key(prefix, "manifests", f"{_sha(data)}.json"), data)
 
 
-def upload_missing(storage: Storage, archives: Iterable[Archive]) -> Upload:
+def upload_missing(storage: Store, archives: Iterable[Archive]) -> Upload:
     """Upload each archive whose key is not stored yet (each key at most once)."""
     report = Upload()
     seen: set[str] = set()
@@ -204,7 +173,7 @@ def upload_missing(storage: Storage, archives: Iterable[Archive]) -> Upload:
         if storage.exists(archive.key):
             report.skipped.append(archive.key)
             continue
-        storage.upload_bytes(archive.key, archive.data)
+        storage.put_bytes(archive.key, archive.data)
         report.uploaded_bytes += len(archive.data)
     return report
 
@@ -216,17 +185,33 @@ def manifest_run(run: Run, prefix: str, bundle_key: str) -> dict:
             "queued_at": run.launch.get("launched_at")}
 
 
+# How the boot script fetches the agent with the cloud's storage library (argv: region, bucket,
+# key, destination), before the agent and its Store classes are on the machine.
+FETCH_AGENT = {
+    "aws": ('import sys, boto3; boto3.client("s3", region_name=sys.argv[1] or None)'
+            ".download_file(sys.argv[2], sys.argv[3], sys.argv[4])"),
+    "gcp": ("import sys; from google.cloud import storage; storage.Client().bucket(sys.argv[2])"
+            ".blob(sys.argv[3]).download_to_filename(sys.argv[4])"),
+}
+
+
 @dataclass(frozen=True)
 class BootSpec:
-    """What the boot script needs: the Python, packages, where the agent and manifest are."""
+    """What the boot script needs: the cloud, the Python, packages, the agent and manifest."""
 
+    cloud: str
     python: str
     pip_requirements: tuple[str, ...]
     bucket: str
     region: str
     agent_key: str
     manifest_key: str
-    workdir: str = "/var/lib/easylaunch"
+    workdir: str = instance_agent.DEFAULT_WORKDIR
+
+
+def _workdir_line(workdir: str) -> str:
+    return (f'WORKDIR="${{{instance_agent.ENV_WORKDIR}:-}}"; '
+            f'[ -n "$WORKDIR" ] || WORKDIR={shlex.quote(workdir)}')
 
 
 def boot_script(spec: BootSpec) -> str:
@@ -238,28 +223,45 @@ def boot_script(spec: BootSpec) -> str:
     """
     q = shlex.quote
     python = q(spec.python)
-    fetch = ('import sys, boto3; boto3.client("s3", region_name=sys.argv[1])'
-             ".download_file(sys.argv[2], sys.argv[3], sys.argv[4])")
     lines = [
         "#!/bin/bash",
         "# easylaunch boot script: fetch the instance agent, which runs the launch manifest.",
         "set -eu",
-        f'WORKDIR="${{EASYLAUNCH_WORKDIR:-}}"; [ -n "$WORKDIR" ] || WORKDIR={q(spec.workdir)}',
+        _workdir_line(spec.workdir),
         'mkdir -p "$WORKDIR" && cd "$WORKDIR"',
         'exec >>"$WORKDIR"/boot.log 2>&1',
-        f"trap '${{EASYLAUNCH_SHUTDOWN_CMD:-{instance_agent.DEFAULT_SHUTDOWN_CMD}}}' EXIT",
+        f"trap '${{{instance_agent.ENV_SHUTDOWN_CMD}:-{instance_agent.DEFAULT_SHUTDOWN_CMD}}}' "
+        "EXIT",
     ]
     if spec.pip_requirements:
         lines.append(f"PIP_BREAK_SYSTEM_PACKAGES=1 {python} -m pip install --quiet "
                      + " ".join(q(r) for r in spec.pip_requirements))
     lines += [
-        f"{python} -c {q(fetch)} {q(spec.region)} {q(spec.bucket)} {q(spec.agent_key)} agent.py",
+        f"{python} -c {q(FETCH_AGENT[spec.cloud])} {q(spec.region)} {q(spec.bucket)} "
+        f"{q(spec.agent_key)} agent.py",
         "trap - EXIT",
-        f"exec {python} agent.py {q(spec.bucket)} {q(spec.manifest_key)} --region "
-        f"{q(spec.region)}",
+        f"exec {python} agent.py {q(spec.bucket)} {q(spec.manifest_key)} --cloud {q(spec.cloud)}"
+        f" --region {q(spec.region)}",
     ]
     text = "\n".join(lines) + "\n"
     if len(text.encode()) > MAX_BOOT_SCRIPT_BYTES:
         raise LaunchError(f"the boot script is {len(text.encode())} bytes, more than "
                           f"{MAX_BOOT_SCRIPT_BYTES}; shorten the pip requirements list")
     return text
+
+
+def shutdown_script(workdir: str = instance_agent.DEFAULT_WORKDIR,
+                    grace_seconds: int = 25) -> str:
+    """A bash script that lets the agent sync a last time when the machine goes down
+    (a GCE shutdown-script: preemption, stop, delete): SIGTERM, then wait for it to exit."""
+    return "\n".join([
+        "#!/bin/bash",
+        "# easylaunch shutdown script: the instance agent syncs the run logs a last time.",
+        _workdir_line(workdir),
+        f'PID="$(cat "$WORKDIR"/{instance_agent.AGENT_PID} 2>/dev/null)" || exit 0',
+        'kill -TERM "$PID" 2>/dev/null || exit 0',
+        f"for _ in $(seq {grace_seconds * 4}); do",
+        '  kill -0 "$PID" 2>/dev/null || exit 0',
+        "  sleep 0.25",
+        "done",
+    ]) + "\n"

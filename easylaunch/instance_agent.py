@@ -1,21 +1,24 @@
-"""The instance side of the cloud modes: ``python agent.py BUCKET MANIFEST_KEY --region R``.
+"""The instance side of the cloud modes: ``python agent.py BUCKET MANIFEST_KEY --cloud C``.
 
 The boot script fetches this file from the bucket and runs it. It needs only the standard
-library and boto3 (easylaunch is not installed on the instance), and no credentials: boto3 uses
-the instance's own role. It reads the launch manifest, picks its share of runs by its launch
-index, unpacks their code snapshots and bundles, starts one runner per run, and
+library and the cloud's storage library (boto3 on AWS, google-cloud-storage on Google Cloud;
+easylaunch is not installed on the instance), and no credentials: the storage library uses the
+instance's own identity. It reads the launch manifest, picks its share of runs by its index,
+unpacks their code snapshots and bundles, starts one runner per run, and
 
 * mirrors each run's ``status.json`` to the bucket as soon as it changes, and the whole log
   folder (files matching the manifest's patterns) every sync interval;
 * stops a run whose cancel marker appears in the bucket;
-* watches the spot interruption notice (IMDSv2: a token first, then every metadata read) and
-  syncs everything when it comes;
-* waits for all its runs, syncs everything a last time, tags the instance and shuts it down
-  (the instance was started with shutdown behaviour "terminate").
+* watches the interruption notice (an EC2 spot notice, a GCE preemption) and syncs everything
+  when it comes; SIGTERM (the machine shutting down, a GCE shutdown-script) does a last sync;
+* waits for all its runs, syncs everything a last time and ends the instance: EC2 instances
+  shut down (they were started with shutdown behaviour "terminate"), GCE instances delete
+  themselves through the Compute API with the metadata server's token.
 
-Environment overrides (tests point them at stand-ins): ``EASYLAUNCH_IMDS_URL`` (metadata
-service), ``EASYLAUNCH_SHUTDOWN_CMD`` (``shutdown -h now``), ``EASYLAUNCH_WORKDIR`` (the
-folder runs live in) and boto3's own ``AWS_ENDPOINT_URL``.
+Environment overrides (tests point them at stand-ins): ``EASYLAUNCH_METADATA_URL`` (metadata
+service), ``EASYLAUNCH_COMPUTE_URL`` (Compute Engine API), ``EASYLAUNCH_SHUTDOWN_CMD``
+(``shutdown -h now``), ``EASYLAUNCH_WORKDIR`` (the folder runs live in), and the storage
+libraries' own ``AWS_ENDPOINT_URL`` and ``STORAGE_EMULATOR_HOST``.
 """
 
 from __future__ import annotations
@@ -38,15 +41,17 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-DEFAULT_IMDS_URL = "http://169.254.169.254"
 DEFAULT_SHUTDOWN_CMD = "shutdown -h now"
 DEFAULT_WORKDIR = "/var/lib/easylaunch"
-ENV_IMDS_URL = "EASYLAUNCH_IMDS_URL"
+DEFAULT_COMPUTE_URL = "https://compute.googleapis.com"
+ENV_METADATA_URL = "EASYLAUNCH_METADATA_URL"
+ENV_COMPUTE_URL = "EASYLAUNCH_COMPUTE_URL"
 ENV_SHUTDOWN_CMD = "EASYLAUNCH_SHUTDOWN_CMD"
 ENV_WORKDIR = "EASYLAUNCH_WORKDIR"
 
 STATUS_JSON = "status.json"
 AGENT_JSON = "agent.json"
+AGENT_PID = "agent.pid"
 INSTANCE_LOG = "instance.log"
 BOOT_LOG = "boot.log"
 SNAPSHOT_STORE = ".snapshots"
@@ -56,8 +61,10 @@ RECORD_FILES = ("stdout.log", "stderr.log", RESULT_PKL, STATUS_JSON)
 TERMINAL_STATES = ("succeeded", "failed", "cancelled", "timeout")
 CANCEL_SUFFIX = ".cancel"
 TAG_KEY = "easylaunch:agent"
+GCE_INDEX_KEY = "easylaunch-index"  # the instance's share of the manifest, in its metadata
 KILL_GRACE_SECONDS = 10.0
 TOKEN_TTL_SECONDS = 21600
+HTTP_TIMEOUT_SECONDS = 5
 
 
 def log(message: str) -> None:
@@ -65,28 +72,175 @@ def log(message: str) -> None:
     print(f"[easylaunch agent {time.strftime('%H:%M:%S')}] {message}", flush=True)
 
 
-class Imds:
-    """The instance metadata service, IMDSv2: a session token before any read."""
+def http(url: str, method: str = "GET", headers: dict | None = None) -> str | None:
+    """The body of a reply, or None for an error status or an unreachable server."""
+    req = urllib.request.Request(url, method=method, headers=headers or {})
+    try:
+        with urllib.request.urlopen(req, timeout=HTTP_TIMEOUT_SECONDS) as reply:
+            return reply.read().decode()
+    except (OSError, ValueError):  # urllib.error.HTTPError is an OSError
+        return None
 
-    def __init__(self, base: str) -> None:
-        self.base = base.rstrip("/")
-        self.token: str | None = None
 
-    def _request(self, path: str, method: str, headers: dict) -> str | None:
-        req = urllib.request.Request(self.base + path, method=method, headers=headers)
+# -- object storage: one class a cloud, used by the agent and the launching side alike ----------
+
+
+class Store:
+    """A bucket through the few calls easylaunch needs; keys are relative to the bucket."""
+
+    scheme = ""
+
+    def __init__(self, bucket: str, client: Any) -> None:
+        self.bucket = bucket
+        self.client = client
+
+    def url(self, key: str) -> str:
+        """The object's URL, e.g. ``gs://bucket/key``."""
+        return f"{self.scheme}://{self.bucket}/{key}"
+
+    def exists(self, key: str) -> bool:
+        raise NotImplementedError
+
+    def get(self, key: str) -> bytes | None:
+        """The object under ``key``, or None if there is none."""
+        raise NotImplementedError
+
+    def put_bytes(self, key: str, data: bytes) -> None:
+        raise NotImplementedError
+
+    def put_file(self, key: str, path: str | os.PathLike) -> None:
+        raise NotImplementedError
+
+    def list(self, prefix: str) -> list[str]:
+        """Keys under ``prefix``."""
+        raise NotImplementedError
+
+
+class S3Store(Store):
+    """An S3 bucket through boto3."""
+
+    scheme = "s3"
+    NOT_FOUND = ("NoSuchKey", "404", "NotFound", "NoSuchBucket")
+
+    @classmethod
+    def default(cls, bucket: str, region: str) -> S3Store:
+        import boto3
+
+        return cls(bucket, boto3.client("s3", region_name=region))
+
+    def _missing(self, exc: Exception) -> bool:
+        code = str(getattr(exc, "response", {}).get("Error", {}).get("Code", ""))
+        return code in self.NOT_FOUND
+
+    def exists(self, key: str) -> bool:
+        from botocore.exceptions import ClientError
+
         try:
-            with urllib.request.urlopen(req, timeout=2) as reply:
-                return reply.read().decode()
-        except urllib.error.HTTPError as exc:
-            if exc.code == 401:
-                self.token = None
+            self.client.head_object(Bucket=self.bucket, Key=key)
+        except ClientError as exc:
+            if self._missing(exc):
+                return False
+            raise
+        return True
+
+    def get(self, key: str) -> bytes | None:
+        from botocore.exceptions import ClientError
+
+        try:
+            return self.client.get_object(Bucket=self.bucket, Key=key)["Body"].read()
+        except ClientError as exc:
+            if self._missing(exc):
+                return None
+            raise
+
+    def put_bytes(self, key: str, data: bytes) -> None:
+        self.client.put_object(Bucket=self.bucket, Key=key, Body=data)
+
+    def put_file(self, key: str, path: str | os.PathLike) -> None:
+        self.client.upload_file(os.fspath(path), self.bucket, key)
+
+    def list(self, prefix: str) -> list[str]:
+        pages = self.client.get_paginator("list_objects_v2").paginate(
+            Bucket=self.bucket, Prefix=prefix)
+        return [o["Key"] for page in pages for o in page.get("Contents", [])]
+
+
+class GcsStore(Store):
+    """A Google Cloud Storage bucket through google-cloud-storage (no gsutil)."""
+
+    scheme = "gs"
+
+    @classmethod
+    def default(cls, bucket: str, region: str = "") -> GcsStore:
+        from google.cloud import storage
+
+        return cls(bucket, storage.Client())
+
+    def _blob(self, key: str) -> Any:
+        return self.client.bucket(self.bucket).blob(key)
+
+    def exists(self, key: str) -> bool:
+        return self._blob(key).exists()
+
+    def get(self, key: str) -> bytes | None:
+        from google.api_core.exceptions import NotFound
+
+        try:
+            return self._blob(key).download_as_bytes()
+        except NotFound:
             return None
-        except (OSError, ValueError):
-            return None
+
+    def put_bytes(self, key: str, data: bytes) -> None:
+        self._blob(key).upload_from_string(data)
+
+    def put_file(self, key: str, path: str | os.PathLike) -> None:
+        self._blob(key).upload_from_filename(os.fspath(path))
+
+    def list(self, prefix: str) -> list[str]:
+        return [b.name for b in self.client.list_blobs(self.bucket, prefix=prefix)]
+
+
+# -- the machine the agent runs on --------------------------------------------------------------
+
+
+class Platform:
+    """What the agent asks of the cloud it runs in: who it is, interruption notices, the end."""
+
+    store_class: type[Store] = Store
+
+    def __init__(self, region: str) -> None:
+        self.region = region
+
+    def describe(self) -> dict:
+        """instance_id, where it runs and its index in the manifest."""
+        raise NotImplementedError
+
+    def interruption_notice(self) -> str | None:
+        """A notice that the cloud takes the machine back soon, or None."""
+        raise NotImplementedError
+
+    def tag(self, instance: dict, tags: dict) -> None:
+        """Label the instance with the agent's state (best effort)."""
+
+    def end(self, instance: dict) -> None:
+        """Make the instance go away."""
+        shutdown()
+
+
+class Aws(Platform):
+    """EC2: IMDSv2 (a session token before any read), tags, shutdown with terminate behaviour."""
+
+    store_class = S3Store
+    base_url = "http://169.254.169.254"
+
+    def __init__(self, region: str) -> None:
+        super().__init__(region)
+        self.base = (os.environ.get(ENV_METADATA_URL) or self.base_url).rstrip("/")
+        self.token: str | None = None
 
     def _token(self) -> str | None:
         if self.token is None:
-            self.token = self._request("/latest/api/token", "PUT", {
+            self.token = http(self.base + "/latest/api/token", "PUT", {
                 "X-aws-ec2-metadata-token-ttl-seconds": str(TOKEN_TTL_SECONDS)})
         return self.token
 
@@ -96,39 +250,82 @@ class Imds:
             token = self._token()
             if token is None:
                 return None
-            value = self._request(f"/latest/meta-data/{path}", "GET",
-                                  {"X-aws-ec2-metadata-token": token})
-            if value is not None or self.token is not None:
-                return value
+            req = urllib.request.Request(f"{self.base}/latest/meta-data/{path}",
+                                         headers={"X-aws-ec2-metadata-token": token})
+            try:
+                with urllib.request.urlopen(req, timeout=HTTP_TIMEOUT_SECONDS) as reply:
+                    return reply.read().decode()
+            except urllib.error.HTTPError as exc:
+                if exc.code != 401:
+                    return None
+                self.token = None
+            except (OSError, ValueError):
+                return None
         return None
 
+    def describe(self) -> dict:
+        return {"instance_id": self.get("instance-id"),
+                "region": self.get("placement/region") or self.region,
+                "index": self.get("ami-launch-index") or "0"}
 
-class S3Store:
-    """The bucket, through boto3 with the instance's own credentials."""
+    def interruption_notice(self) -> str | None:
+        return self.get("spot/instance-action")
 
-    def __init__(self, bucket: str, region: str) -> None:
-        import boto3
-
-        self.bucket = bucket
-        self.client = boto3.client("s3", region_name=region)
-
-    def get(self, key: str) -> bytes | None:
+    def tag(self, instance: dict, tags: dict) -> None:
+        """Tag this instance (needs ec2:CreateTags; best effort)."""
+        if not instance.get("instance_id"):
+            return
         try:
-            return self.client.get_object(Bucket=self.bucket, Key=key)["Body"].read()
-        except self.client.exceptions.NoSuchKey:
-            return None
+            import boto3
 
-    def put_file(self, key: str, path: Path) -> None:
-        with open(path, "rb") as f:
-            self.client.put_object(Bucket=self.bucket, Key=key, Body=f.read())
+            boto3.client("ec2", region_name=instance["region"]).create_tags(
+                Resources=[instance["instance_id"]],
+                Tags=[{"Key": k, "Value": v} for k, v in tags.items()])
+        except Exception as exc:  # noqa: BLE001 - tags help people, the runs do not need them
+            log(f"could not tag {instance['instance_id']}: {exc!r}")
 
-    def put_bytes(self, key: str, data: bytes) -> None:
-        self.client.put_object(Bucket=self.bucket, Key=key, Body=data)
 
-    def list(self, prefix: str) -> list[str]:
-        pages = self.client.get_paginator("list_objects_v2").paginate(
-            Bucket=self.bucket, Prefix=prefix)
-        return [o["Key"] for page in pages for o in page.get("Contents", [])]
+class Gce(Platform):
+    """Compute Engine: the metadata server (``Metadata-Flavor: Google``), preemption, and
+    deleting itself through the Compute API with the service account's token."""
+
+    store_class = GcsStore
+    base_url = "http://metadata.google.internal"
+
+    def __init__(self, region: str) -> None:
+        super().__init__(region)
+        self.base = (os.environ.get(ENV_METADATA_URL) or self.base_url).rstrip("/")
+
+    def get(self, path: str) -> str | None:
+        """``/computeMetadata/v1/<path>``, or None when absent or unreachable."""
+        return http(f"{self.base}/computeMetadata/v1/{path}",
+                    headers={"Metadata-Flavor": "Google"})
+
+    def describe(self) -> dict:
+        zone = (self.get("instance/zone") or "").rsplit("/", 1)[-1]
+        return {"instance_id": self.get("instance/name"), "zone": zone,
+                "project": self.get("project/project-id"),
+                "index": self.get(f"instance/attributes/{GCE_INDEX_KEY}") or "0"}
+
+    def interruption_notice(self) -> str | None:
+        return "preempted" if (self.get("instance/preempted") or "").upper() == "TRUE" else None
+
+    def end(self, instance: dict) -> None:
+        """Delete this instance; shut down if the delete request is refused."""
+        token = json.loads(self.get("instance/service-accounts/default/token") or "{}")
+        url = (f"{os.environ.get(ENV_COMPUTE_URL) or DEFAULT_COMPUTE_URL}/compute/v1/projects/"
+               f"{instance['project']}/zones/{instance['zone']}/instances/"
+               f"{instance['instance_id']}")
+        log(f"deleting this instance: DELETE {url}")
+        if token.get("access_token") and http(url, "DELETE", {
+                "Authorization": f"Bearer {token['access_token']}"}) is not None:
+            return
+        log("the delete request failed (does the service account have compute.instances"
+            ".delete?); shutting down instead")
+        shutdown()
+
+
+PLATFORMS: dict[str, type[Platform]] = {"aws": Aws, "gcp": Gce}
 
 
 def read_json(path: Path) -> dict:
@@ -185,14 +382,14 @@ class RunSlot:
 class Agent:
     """Runs this instance's share of a launch manifest and keeps the bucket up to date."""
 
-    def __init__(self, store: S3Store, manifest: dict, workdir: Path, imds: Imds,
+    def __init__(self, store: Store, manifest: dict, workdir: Path, platform: Platform,
                  instance: dict) -> None:
         self.store = store
         self.manifest = manifest
         self.workdir = workdir
-        self.imds = imds
+        self.platform = platform
         self.instance = instance
-        index = int(instance.get("launch_index") or 0)
+        index = int(instance.get("index") or 0)
         self.slots = [RunSlot(spec, workdir) for spec in manifest["instances"][index]]
         self.spot_notice: str | None = None
         self.final = False
@@ -205,13 +402,15 @@ class Agent:
 
     def stop_all(self) -> None:
         """Give every run that has not ended a terminal state (the agent is going away)."""
+        why = (f"the cloud took the instance back ({self.spot_notice}) before the run ended; "
+               "its last sync is in the bucket" if self.spot_notice else
+               "the instance agent stopped before the run ended; see instance.log")
         for slot in self.slots:
             if slot.ended:
                 continue
             if slot.proc is not None and slot.proc.poll() is None:
                 _signal_group(slot.proc.pid, signal.SIGKILL)
-            slot.record_end("failed", "the instance agent stopped before the run ended; "
-                                      "see instance.log")
+            slot.record_end("failed", why)
 
     # -- setup ----------------------------------------------------------------------------------
 
@@ -231,7 +430,7 @@ class Agent:
     def _fetch(self, key: str) -> bytes:
         data = self.store.get(key)
         if data is None:
-            raise RuntimeError(f"s3://{self.store.bucket}/{key} is missing")
+            raise RuntimeError(f"{self.store.url(key)} is missing")
         return data
 
     def command(self, slot: RunSlot) -> list[str]:
@@ -296,13 +495,13 @@ class Agent:
             log(f"run {slot.run_id}: ended as {slot.status().get('state')}")
             self.sync(slot, everything=True)
 
-    def check_spot_notice(self) -> None:
+    def check_interruption(self) -> None:
         if self.spot_notice is not None:
             return
-        notice = self.imds.get("spot/instance-action")
+        notice = self.platform.interruption_notice()
         if notice:
             self.spot_notice = notice
-            log(f"spot interruption notice: {notice}; syncing everything now")
+            log(f"interruption notice: {notice}; syncing everything now")
             self.sync_all(everything=True)
 
     def supervise(self, interval: float, poll: float) -> None:
@@ -316,7 +515,7 @@ class Agent:
             self.reap()
             if all(slot.ended for slot in self.slots):
                 return
-            self.check_spot_notice()
+            self.check_interruption()
             everything = time.monotonic() >= next_sync
             if everything:
                 next_sync = time.monotonic() + interval
@@ -380,17 +579,13 @@ def _signal_group(pid: int, signum: int) -> None:
         os.killpg(pid, signum)
 
 
-def tag_instance(region: str, instance_id: str | None, tags: dict) -> None:
-    """Tag this instance (needs ec2:CreateTags; best effort)."""
-    if not instance_id:
-        return
-    try:
-        import boto3
+class Stop(BaseException):
+    """SIGTERM reached the agent: the machine is going down (not caught by the agent's
+    ``except Exception`` handlers, which retry what failed)."""
 
-        boto3.client("ec2", region_name=region).create_tags(
-            Resources=[instance_id], Tags=[{"Key": k, "Value": v} for k, v in tags.items()])
-    except Exception as exc:  # noqa: BLE001 - tags help people, the runs do not need them
-        log(f"could not tag {instance_id}: {exc!r}")
+
+def _stop(signum: int, frame: Any) -> None:
+    raise Stop
 
 
 def shutdown() -> None:
@@ -399,54 +594,56 @@ def shutdown() -> None:
     subprocess.run(shlex.split(command), check=False)
 
 
-def describe_instance(imds: Imds, region: str) -> dict:
-    """Who this instance is, from the metadata service."""
-    return {"instance_id": imds.get("instance-id"),
-            "region": imds.get("placement/region") or region,
-            "launch_index": imds.get("ami-launch-index") or "0",
-            "started_at": time.time()}
-
-
-def run(bucket: str, manifest_key: str, region: str) -> None:
-    """Run this instance's share of the manifest, then shut the instance down."""
+def run(cloud: str, bucket: str, manifest_key: str, region: str) -> None:
+    """Run this instance's share of the manifest, then end the instance."""
     workdir = Path(os.environ.get(ENV_WORKDIR) or DEFAULT_WORKDIR).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
-    imds = Imds(os.environ.get(ENV_IMDS_URL) or DEFAULT_IMDS_URL)
-    instance = describe_instance(imds, region)
-    log(f"instance {instance['instance_id']} in {instance['region']}, "
-        f"launch index {instance['launch_index']}")
+    platform = PLATFORMS[cloud](region)
+    instance = dict(platform.describe(), started_at=time.time())
+    log(f"instance {instance['instance_id']} "
+        f"in {instance.get('region') or instance.get('zone')}, index {instance['index']}")
+    (workdir / AGENT_PID).write_text(str(os.getpid()))
+    signal.signal(signal.SIGTERM, _stop)
     agent = None
     try:
-        store = S3Store(bucket, region)
+        store = platform.store_class.default(bucket, region)
         manifest = json.loads(store.get(manifest_key) or b"{}")
         if manifest.get("format") != 1:
-            raise RuntimeError(f"s3://{bucket}/{manifest_key} is not a launch manifest")
-        agent = Agent(store, manifest, workdir, imds, instance)
-        tag_instance(instance["region"], instance["instance_id"], agent.tags("running"))
+            raise RuntimeError(f"{store.url(manifest_key)} is not a launch manifest")
+        agent = Agent(store, manifest, workdir, platform, instance)
+        platform.tag(instance, agent.tags("running"))
         agent.handle_cancels()
         for slot in agent.slots:
             if not slot.ended:
                 agent.start(slot)
         agent.sync_all(everything=False)
         agent.supervise(float(manifest["sync_interval"]), float(manifest["poll_seconds"]))
+    except Stop:
+        log("SIGTERM: the machine is going down; syncing a last time")
+        if agent is not None and agent.spot_notice is None:
+            agent.spot_notice = platform.interruption_notice()
     except Exception as exc:  # noqa: BLE001 - logged; the instance must still go away
         log(f"agent failed: {exc!r}")
     finally:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the last sync is not cut short
         if agent is not None:
             agent.stop_all()
             agent.final = True
             agent.sync_all(everything=True)
-        tag_instance(instance["region"], instance["instance_id"], {TAG_KEY: "done"})
-        shutdown()
+        platform.tag(instance, {TAG_KEY: "done"})
+        with contextlib.suppress(OSError):
+            (workdir / AGENT_PID).unlink()
+        platform.end(instance)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("bucket")
     parser.add_argument("manifest_key")
-    parser.add_argument("--region", required=True)
+    parser.add_argument("--cloud", choices=sorted(PLATFORMS), default="aws")
+    parser.add_argument("--region", default="")
     args = parser.parse_args(argv)
-    run(args.bucket, args.manifest_key, args.region)
+    run(args.cloud, args.bucket, args.manifest_key, args.region)
     return 0
 
 

@@ -105,7 +105,7 @@ class Instance:
         (bin_dir / "shutdown").chmod(0o755)
         (self.root / "user-data.sh").write_text(self.user_data)
         self.env = dict(env, PATH=f"{bin_dir}{os.pathsep}{env['PATH']}", HOME=str(self.root),
-                        EASYLAUNCH_IMDS_URL=self.imds.url, EASYLAUNCH_WORKDIR=str(self.workdir),
+                        EASYLAUNCH_METADATA_URL=self.imds.url, EASYLAUNCH_WORKDIR=str(self.workdir),
                         FAKE_SHUTDOWN_LOG=str(self.shutdown_log), FAKE_INSTANCE_ID=instance_id,
                         FAKE_REGION=region, FAKE_PYTHON=sys.executable)
         self.proc = subprocess.Popen(["bash", str(self.root / "user-data.sh")], cwd=self.root,

@@ -22,7 +22,16 @@ import jobfns
 import pytest
 from helpers import wait_for
 
-from easylaunch import EasyLaunchError, JobState, LaunchError, cloud, run_experiment, run_sweep
+from easylaunch import (
+    EasyLaunchError,
+    JobState,
+    LaunchError,
+    cloud,
+    instance_agent,
+    run_experiment,
+    run_sweep,
+)
+from easylaunch.modes import cloud_base
 from easylaunch.modes import ec2 as ec2_mode
 
 boto3 = pytest.importorskip("boto3")
@@ -60,7 +69,7 @@ def aws(moto, monkeypatch, tmp_path):
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    monkeypatch.setattr(ec2_mode, "AGENT_POLL_SECONDS", 0.2)
+    monkeypatch.setattr(cloud_base, "AGENT_POLL_SECONDS", 0.2)
     s3, ec2, iam = (boto3.client(s, region_name=REGION) for s in ("s3", "ec2", "iam"))
     bucket = f"easylaunch-test-{uuid.uuid4().hex[:12]}"
     s3.create_bucket(Bucket=bucket)
@@ -109,7 +118,7 @@ def s3_keys(aws, prefix: str = "") -> list[str]:
 
 
 def s3_state(aws, job) -> str | None:
-    text = s3_text(aws, f"{job.launch_info['backend']['s3_log_prefix']}/status.json")
+    text = s3_text(aws, f"{job.launch_info['backend']['log_prefix']}/status.json")
     return json.loads(text)["state"] if text else None
 
 
@@ -150,7 +159,7 @@ def test_a_run_boots_syncs_while_running_ends_and_is_fetched(ec2_cfg, aws, play)
 
     box = play(job)
     assert len(box.user_data.encode()) < 4096 and "function.pkl" not in box.user_data
-    prefix = backend["s3_log_prefix"]
+    prefix = backend["log_prefix"]
     # while it runs: its log and status reach S3, and the job reads them from there
     assert wait_for(lambda: "started a" in (s3_text(aws, f"{prefix}/stdout.log") or ""), 30), \
         box.boot_log()
@@ -201,7 +210,7 @@ def test_a_failing_function_ends_failed_with_its_traceback_in_s3(ec2_cfg, aws, p
                          config=ec2_cfg)
     box = play(job)
     assert job.wait(timeout=60) is JobState.FAILED, box.boot_log()
-    prefix = job.launch_info["backend"]["s3_log_prefix"]
+    prefix = job.launch_info["backend"]["log_prefix"]
     status = json.loads(s3_text(aws, f"{prefix}/status.json"))
     assert status["state"] == "failed"
     assert "ValueError: bad learning rate 5" in status["error"]
@@ -215,7 +224,7 @@ def test_a_spot_interruption_notice_triggers_the_final_sync(ec2_cfg, aws, play):
     ec2_cfg["AWS_SYNC_INTERVAL_SECONDS"] = 3600.0  # no periodic sync during the test
     job = run_experiment(ec2_stubs.wait_for_release, mode="ec2", config=ec2_cfg)
     box = play(job)
-    prefix = job.launch_info["backend"]["s3_log_prefix"]
+    prefix = job.launch_info["backend"]["log_prefix"]
     assert wait_for(lambda: (box.run_dir(job) / "progress.txt").exists(), 30), box.boot_log()
     assert wait_for(lambda: s3_state(aws, job) == "running", 10)
     time.sleep(1.0)  # several agent polls: status syncs, but not the other files
@@ -234,8 +243,8 @@ def test_a_spot_interruption_notice_triggers_the_final_sync(ec2_cfg, aws, play):
 def test_a_sweep_uploads_each_snapshot_once_and_packs_runs_per_instance(
         ec2_cfg, aws, play, monkeypatch):
     uploaded = []
-    real_upload = ec2_mode.S3Storage.upload_bytes
-    monkeypatch.setattr(ec2_mode.S3Storage, "upload_bytes",
+    real_upload = instance_agent.S3Store.put_bytes
+    monkeypatch.setattr(instance_agent.S3Store, "put_bytes",
                         lambda self, key, data: (uploaded.append(key),
                                                  real_upload(self, key, data))[1])
     jobs = run_sweep(ec2_stubs.quick, [{"tag": i} for i in range(3)], exp_name="sw",
@@ -398,7 +407,7 @@ def test_an_instance_that_fails_to_start_leaves_nothing_running(ec2_cfg, aws, ex
 
 def test_a_batch_that_fails_after_another_started_terminates_the_first(
         ec2_cfg, aws, monkeypatch):
-    monkeypatch.setattr(ec2_mode, "MAX_INSTANCES_PER_CALL", 1)
+    monkeypatch.setattr(ec2_mode.Ec2Mode, "max_instances_per_batch", 1)
     real_args = ec2_mode.Ec2Mode.run_instances_args
     calls = []
 
@@ -421,9 +430,10 @@ def test_a_batch_that_fails_after_another_started_terminates_the_first(
 
 
 def test_the_boot_script_quotes_what_it_is_given_and_stays_short(tmp_path):
-    spec = cloud.BootSpec(python="/opt/my python/bin/python3", pip_requirements=("boto3",
-                          "cloudpickle==3.1.1", "x; touch pwned"), bucket="b", region=REGION,
-                          agent_key="p/agent/$(touch pwned).py", manifest_key="p/m's.json")
+    spec = cloud.BootSpec(cloud="aws", python="/opt/my python/bin/python3",
+                          pip_requirements=("boto3", "cloudpickle==3.1.1", "x; touch pwned"),
+                          bucket="b", region=REGION, agent_key="p/agent/$(touch pwned).py",
+                          manifest_key="p/m's.json")
     script = cloud.boot_script(spec)
     assert "'/opt/my python/bin/python3' -m pip install --quiet boto3" in script
     assert "'x; touch pwned'" in script and "'p/agent/$(touch pwned).py'" in script

@@ -1,0 +1,360 @@
+"""What the cloud modes (``ec2``, ``gcp``) share: one path from launch to fetch.
+
+A launch uploads what the bucket does not hold yet (code snapshots and bundles are named by
+content, so a sweep uploads each snapshot once), one manifest per batch of instances and the
+instance agent; then the mode starts the batch's instances with a short boot script that fetches
+the agent, which runs the manifest and mirrors the runs' log folders to the bucket.
+``launch.json`` records each run's instance and bucket prefix, so ``status``, ``wait``,
+``fetch`` and ``cancel`` work from any later process: the run's ``status.json`` is read from the
+bucket, and an instance that is gone while the run recorded no end gives the run a terminal state
+with the reason. A mode adds only what its cloud differs in: settings, checks, starting,
+describing and ending instances.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from abc import abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar, NamedTuple
+
+from easylaunch import cloud, runner
+from easylaunch.bundle import Run
+from easylaunch.errors import LaunchError
+from easylaunch.instance_agent import AGENT_JSON, CANCEL_SUFFIX, Store
+from easylaunch.jobs import Job
+from easylaunch.modes.base import Mode
+from easylaunch.request import LaunchRequest
+
+AGENT_POLL_SECONDS = 5.0  # how often the agent looks at statuses, cancels and notices
+CANCEL_WAIT_SECONDS = 30.0  # how long cancel waits for the agent's last sync
+
+
+class InstanceState(NamedTuple):
+    """An instance as its cloud describes it."""
+
+    name: str  # the cloud's own word: "running", "TERMINATED"
+    ended: bool  # the machine runs no more
+    reason: str  # why, when the cloud says
+    interrupted: bool  # the cloud took it back (spot, preemption)
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where and on what a request runs, from the settings."""
+
+    location: str  # region (EC2) or zone (GCE)
+    bucket: str
+    prefix: str
+    image: str
+    machine_type: str
+    market: str  # "on-demand", "spot (max $0.5/hour each)", "preemptible"
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Instances started together: their runs (by index in the manifest) and manifest."""
+
+    instances: list[list[Run]]
+    manifest: cloud.Archive
+    control_prefix: str
+    boot_script: str
+
+
+@dataclass(frozen=True)
+class CloudPlan:
+    """Everything a launch uploads and starts."""
+
+    target: Target
+    archives: list[cloud.Archive]
+    batches: list[Batch]
+
+
+class CloudMode(Mode):
+    """Runs on cloud instances, tracked through the bucket and the cloud's API."""
+
+    cloud: ClassVar[str]  # the agent's --cloud
+    settings_prefix: ClassVar[str]  # "AWS": the mode reads AWS_PYTHON, AWS_SYNC_INTERVAL_SECONDS...
+    max_instances_per_batch: ClassVar[int] = 100
+    options: ClassVar[dict[str, Any]] = {"confirm": True, "num_exps_per_instance": None}
+
+    def setting(self, name: str) -> Any:
+        """The mode's own setting ``<PREFIX>_<name>``."""
+        return self.settings[f"{self.settings_prefix}_{name}"]
+
+    def per_instance(self) -> int:
+        """Runs per instance: the mode option, else <PREFIX>_NUM_EXPS_PER_INSTANCE."""
+        n = self.opts["num_exps_per_instance"]
+        return self.setting("NUM_EXPS_PER_INSTANCE") if n is None else n
+
+    # -- what a cloud provides ------------------------------------------------------------------
+
+    @abstractmethod
+    def target(self, request: LaunchRequest) -> Target:
+        """The settings this request needs, checked without asking the cloud."""
+
+    @abstractmethod
+    def check_cloud(self, target: Target) -> None:
+        """Credentials, bucket and resources, asked of the cloud; LaunchError names the fix."""
+
+    def value_problems(self) -> list[str]:
+        """Settings this cloud needs beyond the shared ones (each a sentence with the fix)."""
+        return []
+
+    @abstractmethod
+    def store(self, bucket: str, location: str) -> Store:
+        """The bucket, through this process's credentials."""
+
+    @abstractmethod
+    def start_batch(self, request: LaunchRequest, target: Target, batch: Batch) -> list[dict]:
+        """Start one instance per entry of ``batch.instances``; what to record of each, in the
+        same order (``instance_id`` at least). On failure, end what it started and raise."""
+
+    @abstractmethod
+    def end_instances(self, record: dict, instance_ids: list[str]) -> None:
+        """Terminate or delete instances started like ``record`` (what start_batch gave, or a
+        run's backend record, which holds it)."""
+
+    @abstractmethod
+    def instance_states(self, backends: list[dict]) -> dict[str, InstanceState]:
+        """The instances of these records by id; an instance the cloud no longer knows is
+        left out."""
+
+    # -- checks ---------------------------------------------------------------------------------
+
+    def _check_values(self) -> None:
+        problems = []
+        if not isinstance(self.opts["confirm"], bool):
+            problems.append(f"confirm must be True or False, got {self.opts['confirm']!r}")
+        n = self.per_instance()
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            problems.append(f"num_exps_per_instance / {self.settings_prefix}_NUM_EXPS_PER_"
+                            f"INSTANCE must be a positive integer, got {n!r}")
+        problems += self.value_problems()
+        if problems:
+            raise LaunchError(f"mode {self.name!r}: " + "; ".join(problems))
+
+    def check(self, request: LaunchRequest) -> None:
+        self._check_values()
+        target = self.target(request)
+        self.check_cloud(target)
+        self._confirm(request, target)
+
+    def _confirm(self, request: LaunchRequest, target: Target) -> None:
+        """Ask once before starting paid instances, on an interactive terminal only."""
+        if self.opts["confirm"] is False or not (sys.stdin.isatty() and sys.stderr.isatty()):
+            return
+        count = -(-len(request.variants) // self.per_instance())
+        print(f"easylaunch {self.name}: {count} {target.machine_type} {target.market} "
+              f"instance(s) will start in {target.location} for {len(request.variants)} run(s) "
+              f"of {request.exp_name!r}.", file=sys.stderr)
+        answer = input("Start them? [y/N] ").strip().lower()
+        if answer not in ("y", "yes"):
+            raise LaunchError(f"not launched: the start of {self.name} instances was declined "
+                              "(pass confirm=False to skip the question)")
+
+    # -- prepare and submit ---------------------------------------------------------------------
+
+    def prepare(self, request: LaunchRequest, runs: list[Run]) -> CloudPlan:
+        target = self.target(request)
+        agent = cloud.agent_archive(target.prefix)
+        snapshots = cloud.pack_snapshots(runs, request.log_root, target.prefix)
+        bundles = {run.run_id: cloud.pack_bundle(run, target.prefix) for run in runs}
+        n = self.per_instance()
+        instances = [runs[i:i + n] for i in range(0, len(runs), n)]
+        step = self.max_instances_per_batch
+        batches = [self._batch(target, instances[i:i + step], bundles, agent.key,
+                               request.use_gpu) for i in range(0, len(instances), step)]
+        return CloudPlan(target, [agent, *snapshots, *bundles.values()], batches)
+
+    def _batch(self, target: Target, instances: list[list[Run]], bundles: dict,
+               agent_key: str, use_gpu: bool) -> Batch:
+        prefix = target.prefix
+        interval = float(self.setting("SYNC_INTERVAL_SECONDS"))
+        control = cloud.join_key(prefix, "control", instances[0][0].run_id)
+        snapshots = {snap["digest"]: cloud.snapshot_key(prefix, snap["digest"])
+                     for snap in instances[0][0].launch["code_snapshots"]}
+        manifest = cloud.manifest_archive(prefix, {
+            "format": cloud.MANIFEST_FORMAT, "python": self.setting("PYTHON"),
+            "docker_image": self.setting("DOCKER_IMAGE"), "use_gpu": use_gpu,
+            "sync_interval": interval, "poll_seconds": min(AGENT_POLL_SECONDS, interval),
+            "patterns": list(self.setting("FILE_PATTERNS_TO_SAVE")), "snapshots": snapshots,
+            "control_prefix": control,
+            "instances": [[cloud.manifest_run(r, prefix, bundles[r.run_id].key) for r in group]
+                          for group in instances]})
+        boot = cloud.boot_script(cloud.BootSpec(
+            cloud=self.cloud, python=self.setting("PYTHON"),
+            pip_requirements=tuple(self.setting("PIP_REQUIREMENTS")), bucket=target.bucket,
+            region=self.agent_region(target), agent_key=agent_key, manifest_key=manifest.key))
+        return Batch(instances, manifest, control, boot)
+
+    def agent_region(self, target: Target) -> str:
+        """The region the agent's storage client uses (none by default)."""
+        return ""
+
+    def submit(self, request: LaunchRequest, runs: list[Run], prepared: CloudPlan) -> list[Job]:
+        target = prepared.target
+        store = self.store(target.bucket, target.location)
+        cloud.upload_missing(store, [*prepared.archives, *(b.manifest for b in prepared.batches)])
+        started: list[tuple[dict, list[Run]]] = []
+        try:
+            for batch in prepared.batches:
+                instances = self.start_batch(request, target, batch)
+                for instance, group in zip(instances, batch.instances, strict=True):
+                    started.append((instance, group))
+                    self._record(group, instance, batch, store, target)
+        except BaseException:
+            self._withdraw(store, started)
+            raise
+        return [Job(run.run_id, run.exp_name, run.log_dir, self) for run in runs]
+
+    def _record(self, group: list[Run], instance: dict, batch: Batch, store: Store,
+                target: Target) -> None:
+        prefixes = {r.run_id: cloud.run_log_prefix(target.prefix, r) for r in group}
+        for run in group:
+            run.record_backend(
+                **instance, location=target.location, bucket=target.bucket,
+                log_prefix=prefixes[run.run_id], log_url=store.url(prefixes[run.run_id]) + "/",
+                manifest_key=batch.manifest.key,
+                cancel_key=f"{batch.control_prefix}/{run.run_id}{CANCEL_SUFFIX}",
+                instance_runs=prefixes)
+
+    def _withdraw(self, store: Store, started: list[tuple[dict, list[Run]]]) -> None:
+        """After a failed launch, end the instances it started; their runs are marked cancelled
+        for their agents too, in case an instance outlives the call that ends it."""
+        if not started:
+            return
+        for _, group in started:
+            for run in group:
+                try:
+                    store.put_bytes(run.launch["backend"]["cancel_key"], b"")
+                except Exception as exc:  # noqa: BLE001 - the launch error matters more
+                    print(f"easylaunch {self.name}: could not mark run {run.run_id} cancelled: "
+                          f"{exc!r}", file=sys.stderr)
+        ids = [instance["instance_id"] for instance, _ in started]
+        try:
+            self.end_instances(started[0][0], ids)
+        except Exception as exc:  # noqa: BLE001
+            print(f"easylaunch {self.name}: could not end {', '.join(ids)} after the failed "
+                  f"launch ({exc!r}); end them in the cloud console", file=sys.stderr)
+
+    # -- tracking -------------------------------------------------------------------------------
+
+    @staticmethod
+    def _backend(job: Job) -> dict:
+        backend = job.launch_info.get("backend", {})
+        if "instance_id" not in backend:
+            raise LaunchError(f"run {job.id} has no instance recorded (its launch failed "
+                              "before the instance started)")
+        return backend
+
+    def _store_of(self, backend: dict) -> Store:
+        return self.store(backend["bucket"], backend["location"])
+
+    def _mirror(self, job: Job, store: Store, prefix: str) -> dict:
+        """Bring the run's status.json (and result.pkl once it ended) from the bucket."""
+        data = store.get(f"{prefix}/{runner.STATUS_JSON}")
+        if data is None:
+            return {}
+        remote = json.loads(data)
+        if remote.get("state") in runner.TERMINAL_STATES:
+            result = store.get(f"{prefix}/{runner.RESULT_PKL}")
+            if result is not None:
+                runner.write_bytes_atomic(str(job.log_dir / runner.RESULT_PKL), result)
+            elif remote["state"] == "succeeded":
+                return remote  # its result is on the way: take the end with the result
+        runner.update_status(str(job.log_dir), **remote)
+        return remote
+
+    def refresh(self, job: Job) -> None:
+        self.refresh_many([job])
+
+    def refresh_many(self, jobs: list[Job]) -> None:
+        """Read each run's status from the bucket; ask the cloud once about those not ended."""
+        open_jobs = []
+        for job in jobs:
+            backend = job.launch_info.get("backend", {})
+            if "instance_id" not in backend:
+                continue
+            self._mirror(job, self._store_of(backend), backend["log_prefix"])
+            if not job.recorded_state().terminal:
+                open_jobs.append(job)
+        if not open_jobs:
+            return
+        states = self.instance_states([j.launch_info["backend"] for j in open_jobs])
+        for job in open_jobs:
+            self._settle(job, states.get(job.launch_info["backend"]["instance_id"]))
+
+    def _settle(self, job: Job, instance: InstanceState | None) -> None:
+        """Give a run whose instance is gone the terminal state it did not record."""
+        if instance is not None and not instance.ended:
+            return
+        backend = job.launch_info["backend"]
+        store = self._store_of(backend)
+        self._mirror(job, store, backend["log_prefix"])  # the final sync
+        if job.recorded_state().terminal:
+            return
+        iid = backend["instance_id"]
+        notice = json.loads(store.get(f"{backend['log_prefix']}/{AGENT_JSON}") or b"{}").get(
+            "spot_notice")
+        if job.info().get("cancel_requested"):
+            where = instance.name if instance else "gone"
+            job.record_end("cancelled", f"cancelled (instance {iid} is {where})")
+        elif instance is None:
+            job.record_end("failed", f"{self.name}: the cloud no longer knows instance {iid} "
+                                   "and the run recorded no outcome")
+        elif instance.interrupted or notice:
+            job.record_end("failed", f"instance {iid} was taken back by the cloud "
+                                   f"({instance.reason or notice}) before the run ended; its "
+                                   "last sync is in the bucket (job.fetch())")
+        else:
+            job.record_end("failed", f"instance {iid} is {instance.name} "
+                                   f"({instance.reason or 'no reason given'}) and the run "
+                                   "recorded no outcome; job.fetch() brings instance.log and "
+                                   "the run's logs")
+
+    def cancel(self, job: Job) -> None:
+        """Ask the agent to stop the run and sync it, then end the instance if it is not
+        running other runs; the run ends as cancelled."""
+        backend = self._backend(job)
+        store = self._store_of(backend)
+        store.put_bytes(backend["cancel_key"], b"")
+        runner.update_status(str(job.log_dir), cancel_requested=True)
+        if self._mirror(job, store, backend["log_prefix"]):  # the agent is up: let it sync
+            deadline = time.monotonic() + CANCEL_WAIT_SECONDS
+            while not job.recorded_state().terminal and time.monotonic() < deadline:
+                time.sleep(0.5)
+                self._mirror(job, store, backend["log_prefix"])
+        others = [p for r, p in backend["instance_runs"].items() if r != job.id]
+        busy = [p for p in others if json.loads(store.get(
+            f"{p}/{runner.STATUS_JSON}") or b"{}").get("state") not in runner.TERMINAL_STATES]
+        if not busy:
+            self.end_instances(backend, [backend["instance_id"]])
+        job.record_end("cancelled", "cancelled")
+
+    def remote_log_dir(self, run: Run) -> str | None:
+        return run.launch["backend"].get("log_url")
+
+    def log_file(self, job: Job, name: str) -> Path:
+        """The run's log as last synced to the bucket (copied into the local folder first)."""
+        backend = job.launch_info.get("backend", {})
+        if "instance_id" in backend:
+            data = self._store_of(backend).get(f"{backend['log_prefix']}/{name}")
+            if data is not None:
+                runner.write_bytes_atomic(str(job.log_dir / name), data)
+        return job.log_dir / name
+
+    def fetch(self, job: Job) -> str:
+        backend = self._backend(job)
+        store = self._store_of(backend)
+        prefix = backend["log_prefix"]
+        files = cloud.download_prefix(store, prefix, job.log_dir, skip=(runner.STATUS_JSON,))
+        self._mirror(job, store, prefix)
+        return (f"fetched {len(files)} file(s) from {backend['log_url']} into {job.log_dir}"
+                if files else f"nothing stored yet under {backend['log_url']}")
+
+    def wait_for_change(self, job: Job, timeout: float) -> None:
+        time.sleep(max(timeout, 0.5))  # each look asks the bucket (and maybe the cloud)
