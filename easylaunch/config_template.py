@@ -189,3 +189,60 @@ AWS_DOCKER_IMAGE: str | None = None
 # launching machine's version). A failed boot shuts the instance down.
 AWS_PYTHON: str = "python3"
 AWS_PIP_REQUIREMENTS: list = ["boto3", "cloudpickle"]
+
+# ---------------------------------------------------------------------------------------------
+# GCP mode (gcp): runs on Compute Engine instances that sync their log folders to Google Cloud
+# Storage and delete themselves when done. Credentials: Application Default Credentials
+# (``gcloud auth application-default login``, or GOOGLE_APPLICATION_CREDENTIALS). A launch's
+# gcp_kwargs=dict(zone=..., preemptible=True) overrides the GCP_ settings of the same name.
+# ---------------------------------------------------------------------------------------------
+
+# The project instances start in. None: the project of your credentials (or
+# GOOGLE_CLOUD_PROJECT).
+GCP_PROJECT: str | None = None
+
+# The zone instances start in.
+GCP_ZONE: str = "us-central1-a"
+
+# The bucket and prefix code, bundles and run logs go to: "gs://bucket/prefix". Required. Laid
+# out as under AWS_S3_PATH: <prefix>/logs/<exp_name>/<run folder>/, <prefix>/snapshots/, ...
+GCP_GCS_PATH: str | None = None
+
+# Boot images for runs without and with use_gpu: an image name, or "family/<family>" for the
+# newest image of a family, in the given image project. The image needs bash and a Python of
+# the launching machine's minor version, or Docker when GCP_DOCKER_IMAGE is set.
+GCP_IMAGE: str = "family/debian-12"
+GCP_IMAGE_PROJECT: str = "debian-cloud"
+GCP_GPU_IMAGE: str = "family/common-cu124-debian-11-py310"
+GCP_GPU_IMAGE_PROJECT: str = "deeplearning-platform-release"
+GCP_DISK_SIZE_GB: int = 50
+
+# Machine types for runs without and with use_gpu, and the GPUs a use_gpu run's instance gets.
+GCP_MACHINE_TYPE: str = "n1-standard-4"
+GCP_GPU_MACHINE_TYPE: str = "n1-standard-8"
+GCP_GPU_TYPE: str = "nvidia-tesla-t4"
+GCP_GPU_COUNT: int = 1
+
+# Preemptible (legacy, at most 24 hours) or Spot instances: cheaper, and taken back at any time;
+# the shutdown-script syncs the runs' logs a last time when that happens. At most one of them.
+GCP_PREEMPTIBLE: bool = False
+GCP_SPOT: bool = False
+
+# The service account instances run as (None: the project's default Compute Engine account) and
+# its scopes. It needs storage.objects.get/create/list on GCP_GCS_PATH and
+# compute.instances.delete on its own instance. No credentials ever travel to the instances.
+GCP_SERVICE_ACCOUNT: str | None = None
+GCP_SCOPES: list = ["https://www.googleapis.com/auth/cloud-platform"]
+
+# The VPC network instances attach to (with an external address, to reach the APIs).
+GCP_NETWORK: str = "global/networks/default"
+
+# As the AWS_ keys of the same names: files synced, seconds between syncs, runs per instance,
+# an optional Docker image, and the Python and pip packages on the instance (the agent needs
+# google-cloud-storage; runs need cloudpickle). A failed boot shuts the instance down.
+GCP_FILE_PATTERNS_TO_SAVE: list = ["*"]
+GCP_SYNC_INTERVAL_SECONDS: float = 60.0
+GCP_NUM_EXPS_PER_INSTANCE: int = 1
+GCP_DOCKER_IMAGE: str | None = None
+GCP_PYTHON: str = "python3"
+GCP_PIP_REQUIREMENTS: list = ["google-cloud-storage", "cloudpickle"]

@@ -143,6 +143,12 @@ CONSTRAINTS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "AWS_SECURITY_GROUP_IDS": (_words, "a list of non-empty strings"),
     "AWS_FILE_PATTERNS_TO_SAVE": (_words, "a list of non-empty strings"),
     "AWS_PIP_REQUIREMENTS": (_words, "a list of non-empty strings"),
+    "GCP_SYNC_INTERVAL_SECONDS": (lambda v: v > 0, "more than 0 seconds"),
+    "GCP_DISK_SIZE_GB": (lambda v: v >= 10, "at least 10 (GB)"),
+    "GCP_GPU_COUNT": (lambda v: v >= 1, "1 or more"),
+    "GCP_SCOPES": (_words, "a list of non-empty strings"),
+    "GCP_FILE_PATTERNS_TO_SAVE": (_words, "a list of non-empty strings"),
+    "GCP_PIP_REQUIREMENTS": (_words, "a list of non-empty strings"),
 }
 
 
@@ -247,6 +253,13 @@ def _merge(values: dict[str, Any], sources: dict[str, str], path: str | None) ->
     merged = dict(DEFAULTS, **values)
     all_sources = {k: sources.get(k, DEFAULT_SOURCE) for k in merged}
     return Settings(merged, all_sources, path)
+
+
+def override(settings: Settings, values: Mapping[str, Any], source: str) -> Settings:
+    """``settings`` with ``values`` in place of theirs, checked as a settings file's are."""
+    checked = check_values(values, source)
+    return Settings(dict(settings, **checked),
+                    dict(settings.sources, **dict.fromkeys(checked, source)), settings.path)
 
 
 def save_settings(settings: Settings, store: Path) -> Path:

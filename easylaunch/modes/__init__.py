@@ -15,6 +15,7 @@ MODES: dict[str, str] = {
     "sss": "easylaunch.modes.sss:SssMode",
     "htp": "easylaunch.modes.htp:HtpMode",
     "ec2": "easylaunch.modes.ec2:Ec2Mode",
+    "gcp": "easylaunch.modes.gcp:GcpMode",
 }
 
 
