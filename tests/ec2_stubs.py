@@ -2,25 +2,21 @@
 
 ``ImdsStub`` answers the few metadata calls the instance agent makes (IMDSv2: a token first);
 ``Instance`` plays one instance on this machine: it runs the user-data moto stored with bash in
-a sandbox folder, with the metadata service, ``shutdown`` and S3 pointed at stand-ins. The launched
-functions live here because this folder is the tests' code directory: runs import them from the
-code snapshot they fetched from S3.
+a sandbox folder, with the metadata service, ``shutdown`` and S3 pointed at stand-ins.
 """
 
 import base64
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
 import threading
-import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-RELEASE = "release"
+import jobfns
 
 
 class ImdsStub:
@@ -118,7 +114,7 @@ class Instance:
 
     def release(self, job) -> None:
         """Let a ``wait_for_release`` run finish."""
-        (self.run_dir(job) / RELEASE).write_text("go")
+        (self.run_dir(job) / jobfns.RELEASE).write_text("go")
 
     def boot_log(self) -> str:
         path = self.workdir / "boot.log"
@@ -142,24 +138,3 @@ def clean_env(endpoint: str, keys: tuple[str, str]) -> dict:
     process's Python setup (no PYTHONPATH: the code must come from S3)."""
     return {"PATH": os.environ["PATH"], "AWS_ACCESS_KEY_ID": keys[0],
             "AWS_SECRET_ACCESS_KEY": keys[1], "AWS_ENDPOINT_URL": endpoint, "LANG": "C.UTF-8"}
-
-
-# -- functions the tests launch ------------------------------------------------------------------
-
-
-def wait_for_release(doodad_config, variant):
-    """Print, write a file, then wait until the test lets the run finish."""
-    print("started", variant.get("tag"), flush=True)
-    out = Path(doodad_config.base_log_dir)
-    (out / "progress.txt").write_text("halfway\n")
-    deadline = time.time() + variant.get("limit", 60)
-    while not (out / RELEASE).exists():
-        if time.time() > deadline:
-            raise TimeoutError("never released")
-        time.sleep(0.05)
-    return {"module_file": __file__, "tag": variant.get("tag"), "gpu": doodad_config.use_gpu}
-
-
-def quick(doodad_config, variant):
-    return {"module_file": __file__, "tag": variant.get("tag"), "cwd": os.getcwd(),
-            "which_python": shutil.which("python3")}

@@ -2,8 +2,12 @@
 them from the code snapshot, the way users' own modules travel."""
 
 import os
+import shutil
 import subprocess
 import time
+from pathlib import Path
+
+RELEASE = "release"  # the file a wait_for_release run waits for
 
 
 def train(doodad_config, variant):
@@ -115,3 +119,21 @@ def where(doodad_config, variant):
     import sys
 
     return {"prefix": sys.prefix, "executable": sys.executable}
+
+
+def wait_for_release(doodad_config, variant):
+    """Print, write a file, then wait until the test lets the run finish."""
+    print("started", variant.get("tag"), flush=True)
+    out = Path(doodad_config.base_log_dir)
+    (out / "progress.txt").write_text("halfway\n")
+    deadline = time.time() + variant.get("limit", 60)
+    while not (out / RELEASE).exists():
+        if time.time() > deadline:
+            raise TimeoutError("never released")
+        time.sleep(0.05)
+    return {"module_file": __file__, "tag": variant.get("tag"), "gpu": doodad_config.use_gpu}
+
+
+def quick(doodad_config, variant):
+    return {"module_file": __file__, "tag": variant.get("tag"), "cwd": os.getcwd(),
+            "which_python": shutil.which("python3")}

@@ -143,7 +143,7 @@ def instances_of(aws, exp_name: str) -> list[dict]:
 def test_a_run_boots_syncs_while_running_ends_and_is_fetched(ec2_cfg, aws, play):
     ec2_cfg["AWS_SPOT_PRICE"] = 0.5
     started = time.monotonic()
-    job = run_experiment(ec2_stubs.wait_for_release, variant={"tag": "a"}, exp_name="x",
+    job = run_experiment(jobfns.wait_for_release, variant={"tag": "a"}, exp_name="x",
                          mode="ec2", use_gpu=True, config=ec2_cfg)
     assert time.monotonic() - started < 15
     assert job.status() is JobState.QUEUED
@@ -222,7 +222,7 @@ def test_a_failing_function_ends_failed_with_its_traceback_in_s3(ec2_cfg, aws, p
 
 def test_a_spot_interruption_notice_triggers_the_final_sync(ec2_cfg, aws, play):
     ec2_cfg["AWS_SYNC_INTERVAL_SECONDS"] = 3600.0  # no periodic sync during the test
-    job = run_experiment(ec2_stubs.wait_for_release, mode="ec2", config=ec2_cfg)
+    job = run_experiment(jobfns.wait_for_release, mode="ec2", config=ec2_cfg)
     box = play(job)
     prefix = job.launch_info["backend"]["log_prefix"]
     assert wait_for(lambda: (box.run_dir(job) / "progress.txt").exists(), 30), box.boot_log()
@@ -247,7 +247,7 @@ def test_a_sweep_uploads_each_snapshot_once_and_packs_runs_per_instance(
     monkeypatch.setattr(instance_agent.S3Store, "put_bytes",
                         lambda self, key, data: (uploaded.append(key),
                                                  real_upload(self, key, data))[1])
-    jobs = run_sweep(ec2_stubs.quick, [{"tag": i} for i in range(3)], exp_name="sw",
+    jobs = run_sweep(jobfns.quick, [{"tag": i} for i in range(3)], exp_name="sw",
                      mode="ec2", config=ec2_cfg, num_exps_per_instance=2)
     kinds = [k.split("/")[1] for k in uploaded]
     assert kinds.count("snapshots") == 1 and kinds.count("bundles") == 3
@@ -260,7 +260,7 @@ def test_a_sweep_uploads_each_snapshot_once_and_packs_runs_per_instance(
     assert all(r["module_file"].startswith(str(aws.sandbox)) for r in results)
     assert all(b.wait() == 0 and b.shutdown_log.exists() for b in boxes)
     uploaded.clear()  # the same code again: its snapshot is already in S3
-    run_sweep(ec2_stubs.quick, [{"tag": 9}], exp_name="sw", mode="ec2", config=ec2_cfg)
+    run_sweep(jobfns.quick, [{"tag": 9}], exp_name="sw", mode="ec2", config=ec2_cfg)
     assert [k.split("/")[1] for k in uploaded] == ["bundles", "manifests"]
 
 
@@ -268,7 +268,7 @@ def test_a_sweep_uploads_each_snapshot_once_and_packs_runs_per_instance(
 
 
 def test_cancel_stops_the_run_syncs_it_and_terminates_the_instance(ec2_cfg, aws, play):
-    job = run_experiment(ec2_stubs.wait_for_release, mode="ec2", config=ec2_cfg)
+    job = run_experiment(jobfns.wait_for_release, mode="ec2", config=ec2_cfg)
     box = play(job)
     assert wait_for(lambda: s3_state(aws, job) == "running", 30), box.boot_log()
     job.cancel()
@@ -281,7 +281,7 @@ def test_cancel_stops_the_run_syncs_it_and_terminates_the_instance(ec2_cfg, aws,
 
 
 def test_cancel_before_the_instance_booted_terminates_it_at_once(ec2_cfg, aws):
-    job = run_experiment(ec2_stubs.quick, mode="ec2", config=ec2_cfg)
+    job = run_experiment(jobfns.quick, mode="ec2", config=ec2_cfg)
     started = time.monotonic()
     job.cancel()
     assert time.monotonic() - started < 10
@@ -292,7 +292,7 @@ def test_cancel_before_the_instance_booted_terminates_it_at_once(ec2_cfg, aws):
 
 
 def test_a_run_whose_instance_vanished_ends_as_failed(ec2_cfg, aws):
-    job = run_experiment(ec2_stubs.quick, mode="ec2", config=ec2_cfg)
+    job = run_experiment(jobfns.quick, mode="ec2", config=ec2_cfg)
     assert job.status() is JobState.QUEUED
     aws.ec2.terminate_instances(InstanceIds=[job.launch_info["backend"]["instance_id"]])
     assert job.wait(timeout=20) is JobState.FAILED
@@ -314,23 +314,23 @@ def _tty(monkeypatch, answers: list[str]) -> list[str]:
 def test_an_interactive_launch_asks_once_per_sweep(ec2_cfg, aws, monkeypatch, capsys):
     asked = _tty(monkeypatch, ["n", "y"])
     with pytest.raises(LaunchError, match="declined"):
-        run_sweep(ec2_stubs.quick, [{}, {}, {}], exp_name="ask", mode="ec2", config=ec2_cfg)
+        run_sweep(jobfns.quick, [{}, {}, {}], exp_name="ask", mode="ec2", config=ec2_cfg)
     assert "3 c5.large on-demand instance(s)" in capsys.readouterr().err
     assert not instances_of(aws, "ask") and not s3_keys(aws)
     assert not (Path(ec2_cfg["LOCAL_LOG_DIR"]) / "ask").exists()
     ec2_cfg["AWS_SPOT_PRICE"] = 0.25
-    jobs = run_sweep(ec2_stubs.quick, [{}, {}, {}], exp_name="ask", mode="ec2",
+    jobs = run_sweep(jobfns.quick, [{}, {}, {}], exp_name="ask", mode="ec2",
                      config=ec2_cfg, num_exps_per_instance=2)
     assert "2 c5.large spot (max $0.25/hour each) instance(s)" in capsys.readouterr().err
     assert len(asked) == 2 and len(jobs) == 3 and len(instances_of(aws, "ask")) == 2
-    run_experiment(ec2_stubs.quick, exp_name="ask", mode="ec2", config=ec2_cfg, confirm=False)
+    run_experiment(jobfns.quick, exp_name="ask", mode="ec2", config=ec2_cfg, confirm=False)
     assert len(asked) == 2
 
 
 def test_a_non_interactive_launch_does_not_ask(ec2_cfg, aws, monkeypatch):
     monkeypatch.setattr(sys.stdin, "isatty", lambda: False, raising=False)
     monkeypatch.setattr("builtins.input", lambda prompt="": pytest.fail("asked: " + prompt))
-    job = run_experiment(ec2_stubs.quick, exp_name="quiet", mode="ec2", config=ec2_cfg)
+    job = run_experiment(jobfns.quick, exp_name="quiet", mode="ec2", config=ec2_cfg)
     assert len(instances_of(aws, "quiet")) == 1 and job.status() is JobState.QUEUED
 
 
@@ -364,7 +364,7 @@ def _nothing_started(aws, cfg, exp_name: str) -> None:
 ])
 def test_bad_settings_are_refused_before_anything_is_made(ec2_cfg, aws, change, message, exp):
     with pytest.raises(EasyLaunchError, match=message):
-        run_experiment(ec2_stubs.quick, exp_name=exp, mode="ec2",
+        run_experiment(jobfns.quick, exp_name=exp, mode="ec2",
                        config=dict(ec2_cfg, **change))
     assert not (Path(ec2_cfg["LOCAL_LOG_DIR"]) / exp).exists()
     _nothing_started(aws, ec2_cfg, exp)
@@ -374,14 +374,14 @@ def test_no_credentials_is_a_clear_error(ec2_cfg, aws, monkeypatch, exp):
     monkeypatch.delenv("AWS_ACCESS_KEY_ID")
     monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
     with pytest.raises(LaunchError, match="no AWS credentials found: run 'aws configure'"):
-        run_experiment(ec2_stubs.quick, exp_name=exp, mode="ec2", config=ec2_cfg)
+        run_experiment(jobfns.quick, exp_name=exp, mode="ec2", config=ec2_cfg)
     assert not (Path(ec2_cfg["LOCAL_LOG_DIR"]) / exp).exists()
 
 
 def test_an_unreachable_endpoint_is_a_clear_error(ec2_cfg, aws, monkeypatch, exp):
     monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
     with pytest.raises(LaunchError, match="cannot reach AWS in us-east-1"):
-        run_experiment(ec2_stubs.quick, exp_name=exp, mode="ec2", config=ec2_cfg)
+        run_experiment(jobfns.quick, exp_name=exp, mode="ec2", config=ec2_cfg)
     assert not (Path(ec2_cfg["LOCAL_LOG_DIR"]) / exp).exists()
 
 
@@ -389,7 +389,7 @@ def test_a_bundle_over_the_object_size_limit_is_refused_before_uploading(
         ec2_cfg, aws, monkeypatch, exp):
     monkeypatch.setattr(cloud, "MAX_OBJECT_BYTES", 64 * 1024)  # S3's is 5 GiB: simulated
     with pytest.raises(LaunchError, match="the bundle of run .* packs to .* more than"):
-        run_experiment(ec2_stubs.quick, variant={"blob": os.urandom(128 * 1024).hex()},
+        run_experiment(jobfns.quick, variant={"blob": os.urandom(128 * 1024).hex()},
                        exp_name=exp, mode="ec2", config=ec2_cfg)
     assert not s3_keys(aws)
     _nothing_started(aws, ec2_cfg, exp)
@@ -398,7 +398,7 @@ def test_a_bundle_over_the_object_size_limit_is_refused_before_uploading(
 def test_an_instance_that_fails_to_start_leaves_nothing_running(ec2_cfg, aws, exp):
     ec2_cfg["AWS_IAM_INSTANCE_PROFILE"] = "no-such-profile"  # EC2 refuses it at run_instances
     with pytest.raises(LaunchError, match="EC2 did not start 1 c5.large on-demand instance"):
-        run_experiment(ec2_stubs.quick, exp_name=exp, mode="ec2", config=ec2_cfg)
+        run_experiment(jobfns.quick, exp_name=exp, mode="ec2", config=ec2_cfg)
     runs = list((Path(ec2_cfg["LOCAL_LOG_DIR"]) / exp).glob("*_*"))
     assert len(runs) == 1
     assert "instance_id" not in json.loads((runs[0] / "launch.json").read_text())["backend"]
@@ -420,7 +420,7 @@ def test_a_batch_that_fails_after_another_started_terminates_the_first(
 
     monkeypatch.setattr(ec2_mode.Ec2Mode, "run_instances_args", second_names_a_missing_profile)
     with pytest.raises(LaunchError, match="EC2 did not start"):
-        run_sweep(ec2_stubs.quick, [{}, {}], exp_name="half", mode="ec2", config=ec2_cfg)
+        run_sweep(jobfns.quick, [{}, {}], exp_name="half", mode="ec2", config=ec2_cfg)
     first = instances_of(aws, "half")
     assert len(calls) == 2 and len(first) == 1 and first[0]["State"]["Name"] == "terminated"
     runs = list((Path(ec2_cfg["LOCAL_LOG_DIR"]) / "half").glob("*_*"))

@@ -17,6 +17,7 @@ import difflib
 import functools
 import os
 import re
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -74,6 +75,7 @@ class Clients:
     instances: Any
     zones: Any
     machine_types: Any
+    operations: Any
     storage: Any
 
 
@@ -88,6 +90,7 @@ def _clients(project: str, _environment: tuple) -> Clients:
                   client_options={"api_endpoint": url} if url else None)
     return Clients(compute_v1.InstancesClient(**kwargs), compute_v1.ZonesClient(**kwargs),
                    compute_v1.MachineTypesClient(**kwargs),
+                   compute_v1.ZoneOperationsClient(**kwargs),
                    storage.Client(project=project, credentials=creds))
 
 
@@ -243,14 +246,14 @@ class GcpMode(CloudMode):
         try:
             operations = []
             for index, name in enumerate(names):
-                operations.append(api.instances.insert(
+                operations.append(api.instances.insert_unary(
                     project=target.project, zone=target.location,
                     instance_resource=self.instance_resource(request, target, batch, index,
                                                              name),
                     timeout=CHECK_TIMEOUT_SECONDS))
                 inserted.append(name)
             for operation in operations:
-                operation.result(timeout=OPERATION_TIMEOUT_SECONDS)
+                _wait(api, target.project, target.location, operation)
         except Exception as exc:
             if inserted:
                 self.end_instances(record, inserted)
@@ -273,7 +276,7 @@ class GcpMode(CloudMode):
         api = clients(record["project"])
         for name in instance_ids:
             with contextlib.suppress(NotFound):
-                api.instances.delete(project=record["project"], zone=record["zone"],
+                api.instances.delete_unary(project=record["project"], zone=record["zone"],
                                      instance=name, timeout=CHECK_TIMEOUT_SECONDS)
 
     def instance_states(self, backends: list[dict]) -> dict[str, InstanceState]:
@@ -281,13 +284,30 @@ class GcpMode(CloudMode):
         launches = {(b["project"], b["zone"], b["launch_label"]) for b in backends}
         states = {}
         for project, zone, label in sorted(launches):
-            for inst in clients(project).instances.list(
-                    project=project, zone=zone, filter=f'labels.easylaunch-launch = "{label}"',
-                    timeout=CHECK_TIMEOUT_SECONDS):
+            query = {"project": project, "zone": zone,
+                     "filter": f'labels.easylaunch-launch = "{label}"'}
+            for inst in clients(project).instances.list(request=query,
+                                                        timeout=CHECK_TIMEOUT_SECONDS):
                 reason = inst.status_message or ""
                 states[inst.name] = InstanceState(inst.status, inst.status in ENDED_STATUSES,
                                                   reason, "preempt" in reason.lower())
         return states
+
+
+def _wait(api: Clients, project: str, zone: str, operation: Any) -> None:
+    """Wait for a zone operation to end (``zoneOperations.wait``); raise its error."""
+    from google.api_core.exceptions import from_http_status
+
+    deadline = time.monotonic() + OPERATION_TIMEOUT_SECONDS
+    while operation.status != operation.Status.DONE:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"operation {operation.name} did not end in "
+                               f"{OPERATION_TIMEOUT_SECONDS:.0f} s")
+        operation = api.operations.wait(project=project, zone=zone, operation=operation.name,
+                                        timeout=CHECK_TIMEOUT_SECONDS)
+    if operation.error.errors:
+        message = "; ".join(f"{e.code}: {e.message}" for e in operation.error.errors)
+        raise from_http_status(operation.http_error_status_code or 500, message)
 
 
 def _launch_label(batch: Batch) -> str:
