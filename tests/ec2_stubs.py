@@ -16,7 +16,7 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-import jobfns
+from helpers import PlayedInstance
 
 
 class ImdsStub:
@@ -83,7 +83,7 @@ boto3.client("ec2").terminate_instances(InstanceIds=[os.environ["FAKE_INSTANCE_I
 """
 
 
-class Instance:
+class Instance(PlayedInstance):
     """One EC2 instance played on this machine from the user-data moto holds."""
 
     def __init__(self, ec2, instance_id: str, sandbox: Path, env: dict, region: str) -> None:
@@ -107,24 +107,6 @@ class Instance:
         self.proc = subprocess.Popen(["bash", str(self.root / "user-data.sh")], cwd=self.root,
                                      env=self.env, start_new_session=True,
                                      stdin=subprocess.DEVNULL)
-
-    def run_dir(self, job) -> Path:
-        """The run's folder on this instance."""
-        return self.workdir / job.exp_name / job.log_dir.name
-
-    def release(self, job) -> None:
-        """Let a ``wait_for_release`` run finish."""
-        (self.run_dir(job) / jobfns.RELEASE).write_text("go")
-
-    def boot_log(self) -> str:
-        path = self.workdir / "boot.log"
-        return path.read_text() if path.exists() else "(no boot.log)"
-
-    def wait(self, timeout: float = 60) -> int:
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            raise AssertionError(f"the instance did not finish:\n{self.boot_log()}") from None
 
     def stop(self) -> None:
         if self.proc.poll() is None:

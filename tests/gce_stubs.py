@@ -25,6 +25,8 @@ import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+from helpers import PlayedInstance
+
 PROJECT = "easylaunch-test"
 PROJECT_NUMBER = "123456789012"
 ZONES = ("us-central1-a", "europe-west4-b")
@@ -138,7 +140,7 @@ echo "shutdown $*" >> "$FAKE_SHUTDOWN_LOG"
 """
 
 
-class Instance:
+class Instance(PlayedInstance):
     """One GCE instance played on this machine: its startup-script runs in a sandbox."""
 
     def __init__(self, stub: "ComputeStub", zone: str, resource: dict) -> None:
@@ -178,19 +180,6 @@ class Instance:
                                      env=self.env, start_new_session=True,
                                      stdin=subprocess.DEVNULL)
         self.resource["status"] = "RUNNING"
-
-    def run_dir(self, job) -> Path:
-        return self.workdir / job.exp_name / job.log_dir.name
-
-    def boot_log(self) -> str:
-        path = self.workdir / "boot.log"
-        return path.read_text() if path.exists() else "(no boot.log)"
-
-    def wait(self, timeout: float = 60) -> int:
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            raise AssertionError(f"the instance did not finish:\n{self.boot_log()}") from None
 
     def halt(self, status_message: str = "") -> None:
         """What GCE does when an instance stops: the shutdown-script, then power off."""

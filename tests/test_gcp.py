@@ -158,7 +158,7 @@ def test_a_run_boots_syncs_while_running_ends_and_deletes_itself(gcp_cfg, gcp, c
         box.boot_log()
     assert wait_for(lambda: gcs_text(gcp, f"{prefix}/progress.txt") == "halfway\n", 10)
     assert gcs_state(gcp, job) == "running" and job.status() is JobState.RUNNING
-    (box.run_dir(job) / jobfns.RELEASE).write_text("go")
+    box.release(job)
     assert job.wait(timeout=60) is JobState.SUCCEEDED, box.boot_log()
     result = job.result()
     assert os.path.realpath(result["module_file"]).startswith(str(box.workdir / ".snapshots"))
