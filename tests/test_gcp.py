@@ -387,3 +387,18 @@ def test_an_insert_that_fails_deletes_what_the_launch_started(gcp_cfg, gcp, comp
     assert wait_for(lambda: compute.instance(calls[0]) is None, 10)  # the first was deleted
     assert compute.instance(calls[1]) is None  # the second never existed
     _nothing_started(gcp, compute, gcp_cfg, exp)
+
+
+def test_an_interactive_launch_says_what_starts_and_asks_once(gcp_cfg, gcp, compute,
+                                                              monkeypatch, capsys):
+    compute.autostart = False
+    asked = []
+    monkeypatch.setattr(sys.stdin, "isatty", lambda: True, raising=False)
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
+    monkeypatch.setattr("builtins.input", lambda prompt="": (asked.append(prompt), "n")[1])
+    with pytest.raises(LaunchError, match="the start of gcp instances was declined"):
+        run_sweep(jobfns.quick, [{}, {}, {}], exp_name="ask", mode="gcp", config=gcp_cfg,
+                  num_exps_per_instance=2, gcp_kwargs=dict(preemptible=True))
+    assert "2 n1-standard-4 preemptible instance(s) will start in us-central1-a for 3 run(s)" \
+        in capsys.readouterr().err
+    assert len(asked) == 1 and not instances_of(compute, "ask") and not gcs_keys(gcp)
