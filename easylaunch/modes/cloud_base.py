@@ -303,13 +303,13 @@ class CloudMode(Mode):
         if job.info().get("cancel_requested"):
             where = instance.name if instance else "gone"
             job.record_end("cancelled", f"cancelled (instance {iid} is {where})")
+        elif notice or (instance is not None and instance.interrupted):
+            job.record_end("failed", f"instance {iid} was taken back by the cloud "
+                                   f"({notice or instance.reason}) before the run ended; its "
+                                   "last sync is in the bucket (job.fetch())")
         elif instance is None:
             job.record_end("failed", f"{self.name}: the cloud no longer knows instance {iid} "
                                    "and the run recorded no outcome")
-        elif instance.interrupted or notice:
-            job.record_end("failed", f"instance {iid} was taken back by the cloud "
-                                   f"({instance.reason or notice}) before the run ended; its "
-                                   "last sync is in the bucket (job.fetch())")
         else:
             job.record_end("failed", f"instance {iid} is {instance.name} "
                                    f"({instance.reason or 'no reason given'}) and the run "

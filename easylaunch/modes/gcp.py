@@ -202,7 +202,7 @@ class GcpMode(CloudMode):
         compute_v1 = _compute()
         s = self.settings
         zone = target.location
-        image = (f"projects/{target.image_project}/global/images/{target.image}")
+        image = f"projects/{target.image_project}/global/images/{target.image}"
         scheduling = compute_v1.Scheduling(automatic_restart=False, on_host_maintenance=(
             "TERMINATE" if target.gpu_count or target.market != "on-demand" else "MIGRATE"))
         if s.GCP_SPOT:
@@ -213,15 +213,14 @@ class GcpMode(CloudMode):
         items = {"startup-script": batch.boot_script,
                  "shutdown-script": cloud.shutdown_script(), GCE_INDEX_KEY: str(index)}
         group = batch.instances[index]
+        disk = compute_v1.AttachedDiskInitializeParams(source_image=image,
+                                                       disk_size_gb=s.GCP_DISK_SIZE_GB)
         instance = compute_v1.Instance(
             name=name, machine_type=f"zones/{zone}/machineTypes/{target.machine_type}",
             labels={"easylaunch-exp": _name_part(request.exp_name, 63) or "none",
                     "easylaunch-run": group[0].run_id,
                     "easylaunch-launch": _launch_label(batch)},
-            disks=[compute_v1.AttachedDisk(
-                boot=True, auto_delete=True, initialize_params=compute_v1.
-                AttachedDiskInitializeParams(source_image=image,
-                                             disk_size_gb=s.GCP_DISK_SIZE_GB))],
+            disks=[compute_v1.AttachedDisk(boot=True, auto_delete=True, initialize_params=disk)],
             network_interfaces=[compute_v1.NetworkInterface(
                 network=s.GCP_NETWORK, access_configs=[compute_v1.AccessConfig(
                     name="External NAT", type_="ONE_TO_ONE_NAT")])],
