@@ -92,13 +92,7 @@ class Instance(PlayedInstance):
         self.user_data = base64.b64decode(reply["UserData"]["Value"]).decode()
         desc = ec2.describe_instances(InstanceIds=[instance_id])["Reservations"][0]["Instances"][0]
         self.imds = ImdsStub(instance_id, region, desc.get("AmiLaunchIndex", 0))
-        self.root = sandbox / instance_id
-        self.workdir = self.root / "work"
-        self.shutdown_log = self.root / "shutdown.log"
-        bin_dir = self.root / "bin"
-        bin_dir.mkdir(parents=True)
-        (bin_dir / "shutdown").write_text(_FAKE_SHUTDOWN)
-        (bin_dir / "shutdown").chmod(0o755)
+        bin_dir = self.make_sandbox(sandbox / instance_id, _FAKE_SHUTDOWN)
         (self.root / "user-data.sh").write_text(self.user_data)
         self.env = dict(env, PATH=f"{bin_dir}{os.pathsep}{env['PATH']}", HOME=str(self.root),
                         EASYLAUNCH_METADATA_URL=self.imds.url, EASYLAUNCH_WORKDIR=str(self.workdir),

@@ -158,13 +158,7 @@ class Instance(PlayedInstance):
             "instance/service-accounts/default/token": json.dumps(
                 {"access_token": self.token, "expires_in": 3599, "token_type": "Bearer"}),
             **{f"instance/attributes/{k}": v for k, v in self.items.items()}})
-        self.root = stub.sandbox / self.name
-        self.workdir = self.root / "work"
-        self.shutdown_log = self.root / "shutdown.log"
-        bin_dir = self.root / "bin"
-        bin_dir.mkdir(parents=True)
-        (bin_dir / "shutdown").write_text(_FAKE_SHUTDOWN)
-        (bin_dir / "shutdown").chmod(0o755)
+        bin_dir = self.make_sandbox(stub.sandbox / self.name, _FAKE_SHUTDOWN)
         self.startup_script = self.items["startup-script"]
         (self.root / "startup-script").write_text(self.startup_script)
         (self.root / "shutdown-script").write_text(self.items.get("shutdown-script", ""))

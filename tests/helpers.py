@@ -1,5 +1,7 @@
 """Small helpers shared by the process tests."""
 
+import json
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -33,11 +35,23 @@ def run_pids(log_dir: Path) -> list[int]:
 
 
 class PlayedInstance:
-    """A cloud instance played on this machine: its boot script runs as ``proc`` with the
-    work folder ``workdir`` (the cloud stand-ins subclass it)."""
+    """A cloud instance played on this machine: its boot script runs as ``proc`` in a sandbox
+    folder (the cloud stand-ins subclass it)."""
 
     workdir: Path
     proc: subprocess.Popen
+
+    def make_sandbox(self, root: Path, fake_shutdown: str) -> Path:
+        """The instance's folders and a stand-in ``shutdown`` command; returns the folder to
+        put first on PATH."""
+        self.root = root
+        self.workdir = root / "work"
+        self.shutdown_log = root / "shutdown.log"
+        bin_dir = root / "bin"
+        bin_dir.mkdir(parents=True)
+        (bin_dir / "shutdown").write_text(fake_shutdown)
+        (bin_dir / "shutdown").chmod(0o755)
+        return bin_dir
 
     def run_dir(self, job) -> Path:
         """The run's folder on this instance."""
@@ -57,3 +71,23 @@ class PlayedInstance:
             return self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
             raise AssertionError(f"the instance did not finish:\n{self.boot_log()}") from None
+
+
+def check_a_synced_run(job, box: PlayedInstance, read, keys) -> dict:
+    """The middle of the cloud end-to-end tests, on a ``jobfns.wait_for_release`` run with
+    tag "a": its log and status reach the bucket (``read(key)``, ``keys(prefix)``) while it
+    waits, then it succeeds with code from the snapshot the instance fetched. Its result."""
+    prefix = job.launch_info["backend"]["log_prefix"]
+    assert wait_for(lambda: "started a" in (read(f"{prefix}/stdout.log") or ""), 30), \
+        box.boot_log()
+    assert wait_for(lambda: read(f"{prefix}/progress.txt") == "halfway\n", 10)
+    assert json.loads(read(f"{prefix}/status.json"))["state"] == "running"
+    assert job.status().value == "running"
+    box.release(job)
+    assert job.wait(timeout=60).value == "succeeded", box.boot_log()
+    result = job.result()
+    # the function came from the code snapshot fetched from the bucket into the work folder
+    assert os.path.realpath(result["module_file"]).startswith(str(box.workdir / ".snapshots"))
+    digest = job.launch_info["code_snapshots"][0]["digest"]
+    assert f"exps/snapshots/{digest}.tar.gz" in keys("exps/snapshots/")
+    return result

@@ -20,7 +20,7 @@ from types import SimpleNamespace
 import ec2_stubs
 import jobfns
 import pytest
-from helpers import wait_for
+from helpers import check_a_synced_run, wait_for
 
 from easylaunch import (
     EasyLaunchError,
@@ -159,20 +159,8 @@ def test_a_run_boots_syncs_while_running_ends_and_is_fetched(ec2_cfg, aws, play)
 
     box = play(job)
     assert len(box.user_data.encode()) < 4096 and "function.pkl" not in box.user_data
-    prefix = backend["log_prefix"]
-    # while it runs: its log and status reach S3, and the job reads them from there
-    assert wait_for(lambda: "started a" in (s3_text(aws, f"{prefix}/stdout.log") or ""), 30), \
-        box.boot_log()
-    assert wait_for(lambda: s3_text(aws, f"{prefix}/progress.txt") == "halfway\n", 10)
-    assert s3_state(aws, job) == "running" and job.status() is JobState.RUNNING
-    box.release(job)
-    assert job.wait(timeout=60) is JobState.SUCCEEDED, box.boot_log()
-    result = job.result()
-    # the function came from the code snapshot fetched from S3 into the instance's work folder
-    assert os.path.realpath(result["module_file"]).startswith(str(box.workdir / ".snapshots"))
+    result = check_a_synced_run(job, box, lambda k: s3_text(aws, k), lambda p: s3_keys(aws, p))
     assert result["gpu"] is True and result["tag"] == "a"
-    digest = job.launch_info["code_snapshots"][0]["digest"]
-    assert f"exps/snapshots/{digest}.tar.gz" in s3_keys(aws, "exps/snapshots/")
     assert box.wait() == 0
     assert box.shutdown_log.read_text() == "shutdown -h now\n"
     assert describe(aws, backend["instance_id"])["State"]["Name"] == "terminated"

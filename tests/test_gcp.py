@@ -19,7 +19,7 @@ from types import SimpleNamespace
 import gce_stubs
 import jobfns
 import pytest
-from helpers import wait_for
+from helpers import check_a_synced_run, wait_for
 
 # google-auth reads this once, at import: never probe 169.254.169.254 for a metadata server
 os.environ.setdefault("NO_GCE_CHECK", "True")
@@ -152,19 +152,10 @@ def test_a_run_boots_syncs_while_running_ends_and_deletes_itself(gcp_cfg, gcp, c
     assert len(box.startup_script.encode()) < 4096 and "function.pkl" not in box.startup_script
     assert "agent.pid" in box.items["shutdown-script"]
 
-    prefix = backend["log_prefix"]
-    assert backend["log_url"] == f"gs://{gcp.bucket}/{prefix}/"
-    assert wait_for(lambda: "started a" in (gcs_text(gcp, f"{prefix}/stdout.log") or ""), 30), \
-        box.boot_log()
-    assert wait_for(lambda: gcs_text(gcp, f"{prefix}/progress.txt") == "halfway\n", 10)
-    assert gcs_state(gcp, job) == "running" and job.status() is JobState.RUNNING
-    box.release(job)
-    assert job.wait(timeout=60) is JobState.SUCCEEDED, box.boot_log()
-    result = job.result()
-    assert os.path.realpath(result["module_file"]).startswith(str(box.workdir / ".snapshots"))
+    assert backend["log_url"] == f"gs://{gcp.bucket}/{backend['log_prefix']}/"
+    result = check_a_synced_run(job, box, lambda k: gcs_text(gcp, k),
+                                lambda p: gcs_keys(gcp, p))
     assert result["gpu"] is True and result["tag"] == "a"
-    digest = job.launch_info["code_snapshots"][0]["digest"]
-    assert f"exps/snapshots/{digest}.tar.gz" in gcs_keys(gcp, "exps/snapshots/")
     # the instance deleted itself through the API, with its metadata server's token
     assert wait_for(lambda: compute.deletes_by(name), 30), box.boot_log()
     assert compute.deletes_by(name) == [f"/compute/v1/projects/{gce_stubs.PROJECT}/zones/"
