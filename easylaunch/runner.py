@@ -182,6 +182,10 @@ class _Terminated(BaseException):
 
 
 def _raise_terminated(signum: int, _frame: Any) -> None:
+    # Stop signals often come twice (scancel signals every process of the step, Singularity
+    # forwards its own); a repeat must not cut short the recording of the first.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signum, signal.SIG_IGN)
     raise _Terminated(signum)
 
 

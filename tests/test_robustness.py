@@ -32,6 +32,34 @@ def test_first_terminal_state_wins(tmp_path):
     assert update_status(str(tmp_path), cancel_requested=True)["cancel_requested"] is True
 
 
+_TWO_SIGTERMS = """
+import json, os, signal, sys, time
+from easylaunch import runner
+
+signal.signal(signal.SIGTERM, runner._raise_terminated)
+record = runner.update_status
+
+def second_sigterm_while_recording(*args, **kwargs):
+    os.kill(os.getpid(), signal.SIGTERM)  # as scancel and Singularity both send one
+    time.sleep(0.1)
+    return record(*args, **kwargs)
+
+def fn(config, variant):
+    runner.update_status = second_sigterm_while_recording
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(5)
+
+code, _ = runner.call_and_record(fn, None, None, sys.argv[1])
+print(code, json.load(open(os.path.join(sys.argv[1], "status.json")))["state"])
+"""
+
+
+def test_a_second_sigterm_does_not_cut_short_the_record_of_the_first(tmp_path):
+    proc = subprocess.run([sys.executable, "-c", _TWO_SIGTERMS, str(tmp_path)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.stdout.split() == ["143", "cancelled"], proc.stderr
+
+
 def test_runner_never_starts_a_run_cancelled_before_it_took_it(cfg, tmp_path):
     job = run_experiment(jobfns.write_file, variant={"text": "ran"}, config=cfg)
     job.wait(timeout=60)
