@@ -21,19 +21,23 @@ import os
 import shlex
 import tarfile
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from easylaunch import instance_agent
 from easylaunch.bundle import SNAPSHOT_STORE, Run
 from easylaunch.errors import LaunchError
 from easylaunch.instance_agent import Store
+from easylaunch.runner import write_bytes_atomic
 
 MANIFEST_FORMAT = 1
 # The largest object a single upload may hold (S3's single PUT limit, 5 GiB; GCS allows more).
 MAX_OBJECT_BYTES = 5 * 2**30
 # The boot script must stay well below the user-data / metadata value limits (16 KB on EC2).
 MAX_BOOT_SCRIPT_BYTES = 8 * 2**10
+# How long the shutdown script waits for the agent's last sync (GCE allows about 30 s when it
+# preempts an instance).
+SHUTDOWN_GRACE_SECONDS = 25
 AGENT_SOURCE = Path(instance_agent.__file__).read_bytes()
 
 
@@ -55,9 +59,7 @@ def download_prefix(store: Store, prefix: str, dest: str | os.PathLike,
         if data is None:
             continue
         target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f".{target.name}.download")
-        tmp.write_bytes(data)
-        os.replace(tmp, target)
+        write_bytes_atomic(str(target), data)
         written.append(rel)
     return written
 
@@ -68,15 +70,6 @@ class Archive:
 
     key: str
     data: bytes
-
-
-@dataclass
-class Upload:
-    """What a launch uploads, and what it found already stored."""
-
-    archives: list[Archive] = field(default_factory=list)
-    uploaded_bytes: int = 0
-    skipped: list[str] = field(default_factory=list)
 
 
 def split_url(url: str, scheme: str, setting: str) -> tuple[str, str]:
@@ -161,21 +154,14 @@ def manifest_archive(prefix: str, manifest: dict) -> Archive:
     return Archive(join_key(prefix, "manifests", f"{_sha(data)}.json"), data)
 
 
-def upload_missing(storage: Store, archives: Iterable[Archive]) -> Upload:
-    """Upload each archive whose key is not stored yet (each key at most once)."""
-    report = Upload()
-    seen: set[str] = set()
-    for archive in archives:
-        if archive.key in seen:
-            continue
-        seen.add(archive.key)
-        report.archives.append(archive)
-        if storage.exists(archive.key):
-            report.skipped.append(archive.key)
-            continue
+def upload(storage: Store, shared: Iterable[Archive], fresh: Iterable[Archive]) -> None:
+    """Upload each shared archive (code snapshots, the agent) whose key is not stored yet, and
+    every fresh one (bundles and manifests: their content names run ids, so never stored yet)."""
+    for archive in shared:
+        if not storage.exists(archive.key):
+            storage.put_bytes(archive.key, archive.data)
+    for archive in fresh:
         storage.put_bytes(archive.key, archive.data)
-        report.uploaded_bytes += len(archive.data)
-    return report
 
 
 def manifest_run(run: Run, prefix: str, bundle_key: str) -> dict:
@@ -206,12 +192,11 @@ class BootSpec:
     region: str
     agent_key: str
     manifest_key: str
-    workdir: str = instance_agent.DEFAULT_WORKDIR
 
 
-def _workdir_line(workdir: str) -> str:
-    return (f'WORKDIR="${{{instance_agent.ENV_WORKDIR}:-}}"; '
-            f'[ -n "$WORKDIR" ] || WORKDIR={shlex.quote(workdir)}')
+# The instance's work folder: EASYLAUNCH_WORKDIR when set (tests point it at a sandbox).
+_WORKDIR_LINE = (f'WORKDIR="${{{instance_agent.ENV_WORKDIR}:-}}"; '
+                 f'[ -n "$WORKDIR" ] || WORKDIR={shlex.quote(instance_agent.DEFAULT_WORKDIR)}')
 
 
 def boot_script(spec: BootSpec) -> str:
@@ -227,7 +212,7 @@ def boot_script(spec: BootSpec) -> str:
         "#!/bin/bash",
         "# easylaunch boot script: fetch the instance agent, which runs the launch manifest.",
         "set -eu",
-        _workdir_line(spec.workdir),
+        _WORKDIR_LINE,
         'mkdir -p "$WORKDIR" && cd "$WORKDIR"',
         'exec >>"$WORKDIR"/boot.log 2>&1',
         f"trap '${{{instance_agent.ENV_SHUTDOWN_CMD}:-{instance_agent.DEFAULT_SHUTDOWN_CMD}}}' "
@@ -250,17 +235,16 @@ def boot_script(spec: BootSpec) -> str:
     return text
 
 
-def shutdown_script(workdir: str = instance_agent.DEFAULT_WORKDIR,
-                    grace_seconds: int = 25) -> str:
+def shutdown_script() -> str:
     """A bash script that lets the agent sync a last time when the machine goes down
     (a GCE shutdown-script: preemption, stop, delete): SIGTERM, then wait for it to exit."""
     return "\n".join([
         "#!/bin/bash",
         "# easylaunch shutdown script: the instance agent syncs the run logs a last time.",
-        _workdir_line(workdir),
+        _WORKDIR_LINE,
         f'PID="$(cat "$WORKDIR"/{instance_agent.AGENT_PID} 2>/dev/null)" || exit 0',
         'kill -TERM "$PID" 2>/dev/null || exit 0',
-        f"for _ in $(seq {grace_seconds * 4}); do",
+        f"for _ in $(seq {SHUTDOWN_GRACE_SECONDS * 4}); do",
         '  kill -0 "$PID" 2>/dev/null || exit 0',
         "  sleep 0.25",
         "done",

@@ -116,6 +116,11 @@ class Store:
         raise NotImplementedError
 
 
+def aws_error_code(exc: Exception) -> str:
+    """The error code of a botocore ClientError ("NoSuchKey", "404"...), or ""."""
+    return str(getattr(exc, "response", {}).get("Error", {}).get("Code", ""))
+
+
 class S3Store(Store):
     """An S3 bucket through boto3."""
 
@@ -129,8 +134,7 @@ class S3Store(Store):
         return cls(bucket, boto3.client("s3", region_name=region))
 
     def _missing(self, exc: Exception) -> bool:
-        code = str(getattr(exc, "response", {}).get("Error", {}).get("Code", ""))
-        return code in self.NOT_FOUND
+        return aws_error_code(exc) in self.NOT_FOUND
 
     def exists(self, key: str) -> bool:
         from botocore.exceptions import ClientError
@@ -546,25 +550,27 @@ class Agent:
     def sync(self, slot: RunSlot, everything: bool) -> None:
         """Upload the run's files that changed since they were last uploaded."""
         for rel in self._files(slot, everything):
-            path = slot.log_dir / rel
-            try:
-                st = path.stat()
-            except OSError:
-                continue
-            signature = (st.st_size, st.st_mtime_ns)
-            if slot.synced.get(rel) != signature:
-                self.store.put_file(f"{slot.spec['log_prefix']}/{rel}", path)
-                slot.synced[rel] = signature
+            self._put_if_changed(slot, rel, slot.log_dir / rel)
         if everything:
             self._put_instance_files(slot)
+
+    def _put_if_changed(self, slot: RunSlot, rel: str, path: Path) -> None:
+        """Upload ``path`` as the run's ``rel`` unless it is unchanged since its last upload."""
+        try:
+            st = path.stat()
+        except OSError:
+            return
+        signature = (st.st_size, st.st_mtime_ns)
+        if slot.synced.get(rel) != signature:
+            self.store.put_file(f"{slot.spec['log_prefix']}/{rel}", path)
+            slot.synced[rel] = signature
 
     def _put_instance_files(self, slot: RunSlot) -> None:
         info = dict(self.instance, spot_notice=self.spot_notice, synced_at=time.time(),
                     final=self.final, runs=[s.run_id for s in self.slots])
         prefix = slot.spec["log_prefix"]
         self.store.put_bytes(f"{prefix}/{AGENT_JSON}", json.dumps(info, indent=2).encode())
-        if (self.workdir / BOOT_LOG).is_file():
-            self.store.put_file(f"{prefix}/{INSTANCE_LOG}", self.workdir / BOOT_LOG)
+        self._put_if_changed(slot, INSTANCE_LOG, self.workdir / BOOT_LOG)
 
     def sync_all(self, everything: bool) -> None:
         for slot in self.slots:

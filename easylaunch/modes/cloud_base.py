@@ -60,6 +60,7 @@ class Batch:
 
     instances: list[list[Run]]
     manifest: cloud.Archive
+    launch_id: str  # the first run's id: names the batch's cancel markers and instance labels
     control_prefix: str
     boot_script: str
 
@@ -69,7 +70,8 @@ class CloudPlan:
     """Everything a launch uploads and starts."""
 
     target: Target
-    archives: list[cloud.Archive]
+    shared: list[cloud.Archive]  # the agent and code snapshots: uploaded when not stored yet
+    bundles: list[cloud.Archive]
     batches: list[Batch]
 
 
@@ -168,13 +170,14 @@ class CloudMode(Mode):
         step = self.max_instances_per_batch
         batches = [self._batch(target, instances[i:i + step], bundles, agent.key,
                                request.use_gpu) for i in range(0, len(instances), step)]
-        return CloudPlan(target, [agent, *snapshots, *bundles.values()], batches)
+        return CloudPlan(target, [agent, *snapshots], list(bundles.values()), batches)
 
     def _batch(self, target: Target, instances: list[list[Run]], bundles: dict,
                agent_key: str, use_gpu: bool) -> Batch:
         prefix = target.prefix
         interval = float(self.setting("SYNC_INTERVAL_SECONDS"))
-        control = cloud.join_key(prefix, "control", instances[0][0].run_id)
+        launch_id = instances[0][0].run_id
+        control = cloud.join_key(prefix, "control", launch_id)
         snapshots = {snap["digest"]: cloud.snapshot_key(prefix, snap["digest"])
                      for snap in instances[0][0].launch["code_snapshots"]}
         manifest = cloud.manifest_archive(prefix, {
@@ -189,7 +192,7 @@ class CloudMode(Mode):
             cloud=self.cloud, python=self.setting("PYTHON"),
             pip_requirements=tuple(self.setting("PIP_REQUIREMENTS")), bucket=target.bucket,
             region=self.agent_region(target), agent_key=agent_key, manifest_key=manifest.key))
-        return Batch(instances, manifest, control, boot)
+        return Batch(instances, manifest, launch_id, control, boot)
 
     def agent_region(self, target: Target) -> str:
         """The region the agent's storage client uses (none by default)."""
@@ -198,7 +201,8 @@ class CloudMode(Mode):
     def submit(self, request: LaunchRequest, runs: list[Run], prepared: CloudPlan) -> list[Job]:
         target = prepared.target
         store = self.store(target.bucket, target.location)
-        cloud.upload_missing(store, [*prepared.archives, *(b.manifest for b in prepared.batches)])
+        cloud.upload(store, prepared.shared,
+                     [*prepared.bundles, *(b.manifest for b in prepared.batches)])
         started: list[tuple[dict, list[Run]]] = []
         try:
             for batch in prepared.batches:
@@ -351,7 +355,9 @@ class CloudMode(Mode):
         backend = self._backend(job)
         store = self._store_of(backend)
         prefix = backend["log_prefix"]
-        files = cloud.download_prefix(store, prefix, job.log_dir, skip=(runner.STATUS_JSON,))
+        # the record comes through _mirror, which takes result.pkl with the status announcing it
+        files = cloud.download_prefix(store, prefix, job.log_dir,
+                                      skip=(runner.STATUS_JSON, runner.RESULT_PKL))
         self._mirror(job, store, prefix)
         return (f"fetched {len(files)} file(s) from {backend['log_url']} into {job.log_dir}"
                 if files else f"nothing stored yet under {backend['log_url']}")

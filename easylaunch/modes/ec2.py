@@ -16,7 +16,7 @@ from typing import Any
 
 from easylaunch import cloud
 from easylaunch.errors import LaunchError
-from easylaunch.instance_agent import S3Store
+from easylaunch.instance_agent import S3Store, aws_error_code
 from easylaunch.modes.cloud_base import Batch, CloudMode, InstanceState, Target
 from easylaunch.request import LaunchRequest
 
@@ -38,13 +38,18 @@ def _session(_environment: tuple) -> Any:
     return _boto3().session.Session()
 
 
+def _environment() -> tuple:
+    return tuple(os.environ.get(k) for k in _SESSION_ENV)
+
+
 def session() -> Any:
     """A boto3 session, one per process while the AWS environment variables stay the same
     (a session loads the service models once, which takes longer than most calls)."""
-    return _session(tuple(os.environ.get(k) for k in _SESSION_ENV))
+    return _session(_environment())
 
 
-def _client(service: str, region: str) -> Any:
+@functools.lru_cache(maxsize=32)
+def _cached_client(service: str, region: str, _environment: tuple) -> Any:
     from botocore.config import Config
 
     config = Config(retries={"max_attempts": 3, "mode": "standard"}, connect_timeout=5,
@@ -52,8 +57,9 @@ def _client(service: str, region: str) -> Any:
     return session().client(service, region_name=region, config=config)
 
 
-def _error_code(exc: Exception) -> str:
-    return str(getattr(exc, "response", {}).get("Error", {}).get("Code", ""))
+def _client(service: str, region: str) -> Any:
+    """A client (and its connection pool), kept while the AWS environment stays the same."""
+    return _cached_client(service, region, _environment())
 
 
 @dataclass(frozen=True)
@@ -133,7 +139,7 @@ class Ec2Mode(CloudMode):
         try:
             _client("s3", target.location).head_bucket(Bucket=target.bucket)
         except ClientError as exc:
-            code = _error_code(exc)
+            code = aws_error_code(exc)
             why = ("does not exist" if code in S3Store.NOT_FOUND else
                    "is not accessible with these credentials" if code in ("403", "AccessDenied")
                    else f"cannot be used ({exc})")
@@ -165,7 +171,7 @@ class Ec2Mode(CloudMode):
             try:
                 found = call(**kwargs)[field]
             except ClientError as exc:
-                if not _error_code(exc).startswith(("Invalid", "MissingParameter")):
+                if not aws_error_code(exc).startswith(("Invalid", "MissingParameter")):
                     raise
                 found = []
             if not found:
@@ -179,7 +185,7 @@ class Ec2Mode(CloudMode):
         count = len(batch.instances)
         tags = [{"Key": "Name", "Value": f"easylaunch-{request.exp_name}"},
                 {"Key": "easylaunch:exp", "Value": request.exp_name},
-                {"Key": "easylaunch:launch", "Value": batch.control_prefix.rsplit("/", 1)[-1]}]
+                {"Key": "easylaunch:launch", "Value": batch.launch_id}]
         args: dict[str, Any] = dict(
             ImageId=target.image, InstanceType=target.machine_type, MinCount=count,
             MaxCount=count, UserData=batch.boot_script,
@@ -239,7 +245,7 @@ def _describe(ec2: Any, ids: list[str]) -> dict[str, dict]:
     try:
         reply = ec2.describe_instances(InstanceIds=ids)
     except ClientError as exc:
-        if _error_code(exc) != "InvalidInstanceID.NotFound":
+        if aws_error_code(exc) != "InvalidInstanceID.NotFound":
             raise
         if len(ids) == 1:
             return {}

@@ -219,7 +219,7 @@ class GcpMode(CloudMode):
             name=name, machine_type=f"zones/{zone}/machineTypes/{target.machine_type}",
             labels={"easylaunch-exp": _name_part(request.exp_name, 63) or "none",
                     "easylaunch-run": group[0].run_id,
-                    "easylaunch-launch": _launch_label(batch)},
+                    "easylaunch-launch": batch.launch_id},
             disks=[compute_v1.AttachedDisk(boot=True, auto_delete=True, initialize_params=disk)],
             network_interfaces=[compute_v1.NetworkInterface(
                 network=s.GCP_NETWORK, access_configs=[compute_v1.AccessConfig(
@@ -261,7 +261,7 @@ class GcpMode(CloudMode):
                 f"{target.market} instance(s) of {target.image_project}/{target.image} in "
                 f"{target.location}: {getattr(exc, 'message', None) or exc}") from exc
         return [dict(record, instance_id=name, machine_type=target.machine_type,
-                     market=target.market, launch_label=_launch_label(batch)) for name in names]
+                     market=target.market, launch_label=batch.launch_id) for name in names]
 
     # -- tracking and ending --------------------------------------------------------------------
 
@@ -307,10 +307,6 @@ def _wait(api: Clients, project: str, zone: str, operation: Any) -> None:
     if operation.error.errors:
         message = "; ".join(f"{e.code}: {e.message}" for e in operation.error.errors)
         raise from_http_status(operation.http_error_status_code or 500, message)
-
-
-def _launch_label(batch: Batch) -> str:
-    return batch.control_prefix.rsplit("/", 1)[-1]
 
 
 def _found(call: Any, message: str) -> Any:
