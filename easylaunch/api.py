@@ -164,8 +164,8 @@ def run_sweep(
     root = Path(os.path.expanduser(os.fspath(base_log_dir or settings.LOCAL_LOG_DIR))).resolve()
     request = LaunchRequest(
         method_call=method_call, variants=variants, exp_name=check_exp_name(exp_name),
-        use_gpu=use_gpu, gpu_id=gpu_id, log_root=root, prepend_date=prepend_date_to_exp_name,
-        slurm_config_name=slurm_config_name, script_name=_script_name(), settings=settings)
+        use_gpu=use_gpu, gpu_id=gpu_id, log_root=root, slurm_config_name=slurm_config_name,
+        script_name=_script_name())
     code_mounts = settings.code_mounts()
     settings.data_mounts()  # checked here for every mode; modes that mount them read them again
     if mode_obj.needs_bundle:
@@ -243,8 +243,7 @@ def resubmit(id_or_suffix: str, config: ConfigArg = None) -> Job:
     request = LaunchRequest(
         method_call=None, variants=[run.variant], exp_name=run.exp_name,
         use_gpu=saved["use_gpu"], gpu_id=saved["gpu_id"], log_root=Path(saved["log_root"]),
-        prepend_date=saved["prepend_date"], slurm_config_name=saved["slurm_config_name"],
-        script_name=run.launch["script_name"], settings=settings)
+        slurm_config_name=saved["slurm_config_name"], script_name=run.launch["script_name"])
     try:
         mode_obj.check(request)
     except BaseException as exc:

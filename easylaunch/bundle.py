@@ -52,8 +52,6 @@ class Run:
     mode: str
     log_dir: Path
     variant: dict
-    use_gpu: bool
-    gpu_id: int | str | None
     launch: dict = field(default_factory=dict)
     meta: dict = field(default_factory=dict)
 
@@ -107,14 +105,10 @@ class BundleSpec:
     request: dict  # what resubmitting needs again: settings, mode options, GPU and log choices
 
 
-def _launch_record(spec: BundleSpec, run_id: str, log_dir: Path, index: int) -> dict:
+def _launcher_fields(now: float) -> dict:
+    """What launch.json says of the launching process (a resubmit gets its own)."""
     return {
-        "run_id": run_id,
-        "exp_name": spec.exp_name,
-        "mode": spec.mode,
-        "log_dir": str(log_dir),
-        "sweep_index": index,
-        "launched_at": time.time(),
+        "launched_at": now,
         "host": socket.gethostname(),
         "user": getpass.getuser(),
         "launcher_pid": os.getpid(),
@@ -124,6 +118,17 @@ def _launch_record(spec: BundleSpec, run_id: str, log_dir: Path, index: int) -> 
         "cloudpickle": cloudpickle.__version__,
         "command_line": sys.argv,
         "cwd": os.getcwd(),
+    }
+
+
+def _launch_record(spec: BundleSpec, run_id: str, log_dir: Path, index: int) -> dict:
+    return {
+        "run_id": run_id,
+        "exp_name": spec.exp_name,
+        "mode": spec.mode,
+        "log_dir": str(log_dir),
+        "sweep_index": index,
+        **_launcher_fields(time.time()),
         "script_name": spec.script_name,
         "git_commits": {g.directory: g.commit_hash for g in spec.git_infos},
         "code_snapshots": [{"source": s.source, "digest": s.digest} for s in spec.snapshots],
@@ -213,8 +218,7 @@ def create_run(spec: BundleSpec, variant: dict, variant_bytes: bytes, index: int
         _write_git_patches(tmp, spec.git_infos)
         if spec.write_bundle:
             _write_bundle(spec, tmp, final, meta, variant_bytes)
-    return Run(run_id, spec.exp_name, spec.mode, final, variant, spec.use_gpu, spec.gpu_id,
-               launch, meta)
+    return Run(run_id, spec.exp_name, spec.mode, final, variant, launch, meta)
 
 
 def clone_run(old_dir: Path) -> Run:
@@ -235,12 +239,10 @@ def clone_run(old_dir: Path) -> Run:
         meta = dict(old_meta, run_id=run_id, log_dir=str(final),
                     extra_launch_info=dict(old_meta["extra_launch_info"], run_id=run_id))
         write_json_atomic(str(tmp / BUNDLE_DIR / runner.BUNDLE_JSON), meta)
-        launch = dict(old_launch, run_id=run_id, log_dir=str(final), launched_at=now,
-                      backend={}, resubmitted_from=old_launch["run_id"],
-                      launcher_pid=os.getpid(), command_line=sys.argv, cwd=os.getcwd())
+        launch = dict(old_launch, **_launcher_fields(now), run_id=run_id, log_dir=str(final),
+                      backend={}, resubmitted_from=old_launch["run_id"])
         write_json_atomic(str(tmp / LAUNCH_JSON), launch)
         write_json_atomic(str(tmp / runner.STATUS_JSON),
                           _queued_status(run_id, now, resubmitted_from=old_launch["run_id"]))
     variant = runner.read_json(str(final / VARIANT_JSON))
-    return Run(run_id, exp_name, old_launch["mode"], final, variant, meta["use_gpu"],
-               meta["gpu_id"], launch, meta)
+    return Run(run_id, exp_name, old_launch["mode"], final, variant, launch, meta)

@@ -131,12 +131,9 @@ def gpus_per_host(env: Mapping[str, str] | None = None) -> int:
     count = first_int(env, GPU_COUNT_VARS)
     if count is not None:
         return count
-    visible = env.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None:
-        return len([d for d in visible.split(",") if d.strip() and d.strip() != "-1"])
     from easylaunch.gpus import local_gpu_ids
 
-    return len(local_gpu_ids())
+    return len(local_gpu_ids(env=env))
 
 
 @dataclass(frozen=True)

@@ -5,13 +5,16 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from collections.abc import Mapping
 
 
-def local_gpu_ids(configured: list | None = None) -> list[str]:
-    """LOCAL_GPU_IDS if set, else CUDA_VISIBLE_DEVICES, else what ``nvidia-smi`` lists."""
+def local_gpu_ids(configured: list | None = None,
+                  env: Mapping[str, str] | None = None) -> list[str]:
+    """LOCAL_GPU_IDS if set, else CUDA_VISIBLE_DEVICES (of ``env``, default this process's),
+    else what ``nvidia-smi`` lists."""
     if configured is not None:
         return [str(g) for g in configured]
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    visible = (os.environ if env is None else env).get("CUDA_VISIBLE_DEVICES")
     if visible is not None:
         return [g.strip() for g in visible.split(",") if g.strip() and g.strip() != "-1"]
     if shutil.which("nvidia-smi") is None:

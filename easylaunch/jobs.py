@@ -43,8 +43,7 @@ class JobState(str, enum.Enum):
 
     @property
     def terminal(self) -> bool:
-        return self in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED,
-                        JobState.TIMEOUT)
+        return self.value in runner.TERMINAL_STATES
 
     def __str__(self) -> str:
         return self.value

@@ -7,8 +7,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from easylaunch.settings import Settings
-
 
 @dataclass(frozen=True)
 class LaunchRequest:
@@ -20,7 +18,5 @@ class LaunchRequest:
     use_gpu: bool
     gpu_id: int | str | None
     log_root: Path
-    prepend_date: bool
     slurm_config_name: str | None
     script_name: str
-    settings: Settings

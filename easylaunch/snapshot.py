@@ -35,12 +35,11 @@ class Entry:
 
 @dataclass(frozen=True)
 class Snapshot:
-    """A code directory's snapshot: its content hash, where it is stored, and its size."""
+    """A code directory's snapshot: its content hash and where it is stored."""
 
     source: str
     digest: str
     path: Path
-    size: int
 
 
 _hash_by_fingerprint: dict[str, tuple[tuple[Entry, ...], str]] = {}
@@ -127,7 +126,7 @@ def snapshot(source: str, store: Path, excludes: list[str], max_mb: float,
         raise _too_big(source, entries, total, max_mb)
     cached = _hash_by_fingerprint.get(source)
     if cached and cached[0] == entries and (store / cached[1]).is_dir():
-        return Snapshot(source, cached[1], store / cached[1], total)
+        return Snapshot(source, cached[1], store / cached[1])
     tmp = store / f".partial-{uuid.uuid4().hex[:12]}"
     tmp.mkdir(parents=True)
     try:
@@ -141,4 +140,4 @@ def snapshot(source: str, store: Path, excludes: list[str], max_mb: float,
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     _hash_by_fingerprint[source] = (entries, digest)
-    return Snapshot(source, digest, store / digest, total)
+    return Snapshot(source, digest, store / digest)

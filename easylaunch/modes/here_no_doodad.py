@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -84,8 +83,7 @@ class HereNoDoodadMode(Mode):
     def refresh(self, job: Job) -> None:
         """A run left unfinished by a launching process that has since died failed."""
         if processes.launcher_gone(job.launch_info):
-            runner.update_status(str(job.log_dir), state="failed", ended_at=time.time(),
-                                 error="the launching process ended during the run")
+            job.record_end("failed", "the launching process ended during the run")
 
     def cancel(self, job: Job) -> None:
         """A run in this process has always ended by the time anyone can cancel it."""

@@ -113,7 +113,6 @@ class SlurmBase(Mode):
         """Sync each run's record, then ask Slurm once about those still not ended."""
         open_jobs: dict[str, list[Job]] = {}  # htp runs share one allocation's id
         for job in jobs:
-            self.sync_record(job)
             job_id = None if job.recorded_state().terminal else self.slurm_job_id(job)
             if job_id is not None:
                 open_jobs.setdefault(job_id, []).append(job)
@@ -128,10 +127,10 @@ class SlurmBase(Mode):
         """Give a run Slurm has finished with (or forgotten) the terminal state it lacks."""
         if state in ("queued", "running", "unknown"):
             return
-        self.sync_record(job)  # the run may have recorded its end meanwhile
-        if job.recorded_state().terminal:
+        info = job.info()  # synced again: the run may have recorded its end meanwhile
+        if info.get("state") in runner.TERMINAL_STATES:
             return
-        if job.info().get("cancel_requested") and state in (None, "failed", "cancelled"):
+        if info.get("cancel_requested") and state in (None, "failed", "cancelled"):
             self._record(job, "cancelled", f"cancelled (Slurm job {job_id})")
         elif state is None:
             self._record(job, "failed", f"Slurm no longer knows job {job_id} and the run "
