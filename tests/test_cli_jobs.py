@@ -114,6 +114,9 @@ def test_resubmit_reruns_a_failed_job_after_a_fix(config_file, tmp_path):
     assert new.id != first.id
     assert new.result(timeout=60) == "good"
     assert new.launch_info["resubmitted_from"] == first.id
+    # the new run names its own launcher (the resubmitting process), not the first one's
+    assert new.launch_info["launcher_pid"] != first.launch_info["launcher_pid"]
+    assert new.launch_info["launcher_started"] != first.launch_info["launcher_started"]
     assert new.launch_info["code_snapshots"] == first.launch_info["code_snapshots"]
     assert os.path.realpath(new.log_dir / "bundle/code/0-tests") == \
         os.path.realpath(first.log_dir / "bundle/code/0-tests")
