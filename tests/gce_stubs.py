@@ -22,10 +22,9 @@ import subprocess
 import threading
 import time
 import urllib.parse
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from helpers import PlayedInstance
+from helpers import LoopbackServer, PlayedInstance
 
 PROJECT = "easylaunch-test"
 PROJECT_NUMBER = "123456789012"
@@ -70,36 +69,6 @@ def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S.000-00:00", time.gmtime())
 
 
-class _Server:
-    """A threading HTTP server on a free loopback port, dispatching to ``handle``."""
-
-    def __init__(self, handle) -> None:
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def _any(self):
-                length = int(self.headers.get("Content-Length") or 0)
-                body = self.rfile.read(length) if length else b""
-                code, headers, data = handle(self.command, self.path, self.headers, body)
-                self.send_response(code)
-                for k, v in headers.items():
-                    self.send_header(k, v)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            do_GET = do_POST = do_DELETE = do_PUT = _any
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
 def _json(code: int, obj) -> tuple[int, dict, bytes]:
     return code, {"Content-Type": "application/json; charset=UTF-8"}, json.dumps(obj).encode()
 
@@ -115,7 +84,7 @@ class MetadataStub:
     def __init__(self, values: dict) -> None:
         self.values = values
         self.calls: list[str] = []
-        self._server = _Server(self._handle)
+        self._server = LoopbackServer(self._handle)
         self.url = self._server.url
 
     def _handle(self, method, path, headers, body):
@@ -206,7 +175,7 @@ class ComputeStub:
         self.calls: list[tuple[str, str, str]] = []  # (method, path, caller)
         self.service_accounts: dict = {}  # email -> public key, for self-signed JWTs
         self.lock = threading.RLock()
-        self._server = _Server(self._handle)
+        self._server = LoopbackServer(self._handle)
         self.url = self._server.url
 
     def close(self) -> None:

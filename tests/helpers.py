@@ -3,7 +3,9 @@
 import json
 import os
 import subprocess
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import jobfns
@@ -91,3 +93,55 @@ def check_a_synced_run(job, box: PlayedInstance, read, keys) -> dict:
     digest = job.launch_info["code_snapshots"][0]["digest"]
     assert f"exps/snapshots/{digest}.tar.gz" in keys("exps/snapshots/")
     return result
+
+
+class LoopbackServer:
+    """A threading HTTP server on a free loopback port for the cloud stand-ins:
+    ``handle(method, path, headers, body)`` returns (status, headers, body bytes)."""
+
+    def __init__(self, handle) -> None:
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def _any(self):
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else b""
+                code, headers, data = handle(self.command, self.path, self.headers, body)
+                self.send_response(code)
+                for k, v in headers.items():
+                    self.send_header(k, v)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            do_GET = do_POST = do_DELETE = do_PUT = _any
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def fake_terminal(monkeypatch, answers: list[str]) -> list[str]:
+    """Make this process look interactive and answer ``input()`` from ``answers``; returns
+    the prompts asked, in order."""
+    import sys
+
+    asked = []
+    monkeypatch.setattr(sys.stdin, "isatty", lambda: True, raising=False)
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
+    monkeypatch.setattr("builtins.input", lambda prompt="": (asked.append(prompt),
+                                                             answers.pop(0))[1])
+    return asked
+
+
+def assert_no_secrets(texts: list[str], folders: list[Path], secrets: list[str]) -> None:
+    """None of ``secrets`` appears in ``texts`` or in any file under ``folders``."""
+    texts = texts + [p.read_bytes().decode("latin-1")
+                     for folder in folders for p in folder.rglob("*") if p.is_file()]
+    assert len(texts) > 10
+    assert not [t for t in texts if any(s in t for s in secrets)]

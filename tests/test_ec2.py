@@ -20,7 +20,7 @@ from types import SimpleNamespace
 import ec2_stubs
 import jobfns
 import pytest
-from helpers import check_a_synced_run, wait_for
+from helpers import assert_no_secrets, check_a_synced_run, fake_terminal, wait_for
 
 from easylaunch import (
     EasyLaunchError,
@@ -187,10 +187,7 @@ def test_a_run_boots_syncs_while_running_ends_and_is_fetched(ec2_cfg, aws, play)
     # no credentials anywhere: user-data, every object in S3, the sandbox and the run folder
     texts = [box.user_data] + [aws.s3.get_object(Bucket=aws.bucket, Key=k)["Body"].read()
                                .decode("latin-1") for k in s3_keys(aws)]
-    texts += [p.read_bytes().decode("latin-1")
-              for folder in (box.root, job.log_dir) for p in folder.rglob("*") if p.is_file()]
-    assert len(texts) > 10
-    assert not [t for t in texts if KEYS[0] in t or KEYS[1] in t]
+    assert_no_secrets(texts, [box.root, job.log_dir], list(KEYS))
 
 
 def test_a_failing_function_ends_failed_with_its_traceback_in_s3(ec2_cfg, aws, play):
@@ -290,17 +287,8 @@ def test_a_run_whose_instance_vanished_ends_as_failed(ec2_cfg, aws):
 # -- the question before paid instances start ---------------------------------------------------
 
 
-def _tty(monkeypatch, answers: list[str]) -> list[str]:
-    asked = []
-    monkeypatch.setattr(sys.stdin, "isatty", lambda: True, raising=False)
-    monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
-    monkeypatch.setattr("builtins.input", lambda prompt="": (asked.append(prompt),
-                                                             answers.pop(0))[1])
-    return asked
-
-
 def test_an_interactive_launch_asks_once_per_sweep(ec2_cfg, aws, monkeypatch, capsys):
-    asked = _tty(monkeypatch, ["n", "y"])
+    asked = fake_terminal(monkeypatch, ["n", "y"])
     with pytest.raises(LaunchError, match="declined"):
         run_sweep(jobfns.quick, [{}, {}, {}], exp_name="ask", mode="ec2", config=ec2_cfg)
     assert "3 c5.large on-demand instance(s)" in capsys.readouterr().err
@@ -323,12 +311,6 @@ def test_a_non_interactive_launch_does_not_ask(ec2_cfg, aws, monkeypatch):
 
 
 # -- bad input: refused before anything starts --------------------------------------------------
-
-
-@pytest.fixture
-def exp():
-    """An experiment name no other test uses (moto's state lives as long as the module)."""
-    return f"bad-{uuid.uuid4().hex[:8]}"
 
 
 def _nothing_started(aws, cfg, exp_name: str) -> None:

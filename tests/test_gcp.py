@@ -19,7 +19,7 @@ from types import SimpleNamespace
 import gce_stubs
 import jobfns
 import pytest
-from helpers import check_a_synced_run, wait_for
+from helpers import assert_no_secrets, check_a_synced_run, fake_terminal, wait_for
 
 # google-auth reads this once, at import: never probe 169.254.169.254 for a metadata server
 os.environ.setdefault("NO_GCE_CHECK", "True")
@@ -95,7 +95,7 @@ def gcp(compute, gcs_url, private_key, monkeypatch, tmp_path):
     client = storage.Client()  # anonymous, to the emulator: the tests' own view of the bucket
     bucket = f"easylaunch-test-{uuid.uuid4().hex[:12]}"
     client.create_bucket(bucket)
-    return SimpleNamespace(bucket=bucket, client=client, key=key, key_file=key_file)
+    return SimpleNamespace(bucket=bucket, client=client, key=key)
 
 
 @pytest.fixture
@@ -181,10 +181,7 @@ def test_a_run_boots_syncs_while_running_ends_and_deletes_itself(gcp_cfg, gcp, c
     texts = [box.startup_script, box.items["shutdown-script"]]
     texts += [gcp.client.bucket(gcp.bucket).blob(k).download_as_bytes().decode("latin-1")
               for k in gcs_keys(gcp)]
-    texts += [p.read_bytes().decode("latin-1")
-              for folder in (box.root, job.log_dir) for p in folder.rglob("*") if p.is_file()]
-    assert len(texts) > 10
-    assert not [t for t in texts if any(s in t for s in secrets)]
+    assert_no_secrets(texts, [box.root, job.log_dir], secrets)
 
 
 def test_a_failing_function_ends_failed_with_its_traceback_in_gcs(gcp_cfg, gcp, compute):
@@ -298,11 +295,6 @@ def test_a_stopped_instance_ends_its_run_as_failed_with_the_reason(gcp_cfg, gcp,
 # -- bad input: refused before anything starts --------------------------------------------------
 
 
-@pytest.fixture
-def exp():
-    return f"bad-{uuid.uuid4().hex[:8]}"
-
-
 def _nothing_started(gcp, compute, cfg, exp_name: str) -> None:
     assert not instances_of(compute, exp_name)
     assert not gcs_keys(gcp, "exps/logs/") and not gcs_keys(gcp, "exps/control/")
@@ -356,7 +348,8 @@ def test_an_unreachable_compute_api_is_a_clear_error(gcp_cfg, gcp, compute, monk
     assert not (Path(gcp_cfg["LOCAL_LOG_DIR"]) / exp).exists()
 
 
-def test_an_insert_that_fails_deletes_what_the_launch_started(gcp_cfg, gcp, compute, exp):
+def test_an_insert_that_fails_deletes_what_the_launch_started(gcp_cfg, gcp, compute, exp,
+                                                              monkeypatch):
     compute.autostart = False
     real_insert = compute._insert
     calls = []
@@ -367,13 +360,10 @@ def test_an_insert_that_fails_deletes_what_the_launch_started(gcp_cfg, gcp, comp
             compute.fail_next_insert = "ZONE_RESOURCE_POOL_EXHAUSTED"
         return real_insert(project, zone, resource)
 
-    compute._insert = second_fails
-    try:
-        with pytest.raises(LaunchError, match="Compute Engine did not start 2 n1-standard-4 "
-                                              "on-demand instance.*enough resources"):
-            run_sweep(jobfns.quick, [{}, {}], exp_name=exp, mode="gcp", config=gcp_cfg)
-    finally:
-        compute._insert = real_insert
+    monkeypatch.setattr(compute, "_insert", second_fails)
+    with pytest.raises(LaunchError, match="Compute Engine did not start 2 n1-standard-4 "
+                                          "on-demand instance.*enough resources"):
+        run_sweep(jobfns.quick, [{}, {}], exp_name=exp, mode="gcp", config=gcp_cfg)
     assert len(calls) == 2
     assert wait_for(lambda: compute.instance(calls[0]) is None, 10)  # the first was deleted
     assert compute.instance(calls[1]) is None  # the second never existed
@@ -383,10 +373,7 @@ def test_an_insert_that_fails_deletes_what_the_launch_started(gcp_cfg, gcp, comp
 def test_an_interactive_launch_says_what_starts_and_asks_once(gcp_cfg, gcp, compute,
                                                               monkeypatch, capsys):
     compute.autostart = False
-    asked = []
-    monkeypatch.setattr(sys.stdin, "isatty", lambda: True, raising=False)
-    monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
-    monkeypatch.setattr("builtins.input", lambda prompt="": (asked.append(prompt), "n")[1])
+    asked = fake_terminal(monkeypatch, ["n"])
     with pytest.raises(LaunchError, match="the start of gcp instances was declined"):
         run_sweep(jobfns.quick, [{}, {}, {}], exp_name="ask", mode="gcp", config=gcp_cfg,
                   num_exps_per_instance=2, gcp_kwargs=dict(preemptible=True))

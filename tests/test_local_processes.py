@@ -13,7 +13,7 @@ import jobfns
 import pytest
 from helpers import alive, run_pids, wait_for
 
-from easylaunch import Job, JobCancelledError, JobState, run_experiment, run_sweep
+from easylaunch import Job, JobCancelledError, JobState, LaunchError, run_experiment, run_sweep
 
 TESTS_DIR = Path(__file__).resolve().parent
 
@@ -174,7 +174,7 @@ def test_data_mount_point_taken_by_something_else_is_refused(cfg, tmp_path):
     taken = tmp_path / "taken"
     taken.mkdir()
     cfg["NON_CODE_DIRS_TO_MOUNT"] = [dict(local_dir=str(data), mount_point=str(taken))]
-    with pytest.raises(Exception, match="already exists and is something else"):
+    with pytest.raises(LaunchError, match="already exists and is something else"):
         run_experiment(jobfns.train, config=cfg)
     assert not (tmp_path / "logs").exists()
 
