@@ -24,7 +24,7 @@ from easylaunch.modes.base import Mode
 from easylaunch.progress import track
 from easylaunch.registry import Registry, open_registry
 from easylaunch.request import LaunchRequest
-from easylaunch.runner import read_json, update_status
+from easylaunch.runner import update_status
 from easylaunch.settings import ConfigArg, Settings, load_settings, save_settings
 from easylaunch.snapshot import snapshot
 
@@ -236,8 +236,10 @@ def resubmit(id_or_suffix: str, config: ConfigArg = None) -> Job:
         raise LaunchError(f"run {old.id} ran in mode {old.mode.name!r}, which keeps no bundle to "
                           "run again; run its script again instead")
     saved = old.launch_info["request"]
-    settings = load_settings(read_json(saved["settings_file"]))
-    mode_obj = get_mode(old.mode.name)(settings, saved["mode_options"])
+    if not Path(saved["settings_file"]).is_file():
+        raise LaunchError(f"run {old.id} cannot be resubmitted as launched: its saved settings "
+                          f"{saved['settings_file']} are gone; launch its script again instead")
+    mode_obj = old.mode  # built from the launch's saved settings and mode options
     run = clone_run(old.log_dir)
     registry.add([_registry_row(run)])
     request = LaunchRequest(

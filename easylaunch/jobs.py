@@ -65,16 +65,19 @@ class Job:
 
     @classmethod
     def from_run_dir(cls, log_dir: str | os.PathLike) -> Job:
-        """Reconnect to the run whose folder is ``log_dir``."""
+        """Reconnect to the run whose folder is ``log_dir``, with the settings and mode options
+        it was launched with."""
         from easylaunch.modes import get_mode
-        from easylaunch.settings import load_settings
+        from easylaunch.settings import launch_settings
 
         log_dir = Path(log_dir)
         launch = runner.read_json(str(log_dir / bundle.LAUNCH_JSON))
         if not launch:
             raise EasyLaunchError(f"{log_dir} is not an easylaunch run folder "
                                   f"(no {bundle.LAUNCH_JSON})")
-        mode = get_mode(launch["mode"])(load_settings(), {})
+        saved = launch.get("request") or {}
+        mode = get_mode(launch["mode"])(launch_settings(saved.get("settings_file")),
+                                        saved.get("mode_options") or {})
         return cls(launch["run_id"], launch["exp_name"], log_dir, mode)
 
     @property

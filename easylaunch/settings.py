@@ -8,6 +8,7 @@ annotations, so the template is the single source of truth.
 from __future__ import annotations
 
 import difflib
+import functools
 import hashlib
 import json
 import os
@@ -270,6 +271,27 @@ def save_settings(settings: Settings, store: Path) -> Path:
         store.mkdir(parents=True, exist_ok=True)
         write_bytes_atomic(str(path), data)
     return path
+
+
+@functools.lru_cache(maxsize=16)
+def _saved(path: str) -> Settings:
+    with open(path) as f:
+        values = json.load(f)
+    with warnings.catch_warnings():  # a key a later version dropped is no news to anyone here
+        warnings.simplefilter("ignore")
+        return load_settings(values)
+
+
+def launch_settings(settings_file: str | None) -> Settings:
+    """The settings a launch saved (save_settings), so a later process tracks, cancels and
+    resubmits its runs as launched; the effective settings now if that file is gone or no
+    longer reads."""
+    if settings_file:
+        try:
+            return _saved(settings_file)  # named by content: the same file never changes
+        except (OSError, ValueError):  # SettingsError is a ValueError
+            pass
+    return load_settings()
 
 
 def write_template(dest: str | os.PathLike) -> Path:

@@ -110,3 +110,12 @@ def test_variant_with_shell_characters_arrives_intact(cfg):
         assert f.read() == nasty["text"]
     assert not os.path.exists("/tmp/pwned-easylaunch")
     assert json.loads((job.log_dir / "variant.json").read_text()) == nasty
+
+
+def test_a_later_process_tracks_a_run_with_the_settings_it_was_launched_with(cfg):
+    cfg["LOCAL_CANCEL_GRACE_SECONDS"] = 7.5  # not the default, and in no settings file
+    job = run_experiment(jobfns.train, config=cfg, max_parallel=1)
+    assert job.wait(timeout=60) is JobState.SUCCEEDED
+    later = Job.from_run_dir(job.log_dir)
+    assert later.mode.settings.LOCAL_CANCEL_GRACE_SECONDS == 7.5
+    assert later.mode.opts["max_parallel"] == 1
