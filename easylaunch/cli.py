@@ -139,7 +139,7 @@ def _logs(args: argparse.Namespace) -> int:
             sys.stdout.flush()
         if finished:
             return 0
-        time.sleep(0.2)
+        job.mode.wait_for_change(job, 0.2)  # each mode's own pace of asking its backend
 
 
 def _cancel(args: argparse.Namespace) -> int:
