@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import product
@@ -24,6 +23,7 @@ from easylaunch.runner import (
     first_int,
     rank_info,
 )
+from easylaunch.slurm import run_command
 
 GPU_COUNT_VARS = ("NGPU_PER_HOST", "SLURM_GPUS_ON_NODE", "SLURM_GPUS_PER_NODE")
 DEFAULT_MASTER_PORT = 29500
@@ -116,11 +116,9 @@ def hosts(env: Mapping[str, str] | None = None, scheduler: str | None = None) ->
             return _read_hostfile(env[variable], variable)
     nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
     if scheduler == "slurm" and nodelist:
-        if shutil.which("scontrol"):
-            out = subprocess.run(["scontrol", "show", "hostnames", nodelist],
-                                 capture_output=True, text=True)
-            if out.returncode == 0 and out.stdout.split():
-                return out.stdout.split()
+        out = run_command(["scontrol", "show", "hostnames", nodelist])
+        if out.returncode == 0 and out.stdout.split():
+            return out.stdout.split()
         return expand_nodelist(nodelist)
     return [os.uname().nodename]
 

@@ -156,7 +156,7 @@ def array_spec(count: int, parallelism: int | None) -> str:
 
 def chunks(count: int, max_array_size: int) -> list[range]:
     """Split ``count`` array tasks into arrays whose indices stay below MaxArraySize."""
-    size = max(1, max_array_size - 1) if max_array_size > 1 else 1
+    size = max(1, max_array_size - 1)
     return [range(start, min(start + size, count)) for start in range(0, count, size)]
 
 

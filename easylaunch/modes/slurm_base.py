@@ -24,10 +24,10 @@ from easylaunch.slurm import Resources
 MIRRORED = (runner.STATUS_JSON, runner.RESULT_PKL)
 
 
-def _mirror(source: Path, dest: Path, names: tuple[str, ...] = MIRRORED) -> None:
+def _mirror(source: Path, dest: Path) -> None:
     """Copy the run's record from where the job writes it into the local run folder, when
     that copy is newer than the local one."""
-    for name in names:
+    for name in MIRRORED:
         try:
             newer = (source / name).stat().st_mtime_ns > (dest / name).stat().st_mtime_ns
         except FileNotFoundError:
