@@ -43,14 +43,12 @@ def archive_path(prefix: Path, store: Path) -> Path:
     return store / f"env-{env_key(prefix)}.tar.gz"
 
 
-def pack_env(prefix: str | os.PathLike, store: Path) -> Path:
-    """The packed archive of the environment at ``prefix`` (made if not made yet)."""
-    prefix = Path(prefix).expanduser()
-    archive = archive_path(prefix, store)
+def pack_env(prefix: Path, archive: Path) -> None:
+    """Pack the environment at ``prefix`` into ``archive`` (its archive_path), unless done."""
     if archive.exists():
-        return archive
-    store.mkdir(parents=True, exist_ok=True)
-    tmp = store / f".partial-{uuid.uuid4().hex[:8]}.tar.gz"
+        return
+    archive.parent.mkdir(parents=True, exist_ok=True)
+    tmp = archive.parent / f".partial-{uuid.uuid4().hex[:8]}.tar.gz"
     try:
         if is_conda(prefix):
             import conda_pack
@@ -68,4 +66,3 @@ def pack_env(prefix: str | os.PathLike, store: Path) -> Path:
         raise LaunchError(f"cannot pack the environment {prefix}: {exc}") from exc
     finally:
         tmp.unlink(missing_ok=True)
-    return archive

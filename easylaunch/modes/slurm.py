@@ -43,6 +43,22 @@ class ArrayJob:
     runs: list[Run]
 
 
+@dataclass(frozen=True)
+class EnvPack:
+    """The environment a launch broadcasts to its nodes, and the archive it packs to."""
+
+    prefix: Path
+    archive: Path
+
+
+@dataclass(frozen=True)
+class SlurmPlan:
+    """The job arrays of a launch, and the environment they broadcast (if any)."""
+
+    arrays: list[ArrayJob]
+    env: EnvPack | None
+
+
 class SlurmMode(SlurmBase):
     """Direct submission to the Slurm cluster this machine is a login node of."""
 
@@ -65,18 +81,19 @@ class SlurmMode(SlurmBase):
         if cap is not None and (not isinstance(cap, int) or isinstance(cap, bool) or cap < 1):
             raise LaunchError(f"array_parallelism must be a positive integer, got {cap!r}")
 
-    def prepare(self, request: LaunchRequest, runs: list[Run]) -> list[ArrayJob]:
+    def prepare(self, request: LaunchRequest, runs: list[Run]) -> SlurmPlan:
         res = self.resources(request)
         prefix = self._env_prefix()
+        env = None if prefix is None else \
+            EnvPack(prefix, envpack.archive_path(prefix, request.log_root / ENV_STORE))
         python = shlex.quote(self.settings.SLURM_PYTHON or sys.executable)
-        if prefix is not None:
+        if env is not None:
             python = '"$EASYLAUNCH_ENV"/bin/python'
         line = self.every_rank(start_line(StartLine(
             python=python, pre_cmds=tuple(self.settings.SLURM_PRE_CMDS),
             pythonpath=bundle_pythonpath(runs[0].meta["code_dirs"]))), res)
-        if prefix is not None:
-            archive = envpack.archive_path(prefix, request.log_root / ENV_STORE)
-            line = broadcast_env(str(archive), self.settings.ENV_BROADCAST_DIR) + "\n" + line
+        if env is not None:
+            line = broadcast_env(str(env.archive), self.settings.ENV_BROADCAST_DIR) + "\n" + line
         script_dir = runs[0].log_dir.parent / SCRIPT_DIR
         arrays = []
         for chunk in slurm.chunks(len(runs), slurm.query_max_array_size()):
@@ -88,15 +105,14 @@ class SlurmMode(SlurmBase):
             entries = [(str(r.bundle_dir), str(r.log_dir)) for r in members]
             arrays.append(ArrayJob(script_dir / f"{members[0].run_id}.sbatch",
                                    job_script(header, entries, line), members))
-        return arrays
+        return SlurmPlan(arrays, env)
 
     def submit(self, request: LaunchRequest, runs: list[Run],
-               prepared: list[ArrayJob]) -> list[Job]:
-        prefix = self._env_prefix()
-        if prefix is not None:
-            envpack.pack_env(prefix, request.log_root / ENV_STORE)
+               prepared: SlurmPlan) -> list[Job]:
+        if prepared.env is not None:
+            envpack.pack_env(prepared.env.prefix, prepared.env.archive)
         submitted: list[str] = []
-        for array in prepared:
+        for array in prepared.arrays:
             array.script.parent.mkdir(parents=True, exist_ok=True)
             write_bytes_atomic(str(array.script), array.text.encode())
             out = slurm.run_command(slurm.sbatch_command(str(array.script)))
