@@ -11,6 +11,7 @@ watches its parent).
 from __future__ import annotations
 
 import atexit
+import functools
 import os
 import shutil
 import signal
@@ -234,7 +235,9 @@ class LocalMode(Mode):
     name = "local"
     options = {"max_parallel": None}
 
+    @functools.cached_property
     def _gpus(self) -> list[str]:
+        """This machine's GPUs, asked once per launch (nvidia-smi can take seconds)."""
         return local_gpu_ids(self.settings.LOCAL_GPU_IDS)
 
     def _python(self) -> str:
@@ -246,7 +249,7 @@ class LocalMode(Mode):
         if cap is not None and (not isinstance(cap, int) or isinstance(cap, bool) or cap < 1):
             raise LaunchError(f"max_parallel must be a positive integer, got {cap!r}")
         if request.use_gpu:
-            gpus = self._gpus()
+            gpus = self._gpus
             if not gpus:
                 raise LaunchError(
                     "use_gpu=True but no GPU was found (CUDA_VISIBLE_DEVICES is unset and "
@@ -254,8 +257,9 @@ class LocalMode(Mode):
             if request.gpu_id is not None and str(request.gpu_id) not in gpus:
                 raise LaunchError(f"gpu_id={request.gpu_id!r} is not one of this machine's "
                                   f"GPUs ({', '.join(gpus)})")
-        if shutil.which(self._python()) is None:
-            raise LaunchError(f"LOCAL_PYTHON={self._python()!r} is not an executable "
+        python = self._python()
+        if shutil.which(python) is None:
+            raise LaunchError(f"LOCAL_PYTHON={python!r} is not an executable "
                               "(a path, or a name on PATH)")
         for mount in self.settings.data_mounts():
             _check_data_mount(mount)
@@ -263,12 +267,12 @@ class LocalMode(Mode):
     def prepare(self, request: LaunchRequest, runs: list[Run]) -> list[LocalCommand]:
         commands = []
         launcher = f"{os.getpid()}:{runner.process_start_time(os.getpid())}"
+        python = self._python()
+        inherited = [os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []
         for run in runs:
-            pythonpath = [str(d) for d in run.code_dirs]
-            if os.environ.get("PYTHONPATH"):
-                pythonpath.append(os.environ["PYTHONPATH"])
+            pythonpath = [str(d) for d in run.code_dirs] + inherited
             commands.append(LocalCommand(
-                argv=launchers.python_runner(self._python(), run.bundle_dir),
+                argv=launchers.python_runner(python, run.bundle_dir),
                 env={"PYTHONPATH": os.pathsep.join(pythonpath), "PYTHONUNBUFFERED": "1",
                      runner.ENV_PARENT_PID: launcher},
                 cwd=os.getcwd()))
@@ -278,7 +282,7 @@ class LocalMode(Mode):
                prepared: list[LocalCommand]) -> list[Job]:
         for mount in self.settings.data_mounts():
             _link_data_mount(mount)
-        gpus = self._gpus() if request.use_gpu else []
+        gpus = self._gpus if request.use_gpu else []
         cap = self.opts["max_parallel"] or len(gpus) or os.cpu_count() or 1
         with _registry_lock:
             slots = _slots.setdefault((cap, tuple(gpus)), _Slots(cap, gpus))
