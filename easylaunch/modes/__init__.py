@@ -11,11 +11,11 @@ from easylaunch.modes.base import Mode
 MODES: dict[str, str] = {
     "here_no_doodad": "easylaunch.modes.here_no_doodad:HereNoDoodadMode",
     "local": "easylaunch.modes.local:LocalMode",
-    "slurm": "easylaunch.modes.slurm:SlurmMode",
-    "sss": "easylaunch.modes.sss:SssMode",
-    "htp": "easylaunch.modes.htp:HtpMode",
-    "ec2": "easylaunch.modes.ec2:Ec2Mode",
-    "gcp": "easylaunch.modes.gcp:GcpMode",
+    "slurm": "easylaunch.modes.slurm.direct:SlurmMode",
+    "sss": "easylaunch.modes.slurm.sss:SssMode",
+    "htp": "easylaunch.modes.slurm.htp:HtpMode",
+    "ec2": "easylaunch.modes.cloud.ec2:Ec2Mode",
+    "gcp": "easylaunch.modes.cloud.gcp:GcpMode",
 }
 
 

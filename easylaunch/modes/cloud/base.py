@@ -21,12 +21,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, NamedTuple
 
-from easylaunch import cloud, runner
+from easylaunch import runner
 from easylaunch.bundle import Run
 from easylaunch.errors import LaunchError
-from easylaunch.instance_agent import AGENT_JSON, CANCEL_SUFFIX, Store
 from easylaunch.jobs import Job
 from easylaunch.modes.base import Mode
+from easylaunch.modes.cloud import transfer as cloud
+from easylaunch.modes.cloud.instance_agent import AGENT_JSON, CANCEL_SUFFIX, Store
 from easylaunch.request import LaunchRequest
 
 AGENT_POLL_SECONDS = 5.0  # how often the agent looks at statuses, cancels and notices

@@ -15,18 +15,19 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from easylaunch import envpack, slurm
+from easylaunch import envpack
 from easylaunch.bundle import Run
 from easylaunch.errors import LaunchError
 from easylaunch.jobs import Job
-from easylaunch.jobscript import (
+from easylaunch.modes.slurm import scheduler as slurm
+from easylaunch.modes.slurm.base import SlurmBase
+from easylaunch.modes.slurm.jobscript import (
     StartLine,
     broadcast_env,
     bundle_pythonpath,
     job_script,
     start_line,
 )
-from easylaunch.modes.slurm_base import SlurmBase
 from easylaunch.request import LaunchRequest
 from easylaunch.runner import write_bytes_atomic
 

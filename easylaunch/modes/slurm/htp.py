@@ -10,12 +10,13 @@ import dataclasses
 import shlex
 from pathlib import Path
 
-from easylaunch import packer, runner, slurm
+from easylaunch import runner
 from easylaunch.bundle import RUNNER_FILE, Run
 from easylaunch.errors import LaunchError
 from easylaunch.jobs import Job
-from easylaunch.jobscript import StartLine, bundle_pythonpath, start_line, task_line
-from easylaunch.modes.batch import (
+from easylaunch.modes.slurm import packer
+from easylaunch.modes.slurm import scheduler as slurm
+from easylaunch.modes.slurm.batch import (
     JOB_IDS,
     SUBMIT,
     BatchMode,
@@ -23,6 +24,7 @@ from easylaunch.modes.batch import (
     Layout,
     submit_script,
 )
+from easylaunch.modes.slurm.jobscript import StartLine, bundle_pythonpath, start_line, task_line
 from easylaunch.request import LaunchRequest
 
 TASKS = "tasks.txt"

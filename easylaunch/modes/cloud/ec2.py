@@ -1,6 +1,6 @@
 """``ec2``: each run on an AWS instance that syncs its log folder to S3 and terminates when done.
 
-The shared cloud path (modes/cloud_base.py) uploads, writes the manifest and tracks runs; this
+The shared cloud path (modes/cloud/base.py) uploads, writes the manifest and tracks runs; this
 module adds what is AWS's own: one ``run_instances`` call per batch (spot when AWS_SPOT_PRICE is
 set) with the boot script as user-data, ``InstanceInitiatedShutdownBehavior="terminate"`` and the
 IAM instance profile the instances use for S3; ``describe_instances`` to see instances end; and
@@ -14,10 +14,10 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from easylaunch import cloud
 from easylaunch.errors import LaunchError
-from easylaunch.instance_agent import S3Store, aws_error_code
-from easylaunch.modes.cloud_base import Batch, CloudMode, InstanceState, Target
+from easylaunch.modes.cloud import transfer as cloud
+from easylaunch.modes.cloud.base import Batch, CloudMode, InstanceState, Target
+from easylaunch.modes.cloud.instance_agent import S3Store, aws_error_code
 from easylaunch.request import LaunchRequest
 
 ENDED_INSTANCE_STATES = frozenset({"shutting-down", "terminated", "stopping", "stopped"})

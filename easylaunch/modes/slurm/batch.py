@@ -20,8 +20,8 @@ from pathlib import Path
 from easylaunch.bundle import BUNDLE_DIR, SNAPSHOT_STORE, Run
 from easylaunch.errors import LaunchError
 from easylaunch.jobs import Job
-from easylaunch.jobscript import Container
-from easylaunch.modes.slurm_base import SlurmBase
+from easylaunch.modes.slurm.base import SlurmBase
+from easylaunch.modes.slurm.jobscript import Container
 from easylaunch.request import LaunchRequest
 from easylaunch.runner import write_bytes_atomic
 from easylaunch.settings import Mount

@@ -12,14 +12,15 @@ import shutil
 import time
 from pathlib import Path
 
-from easylaunch import launchers, runner, slurm
+from easylaunch import launchers, runner
 from easylaunch.bundle import Run
 from easylaunch.errors import LaunchError
 from easylaunch.jobs import Job
-from easylaunch.jobscript import on_every_rank
 from easylaunch.modes.base import Mode
+from easylaunch.modes.slurm import scheduler as slurm
+from easylaunch.modes.slurm.jobscript import on_every_rank
+from easylaunch.modes.slurm.scheduler import Resources
 from easylaunch.request import LaunchRequest
-from easylaunch.slurm import Resources
 
 MIRRORED = (runner.STATUS_JSON, runner.RESULT_PKL)
 

@@ -1,7 +1,7 @@
 """``gcp``: each run on a Compute Engine instance that syncs its log folder to Google Cloud
 Storage and deletes itself when done.
 
-The shared cloud path (modes/cloud_base.py) uploads, writes the manifest and tracks runs; this
+The shared cloud path (modes/cloud/base.py) uploads, writes the manifest and tracks runs; this
 module adds what is Google's own: ``InstancesClient.insert`` per instance with the boot script as
 ``startup-script`` metadata, a ``shutdown-script`` that lets the agent sync a last time
 (preemption, stop, delete), the instance's index in the manifest as metadata, labels for the
@@ -21,10 +21,10 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from easylaunch import cloud
 from easylaunch.errors import LaunchError
-from easylaunch.instance_agent import ENV_COMPUTE_URL, GCE_INDEX_KEY, GcsStore
-from easylaunch.modes.cloud_base import Batch, CloudMode, InstanceState, Target
+from easylaunch.modes.cloud import transfer as cloud
+from easylaunch.modes.cloud.base import Batch, CloudMode, InstanceState, Target
+from easylaunch.modes.cloud.instance_agent import ENV_COMPUTE_URL, GCE_INDEX_KEY, GcsStore
 from easylaunch.request import LaunchRequest
 from easylaunch.settings import Settings, override
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import shlex
 
-from easylaunch import slurm
 from easylaunch.bundle import Run
 from easylaunch.errors import LaunchError
-from easylaunch.jobscript import StartLine, job_script, start_line
-from easylaunch.modes.batch import SUBMIT, BatchMode, BatchPlan, Layout, submit_script
+from easylaunch.modes.slurm import scheduler as slurm
+from easylaunch.modes.slurm.batch import SUBMIT, BatchMode, BatchPlan, Layout, submit_script
+from easylaunch.modes.slurm.jobscript import StartLine, job_script, start_line
 from easylaunch.request import LaunchRequest
 
 

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from easylaunch import launchers
 from easylaunch.bundle import RUNNER_FILE, STDERR_LOG, STDOUT_LOG
 from easylaunch.errors import LaunchError
+from easylaunch.modes.slurm.scheduler import TIMEOUT_SIGNAL
 from easylaunch.runner import ENV_TIMEOUT_SIGNAL
-from easylaunch.slurm import TIMEOUT_SIGNAL
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ instance, snapshots unpack to ``<workdir>/.snapshots/<digest>`` and a bundle to
 ``<workdir>/<exp>/<run folder>/bundle``, where its relative ``code/`` links resolve.
 
 Nothing here imports a cloud SDK: buckets are reached through the instance agent's
-:class:`~easylaunch.instance_agent.Store` classes, given the mode's own client.
+:class:`~easylaunch.modes.cloud.instance_agent.Store` classes, given the mode's own client.
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from easylaunch import instance_agent
 from easylaunch.bundle import SNAPSHOT_STORE, Run
 from easylaunch.errors import LaunchError
-from easylaunch.instance_agent import Store
+from easylaunch.modes.cloud import instance_agent
+from easylaunch.modes.cloud.instance_agent import Store
 from easylaunch.runner import write_bytes_atomic
 
 MANIFEST_FORMAT = 1
