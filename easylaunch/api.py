@@ -9,13 +9,22 @@ from __future__ import annotations
 import os
 import re
 import sys
+import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import cloudpickle
 
-from easylaunch.bundle import SNAPSHOT_STORE, BundleSpec, Run, clone_run, create_run
+from easylaunch.bundle import (
+    SNAPSHOT_STORE,
+    BundleSpec,
+    Run,
+    bundle_blobs,
+    clone_run,
+    create_run,
+    remove_abandoned_partials,
+)
 from easylaunch.errors import LaunchError
 from easylaunch.gitinfo import git_infos
 from easylaunch.jobs import Job
@@ -123,6 +132,9 @@ def _start(mode_obj: Mode, request: LaunchRequest, runs: list[Run],
     except BaseException as exc:
         registry.update_many(_abort(runs, exc))
         raise
+    now = time.time()
+    for run in runs:  # handed over: a later process no longer resolves it as never submitted
+        update_status(str(run.log_dir), submitted_at=now)
     registry.update_many(
         (job.id, {"state": job.recorded_state().value, "backend": run.launch["backend"],
                   "remote_log_dir": mode_obj.remote_log_dir(run)})
@@ -187,17 +199,18 @@ def run_sweep(
         request={"settings_file": str(save_settings(settings, root / SETTINGS_STORE)),
                  "mode_options": mode_options, "use_gpu": use_gpu,
                  "gpu_id": gpu_id, "log_root": str(root), "slurm_config_name": slurm_config_name,
-                 "prepend_date": prepend_date_to_exp_name})
+                 "prepend_date": prepend_date_to_exp_name},
+        blobs=bundle_blobs(root, function_bytes) if mode_obj.needs_bundle else {})
+    remove_abandoned_partials(root / request.exp_name)
     runs: list[Run] = []
     try:
         for i, (variant, data) in enumerate(
                 track(list(zip(variants, variant_bytes, strict=True)), "bundling runs")):
             runs.append(create_run(spec, variant, data, i))
+            registry.add([_registry_row(runs[-1])])  # visible at once, should the launcher die
     except BaseException as exc:  # the runs made so far are recorded, as never started
-        registry.add(_registry_row(run) for run in runs)
         registry.update_many(_abort(runs, exc))
         raise
-    registry.add(_registry_row(run) for run in runs)
     return _start(mode_obj, request, runs, registry)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import getpass
+import hashlib
 import os
 import re
 import shutil
@@ -37,6 +38,7 @@ VARIANT_JSON = "variant.json"
 STDOUT_LOG = "stdout.log"
 STDERR_LOG = "stderr.log"
 SNAPSHOT_STORE = ".snapshots"
+BLOB_STORE = ".blobs"
 RUNNER_FILE = "runner.py"
 
 ID_CHARS = 8
@@ -103,6 +105,26 @@ class BundleSpec:
     write_bundle: bool
     runs_here: bool  # the mode runs the function in this process as soon as the run is made
     request: dict  # what resubmitting needs again: settings, mode options, GPU and log choices
+    blobs: dict[str, Path] = field(default_factory=dict)  # bundle file name -> stored once
+
+
+def store_blob(root: Path, name: str, data: bytes) -> Path:
+    """Keep ``data`` once per content in ``<root>/.blobs/``; return its path there.
+
+    Bundles link to it, so a sweep holds one pickled function and one runner, not one per run.
+    """
+    digest = hashlib.sha256(data).hexdigest()[:32]
+    path = root / BLOB_STORE / f"{digest}.{name}"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_bytes_atomic(str(path), data)
+    return path
+
+
+def bundle_blobs(root: Path, function_bytes: bytes) -> dict[str, Path]:
+    """The pickled function and the runner of a launch, stored once per content."""
+    return {runner.FUNCTION_PKL: store_blob(root, runner.FUNCTION_PKL, function_bytes),
+            RUNNER_FILE: store_blob(root, RUNNER_FILE, _RUNNER_SOURCE)}
 
 
 def _launcher_fields(now: float) -> dict:
@@ -162,9 +184,9 @@ def _write_bundle(spec: BundleSpec, tmp: Path, final: Path, meta: dict,
     for name, snap in zip(code_dirs, spec.snapshots, strict=True):
         link = bundle / name
         os.symlink(os.path.relpath(snap.path, final / BUNDLE_DIR / CODE_DIR), link)
-    write_bytes_atomic(str(bundle / runner.FUNCTION_PKL), spec.function_bytes)
+    for name, blob in spec.blobs.items():
+        os.symlink(os.path.relpath(blob, final / BUNDLE_DIR), bundle / name)
     write_bytes_atomic(str(bundle / runner.VARIANT_PKL), variant_bytes)
-    write_bytes_atomic(str(bundle / RUNNER_FILE), _RUNNER_SOURCE)
     write_json_atomic(str(bundle / runner.BUNDLE_JSON), meta)
 
 
@@ -187,7 +209,7 @@ def _new_run_folder(exp_dir: Path, exp_name: str, prepend_date: bool,
         final = exp_dir / run_folder_name(exp_name, run_id, prepend_date, now)
         if not final.exists():
             break
-    tmp = exp_dir / f".partial-{run_id}"
+    tmp = exp_dir / f"{_partial_prefix()}{os.getpid()}-{run_id}"
     tmp.mkdir()
     try:
         yield run_id, tmp, final
@@ -195,6 +217,23 @@ def _new_run_folder(exp_dir: Path, exp_name: str, prepend_date: bool,
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def _partial_prefix() -> str:
+    return f".partial-{_safe_name(socket.gethostname())}-"
+
+
+def remove_abandoned_partials(exp_dir: Path) -> None:
+    """Remove half-made run folders left by launchers of this machine that died making them."""
+    prefix = _partial_prefix()
+    try:
+        names = [e.name for e in os.scandir(exp_dir) if e.name.startswith(prefix)]
+    except FileNotFoundError:
+        return
+    for name in names:
+        pid = name[len(prefix):].split("-", 1)[0]
+        if pid.isdigit() and runner.process_start_time(int(pid)) is None:
+            shutil.rmtree(exp_dir / name, ignore_errors=True)
 
 
 def _queued_status(run_id: str, now: float, **extra: Any) -> dict:

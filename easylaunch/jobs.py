@@ -23,6 +23,10 @@ if TYPE_CHECKING:
 _NO_VALUE = object()
 
 
+class DamagedRecordError(EasyLaunchError):
+    """A run's status.json cannot be read (empty or cut short by a crash)."""
+
+
 class RemoteTraceback(Exception):
     """Carries a run's own traceback as the cause of the exception ``result()`` raises."""
 
@@ -58,6 +62,7 @@ class Job:
         self.log_dir = Path(log_dir)
         self.mode = mode
         self._value: Any = _NO_VALUE
+        self._unwritten_end: dict = {}  # an end that could not be written to status.json
 
     def __repr__(self) -> str:
         return f"Job(id={self.id!r}, exp_name={self.exp_name!r}, mode={self.mode.name!r}, " \
@@ -86,9 +91,25 @@ class Job:
         return runner.read_json(str(self.log_dir / bundle.LAUNCH_JSON))
 
     def info(self) -> dict:
-        """The run's status.json as it is now (state, times, exit code, error)."""
+        """The run's status.json as it is now (state, times, exit code, error).
+
+        A run whose folder is gone reads as failed, with the reason; a damaged status.json
+        raises :class:`DamagedRecordError` for this run alone.
+        """
+        if not self.log_dir.is_dir():
+            return {"state": "failed", "error": f"the run folder {self.log_dir} no longer "
+                                                "exists (deleted or moved): its outcome is lost"}
         self.mode.sync_record(self)
-        return runner.read_json(str(self.log_dir / runner.STATUS_JSON))
+        try:
+            status = runner.read_json(str(self.log_dir / runner.STATUS_JSON))
+        except runner.DamagedRecord as exc:
+            if self._unwritten_end:
+                return self._unwritten_end
+            raise DamagedRecordError(f"run {self.id}: {exc}; its state is unknown until the run "
+                                     "writes it again") from None
+        if self._unwritten_end and status.get("state") not in runner.TERMINAL_STATES:
+            return {**status, **self._unwritten_end}
+        return status
 
     def recorded_state(self) -> JobState:
         """The state in the run's own status.json, without asking the backend."""
@@ -97,10 +118,21 @@ class Job:
     def status(self) -> JobState:
         """The current state, asking the backend when the run's own record is not final."""
         state = self.recorded_state()
-        if not state.terminal:
+        if state is JobState.QUEUED and self._launcher_died_before_submitting():
+            self.record_end("failed", "the launching process ended before this run was "
+                                      f"submitted; run it with `easylaunch resubmit {self.id}`")
+        elif not state.terminal:
             self.mode.refresh(self)
-            state = self.recorded_state()
-        return state
+        return self.recorded_state()
+
+    def _launcher_died_before_submitting(self) -> bool:
+        """True if the run was never handed to its mode and its launcher is gone."""
+        from easylaunch import processes
+
+        if self.info().get("submitted_at") is not None:
+            return False
+        launch = self.launch_info
+        return processes.same_host(launch) and processes.launcher_gone(launch)
 
     def done(self) -> bool:
         """True once the run has reached a terminal state."""
@@ -153,8 +185,17 @@ class Job:
         return self.mode.fetch(self)
 
     def record_end(self, state: str, error: str) -> None:
-        """Record a terminal state for a run whose own record has none (the first end wins)."""
-        runner.update_status(str(self.log_dir), state=state, ended_at=time.time(), error=error)
+        """Record a terminal state for a run whose own record has none (the first end wins).
+
+        Where status.json cannot be written (a full disk), this handle keeps the end, with
+        the reason it is not on disk.
+        """
+        try:
+            runner.update_status(str(self.log_dir), state=state, ended_at=time.time(),
+                                 error=error)
+        except OSError as exc:
+            self._unwritten_end = {"state": state, "ended_at": time.time(),
+                                   "error": f"{error} (not saved in status.json: {exc})"}
 
     def cancel(self) -> None:
         """Stop the run (a finished run is left as it is)."""

@@ -90,26 +90,59 @@ class DoodadConfig(NamedTuple):
     extra_launch_info: dict
 
 
-def write_bytes_atomic(path: str, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file and a rename."""
+class DamagedRecord(ValueError):
+    """A run's JSON record cannot be read (empty or cut short by a crash mid-write)."""
+
+
+def write_bytes_atomic(path: str, data: bytes, durable: bool = False) -> None:
+    """Write ``data`` to ``path`` through a temporary file and a rename.
+
+    A failed write (a full disk) removes its temporary file. ``durable`` also flushes the file
+    and the rename to disk, for records that must survive a crash of the machine.
+    """
     tmp = f"{path}.tmp-{os.getpid()}-{threading.get_ident()}"
-    with open(tmp, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    if durable:
+        with contextlib.suppress(OSError):
+            fd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
 
 
-def write_json_atomic(path: str, obj: Any) -> None:
+def write_json_atomic(path: str, obj: Any, durable: bool = False) -> None:
     """Write ``obj`` as indented JSON to ``path`` atomically (non-JSON values become strings)."""
-    write_bytes_atomic(path, json.dumps(obj, indent=2, default=repr).encode())
+    write_bytes_atomic(path, json.dumps(obj, indent=2, default=repr).encode(), durable)
 
 
 def read_json(path: str) -> dict:
-    """Read a JSON object from ``path``; a missing file reads as an empty dict."""
+    """Read a JSON object from ``path``; a missing file reads as an empty dict, a damaged one
+    raises :class:`DamagedRecord` naming the file."""
     try:
         with open(path, "rb") as f:
-            return json.loads(f.read())
+            data = f.read()
     except FileNotFoundError:
         return {}
+    try:
+        obj = json.loads(data)
+    except ValueError as exc:
+        raise DamagedRecord(f"{path} is damaged ({len(data)} bytes that are not JSON: "
+                            f"{exc})") from None
+    if not isinstance(obj, dict):
+        raise DamagedRecord(f"{path} is damaged (it holds a {type(obj).__name__}, not an "
+                            "object)")
+    return obj
 
 
 @contextlib.contextmanager
@@ -138,11 +171,14 @@ def update_status(log_dir: str, **fields: Any) -> dict:
     """
     path = os.path.join(log_dir, STATUS_JSON)
     with _status_lock(log_dir):
-        status = read_json(path)
+        try:
+            status = read_json(path)
+        except DamagedRecord as exc:  # this write repairs it; say what was lost
+            status = {"damaged_record": str(exc)}
         if status.get("state") in TERMINAL_STATES and "state" in fields:
             return status
         status.update(fields)
-        write_json_atomic(path, status)
+        write_json_atomic(path, status, durable=True)
     return status
 
 
@@ -240,7 +276,12 @@ def save_result(log_dir: str, value: Any) -> str | None:
         data = cloudpickle.dumps(("success", value))
     except Exception as exc:  # noqa: BLE001 - any pickling failure is reported the same way
         return f"the function returned a value that cannot be pickled: {exc!r}"
-    write_bytes_atomic(os.path.join(log_dir, RESULT_PKL), data)
+    try:
+        write_bytes_atomic(os.path.join(log_dir, RESULT_PKL), data, durable=True)
+    except OSError as exc:
+        return (f"the function returned, but its result ({len(data)} bytes) could not be "
+                f"written to {RESULT_PKL}: {exc}. Free space in {log_dir}, or return less "
+                "and write large outputs to files yourself")
     return None
 
 
@@ -253,7 +294,8 @@ def save_error(log_dir: str, exc: BaseException, tb_text: str) -> None:
         cloudpickle.loads(data)  # some exceptions pickle but cannot be rebuilt
     except Exception:  # noqa: BLE001
         data = cloudpickle.dumps(("error", None, tb_text))
-    write_bytes_atomic(os.path.join(log_dir, RESULT_PKL), data)
+    with contextlib.suppress(OSError):  # status.json keeps the traceback either way
+        write_bytes_atomic(os.path.join(log_dir, RESULT_PKL), data, durable=True)
 
 
 def call_and_record(fn: Any, config: DoodadConfig, variant: Any,
@@ -291,7 +333,11 @@ def call_and_record(fn: Any, config: DoodadConfig, variant: Any,
 def run_bundle(bundle_dir: str, log_dir: str | None = None) -> int:
     """Run the function of one bundle and record the outcome; return the process exit code."""
     bundle_dir = os.path.abspath(bundle_dir)
-    meta = read_json(os.path.join(bundle_dir, BUNDLE_JSON))
+    try:
+        meta = read_json(os.path.join(bundle_dir, BUNDLE_JSON))
+    except DamagedRecord as exc:
+        print(f"easylaunch runner: {exc}", file=sys.stderr)
+        return EXIT_BAD_BUNDLE
     if not meta:
         print(f"easylaunch runner: no {BUNDLE_JSON} in {bundle_dir}", file=sys.stderr)
         return EXIT_BAD_BUNDLE
@@ -351,7 +397,10 @@ def _reopen_for_rerun(log_dir: str) -> None:
     """Let a run that failed (or was stopped, without a cancel request) run again."""
     path = os.path.join(log_dir, STATUS_JSON)
     with _status_lock(log_dir):
-        old = read_json(path)
+        try:
+            old = read_json(path)
+        except DamagedRecord as exc:
+            old = {"state": "failed", "error": str(exc)}
         if old.get("state") in ("failed", "timeout", "cancelled") and \
                 not old.get("cancel_requested"):
             write_json_atomic(path, {
@@ -379,6 +428,64 @@ def _cloudpickle_version() -> str | None:
     return cloudpickle.__version__
 
 
+def recorded_state(log_dir: str) -> str | None:
+    """The state in a run's status.json (None if it has none or the record is damaged)."""
+    try:
+        return read_json(os.path.join(log_dir, STATUS_JSON)).get("state")
+    except DamagedRecord:
+        return None
+
+
+def record_lost_end(log_dir: str, returncode: int, cancelled: bool = False) -> None:
+    """Give a run whose process ended without recording an outcome its exit code or signal
+    (killed, out of memory, ``os._exit``); a recorded outcome is left as it is. A run whose
+    cancel was asked for ends as cancelled."""
+    with contextlib.suppress(DamagedRecord):
+        cancelled = cancelled or bool(
+            read_json(os.path.join(log_dir, STATUS_JSON)).get("cancel_requested"))
+    if returncode < 0:
+        how, fields = f"was killed by {signal_name(-returncode)}", \
+            {"signal": signal_name(-returncode)}
+    else:
+        how, fields = f"exited with code {returncode}", {}
+    update_status(log_dir, state="cancelled" if cancelled else "failed", ended_at=time.time(),
+                  exit_code=returncode, **fields,
+                  error=f"the run's process {how} before recording an outcome; see stderr.log")
+
+
+# Signals a supervising runner passes on to the run (stop, Ctrl-C, time-limit warnings).
+FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1,
+                     signal.SIGUSR2)
+
+
+def run_supervised(bundle_dir: str, log_dir: str | None = None) -> int:
+    """Run the bundle in a forked child and record how it ended when it could not itself.
+
+    The parent passes stop and time-limit signals on to the child, so it can stand where the
+    scheduler signals (a batch script's process). Other ranks of a multi-process run, and
+    systems without fork, run the bundle directly.
+    """
+    if not hasattr(os, "fork") or rank_info()[0] != 0:
+        return run_bundle(bundle_dir, log_dir)
+    try:
+        meta = read_json(os.path.join(os.path.abspath(bundle_dir), BUNDLE_JSON))
+    except DamagedRecord:
+        meta = {}
+    log_dir = os.path.abspath(log_dir or meta.get("log_dir") or bundle_dir)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        return run_bundle(bundle_dir, log_dir)  # the child ends as a normal interpreter would
+    for signum in FORWARDED_SIGNALS:
+        signal.signal(signum, lambda sig, _frame: os.kill(pid, sig))
+    returncode = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    if os.path.isdir(log_dir):
+        with contextlib.suppress(OSError):
+            record_lost_end(log_dir, returncode)
+    return 128 - returncode if returncode < 0 else returncode
+
+
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point of the runner."""
     args = list(sys.argv[1:] if argv is None else argv)
@@ -390,7 +497,7 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) != 1:
         print("usage: runner.py BUNDLE_DIR [--log-dir DIR]", file=sys.stderr)
         return EXIT_BAD_BUNDLE
-    return run_bundle(args[0], log_dir)
+    return run_supervised(args[0], log_dir)
 
 
 if __name__ == "__main__":

@@ -121,7 +121,7 @@ class _LocalRun:
 
     def _start(self, gpu: str | None) -> bool:
         with self.lock:
-            state = runner.read_json(os.path.join(self.log_dir, runner.STATUS_JSON)).get("state")
+            state = runner.recorded_state(self.log_dir)
             if self.cancelled or state != "queued":  # cancelled, maybe from another process
                 return False
             env = dict(os.environ, **self.command.env)
@@ -139,14 +139,7 @@ class _LocalRun:
 
     def _finish(self, returncode: int) -> None:
         processes.signal_group(self.proc.pid, signal.SIGKILL)  # what the run left behind
-        how = (f"was killed by {runner.signal_name(-returncode)}" if returncode < 0
-               else f"exited with code {returncode}")
-        status = runner.read_json(os.path.join(self.log_dir, runner.STATUS_JSON))
-        cancelled = self.cancelled or status.get("cancel_requested")
-        runner.update_status(
-            self.log_dir, state="cancelled" if cancelled else "failed", ended_at=time.time(),
-            exit_code=returncode, error=f"the run's process {how} before recording an "
-                                        "outcome; see stderr.log")
+        runner.record_lost_end(self.log_dir, returncode, self.cancelled)
 
     def cancel(self) -> None:
         with self.lock:
@@ -160,8 +153,7 @@ class _LocalRun:
 
 
 def _recorded_end(log_dir: str) -> bool:
-    state = runner.read_json(os.path.join(log_dir, runner.STATUS_JSON)).get("state")
-    return state in runner.TERMINAL_STATES
+    return runner.recorded_state(log_dir) in runner.TERMINAL_STATES
 
 
 def _note_interrupt(hook: Any) -> Any:

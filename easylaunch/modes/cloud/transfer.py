@@ -88,7 +88,8 @@ def join_key(*parts: str) -> str:
 
 
 def tar_gz(folder: Path) -> bytes:
-    """A reproducible gzipped tarball of ``folder``'s content (links kept as links)."""
+    """A reproducible gzipped tarball of ``folder``'s content: links to folders (code
+    snapshots) kept as links, links to files (a bundle's blobs) stored as those files."""
     buf = io.BytesIO()
     with gzip.GzipFile(fileobj=buf, mode="wb", mtime=0) as gz, \
             tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
@@ -96,10 +97,11 @@ def tar_gz(folder: Path) -> bytes:
             dirnames.sort()
             for name in sorted(dirnames + filenames):
                 path = Path(dirpath) / name
-                info = tar.gettarinfo(str(path), arcname=str(path.relative_to(folder)))
+                source = path.resolve() if path.is_symlink() and path.is_file() else path
+                info = tar.gettarinfo(str(source), arcname=str(path.relative_to(folder)))
                 info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
                 if info.isreg():
-                    with open(path, "rb") as f:
+                    with open(source, "rb") as f:
                         tar.addfile(info, f)
                 else:
                     tar.addfile(info)

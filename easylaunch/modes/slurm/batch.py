@@ -17,7 +17,7 @@ from abc import abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
 
-from easylaunch.bundle import BUNDLE_DIR, SNAPSHOT_STORE, Run
+from easylaunch.bundle import BLOB_STORE, BUNDLE_DIR, SNAPSHOT_STORE, Run
 from easylaunch.errors import LaunchError
 from easylaunch.jobs import Job
 from easylaunch.modes.slurm.base import SlurmBase
@@ -187,10 +187,17 @@ class BatchMode(SlurmBase):
 
 
 def _stage(runs: list[Run], log_root: Path, batch_dir: Path) -> None:
-    """Copy the run bundles and the snapshots they link to into the batch folder."""
+    """Copy the run bundles, and once each the blobs and snapshots they link to, into the
+    batch folder (laid out as the log root is, so the bundles' relative links resolve)."""
     for run in runs:
         dest = batch_dir / run.exp_name / run.log_dir.name / BUNDLE_DIR
         shutil.copytree(run.bundle_dir, dest, symlinks=True)
+    for blob in {os.readlink(link) for link in runs[0].bundle_dir.iterdir()
+                 if link.is_symlink() and link.is_file()}:
+        dest = batch_dir / BLOB_STORE / os.path.basename(blob)
+        if not dest.exists():
+            dest.parent.mkdir(exist_ok=True)
+            shutil.copy2(log_root / BLOB_STORE / os.path.basename(blob), dest)
     for snap in runs[0].launch["code_snapshots"]:
         dest = batch_dir / SNAPSHOT_STORE / snap["digest"]
         if not dest.exists():

@@ -104,7 +104,11 @@ def serve(runner_path: str) -> int:
         if pid == 0:
             os._exit(_run_child(runner, bundle, log_dir, rerun == "1"))
         print("pid {}".format(pid), flush=True)
-        print("exit {}".format(_exit_code(os.waitpid(pid, 0)[1])), flush=True)
+        code = _exit_code(os.waitpid(pid, 0)[1])
+        if os.path.isdir(log_dir):  # a run killed outright still gets its exit code or signal
+            with contextlib.suppress(OSError):
+                runner.record_lost_end(log_dir, code)
+        print("exit {}".format(code), flush=True)
     return 0
 
 
