@@ -6,6 +6,8 @@ leaves anything behind.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import re
 import sys
@@ -14,15 +16,15 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-import cloudpickle
-
 from easylaunch.bundle import (
     SNAPSHOT_STORE,
+    VARIANT_JSON,
     BundleSpec,
     Run,
     bundle_blobs,
     clone_run,
     create_run,
+    make_store,
     remove_abandoned_partials,
 )
 from easylaunch.errors import LaunchError
@@ -30,6 +32,7 @@ from easylaunch.gitinfo import git_infos
 from easylaunch.jobs import Job
 from easylaunch.modes import get_mode
 from easylaunch.modes.base import Mode
+from easylaunch.payload import pickle_payload, warn_if_large
 from easylaunch.progress import track
 from easylaunch.registry import Registry, open_registry
 from easylaunch.request import LaunchRequest
@@ -39,6 +42,8 @@ from easylaunch.snapshot import snapshot
 
 EXP_NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,99}")
 RESERVED_VARIANT_KEY = "doodad_config"
+REGISTRY_VARIANT_BYTES = 16384  # larger variants are kept in the registry as size and digest
+LARGE_VARIANT_KEY = "_large_variant"
 SETTINGS_STORE = ".settings"
 
 
@@ -55,9 +60,21 @@ def check_exp_name(exp_name: Any) -> str:
         f"letter or digit, and be at most 100 characters. Try {suggestion or 'my-exp'!r}.")
 
 
+def _json_key(key: Any) -> str:
+    """The string JSON makes of a dict key (1 -> "1", True -> "true", None -> "null")."""
+    return key if isinstance(key, str) else json.dumps(key)
+
+
 def _bad_variant_key(variant: Mapping, path: str = "") -> str | None:
+    seen: dict[str, Any] = {}
     for key, value in variant.items():
         where = f"{path}{key}"
+        if isinstance(key, (str, int, float, bool)) or key is None:
+            text = _json_key(key)
+            if text in seen:
+                return (f"keys {seen[text]!r} and {key!r} at {path or 'the top level'} both "
+                        f"become {text!r} in variant.json (JSON keys are strings)")
+            seen[text] = key
         if not isinstance(key, (str, int, float, bool)) and key is not None:
             return f"key {key!r} is a {type(key).__name__}; variant keys must be strings"
         if isinstance(key, str) and "." in key:
@@ -84,16 +101,6 @@ def check_variant(variant: Any, index: int | None = None) -> dict:
     return dict(variant)
 
 
-def _pickle(obj: Any, what: str) -> bytes:
-    try:
-        return cloudpickle.dumps(obj)
-    except Exception as exc:  # noqa: BLE001 - every pickling failure gets the same advice
-        raise LaunchError(
-            f"{what} cannot be pickled, so it cannot travel to the run: {exc!r}. Objects such "
-            "as open files, locks, sockets, generators and database connections must be "
-            "created inside the function instead.") from exc
-
-
 def _script_name() -> str:
     main = sys.modules.get("__main__")
     path = getattr(main, "__file__", None) or (sys.argv[0] if sys.argv else "")
@@ -116,10 +123,21 @@ def _registry(settings: Settings) -> Registry:
     return open_registry(settings.REGISTRY_PATH)
 
 
+def _registry_variant(variant: dict) -> dict:
+    """The variant as the registry keeps it: a large one as its size and digest alone (the
+    run folder's variant.json holds it whole)."""
+    text = json.dumps(variant, default=repr)
+    if len(text) <= REGISTRY_VARIANT_BYTES:
+        return variant
+    return {LARGE_VARIANT_KEY: {"bytes": len(text), "sha256": hashlib.sha256(
+        text.encode()).hexdigest(), "whole in": VARIANT_JSON}}
+
+
 def _registry_row(run: Run) -> dict[str, Any]:
     launch = run.launch
     return {"id": run.run_id, "exp_name": run.exp_name, "mode": run.mode, "state": "queued",
-            "log_dir": str(run.log_dir), "variant": run.variant, "host": launch["host"],
+            "log_dir": str(run.log_dir), "variant": _registry_variant(run.variant),
+            "host": launch["host"],
             "git_commit": next(iter(launch["git_commits"].values()), None),
             "resubmitted_from": launch.get("resubmitted_from")}
 
@@ -181,11 +199,18 @@ def run_sweep(
     code_mounts = settings.code_mounts()
     settings.data_mounts()  # checked here for every mode; modes that mount them read them again
     if mode_obj.needs_bundle:
-        function_bytes = _pickle(method_call, "the function")
-        variant_bytes = [_pickle(v, f"variants[{i}]") for i, v in enumerate(variants)]
+        function_bytes = pickle_payload(method_call, "the function")
+        variant_bytes = [pickle_payload(v, f"variants[{i}]") for i, v in enumerate(variants)]
+        limit = settings.LARGE_PAYLOAD_WARN_MB
+        warn_if_large(method_call, len(function_bytes), "the function", limit)
+        largest = max(range(len(variants)), key=lambda i: len(variant_bytes[i]))
+        warn_if_large(variants[largest], len(variant_bytes[largest]), f"variants[{largest}]",
+                      limit)
     else:
         function_bytes, variant_bytes = b"", [b""] * len(variants)
     mode_obj.check(request)
+    if mode_obj.needs_bundle:
+        make_store(root / SNAPSHOT_STORE, settings.RUN_FOLDER_MODE)
     snapshots = [
         snapshot(m.local_dir, root / SNAPSHOT_STORE, settings.CODE_SNAPSHOT_EXCLUDES,
                  settings.CODE_SNAPSHOT_MAX_MB, skip_dirs={str(root)})
@@ -200,7 +225,8 @@ def run_sweep(
                  "mode_options": mode_options, "use_gpu": use_gpu,
                  "gpu_id": gpu_id, "log_root": str(root), "slurm_config_name": slurm_config_name,
                  "prepend_date": prepend_date_to_exp_name},
-        blobs=bundle_blobs(root, function_bytes) if mode_obj.needs_bundle else {})
+        blobs=bundle_blobs(root, function_bytes, settings.RUN_FOLDER_MODE)
+        if mode_obj.needs_bundle else {}, folder_mode=settings.RUN_FOLDER_MODE)
     remove_abandoned_partials(root / request.exp_name)
     runs: list[Run] = []
     try:

@@ -106,6 +106,16 @@ class BundleSpec:
     runs_here: bool  # the mode runs the function in this process as soon as the run is made
     request: dict  # what resubmitting needs again: settings, mode options, GPU and log choices
     blobs: dict[str, Path] = field(default_factory=dict)  # bundle file name -> stored once
+    folder_mode: int = 0o700  # RUN_FOLDER_MODE
+
+
+def make_store(path: Path, mode: int) -> Path:
+    """Make a folder easylaunch keeps things in, with permissions ``mode`` when this call
+    makes it (an existing folder keeps its own)."""
+    if not path.is_dir():
+        path.mkdir(parents=True, exist_ok=True)
+        os.chmod(path, mode)
+    return path
 
 
 def store_blob(root: Path, name: str, data: bytes) -> Path:
@@ -116,13 +126,13 @@ def store_blob(root: Path, name: str, data: bytes) -> Path:
     digest = hashlib.sha256(data).hexdigest()[:32]
     path = root / BLOB_STORE / f"{digest}.{name}"
     if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
         write_bytes_atomic(str(path), data)
     return path
 
 
-def bundle_blobs(root: Path, function_bytes: bytes) -> dict[str, Path]:
+def bundle_blobs(root: Path, function_bytes: bytes, mode: int) -> dict[str, Path]:
     """The pickled function and the runner of a launch, stored once per content."""
+    make_store(root / BLOB_STORE, mode)
     return {runner.FUNCTION_PKL: store_blob(root, runner.FUNCTION_PKL, function_bytes),
             RUNNER_FILE: store_blob(root, RUNNER_FILE, _RUNNER_SOURCE)}
 
@@ -200,8 +210,8 @@ def _write_git_patches(folder: Path, git_infos: list[GitInfo]) -> None:
 
 
 @contextlib.contextmanager
-def _new_run_folder(exp_dir: Path, exp_name: str, prepend_date: bool,
-                    now: float) -> Iterator[tuple[str, Path, Path]]:
+def _new_run_folder(exp_dir: Path, exp_name: str, prepend_date: bool, now: float,
+                    mode: int) -> Iterator[tuple[str, Path, Path]]:
     """Yield (run id, temporary folder, final path); rename into place only on success."""
     exp_dir.mkdir(parents=True, exist_ok=True)
     while True:
@@ -210,7 +220,8 @@ def _new_run_folder(exp_dir: Path, exp_name: str, prepend_date: bool,
         if not final.exists():
             break
     tmp = exp_dir / f"{_partial_prefix()}{os.getpid()}-{run_id}"
-    tmp.mkdir()
+    tmp.mkdir(mode)
+    os.chmod(tmp, mode)  # whatever the umask
     try:
         yield run_id, tmp, final
         os.rename(tmp, final)
@@ -245,7 +256,7 @@ def create_run(spec: BundleSpec, variant: dict, variant_bytes: bytes, index: int
     code_dirs = [f"{CODE_DIR}/{i}-{_safe_name(s.source)}" for i, s in enumerate(spec.snapshots)]
     now = time.time()
     with _new_run_folder(spec.root / spec.exp_name, spec.exp_name, spec.prepend_date,
-                         now) as (run_id, tmp, final):
+                         now, spec.folder_mode) as (run_id, tmp, final):
         launch = _launch_record(spec, run_id, final, index)
         meta = _bundle_metadata(spec, run_id, final, code_dirs)
         write_json_atomic(str(tmp / VARIANT_JSON), variant)
@@ -270,7 +281,7 @@ def clone_run(old_dir: Path) -> Run:
     exp_name = old_launch["exp_name"]
     now = time.time()
     with _new_run_folder(old_dir.parent, exp_name, old_launch["request"]["prepend_date"],
-                         now) as (run_id, tmp, final):
+                         now, old_dir.stat().st_mode & 0o777) as (run_id, tmp, final):
         shutil.copytree(old_dir / BUNDLE_DIR, tmp / BUNDLE_DIR, symlinks=True)
         if (old_dir / GIT_DIR).is_dir():
             shutil.copytree(old_dir / GIT_DIR, tmp / GIT_DIR)

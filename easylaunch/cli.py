@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import datetime as dt
 import os
 import re
 import shlex
+import sqlite3
 import sys
 import time
 from pathlib import Path
@@ -17,6 +19,7 @@ from easylaunch.errors import EasyLaunchError
 from easylaunch.settings import USER_CONFIG_PATH, load_settings, write_template
 
 STATUS_LOG_LINES = 100
+VALUE_CHARS = 2000  # longer values (a huge variant) are cut in `easylaunch status`
 _SINCE = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
@@ -34,8 +37,27 @@ def _job_for(registry, entry):
     job = Job.from_run_dir(entry.log_dir)
     state = job.status().value
     if state != entry.state:
-        registry.update(entry.id, state=state)
+        with contextlib.suppress(sqlite3.Error):  # the row is a cache; a full disk keeps it old
+            registry.update(entry.id, state=state)
     return job
+
+
+def _short(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters, saying how much was left out."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text) - limit} more characters)"
+
+
+def count(text: str) -> int:
+    """A command-line count: a whole number, 0 or more."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a count (0, 1, 2, ...)")
+    return value
 
 
 def parse_since(text: str) -> float:
@@ -65,12 +87,39 @@ def _tail(path: Path, lines: int | None) -> str:
         return ""
 
 
+OPEN_STATES = ["queued", "running", "unknown"]
+STATES = ["queued", "running", "succeeded", "failed", "cancelled", "timeout", "unknown"]
+
+
+def _refreshed_state(registry, entry) -> str:
+    """A run's state brought up to date (and written back), or what keeps it from being read;
+    a fault in one run never stops a listing."""
+    if entry.state not in OPEN_STATES:
+        return entry.state
+    try:
+        return _job_for(registry, entry).recorded_state().value
+    except (EasyLaunchError, OSError) as exc:
+        if not Path(entry.log_dir).is_dir():
+            return f"{entry.state} (folder missing)"
+        return f"{entry.state} ({_short(str(exc), 120)})"
+
+
 def _ls(args: argparse.Namespace) -> int:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     registry = _registry(args)
-    states = [s for group in args.state or [] for s in group.split(",")]
+    states = [s.strip() for group in args.state or [] for s in group.split(",") if s.strip()]
+    unknown = sorted(set(states) - set(STATES))
+    if unknown:
+        raise EasyLaunchError(f"--state {', '.join(unknown)}: not a state; states are "
+                              f"{', '.join(STATES)}")
+    if states:  # filter on states as they are now, not as the registry last saw them
+        stale, _ = registry.list(exp=args.exp, mode=args.mode, states=OPEN_STATES,
+                                 since=args.since)
+        for entry in stale:
+            _refreshed_state(registry, entry)
     entries, total = registry.list(exp=args.exp, mode=args.mode, states=states or None,
                                    since=args.since, limit=None if args.all else args.limit)
     table = Table(box=None, header_style="bold")
@@ -78,14 +127,9 @@ def _ls(args: argparse.Namespace) -> int:
         table.add_column(column, no_wrap=True)
     table.add_column("LOG DIR", overflow="fold")
     for entry in entries:
-        state = entry.state
-        if state in ("queued", "running", "unknown"):
-            try:
-                state = _job_for(registry, entry).recorded_state().value
-            except EasyLaunchError:
-                state = f"{state} (folder missing)"
-        table.add_row(entry.id, entry.exp_name, entry.mode, state, _when(entry.created),
-                      entry.log_dir)
+        table.add_row(entry.id, entry.exp_name, entry.mode,
+                      escape(_refreshed_state(registry, entry)), _when(entry.created),
+                      escape(entry.log_dir))
     console = Console(width=None if sys.stdout.isatty() else 100_000)  # piped: one line a run
     console.print(table)
     if len(entries) < total:
@@ -111,7 +155,7 @@ def _status(args: argparse.Namespace) -> int:
     ]
     for name, value in rows:
         if value not in (None, "", {}, "-"):
-            print(f"{name + ':':18}{value}")
+            print(f"{name + ':':18}{_short(str(value), VALUE_CHARS)}")
     if info.get("error"):
         print(f"\nerror:\n{info['error'].rstrip()}")
     print(f"\n--- last {STATUS_LOG_LINES} lines of {job.stdout_path} ---")
@@ -237,7 +281,7 @@ def build_parser() -> argparse.ArgumentParser:
     ls.add_argument("--state", action="append",
                     help="only these states (repeat, or separate with commas)")
     ls.add_argument("--since", type=parse_since, help="only runs launched since (2h, 3d, date)")
-    ls.add_argument("-n", "--limit", type=int, default=50, help="how many (default 50)")
+    ls.add_argument("-n", "--limit", type=count, default=50, help="how many (default 50)")
     ls.add_argument("--all", action="store_true", help="every matching run")
     ls.set_defaults(func=_ls)
 
@@ -249,7 +293,7 @@ def build_parser() -> argparse.ArgumentParser:
     logs = sub.add_parser("logs", help="print (or follow) a run's log")
     logs.add_argument("id", help="run id, or a unique end of one")
     logs.add_argument("-f", "--follow", action="store_true", help="follow until the run ends")
-    logs.add_argument("-n", "--lines", type=int, help="only the last N lines")
+    logs.add_argument("-n", "--lines", type=count, help="only the last N lines")
     logs.add_argument("--stderr", action="store_true", help="stderr.log instead of stdout.log")
     logs.set_defaults(func=_logs)
 

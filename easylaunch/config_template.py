@@ -55,6 +55,15 @@ LOCAL_PYTHON: str | None = None
 # Seconds a cancelled ``local`` run gets between SIGTERM and SIGKILL.
 LOCAL_CANCEL_GRACE_SECONDS: float = 5.0
 
+# Permissions of run folders and of the stores beside them (.blobs holds pickled functions):
+# 0o700 keeps them private to you; 0o750 shares them read-only with your group (e.g. a lab on
+# a shared cluster file system). The registry and saved settings are always private (0o600).
+RUN_FOLDER_MODE: int = 0o700
+
+# A pickled function or variant larger than this many MB gets a warning naming its largest
+# parts (a captured dataset, a model): pass paths and load inside the function instead.
+LARGE_PAYLOAD_WARN_MB: float = 10.0
+
 # The registry of launched runs (SQLite) that ``easylaunch ls`` and ``get_job`` read.
 # None: $XDG_DATA_HOME/easylaunch/registry.sqlite3 (~/.local/share/easylaunch/registry.sqlite3).
 REGISTRY_PATH: str | None = None

@@ -205,21 +205,40 @@ class DistInfo:
     device: str
 
 
-def _backend_and_device(torch, local_rank: int) -> tuple[str, str]:
-    if torch.cuda.is_available():
-        return "nccl", f"cuda:{local_rank % torch.cuda.device_count()}"
-    xpu = getattr(torch, "xpu", None)
-    if xpu is not None and xpu.is_available():
-        return "xccl", f"xpu:{local_rank % xpu.device_count()}"
+# How many processes of the job run on this host, by launcher (torchrun, Open MPI, MPICH,
+# PALS, Slurm).
+LOCAL_SIZE_VARS = ("LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS",
+                   "PALS_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE")
+
+
+def _backend_and_device(torch, local_rank: int, per_host: int,
+                        share_gpus: bool = False) -> tuple[str, str]:
+    """The default backend and this rank's device. More processes on a host than GPUs is
+    refused (NCCL fails on two ranks sharing a GPU) unless ``share_gpus``, which uses gloo."""
+    for kind, backend, accel in (("cuda", "nccl", torch.cuda),
+                                 ("xpu", "xccl", getattr(torch, "xpu", None))):
+        if accel is None or not accel.is_available():
+            continue
+        count = accel.device_count()
+        if per_host > count and not share_gpus:
+            raise DistError(
+                f"{per_host} processes on this host but {count} {kind} device(s) visible: "
+                f"{backend} cannot put two ranks on one device. Start {count} process(es) per "
+                f"host (torchrun --nproc-per-node={count}, or tasks_per_node={count}), or call "
+                "setup_torch(share_gpus=True) to share the devices over gloo (slower)")
+        return ("gloo" if per_host > count else backend), f"{kind}:{local_rank % count}"
     return "gloo", "cpu"
 
 
-def setup_torch(backend: str | None = None, env: Mapping[str, str] | None = None) -> DistInfo:
+def setup_torch(backend: str | None = None, env: Mapping[str, str] | None = None,
+                share_gpus: bool = False) -> DistInfo:
     """Initialise torch.distributed from whatever launched this process; return its place.
 
     Rank, local rank and world size come from torchrun, Slurm, Open MPI, MPICH/PMI or PALS
     variables; MASTER_ADDR/MASTER_PORT from the environment or the job's first host. The local
-    device is set before ``init_process_group``. A single process needs no init.
+    device is set before ``init_process_group``. A single process needs no init. More
+    processes on a host than GPUs raise :class:`DistError` naming both counts, unless
+    ``share_gpus`` (then the ranks share the GPUs over gloo).
     """
     try:
         import torch
@@ -230,7 +249,8 @@ def setup_torch(backend: str | None = None, env: Mapping[str, str] | None = None
     env = dict(_env(env))
     rank, local_rank, world_size = rank_info(env)
     found_rank = first_int(env, RANK_VARS) is not None
-    default_backend, device = _backend_and_device(torch, local_rank)
+    per_host = max(first_int(env, LOCAL_SIZE_VARS) or 1, local_rank + 1)
+    default_backend, device = _backend_and_device(torch, local_rank, per_host, share_gpus)
     if device.startswith("cuda"):
         torch.cuda.set_device(device)
     elif device.startswith("xpu"):

@@ -97,7 +97,13 @@ class Registry:
         return conn
 
     def _open(self) -> sqlite3.Connection:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        try:  # private to its user, whatever the umask (SQLite's -wal and -shm files follow)
+            os.close(os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600))
+            if self.path.stat().st_mode & 0o077:
+                os.chmod(self.path, 0o600)
+        except OSError as exc:
+            raise self._fail(f"cannot be opened ({exc})") from exc
         deadline = time.monotonic() + OPEN_WAIT_SECONDS
         while True:
             try:

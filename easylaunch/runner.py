@@ -94,15 +94,18 @@ class DamagedRecord(ValueError):
     """A run's JSON record cannot be read (empty or cut short by a crash mid-write)."""
 
 
-def write_bytes_atomic(path: str, data: bytes, durable: bool = False) -> None:
+def write_bytes_atomic(path: str, data: bytes, durable: bool = False,
+                       private: bool = False) -> None:
     """Write ``data`` to ``path`` through a temporary file and a rename.
 
     A failed write (a full disk) removes its temporary file. ``durable`` also flushes the file
-    and the rename to disk, for records that must survive a crash of the machine.
+    and the rename to disk, for records that must survive a crash of the machine; ``private``
+    makes the file readable by its owner alone.
     """
     tmp = f"{path}.tmp-{os.getpid()}-{threading.get_ident()}"
     try:
-        with open(tmp, "wb") as f:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600 if private else 0o666)
+        with os.fdopen(fd, "wb") as f:
             f.write(data)
             if durable:
                 f.flush()

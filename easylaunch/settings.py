@@ -88,8 +88,18 @@ class Settings(Mapping[str, Any]):
         return mounts
 
     def data_mounts(self, key: str = "NON_CODE_DIRS_TO_MOUNT") -> list[Mount]:
-        """A list of data folders as checked mounts (cluster paths for the SSS_ key)."""
-        return [self._mount(key, e, default_prefix=None) for e in self._values[key]]
+        """A list of data folders as checked mounts (cluster paths for the SSS_ key); two
+        folders at one mount_point are refused."""
+        mounts = [self._mount(key, e, default_prefix=None) for e in self._values[key]]
+        taken: dict[str, str] = {}
+        for mount in mounts:
+            if mount.mount_point in taken:
+                raise SettingsError(
+                    f"{key} in {self.sources.get(key)}: {taken[mount.mount_point]} and "
+                    f"{mount.local_dir} both have mount_point {mount.mount_point}; give each "
+                    "folder its own mount_point")
+            taken[mount.mount_point] = mount.local_dir
+        return mounts
 
     def _mount(self, key: str, entry: Any, default_prefix: str | None) -> Mount:
         where = f"{key} in {self.sources.get(key)}"
@@ -131,6 +141,11 @@ def _words(value: list) -> bool:
 CONSTRAINTS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "CODE_SNAPSHOT_EXCLUDES": (_strings, "a list of strings (glob patterns)"),
     "CODE_SNAPSHOT_MAX_MB": (lambda v: v > 0, "a positive number"),
+    "LOCAL_LOG_DIR": (lambda v: bool(os.fspath(v).strip()),
+                      "a folder path (empty would put runs in the working directory)"),
+    "RUN_FOLDER_MODE": (lambda v: 0 <= v <= 0o777 and v & 0o700 == 0o700,
+                        "permission bits such as 0o700 or 0o750 (you keep rwx)"),
+    "LARGE_PAYLOAD_WARN_MB": (lambda v: v > 0, "a positive number"),
     "LOCAL_CANCEL_GRACE_SECONDS": (lambda v: 0 <= v < 86400, "0 or more seconds, below a day"),
     "LOCAL_GPU_IDS": (lambda v: v is None or all(isinstance(g, (int, str)) for g in v),
                       "None or a list of GPU ids"),
@@ -151,6 +166,23 @@ CONSTRAINTS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "GCP_FILE_PATTERNS_TO_SAVE": (_words, "a list of non-empty strings"),
     "GCP_PIP_REQUIREMENTS": (_words, "a list of non-empty strings"),
 }
+
+
+def _slurm_configs_problem(configs: dict) -> str | None:
+    for name, cfg in configs.items():
+        if not isinstance(name, str):
+            return f" keys are config names and must be strings, got {name!r}"
+        if not isinstance(cfg, Mapping):
+            return (f"[{name!r}] must be a dict of fields (partition=..., time_in_mins=..., "
+                    f"...), got {type(cfg).__name__} {cfg!r}")
+        bad = [k for k in cfg if not isinstance(k, str)]
+        if bad:
+            return f"[{name!r}] has a field name that is not a string: {bad[0]!r}"
+    return None
+
+
+# Checks of nested shapes: a function returning what is wrong (None when nothing is).
+SHAPES: dict[str, Callable[[Any], str | None]] = {"SLURM_CONFIGS": _slurm_configs_problem}
 
 
 def _type_ok(value: Any, annotation: Any) -> bool:
@@ -219,6 +251,9 @@ def check_values(values: Mapping[str, Any], source: str) -> dict[str, Any]:
         test, must = CONSTRAINTS.get(key, (None, ""))
         if test is not None and not (value == value and test(value)):  # NaN fails too
             raise SettingsError(f"{source}: {key} must be {must}, got {value!r}")
+        problem = SHAPES[key](value) if key in SHAPES else None
+        if problem:
+            raise SettingsError(f"{source}: {key}{problem}")
         checked[key] = value
     return checked
 
@@ -229,6 +264,9 @@ _cache: dict[tuple, Settings] = {}
 def _read_file(path: Path) -> dict[str, Any]:
     try:
         return runpy.run_path(str(path))
+    except SystemExit as exc:
+        raise SettingsError(f"settings file {path} called sys.exit({exc.code!r}) while being "
+                            "read; a settings file only assigns UPPERCASE names") from None
     except Exception as exc:  # noqa: BLE001 - any error in the user's file is reported the same
         raise SettingsError(f"cannot read settings file {path}: {exc!r}") from exc
 
@@ -268,8 +306,8 @@ def save_settings(settings: Settings, store: Path) -> Path:
     data = json.dumps(dict(settings), sort_keys=True, default=repr).encode()
     path = store / f"{hashlib.sha256(data).hexdigest()[:16]}.json"
     if not path.exists():
-        store.mkdir(parents=True, exist_ok=True)
-        write_bytes_atomic(str(path), data)
+        store.mkdir(mode=0o700, parents=True, exist_ok=True)
+        write_bytes_atomic(str(path), data, private=True)
     return path
 
 

@@ -292,7 +292,8 @@ def test_multi_rank_runs_start_through_srun(tmp_path):
     script = (Path(job.launch_info["backend"]["batch_dir"]) / f"{job.id}.sbatch").read_text()
     assert "#SBATCH --nodes=2" in script and "#SBATCH --ntasks=2" in script
     assert ("exec srun -u -N 2 -n 2 --gpus-per-node=1 --kill-on-bad-exit=1 "
-            "--output=\"$LOG_DIR\"/stdout.rank%t.log --error=\"$LOG_DIR\"/stderr.rank%t.log "
+            "--output=\"${LOG_DIR//%/%%}\"/stdout.rank%t.log "
+            "--error=\"${LOG_DIR//%/%%}\"/stderr.rank%t.log "
             "bash -c 'exec singularity exec") in script
 
 

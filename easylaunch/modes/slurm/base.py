@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from easylaunch import launchers, runner
-from easylaunch.bundle import Run
+from easylaunch.bundle import STDERR_LOG, Run
 from easylaunch.errors import LaunchError
 from easylaunch.jobs import Job
 from easylaunch.modes.base import Mode
@@ -131,17 +131,30 @@ class SlurmBase(Mode):
         info = job.info()  # synced again: the run may have recorded its end meanwhile
         if info.get("state") in runner.TERMINAL_STATES:
             return
+        look = self._where_to_look(job)
         if info.get("cancel_requested") and state in (None, "failed", "cancelled"):
             self._record(job, "cancelled", f"cancelled (Slurm job {job_id})")
         elif state is None:
             self._record(job, "failed", f"Slurm no longer knows job {job_id} and the run "
-                                        "recorded no outcome (see stderr.log)")
+                                        f"recorded no outcome; {look}")
         elif state == "succeeded":
             self._record(job, "failed", f"Slurm job {job_id} ended without the run recording "
-                                        "an outcome (see stderr.log)")
+                                        f"an outcome; {look}")
         else:
             self._record(job, state, f"Slurm reports job {job_id} as {state} before the run "
-                                     "recorded an outcome (see stderr.log)")
+                                     f"recorded an outcome; {look}")
+
+    def _where_to_look(self, job: Job) -> str:
+        """Point at the log that says why a job ended: the run's stderr.log where it exists,
+        else Slurm's own output file, else say that neither was written."""
+        stderr = self.log_file(job, STDERR_LOG)
+        if stderr.exists() and stderr.stat().st_size:
+            return f"see {stderr}"
+        output = job.launch_info["backend"].get("slurm_output")
+        if output and Path(output).exists():
+            return f"see Slurm's output {output}"
+        return ("the job wrote no log (it may have failed before it started: check the "
+                "partition, the paths and `scontrol show job`)")
 
     def request_cancel(self, job: Job) -> None:
         """Note the cancel in the run's record, here and where the job writes it."""

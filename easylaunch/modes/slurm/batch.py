@@ -89,6 +89,7 @@ class BatchMode(SlurmBase):
                                   f" (now {value!r}); set it in your settings")
         self.settings.code_mounts("SSS_CODE_DIRS_TO_MOUNT")
         self.settings.data_mounts("SSS_NON_CODE_DIRS_TO_MOUNT")
+        _check_writable_file("SSS_SCRIPT_PATH", self.settings.SSS_SCRIPT_PATH)
 
     def image(self, request: LaunchRequest) -> str | None:
         """The Singularity image for this request (None: run without a container)."""
@@ -184,6 +185,24 @@ class BatchMode(SlurmBase):
         copy = shlex.join(["rsync", "-a", f"{self.settings.SSS_CLUSTER_HOST}:{remote}/",
                            f"{job.log_dir}/"])
         return f"{remote} is on the cluster; bring it here with:\n  {copy}"
+
+
+def _check_writable_file(key: str, path: str | None) -> None:
+    """Refuse a file setting this launch could not write (a folder, a missing or read-only
+    folder, a read-only file)."""
+    if not path:
+        return
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        problem = "is a folder"
+    elif not os.path.isdir(folder):
+        problem = f"is in {folder}, which does not exist"
+    elif not os.access(path if os.path.exists(path) else folder, os.W_OK):
+        problem = "cannot be written by you"
+    else:
+        return
+    raise LaunchError(f"{key}={path!r} {problem}; point it at a file you can write, or set it "
+                      "to None to write only the batch folder's submit.sh")
 
 
 def _stage(runs: list[Run], log_root: Path, batch_dir: Path) -> None:

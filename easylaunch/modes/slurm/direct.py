@@ -100,7 +100,8 @@ class SlurmMode(SlurmBase):
         for chunk in slurm.chunks(len(runs), slurm.query_max_array_size()):
             members = runs[chunk.start:chunk.stop]
             header = slurm.sbatch_header(
-                res, job_name=request.exp_name, output=str(script_dir / "slurm-%A_%a.out"),
+                res, job_name=request.exp_name,
+                output=slurm.output_path(str(script_dir), "slurm-%A_%a.out"),
                 signal_seconds=self.settings.SLURM_SIGNAL_SECONDS,
                 array=slurm.array_spec(len(members), self.opts["array_parallelism"]))
             entries = [(str(r.bundle_dir), str(r.log_dir)) for r in members]
@@ -128,5 +129,7 @@ class SlurmMode(SlurmBase):
             submitted.append(job_id)
             for index, run in enumerate(array.runs):
                 run.record_backend(slurm_job_id=f"{job_id}_{index}", array_job_id=job_id,
-                                   array_index=index, script=str(array.script))
+                                   array_index=index, script=str(array.script),
+                                   slurm_output=str(array.script.parent /
+                                                    f"slurm-{job_id}_{index}.out"))
         return [Job(run.run_id, run.exp_name, run.log_dir, self) for run in runs]

@@ -89,7 +89,7 @@ class HtpMode(BatchMode):
         packed = dataclasses.replace(res, nodes=1, tasks=1, cpus_per_task=workers *
                                      res.cpus_per_task)
         header = slurm.sbatch_header(packed, job_name=f"{request.exp_name}-htp",
-                                     output=f"{layout.cluster_dir}/htp-%j.out",
+                                     output=slurm.output_path(layout.cluster_dir, "htp-%j.out"),
                                      signal_seconds=self.settings.SLURM_SIGNAL_SECONDS)
         argv = [self.cluster_python(), f"{layout.cluster_dir}/{PACKER}",
                 f"{layout.cluster_dir}/{TASKS}", "--state-dir",

@@ -63,7 +63,8 @@ def start_line(start: StartLine) -> str:
 def on_every_rank(line: str, srun: Sequence[str]) -> str:
     """Run a start line once per rank through ``srun``, each rank logging to its own files."""
     return (f"exec {shlex.join(srun)} --kill-on-bad-exit=1 "
-            '--output="$LOG_DIR"/stdout.rank%t.log --error="$LOG_DIR"/stderr.rank%t.log '
+            '--output="${LOG_DIR//%/%%}"/stdout.rank%t.log '
+            '--error="${LOG_DIR//%/%%}"/stderr.rank%t.log '
             f"bash -c {shlex.quote(line)}")
 
 

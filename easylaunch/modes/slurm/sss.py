@@ -34,7 +34,8 @@ class SssMode(BatchMode):
         files, entries, seed = {}, [], []
         for run, bundle, log_dir in zip(runs, layout.bundles, layout.log_dirs, strict=True):
             header = slurm.sbatch_header(res, job_name=f"{run.exp_name}-{run.run_id}",
-                                         output=f"{layout.cluster_dir}/slurm-{run.run_id}-%j.out",
+                                         output=slurm.output_path(layout.cluster_dir,
+                                                                 f"slurm-{run.run_id}-%j.out"),
                                          signal_seconds=self.settings.SLURM_SIGNAL_SECONDS)
             script = f"{run.run_id}.sbatch"
             files[script] = job_script(header, [(bundle, log_dir)], line)
