@@ -96,8 +96,12 @@ def _refreshed_state(registry, entry) -> str:
     a fault in one run never stops a listing."""
     if entry.state not in OPEN_STATES:
         return entry.state
+    from easylaunch.jobs import DamagedRecordError
+
     try:
         return _job_for(registry, entry).recorded_state().value
+    except DamagedRecordError:
+        return "unknown (its status.json is damaged)"
     except (EasyLaunchError, OSError) as exc:
         if not Path(entry.log_dir).is_dir():
             return f"{entry.state} (folder missing)"

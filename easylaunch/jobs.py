@@ -6,6 +6,7 @@ only while that record is not terminal (is the process still alive? did the sche
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import os
 import time
@@ -116,8 +117,17 @@ class Job:
         return JobState(self.info().get("state", "unknown"))
 
     def status(self) -> JobState:
-        """The current state, asking the backend when the run's own record is not final."""
-        state = self.recorded_state()
+        """The current state, asking the backend when the run's own record is not final
+        (``unknown`` while a damaged status.json has not been written again)."""
+        try:
+            state = self.recorded_state()
+        except DamagedRecordError:  # unknown until the run or its backend writes an end
+            with contextlib.suppress(DamagedRecordError):
+                self.mode.refresh(self)
+            try:
+                return self.recorded_state()
+            except DamagedRecordError:
+                return JobState.UNKNOWN
         if state is JobState.QUEUED and self._launcher_died_before_submitting():
             self.record_end("failed", "the launching process ended before this run was "
                                       f"submitted; run it with `easylaunch resubmit {self.id}`")
@@ -199,7 +209,11 @@ class Job:
 
     def cancel(self) -> None:
         """Stop the run (a finished run is left as it is)."""
-        if not self.recorded_state().terminal:
+        try:
+            ended = self.recorded_state().terminal
+        except DamagedRecordError:  # its state is unknown: stop it, its end repairs the record
+            ended = False
+        if not ended:
             self.mode.cancel(self)
 
     @property

@@ -137,3 +137,27 @@ def wait_for_release(doodad_config, variant):
 def quick(doodad_config, variant):
     return {"module_file": __file__, "tag": variant.get("tag"), "cwd": os.getcwd(),
             "which_python": shutil.which("python3")}
+
+
+def big_result(doodad_config, variant):
+    return b"x" * variant["bytes"]
+
+
+def fill_disk(doodad_config, variant):
+    """Fill the file system of the run folder, then return (the outcome has no room left)."""
+    with open(os.path.join(doodad_config.base_log_dir, "filler.bin"), "wb", buffering=0) as f:
+        try:
+            while True:
+                f.write(b"\0" * 65536)
+        except OSError:
+            pass
+    return "filled"
+
+
+def exit_now(doodad_config, variant):
+    os._exit(variant["code"])
+
+
+def sleep_a_while(doodad_config, variant):
+    time.sleep(variant.get("seconds", 2))
+    return "slept"

@@ -215,9 +215,11 @@ def test_a_spot_interruption_notice_triggers_the_final_sync(ec2_cfg, aws, play):
     time.sleep(1.0)  # several agent polls: status syncs, but not the other files
     assert s3_text(aws, f"{prefix}/progress.txt") is None
     box.imds.announce_spot_interruption()
-    assert wait_for(lambda: s3_text(aws, f"{prefix}/progress.txt") == "halfway\n", 10)
+    # one sync uploads the run's files one after another, then agent.json: wait for the last
+    assert wait_for(lambda: json.loads(s3_text(aws, f"{prefix}/agent.json") or "{}")
+                    .get("spot_notice"), 10)
+    assert s3_text(aws, f"{prefix}/progress.txt") == "halfway\n"
     assert "started" in s3_text(aws, f"{prefix}/stdout.log")
-    assert json.loads(s3_text(aws, f"{prefix}/agent.json"))["spot_notice"]
     box.release(job)
     assert job.wait(timeout=60) is JobState.SUCCEEDED
 

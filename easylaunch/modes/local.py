@@ -11,6 +11,7 @@ watches its parent).
 from __future__ import annotations
 
 import atexit
+import contextlib
 import functools
 import os
 import shutil
@@ -111,8 +112,9 @@ class _LocalRun:
             if self._start(gpu):
                 self._finish(self.proc.wait())
         except Exception as exc:  # noqa: BLE001 - the run must end with a status, not a hang
-            runner.update_status(self.log_dir, state="failed", ended_at=time.time(),
-                                 error=f"could not start the run: {exc!r}")
+            with contextlib.suppress(OSError):  # else Job.status() records the end it can
+                runner.update_status(self.log_dir, state="failed", ended_at=time.time(),
+                                     error=f"could not start the run: {exc!r}")
         finally:
             self.slots.release(gpu)
             with _registry_lock:
@@ -139,7 +141,8 @@ class _LocalRun:
 
     def _finish(self, returncode: int) -> None:
         processes.signal_group(self.proc.pid, signal.SIGKILL)  # what the run left behind
-        runner.record_lost_end(self.log_dir, returncode, self.cancelled)
+        with contextlib.suppress(OSError):  # a full disk: Job.status() keeps the end instead
+            runner.record_lost_end(self.log_dir, returncode, self.cancelled)
 
     def cancel(self) -> None:
         with self.lock:

@@ -20,6 +20,7 @@ from pathlib import Path
 from easylaunch.bundle import BLOB_STORE, BUNDLE_DIR, SNAPSHOT_STORE, Run
 from easylaunch.errors import LaunchError
 from easylaunch.jobs import Job
+from easylaunch.modes.slurm import scheduler as slurm
 from easylaunch.modes.slurm.base import SlurmBase
 from easylaunch.modes.slurm.jobscript import Container
 from easylaunch.request import LaunchRequest
@@ -90,6 +91,7 @@ class BatchMode(SlurmBase):
         self.settings.code_mounts("SSS_CODE_DIRS_TO_MOUNT")
         self.settings.data_mounts("SSS_NON_CODE_DIRS_TO_MOUNT")
         _check_writable_file("SSS_SCRIPT_PATH", self.settings.SSS_SCRIPT_PATH)
+        slurm.check_log_folder(self.settings.SLURM_DIRECTORY_FOR_JOB_SCRIPT)
 
     def image(self, request: LaunchRequest) -> str | None:
         """The Singularity image for this request (None: run without a container)."""

@@ -74,6 +74,7 @@ class SlurmMode(SlurmBase):
 
     def check(self, request: LaunchRequest) -> None:
         super().check(request)
+        slurm.check_log_folder(str(request.log_root))
         if shutil.which("sbatch") is None:
             raise LaunchError("mode 'slurm' submits with sbatch, which is not on PATH here; run "
                               "on the cluster's login node, or use mode='sss' to write job "

@@ -107,13 +107,18 @@ def resolve_resources(configs: dict, name: str | None, use_gpu: bool,
                      ints["max_num_cores_per_node"])
 
 
-def output_path(folder: str, pattern: str) -> str:
-    """A Slurm ``--output`` path: ``pattern`` (``slurm-%A_%a.out``) in ``folder``, whose own
-    ``%`` are escaped so Slurm does not read them as patterns."""
+def check_log_folder(folder: str) -> None:
+    """Refuse a folder Slurm cannot name log files in (a backslash turns its patterns off)."""
     if "\\" in folder:
         raise LaunchError(f"{folder!r} holds a backslash, which makes Slurm ignore every "
                           "pattern in a log file name; use log folders without one "
                           "(LOCAL_LOG_DIR, base_log_dir, SLURM_DIRECTORY_FOR_JOB_SCRIPT)")
+
+
+def output_path(folder: str, pattern: str) -> str:
+    """A Slurm ``--output`` path: ``pattern`` (``slurm-%A_%a.out``) in ``folder``, whose own
+    ``%`` are escaped so Slurm does not read them as patterns."""
+    check_log_folder(folder)
     return f"{folder.rstrip('/').replace('%', '%%')}/{pattern}"
 
 
