@@ -11,7 +11,6 @@ import json
 import os
 import re
 import sys
-import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,8 @@ from easylaunch.bundle import (
     clone_run,
     create_run,
     make_store,
+    mark_submitted,
+    new_run_id,
     remove_abandoned_partials,
 )
 from easylaunch.errors import LaunchError
@@ -150,9 +151,8 @@ def _start(mode_obj: Mode, request: LaunchRequest, runs: list[Run],
     except BaseException as exc:
         registry.update_many(_abort(runs, exc))
         raise
-    now = time.time()
-    for run in runs:  # handed over: a later process no longer resolves it as never submitted
-        update_status(str(run.log_dir), submitted_at=now)
+    if mode_obj.needs_bundle:  # handed over: no longer resolved as never submitted
+        mark_submitted(request.log_root, runs[0].launch["launch_id"])
     registry.update_many(
         (job.id, {"state": job.recorded_state().value, "backend": run.launch["backend"],
                   "remote_log_dir": mode_obj.remote_log_dir(run)})
@@ -225,9 +225,9 @@ def run_sweep(
                  "mode_options": mode_options, "use_gpu": use_gpu,
                  "gpu_id": gpu_id, "log_root": str(root), "slurm_config_name": slurm_config_name,
                  "prepend_date": prepend_date_to_exp_name},
-        blobs=bundle_blobs(root, function_bytes, settings.RUN_FOLDER_MODE)
+        launch_id=new_run_id(), blobs=bundle_blobs(root, function_bytes, settings.RUN_FOLDER_MODE)
         if mode_obj.needs_bundle else {}, folder_mode=settings.RUN_FOLDER_MODE)
-    remove_abandoned_partials(root / request.exp_name)
+    remove_abandoned_partials(root)
     runs: list[Run] = []
     try:
         for i, (variant, data) in enumerate(
@@ -279,7 +279,7 @@ def resubmit(id_or_suffix: str, config: ConfigArg = None) -> Job:
         raise LaunchError(f"run {old.id} cannot be resubmitted as launched: its saved settings "
                           f"{saved['settings_file']} are gone; launch its script again instead")
     mode_obj = old.mode  # built from the launch's saved settings and mode options
-    run = clone_run(old.log_dir)
+    run = clone_run(old.log_dir, new_run_id())
     registry.add([_registry_row(run)])
     request = LaunchRequest(
         method_call=None, variants=[run.variant], exp_name=run.exp_name,

@@ -39,6 +39,8 @@ STDOUT_LOG = "stdout.log"
 STDERR_LOG = "stderr.log"
 SNAPSHOT_STORE = ".snapshots"
 BLOB_STORE = ".blobs"
+LAUNCH_STORE = ".launches"  # one empty file per launch its mode took: <launch id>
+PARTIAL_DIR = ".partial"  # run folders being made (in the log root), renamed out when complete
 RUNNER_FILE = "runner.py"
 
 ID_CHARS = 8
@@ -105,6 +107,7 @@ class BundleSpec:
     write_bundle: bool
     runs_here: bool  # the mode runs the function in this process as soon as the run is made
     request: dict  # what resubmitting needs again: settings, mode options, GPU and log choices
+    launch_id: str = ""  # names this launch's mark of submission (mark_submitted)
     blobs: dict[str, Path] = field(default_factory=dict)  # bundle file name -> stored once
     folder_mode: int = 0o700  # RUN_FOLDER_MODE
 
@@ -160,6 +163,7 @@ def _launch_record(spec: BundleSpec, run_id: str, log_dir: Path, index: int) -> 
         "mode": spec.mode,
         "log_dir": str(log_dir),
         "sweep_index": index,
+        "launch_id": spec.launch_id,
         **_launcher_fields(time.time()),
         "script_name": spec.script_name,
         "git_commits": {g.directory: g.commit_hash for g in spec.git_infos},
@@ -219,7 +223,8 @@ def _new_run_folder(exp_dir: Path, exp_name: str, prepend_date: bool, now: float
         final = exp_dir / run_folder_name(exp_name, run_id, prepend_date, now)
         if not final.exists():
             break
-    tmp = exp_dir / f"{_partial_prefix()}{os.getpid()}-{run_id}"
+    tmp = exp_dir.parent / PARTIAL_DIR / f"{_partial_prefix()}{os.getpid()}-{run_id}"
+    tmp.parent.mkdir(exist_ok=True)
     tmp.mkdir(mode)
     os.chmod(tmp, mode)  # whatever the umask
     try:
@@ -231,20 +236,20 @@ def _new_run_folder(exp_dir: Path, exp_name: str, prepend_date: bool, now: float
 
 
 def _partial_prefix() -> str:
-    return f".partial-{_safe_name(socket.gethostname())}-"
+    return f"{_safe_name(socket.gethostname())}-"
 
 
-def remove_abandoned_partials(exp_dir: Path) -> None:
+def remove_abandoned_partials(root: Path) -> None:
     """Remove half-made run folders left by launchers of this machine that died making them."""
     prefix = _partial_prefix()
     try:
-        names = [e.name for e in os.scandir(exp_dir) if e.name.startswith(prefix)]
+        names = [e.name for e in os.scandir(root / PARTIAL_DIR) if e.name.startswith(prefix)]
     except FileNotFoundError:
         return
     for name in names:
         pid = name[len(prefix):].split("-", 1)[0]
         if pid.isdigit() and runner.process_start_time(int(pid)) is None:
-            shutil.rmtree(exp_dir / name, ignore_errors=True)
+            shutil.rmtree(root / PARTIAL_DIR / name, ignore_errors=True)
 
 
 def _queued_status(run_id: str, now: float, **extra: Any) -> dict:
@@ -271,7 +276,21 @@ def create_run(spec: BundleSpec, variant: dict, variant_bytes: bytes, index: int
     return Run(run_id, spec.exp_name, spec.mode, final, variant, launch, meta)
 
 
-def clone_run(old_dir: Path) -> Run:
+def mark_submitted(root: Path, launch_id: str) -> None:
+    """Note that the runs of a launch were handed to their mode (one file per launch)."""
+    store = root / LAUNCH_STORE
+    store.mkdir(mode=0o700, exist_ok=True)
+    (store / launch_id).touch()
+
+
+def was_submitted(launch: dict) -> bool | None:
+    """Whether a run's launch was handed to its mode (None: it predates these marks)."""
+    if not launch.get("launch_id"):
+        return None
+    return (Path(launch["request"]["log_root"]) / LAUNCH_STORE / launch["launch_id"]).exists()
+
+
+def clone_run(old_dir: Path, launch_id: str) -> Run:
     """A new run of an old run's bundle: same function, variant and code snapshots, new id.
 
     The new folder sits beside the old one and links to the same snapshots.
@@ -290,7 +309,7 @@ def clone_run(old_dir: Path) -> Run:
                     extra_launch_info=dict(old_meta["extra_launch_info"], run_id=run_id))
         write_json_atomic(str(tmp / BUNDLE_DIR / runner.BUNDLE_JSON), meta)
         launch = dict(old_launch, **_launcher_fields(now), run_id=run_id, log_dir=str(final),
-                      backend={}, resubmitted_from=old_launch["run_id"])
+                      launch_id=launch_id, backend={}, resubmitted_from=old_launch["run_id"])
         write_json_atomic(str(tmp / LAUNCH_JSON), launch)
         write_json_atomic(str(tmp / runner.STATUS_JSON),
                           _queued_status(run_id, now, resubmitted_from=old_launch["run_id"]))

@@ -139,10 +139,8 @@ class Job:
         """True if the run was never handed to its mode and its launcher is gone."""
         from easylaunch import processes
 
-        if self.info().get("submitted_at") is not None:
-            return False
         launch = self.launch_info
-        return processes.same_host(launch) and processes.launcher_gone(launch)
+        return bundle.was_submitted(launch) is False and processes.launcher_gone(launch)
 
     def done(self) -> bool:
         """True once the run has reached a terminal state."""

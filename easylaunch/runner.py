@@ -98,9 +98,9 @@ def write_bytes_atomic(path: str, data: bytes, durable: bool = False,
                        private: bool = False) -> None:
     """Write ``data`` to ``path`` through a temporary file and a rename.
 
-    A failed write (a full disk) removes its temporary file. ``durable`` also flushes the file
-    and the rename to disk, for records that must survive a crash of the machine; ``private``
-    makes the file readable by its owner alone.
+    A failed write (a full disk) removes its temporary file. ``durable`` flushes the data to
+    disk before the rename, so a crash of the machine leaves the old file or the new one, never
+    an empty or cut one; ``private`` makes the file readable by its owner alone.
     """
     tmp = f"{path}.tmp-{os.getpid()}-{threading.get_ident()}"
     try:
@@ -115,13 +115,6 @@ def write_bytes_atomic(path: str, data: bytes, durable: bool = False,
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
-    if durable:
-        with contextlib.suppress(OSError):
-            fd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
 
 
 def write_json_atomic(path: str, obj: Any, durable: bool = False) -> None:
@@ -171,6 +164,7 @@ def update_status(log_dir: str, **fields: Any) -> dict:
 
     Writers hold a lock, and the first terminal state wins: a later ``state`` never replaces
     it (other fields still merge in). Callers compare the returned state with the one they asked.
+    A terminal state is flushed to disk before it replaces the old record.
     """
     path = os.path.join(log_dir, STATUS_JSON)
     with _status_lock(log_dir):
@@ -181,7 +175,7 @@ def update_status(log_dir: str, **fields: Any) -> dict:
         if status.get("state") in TERMINAL_STATES and "state" in fields:
             return status
         status.update(fields)
-        write_json_atomic(path, status, durable=True)
+        write_json_atomic(path, status, durable=fields.get("state") in TERMINAL_STATES)
     return status
 
 

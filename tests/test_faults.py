@@ -133,10 +133,10 @@ def test_runs_of_a_launcher_killed_while_bundling_are_listed_and_resolved(tmp_pa
 def test_a_half_made_folder_of_a_dead_launcher_is_removed_by_the_next_launch(tmp_path, cfg):
     dead = subprocess.Popen(["true"])
     dead.wait()
-    exp_dir = tmp_path / "logs" / "partial"
+    partials = tmp_path / "logs" / ".partial"
     host = "".join(c if c.isalnum() or c in "._-" else "_" for c in socket.gethostname())
-    abandoned = exp_dir / f".partial-{host}-{dead.pid}-0123abcd"
-    alive = exp_dir / f".partial-{host}-{os.getpid()}-4567abcd"
+    abandoned = partials / f"{host}-{dead.pid}-0123abcd"
+    alive = partials / f"{host}-{os.getpid()}-4567abcd"
     for folder in (abandoned, alive):
         folder.mkdir(parents=True)
     run_experiment(jobfns.train, exp_name="partial", mode="here_no_doodad", config=cfg)
@@ -171,6 +171,8 @@ def test_status_and_result_are_flushed_to_disk(tmp_path, monkeypatch):
     monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(os.readlink(
         f"/proc/self/fd/{fd}")), real(fd))[1])
     runner.update_status(str(tmp_path), state="running")
+    assert not synced  # a state on the way is not worth a flush
+    runner.update_status(str(tmp_path), state="succeeded")
     runner.save_result(str(tmp_path), 42)
     assert any(".tmp-" in p and "status.json" in p for p in synced)
     assert any(".tmp-" in p and "result.pkl" in p for p in synced)
