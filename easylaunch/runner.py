@@ -438,8 +438,10 @@ def record_lost_end(log_dir: str, returncode: int, cancelled: bool = False) -> N
     (killed, out of memory, ``os._exit``); a recorded outcome is left as it is. A run whose
     cancel was asked for ends as cancelled."""
     with contextlib.suppress(DamagedRecord):
-        cancelled = cancelled or bool(
-            read_json(os.path.join(log_dir, STATUS_JSON)).get("cancel_requested"))
+        status = read_json(os.path.join(log_dir, STATUS_JSON))
+        if status.get("state") in TERMINAL_STATES:
+            return  # the usual case, settled without a lock or a write
+        cancelled = cancelled or bool(status.get("cancel_requested"))
     if returncode < 0:
         how, fields = f"was killed by {signal_name(-returncode)}", \
             {"signal": signal_name(-returncode)}
