@@ -111,9 +111,10 @@ SLURM_PRE_CMDS: list = []
 ENV_BROADCAST_DIR: str = "/tmp"
 
 # ``sss`` and ``htp`` modes write a batch folder to copy to the cluster. Cluster-side absolute
-# paths: where the batch folders go, and where runs write their logs.
-SLURM_DIRECTORY_FOR_JOB_SCRIPT: str | None = None
+# paths: where runs write their logs (required), and where the batch folders go (None:
+# SSS_LOG_DIR/.batches). Consecutive launches of one script grow one batch, as doodad's did.
 SSS_LOG_DIR: str | None = None
+SLURM_DIRECTORY_FOR_JOB_SCRIPT: str | None = None
 # Code folders that already exist on the cluster (cluster paths; mounted and put on PYTHONPATH
 # in addition to the snapshots of CODE_DIRS_TO_MOUNT that travel in the batch folder).
 SSS_CODE_DIRS_TO_MOUNT: list = []

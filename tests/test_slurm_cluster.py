@@ -168,8 +168,9 @@ def test_sss_runs_in_the_container_with_real_bind_mounts(batch_cfg, tmp_path):
                      config=batch_cfg)
     writer = run_experiment(jobfns.write_into_mount, mode="sss", config=batch_cfg,
                             variant={"mount_point": str(mount_point), "text": "from the job"})
-    for job in (jobs[0], writer):  # one batch per launch
-        subprocess.run(["bash", f"{_copy_to_cluster(job)}/submit.sh"], check=True)
+    batch = writer.launch_info["backend"]["batch_dir"]
+    assert jobs[0].launch_info["backend"]["batch_dir"] == batch  # one script's launches: one batch
+    subprocess.run(["bash", f"{_copy_to_cluster(writer)}/submit.sh"], check=True)
     assert [j.result(timeout=120) for j in jobs] == ["good", "good"]
     backend = jobs[0].launch_info["backend"]
     assert jobs[0].stdout_path == Path(backend["job_log_dir"]) / "stdout.log"  # logs read there

@@ -38,7 +38,9 @@ def test_bad_resource_choices(name, use_gpu, problem):
     (dict(time_in_mins=-3), "time_in_mins must be a positive number"),
     (dict(time_in_mins=5, n_gpus=1, n_cpus_per_task=2), "names no partition"),
     (dict(time_in_mins=5, gpus=1), "unknown field\\(s\\) gpus"),
-    (dict(time_in_mins="5"), "time_in_mins must be an integer"),
+    (dict(time_in_mins="5h"), "time_in_mins must be a positive number of minutes or a Slurm"),
+    (dict(time_in_mins=5, mem="lots"), "mem must be an amount sbatch reads"),
+    (dict(time_in_mins=5, gpu_string="TITAN; rm -rf"), "gpu_string must name a GPU type"),
 ])
 def test_bad_resource_values(cfg, problem):
     with pytest.raises(LaunchError, match=problem):
@@ -240,7 +242,7 @@ def test_sss_prints_the_copy_and_submit_commands(tmp_path, capsys):
     ("sss", dict(SSS_CPU_IMAGE=None), "SSS_CPU_IMAGE is not set"),
     ("sss", dict(SSS_LOG_DIR=None), "needs SSS_LOG_DIR"),
     ("htp", dict(SLURM_DIRECTORY_FOR_JOB_SCRIPT="relative/path"),
-     "needs SLURM_DIRECTORY_FOR_JOB_SCRIPT"),
+     "SLURM_DIRECTORY_FOR_JOB_SCRIPT must be an absolute path"),
     ("htp", dict(HTP_RUNNER="ht_helper"), "TASKFILE_PATH_ON_BRC"),
     ("sss", dict(SSS_NON_CODE_DIRS_TO_MOUNT=[dict(local_dir="rel", mount_point="/x")]),
      "must be an absolute path on the cluster"),

@@ -4,10 +4,16 @@ The folder holds the run bundles and their code snapshots (so editing code local
 launching cannot break queued jobs), the job files of the mode, and ``submit.sh``, which records
 the Slurm job ids in ``job_ids.txt``. Runs write their logs to SSS_LOG_DIR on the cluster; where
 that folder is visible from here (a shared file system), jobs are tracked from here too.
+
+Consecutive launches of one process with the same mode, experiment, resources and settings
+grow one batch, as doodad's did: a loop of ``run_experiment`` calls ends as one ``run_sweep``
+would (one task file and one allocation for htp). Each launch rewrites the batch's files whole,
+so the folder is complete after every call.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import shutil
@@ -29,10 +35,11 @@ from easylaunch.settings import Mount
 
 JOB_IDS = "job_ids.txt"
 SUBMIT = "submit.sh"
-CLUSTER_PATH_KEYS = ("SLURM_DIRECTORY_FOR_JOB_SCRIPT", "SSS_LOG_DIR")
 
-# Seed-script paths this process has written: a second launch appends, a new process truncates.
-_seed_scripts_written: set[str] = set()
+# This process's open batches: what a later launch of the same kind joins (batch_key).
+_open_batches: dict[tuple, tuple[str, list[Run]]] = {}
+# The lines this process wrote to each seed script, by batch name (a new process starts afresh).
+_seed_lines: dict[str, dict[str, list[str]]] = {}
 
 
 @dataclass(frozen=True)
@@ -82,26 +89,40 @@ class BatchMode(SlurmBase):
 
     def check(self, request: LaunchRequest) -> None:
         super().check(request)
-        for key in CLUSTER_PATH_KEYS:
-            value = self.settings[key]
-            if not value or not os.path.isabs(value):
-                raise LaunchError(f"mode {self.name!r} needs {key}: the absolute path on the "
-                                  f"cluster for {'batch folders' if 'SCRIPT' in key else 'logs'}"
-                                  f" (now {value!r}); set it in your settings")
+        value = self.settings.SSS_LOG_DIR
+        if not value or not os.path.isabs(value):
+            raise LaunchError(f"mode {self.name!r} needs SSS_LOG_DIR: the absolute path on the "
+                              f"cluster for logs (now {value!r}); set it in your settings")
+        value = self.settings.SLURM_DIRECTORY_FOR_JOB_SCRIPT
+        if value is not None and not os.path.isabs(value):
+            raise LaunchError(f"SLURM_DIRECTORY_FOR_JOB_SCRIPT must be an absolute path on the "
+                              f"cluster, got {value!r}; or None for SSS_LOG_DIR/.batches")
         self.settings.code_mounts("SSS_CODE_DIRS_TO_MOUNT")
         self.settings.data_mounts("SSS_NON_CODE_DIRS_TO_MOUNT")
         _check_writable_file("SSS_SCRIPT_PATH", self.settings.SSS_SCRIPT_PATH)
-        slurm.check_log_folder(self.settings.SLURM_DIRECTORY_FOR_JOB_SCRIPT)
+        slurm.check_log_folder(self.cluster_batches())
+
+    def cluster_batches(self) -> str:
+        """The cluster folder batch folders go to: SLURM_DIRECTORY_FOR_JOB_SCRIPT, else a
+        folder in SSS_LOG_DIR (doodad's configs have no such key)."""
+        return (self.settings.SLURM_DIRECTORY_FOR_JOB_SCRIPT
+                or f"{self.settings.SSS_LOG_DIR.rstrip('/')}/.batches").rstrip("/")
 
     def image(self, request: LaunchRequest) -> str | None:
         """The Singularity image for this request (None: run without a container)."""
         return self.settings.SSS_GPU_IMAGE if request.use_gpu else self.settings.SSS_CPU_IMAGE
 
-    def layout(self, request: LaunchRequest, runs: list[Run]) -> Layout:
-        """Batch and run paths here and on the cluster."""
-        stamp = time.strftime("%Y-%m-%d_%H-%M-%S")
-        name = f"{stamp}_{request.exp_name}_{runs[0].run_id}"
-        cluster_dir = f"{self.settings.SLURM_DIRECTORY_FOR_JOB_SCRIPT.rstrip('/')}/{name}"
+    def batch_key(self, request: LaunchRequest, runs: list[Run]) -> tuple:
+        """What launches must share to grow one batch."""
+        return (self.name, str(request.log_root), request.exp_name, request.use_gpu,
+                request.slurm_config_name, json.dumps(self.opts, sort_keys=True, default=repr),
+                json.dumps(dict(self.settings), sort_keys=True, default=repr),
+                tuple(s["digest"] for s in runs[0].launch["code_snapshots"]))
+
+    def layout(self, request: LaunchRequest, runs: list[Run], name: str | None = None) -> Layout:
+        """Batch and run paths here and on the cluster (``name``: the batch's, once made)."""
+        name = name or f"{time.strftime('%Y-%m-%d_%H-%M-%S')}_{request.exp_name}_{runs[0].run_id}"
+        cluster_dir = f"{self.cluster_batches()}/{name}"
         log_root = self.settings.SSS_LOG_DIR.rstrip("/")
         return Layout(
             name=name, local_dir=request.log_root / ".batches" / name, cluster_dir=cluster_dir,
@@ -143,7 +164,10 @@ class BatchMode(SlurmBase):
         """The mode's job files, seed lines and note for this batch."""
 
     def prepare(self, request: LaunchRequest, runs: list[Run]) -> BatchPlan:
-        return self.plan(request, runs, self.layout(request, runs))
+        """The plan of this process's open batch of this kind with ``runs`` added."""
+        name, earlier = _open_batches.get(self.batch_key(request, runs), (None, []))
+        every = earlier + runs
+        return self.plan(request, every, self.layout(request, every, name))
 
     def backend(self, layout: Layout, index: int) -> dict:
         """What launch.json records about run ``index`` of the batch."""
@@ -152,6 +176,8 @@ class BatchMode(SlurmBase):
 
     def submit(self, request: LaunchRequest, runs: list[Run], prepared: BatchPlan) -> list[Job]:
         layout = prepared.layout
+        key = self.batch_key(request, runs)
+        earlier = _open_batches.get(key, (None, []))[1]
         _stage(runs, request.log_root, layout.local_dir)
         for relpath, text in prepared.files.items():
             path = layout.local_dir / relpath
@@ -160,13 +186,19 @@ class BatchMode(SlurmBase):
                 path.chmod(0o755)
         seed = self.settings.SSS_SCRIPT_PATH
         if seed:
-            mode = "a" if seed in _seed_scripts_written else "w"
-            with open(seed, mode) as f:
-                f.write("".join(line + "\n" for line in prepared.seed_lines))
-            _seed_scripts_written.add(seed)
-        for index, run in enumerate(runs):
+            batches = _seed_lines.setdefault(seed, {})
+            batches[layout.name] = prepared.seed_lines
+            write_bytes_atomic(seed, "".join(
+                line + "\n" for lines in batches.values() for line in lines).encode())
+        for index, run in enumerate(runs, start=len(earlier)):
             run.record_backend(**self.backend(layout, index))
-        print(prepared.note, file=sys.stderr, end="")
+        _open_batches[key] = (layout.name, earlier + runs)
+        if earlier:
+            print(f"easylaunch {self.name}: {len(runs)} run(s) added to the batch in "
+                  f"{layout.local_dir} ({len(earlier) + len(runs)} in all); copy it once the "
+                  "script has launched them all", file=sys.stderr)
+        else:
+            print(prepared.note, file=sys.stderr, end="")
         return [Job(run.run_id, run.exp_name, run.log_dir, self) for run in runs]
 
     def slurm_job_id(self, job: Job) -> str | None:
@@ -213,13 +245,14 @@ def _stage(runs: list[Run], log_root: Path, batch_dir: Path) -> None:
     for run in runs:
         dest = batch_dir / run.exp_name / run.log_dir.name / BUNDLE_DIR
         shutil.copytree(run.bundle_dir, dest, symlinks=True)
-    for blob in {os.readlink(link) for link in runs[0].bundle_dir.iterdir()
-                 if link.is_symlink() and link.is_file()}:
-        dest = batch_dir / BLOB_STORE / os.path.basename(blob)
+    blobs = {os.path.basename(os.readlink(link)) for run in runs
+             for link in run.bundle_dir.iterdir() if link.is_symlink() and link.is_file()}
+    for blob in blobs:
+        dest = batch_dir / BLOB_STORE / blob
         if not dest.exists():
             dest.parent.mkdir(exist_ok=True)
-            shutil.copy2(log_root / BLOB_STORE / os.path.basename(blob), dest)
-    for snap in runs[0].launch["code_snapshots"]:
-        dest = batch_dir / SNAPSHOT_STORE / snap["digest"]
+            shutil.copy2(log_root / BLOB_STORE / blob, dest)
+    for digest in {s["digest"] for run in runs for s in run.launch["code_snapshots"]}:
+        dest = batch_dir / SNAPSHOT_STORE / digest
         if not dest.exists():
-            shutil.copytree(log_root / SNAPSHOT_STORE / snap["digest"], dest)
+            shutil.copytree(log_root / SNAPSHOT_STORE / digest, dest)

@@ -118,11 +118,13 @@ class HtpMode(BatchMode):
         if res.partition:
             parts += ["-p", shlex.quote(res.partition)]
         parts += ["-t", str(res.time_minutes), "-N", "1", "-n", str(tasks), "--cpus-per-task=1"]
+        if res.mem:
+            parts.append(f"--mem={res.mem}")
         if res.extra_flags.strip():
             parts.append(res.extra_flags.strip())
         s = self.settings
         wrap = (f'{s.HT_HELPER_PREAMBLE};ht_helper.sh -m "{s.HT_HELPER_PYTHON_MODULE}" '
-                f"-t {s.TASKFILE_PATH_ON_BRC}")
+                f"-t {shlex.quote(s.TASKFILE_PATH_ON_BRC)}")
         return " ".join(parts) + " --wrap=" + ansi_c_quote(wrap)
 
     def backend(self, layout: Layout, index: int) -> dict:

@@ -15,7 +15,9 @@ from dataclasses import dataclass
 from easylaunch.errors import LaunchError
 
 CONFIG_FIELDS = ("account_name", "partition", "n_gpus", "max_num_cores_per_node",
-                 "n_cpus_per_task", "time_in_mins", "n_nodes", "extra_flags")
+                 "n_cpus_per_task", "time_in_mins", "n_nodes", "extra_flags", "gpu_string", "mem")
+# Slurm's --time forms: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S.
+TIME_PATTERN = re.compile(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?")
 DEFAULT_MAX_ARRAY_SIZE = 1001
 TIMEOUT_SIGNAL = "USR1"
 
@@ -58,6 +60,8 @@ class Resources:
     tasks: int
     extra_flags: str
     max_cores_per_node: int | None = None
+    gpu_type: str = ""  # gres type, as in --gres=gpu:TITAN:1
+    mem: str | None = None  # --mem, e.g. "16G"
 
 
 def resolve_resources(configs: dict, name: str | None, use_gpu: bool,
@@ -73,16 +77,13 @@ def resolve_resources(configs: dict, name: str | None, use_gpu: bool,
     if unknown:
         raise LaunchError(f"{where} has unknown field(s) {', '.join(unknown)}; known fields: "
                           f"{', '.join(CONFIG_FIELDS)}")
-    ints = {}
-    for key, default in (("n_gpus", 0), ("n_cpus_per_task", 1), ("time_in_mins", None),
+    ints = {"time_in_mins": time_minutes(cfg.get("time_in_mins"), f"{where}: time_in_mins")}
+    for key, default in (("n_gpus", 0), ("n_cpus_per_task", 1),
                          ("max_num_cores_per_node", None), ("n_nodes", None)):
         value = cfg.get(key, default)
         if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
             raise LaunchError(f"{where}: {key} must be an integer, got {value!r}")
         ints[key] = value
-    if ints["time_in_mins"] is None or ints["time_in_mins"] <= 0:
-        raise LaunchError(f"{where}: time_in_mins must be a positive number of minutes, got "
-                          f"{ints['time_in_mins']!r}")
     if ints["n_cpus_per_task"] < 1:
         raise LaunchError(f"{where}: n_cpus_per_task must be at least 1")
     if ints["n_gpus"] > 0 and not cfg.get("partition"):
@@ -102,9 +103,41 @@ def resolve_resources(configs: dict, name: str | None, use_gpu: bool,
     extra = cfg.get("extra_flags") or ""
     if not isinstance(extra, str):
         raise LaunchError(f"{where}: extra_flags must be a string of sbatch options")
+    gpu_string = cfg.get("gpu_string") or ""
+    if not isinstance(gpu_string, str) or not re.fullmatch(r":?[A-Za-z0-9_.-]*", gpu_string):
+        raise LaunchError(f"{where}: gpu_string must name a GPU type as doodad's did "
+                          f"(\":TITAN\" asks for --gres=gpu:TITAN:N), got {gpu_string!r}")
+    mem = cfg.get("mem")
+    if mem is not None and not re.fullmatch(r"\d+[KMGT]?", str(mem)):
+        raise LaunchError(f"{where}: mem must be an amount sbatch reads (16000, \"16G\"), "
+                          f"got {mem!r}")
     return Resources(name, cfg.get("account_name"), cfg.get("partition"), ints["n_gpus"],
                      ints["n_cpus_per_task"], ints["time_in_mins"], nodes, n_tasks, extra,
-                     ints["max_num_cores_per_node"])
+                     ints["max_num_cores_per_node"], gpu_string.lstrip(":"),
+                     None if mem is None else str(mem))
+
+
+def time_minutes(value: object, what: str) -> int:
+    """Minutes from an int or one of Slurm's --time forms ("90", "1:30:00", "2-00:00:00"),
+    rounded up to whole minutes."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        minutes = value
+    elif isinstance(value, str) and (m := TIME_PATTERN.fullmatch(value.strip())):
+        days, first, second, third = m.groups()
+        if days is not None:  # D-H[:M[:S]]
+            seconds = ((int(days) * 24 + int(first)) * 60 + int(second or 0)) * 60 + int(
+                third or 0)
+        elif third is not None:  # H:M:S
+            seconds = (int(first) * 60 + int(second)) * 60 + int(third)
+        else:  # M[:S]
+            seconds = int(first) * 60 + int(second or 0)
+        minutes = -(-seconds // 60)
+    else:
+        minutes = None
+    if minutes is None or minutes <= 0:
+        raise LaunchError(f"{what} must be a positive number of minutes or a Slurm time such as "
+                          f"\"1:30:00\" or \"2-00:00:00\", got {value!r}")
+    return minutes
 
 
 def check_log_folder(folder: str) -> None:
@@ -153,7 +186,10 @@ def sbatch_header(res: Resources, job_name: str, output: str, signal_seconds: in
     if res.partition:
         lines.append(_directive(f"--partition={_quoted(res.partition)}"))
     if res.n_gpus:
-        lines.append(_directive(f"--gres=gpu:{res.n_gpus}"))
+        gres = f"gpu:{res.gpu_type}:{res.n_gpus}" if res.gpu_type else f"gpu:{res.n_gpus}"
+        lines.append(_directive(f"--gres={gres}"))
+    if res.mem:
+        lines.append(_directive(f"--mem={res.mem}"))
     if array is not None:
         lines.append(_directive(f"--array={array}"))
     if res.extra_flags.strip():
