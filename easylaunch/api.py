@@ -28,17 +28,19 @@ from easylaunch.bundle import (
     new_run_id,
     remove_abandoned_partials,
 )
+from easylaunch.doodad import split_call_keywords
 from easylaunch.errors import LaunchError
 from easylaunch.gitinfo import git_infos
 from easylaunch.jobs import Job
 from easylaunch.modes import get_mode
 from easylaunch.modes.base import Mode
+from easylaunch.notices import notice
 from easylaunch.payload import pickle_payload, warn_if_large
 from easylaunch.progress import track
 from easylaunch.registry import Registry, open_registry
 from easylaunch.request import LaunchRequest
 from easylaunch.runner import update_status
-from easylaunch.settings import ConfigArg, Settings, load_settings, save_settings
+from easylaunch.settings import ConfigArg, Settings, load_settings, override, save_settings
 from easylaunch.snapshot import snapshot
 
 EXP_NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,99}")
@@ -177,9 +179,17 @@ def run_sweep(
 
     Modes that can, turn the whole sweep into one submission. ``config`` is a settings file
     path or a dict of settings; ``mode_options`` go to the mode (``max_parallel`` for local).
+    doodad's keywords work as doodad's did: ``region=`` sets AWS_REGION in ec2, one that doodad
+    ignored in a mode (``time_in_mins`` in ec2) is ignored with a notice.
     """
     settings = load_settings(config)
-    mode_obj = get_mode(mode)(settings, mode_options)
+    mode_cls = get_mode(mode)
+    overrides, mode_options, ignored = split_call_keywords(mode, mode_options, mode_cls.options)
+    if ignored:
+        notice(f"mode {mode!r} ignores {', '.join(ignored)}, as doodad's did")
+    if overrides:
+        settings = override(settings, overrides, f"run_experiment keywords of mode {mode!r}")
+    mode_obj = mode_cls(settings, mode_options)
     registry = _registry(settings)  # a broken registry fails here, before anything is made
     if not callable(method_call):
         raise LaunchError(f"method_call must be a function, got {type(method_call).__name__}")
@@ -225,7 +235,8 @@ def run_sweep(
                  "mode_options": mode_options, "use_gpu": use_gpu,
                  "gpu_id": gpu_id, "log_root": str(root), "slurm_config_name": slurm_config_name,
                  "prepend_date": prepend_date_to_exp_name},
-        launch_id=new_run_id(), blobs=bundle_blobs(root, function_bytes, settings.RUN_FOLDER_MODE)
+        launch_id=new_run_id(), extra_launch_info=mode_obj.launch_info(request),
+        blobs=bundle_blobs(root, function_bytes, settings.RUN_FOLDER_MODE)
         if mode_obj.needs_bundle else {}, folder_mode=settings.RUN_FOLDER_MODE)
     remove_abandoned_partials(root)
     runs: list[Run] = []

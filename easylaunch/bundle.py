@@ -108,6 +108,7 @@ class BundleSpec:
     runs_here: bool  # the mode runs the function in this process as soon as the run is made
     request: dict  # what resubmitting needs again: settings, mode options, GPU and log choices
     launch_id: str = ""  # names this launch's mark of submission (mark_submitted)
+    extra_launch_info: dict = field(default_factory=dict)  # doodad's keys, from the mode
     blobs: dict[str, Path] = field(default_factory=dict)  # bundle file name -> stored once
     folder_mode: int = 0o700  # RUN_FOLDER_MODE
 
@@ -177,7 +178,7 @@ def _bundle_metadata(spec: BundleSpec, run_id: str, final: Path, code_dirs: list
     return {
         "format": runner.BUNDLE_FORMAT,
         "run_id": run_id,
-        "exp_name": spec.exp_name,
+        "exp_name": _doodad_exp_name(spec.exp_name, spec.prepend_date),
         "log_dir": str(final),
         "python_minor": runner.python_minor(),
         "cloudpickle": cloudpickle.__version__,
@@ -186,8 +187,14 @@ def _bundle_metadata(spec: BundleSpec, run_id: str, final: Path, code_dirs: list
         "git_infos": [list(g) for g in spec.git_infos],
         "script_name": spec.script_name,
         "code_dirs": code_dirs,
-        "extra_launch_info": {"mode": spec.mode, "run_id": run_id},
+        "extra_launch_info": {"base_exp_name": spec.exp_name, "instance_type": "None",
+                              **spec.extra_launch_info, "mode": spec.mode, "run_id": run_id},
     }
+
+
+def _doodad_exp_name(exp_name: str, prepend_date: bool) -> str:
+    """``doodad_config.exp_name`` as doodad gave it: dated (``24-05-17-name``) by default."""
+    return f"{time.strftime('%y-%m-%d')}-{exp_name}" if prepend_date else exp_name
 
 
 def _write_bundle(spec: BundleSpec, tmp: Path, final: Path, meta: dict,

@@ -69,6 +69,24 @@ LARGE_PAYLOAD_WARN_MB: float = 10.0
 REGISTRY_PATH: str | None = None
 
 # ---------------------------------------------------------------------------------------------
+# Containers on this machine (local_singularity, local_docker) and slurm_singularity
+# ---------------------------------------------------------------------------------------------
+
+# The Singularity/Apptainer image of local_singularity and slurm_singularity runs, and shell
+# commands run inside the container before Python. The image needs a Python of the launching
+# machine's minor version with cloudpickle (``easylaunch doctor`` checks it).
+SINGULARITY_IMAGE: str | None = None
+SINGULARITY_PRE_CMDS: list = []
+SINGULARITY_PYTHON: str = "python3"
+
+# The Docker image of local_docker runs without and with use_gpu (None: DOCKER_IMAGE), and the
+# engine that runs it: "docker" or "podman" (None: whichever is on PATH, docker first).
+DOCKER_IMAGE: str | None = None
+GPU_DOCKER_IMAGE: str | None = None
+DOCKER_ENGINE: str | None = None
+DOCKER_PYTHON: str = "python3"
+
+# ---------------------------------------------------------------------------------------------
 # Slurm modes (slurm, sss, htp); names kept from doodad's easy_launch.
 # ---------------------------------------------------------------------------------------------
 
@@ -116,7 +134,8 @@ ENV_BROADCAST_DIR: str = "/tmp"
 SSS_LOG_DIR: str | None = None
 SLURM_DIRECTORY_FOR_JOB_SCRIPT: str | None = None
 # Code folders that already exist on the cluster (cluster paths; mounted and put on PYTHONPATH
-# in addition to the snapshots of CODE_DIRS_TO_MOUNT that travel in the batch folder).
+# in addition to the snapshots of CODE_DIRS_TO_MOUNT that travel in the batch folder). One at
+# the mount_point of a CODE_DIRS_TO_MOUNT folder replaces its snapshot, as in doodad.
 SSS_CODE_DIRS_TO_MOUNT: list = []
 # Cluster data folders: dicts of local_dir (a cluster path) and mount_point.
 SSS_NON_CODE_DIRS_TO_MOUNT: list = []
@@ -164,7 +183,9 @@ AWS_IMAGE_IDS: dict = {}
 AWS_GPU_IMAGE_IDS: dict = {}
 
 # Maximum price in USD per instance-hour for spot instances. None: on-demand instances.
+# AWS_GPU_SPOT_PRICE applies to use_gpu runs (None: AWS_SPOT_PRICE).
 AWS_SPOT_PRICE: float | None = None
+AWS_GPU_SPOT_PRICE: float | None = None
 
 # EC2 key pair name for ssh access (None: no key), security group ids (empty: the default group)
 # and subnet id (None: the default subnet).

@@ -232,9 +232,13 @@ def _watch_launcher(pid: int, started: str) -> None:
 def make_doodad_config(meta: dict, log_dir: str) -> DoodadConfig:
     """Build the DoodadConfig the function receives from a bundle's metadata."""
     gpu_id: int | str | None = meta.get("gpu_id")
+    if gpu_id is None:
+        gpu_id = 0  # doodad's default
     rank, local_rank, world_size = rank_info()
     extra = dict(meta.get("extra_launch_info", {}), host=os.uname().nodename, rank=rank,
                  local_rank=local_rank, world_size=world_size)
+    if os.environ.get("SLURM_JOB_ID"):
+        extra["slurm-job-id"] = os.environ["SLURM_JOB_ID"]  # doodad's name for it
     if os.environ.get(ENV_GPU_ID):  # pinned through CUDA_VISIBLE_DEVICES: device 0 inside
         extra["physical_gpu_id"] = os.environ[ENV_GPU_ID]
         gpu_id = 0

@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import runpy
+import traceback
 import types
 import warnings
 from collections.abc import Callable, Mapping
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any, Union, get_args, get_origin
 
 from easylaunch import config_template
+from easylaunch.doodad import DOODAD_KEYS, translate_settings
 from easylaunch.errors import SettingsError
 from easylaunch.runner import write_bytes_atomic
 
@@ -156,6 +158,10 @@ CONSTRAINTS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "AWS_SYNC_INTERVAL_SECONDS": (lambda v: v > 0, "more than 0 seconds"),
     "AWS_SPOT_PRICE": (lambda v: v is None or v > 0,
                        "None (on-demand) or a price in USD per hour above 0"),
+    "AWS_GPU_SPOT_PRICE": (lambda v: v is None or v > 0,
+                           "None (AWS_SPOT_PRICE) or a price in USD per hour above 0"),
+    "SINGULARITY_PRE_CMDS": (_strings, "a list of shell commands (strings)"),
+    "DOCKER_ENGINE": (lambda v: v in (None, "docker", "podman"), 'None, "docker" or "podman"'),
     "AWS_SECURITY_GROUP_IDS": (_words, "a list of non-empty strings"),
     "AWS_FILE_PATTERNS_TO_SAVE": (_words, "a list of non-empty strings"),
     "AWS_PIP_REQUIREMENTS": (_words, "a list of non-empty strings"),
@@ -225,7 +231,8 @@ def find_config_path(config: str | os.PathLike | None = None) -> Path | None:
 
 
 def check_values(values: Mapping[str, Any], source: str) -> dict[str, Any]:
-    """Type-check user values against the template; warn about unknown names."""
+    """Type-check user values against the template (doodad's keys taken under easylaunch's
+    names first); warn about unknown names."""
     checked = {}
     for key in values:
         if not isinstance(key, str):
@@ -235,25 +242,30 @@ def check_values(values: Mapping[str, Any], source: str) -> dict[str, Any]:
             if not key.isupper() and key.upper() in DEFAULTS:
                 warnings.warn(f"{source}: {key!r} is ignored: settings are UPPERCASE "
                               f"({key.upper()})", UserWarning, stacklevel=3)
-    for key, value in _uppercase(values).items():
+    try:
+        translated, written = translate_settings(_uppercase(values))
+    except SettingsError as exc:
+        raise SettingsError(f"{source}: {exc}") from None
+    for key, value in translated.items():
+        name = f"{written[key]} (easylaunch's {key})" if key in written else key
         if key not in DEFAULTS:
-            close = difflib.get_close_matches(key, list(DEFAULTS), n=1)
+            close = difflib.get_close_matches(key, [*DEFAULTS, *DOODAD_KEYS], n=1)
             hint = f"; did you mean {close[0]}?" if close else ""
             warnings.warn(f"{source}: unknown setting {key}{hint}", UserWarning, stacklevel=3)
             continue
         annotation = TYPES.get(key)
         if annotation is not None and not _type_ok(value, annotation):
             raise SettingsError(
-                f"{source}: {key} must be {_type_name(annotation)}, got "
+                f"{source}: {name} must be {_type_name(annotation)}, got "
                 f"{type(value).__name__} {value!r} (see config_template.py for its meaning)")
         if isinstance(value, os.PathLike):
             value = os.fspath(value)
         test, must = CONSTRAINTS.get(key, (None, ""))
         if test is not None and not (value == value and test(value)):  # NaN fails too
-            raise SettingsError(f"{source}: {key} must be {must}, got {value!r}")
+            raise SettingsError(f"{source}: {name} must be {must}, got {value!r}")
         problem = SHAPES[key](value) if key in SHAPES else None
         if problem:
-            raise SettingsError(f"{source}: {key}{problem}")
+            raise SettingsError(f"{source}: {name}{problem}")
         checked[key] = value
     return checked
 
@@ -267,6 +279,15 @@ def _read_file(path: Path) -> dict[str, Any]:
     except SystemExit as exc:
         raise SettingsError(f"settings file {path} called sys.exit({exc.code!r}) while being "
                             "read; a settings file only assigns UPPERCASE names") from None
+    except ImportError as exc:
+        if (exc.name or "").split(".")[0] != "doodad":
+            raise SettingsError(f"cannot read settings file {path}: {exc!r}") from exc
+        line = next((f for f in reversed(traceback.extract_tb(exc.__traceback__))
+                     if os.path.realpath(f.filename) == os.path.realpath(path)), None)
+        where = f"line {line.lineno} ({line.line})" if line else "its import of doodad"
+        raise SettingsError(f"settings file {path} imports doodad at {where}; easylaunch "
+                            "reads doodad's settings without doodad: delete that line (and "
+                            "any value that uses it)") from None
     except Exception as exc:  # noqa: BLE001 - any error in the user's file is reported the same
         raise SettingsError(f"cannot read settings file {path}: {exc!r}") from exc
 

@@ -2,6 +2,7 @@
 
 import json
 import os
+import time
 
 import jobfns
 import pytest
@@ -55,9 +56,11 @@ def test_function_receives_doodad_config(cfg):
     job = run_experiment(jobfns.echo, exp_name="cfg", variant={"a": 1}, config=cfg)
     out = job.result(timeout=60)
     config = DoodadConfig(**out["config"])
-    assert config.exp_name == "cfg"
+    assert config.exp_name == time.strftime("%y-%m-%d-cfg")  # dated, as doodad's
+    assert config.extra_launch_info["base_exp_name"] == "cfg"
+    assert config.extra_launch_info["instance_type"] == "None"
     assert config.base_log_dir == str(job.log_dir)
-    assert config.use_gpu is False and config.gpu_id is None
+    assert config.use_gpu is False and config.gpu_id == 0  # doodad's default
     assert config.script_name
     assert config.extra_launch_info["run_id"] == job.id
     assert config.extra_launch_info["mode"] == "local"

@@ -13,7 +13,7 @@ import jobfns
 import pytest
 from helpers import alive, run_pids, wait_for
 
-from easylaunch import Job, JobCancelledError, JobState, LaunchError, run_experiment, run_sweep
+from easylaunch import Job, JobCancelledError, JobState, run_experiment, run_sweep
 
 TESTS_DIR = Path(__file__).resolve().parent
 
@@ -168,15 +168,17 @@ def test_data_dir_is_reachable_at_its_mount_point(cfg, tmp_path):
     assert os.path.islink(mount_point)
 
 
-def test_data_mount_point_taken_by_something_else_is_refused(cfg, tmp_path):
+def test_data_mount_point_taken_by_something_else_is_left_as_doodad_did(cfg, tmp_path,
+                                                                          capfd):
     data = tmp_path / "data"
     data.mkdir()
     taken = tmp_path / "taken"
     taken.mkdir()
     cfg["NON_CODE_DIRS_TO_MOUNT"] = [dict(local_dir=str(data), mount_point=str(taken))]
-    with pytest.raises(LaunchError, match="already exists and is something else"):
-        run_experiment(jobfns.train, config=cfg)
-    assert not (tmp_path / "logs").exists()
+    job = run_experiment(jobfns.train, config=cfg)
+    assert job.wait(timeout=60) is JobState.SUCCEEDED
+    assert taken.is_dir() and not taken.is_symlink()  # untouched
+    assert f"{taken} already exists and is not {data}" in capfd.readouterr().err
 
 
 def test_status_json_is_always_complete(cfg):

@@ -43,6 +43,10 @@ class Mode(ABC):
     def submit(self, request: LaunchRequest, runs: list[Run], prepared: Any) -> list[Job]:
         """Start the prepared runs and return their Jobs."""
 
+    def launch_info(self, request: LaunchRequest) -> dict[str, str]:
+        """What doodad put in ``extra_launch_info`` for this mode (instance type, image)."""
+        return {}
+
     def sync_record(self, job: Job) -> None:
         """Copy the run's own record into its local folder, where the job writes it elsewhere
         (default: the job writes it there already)."""

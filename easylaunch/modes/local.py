@@ -5,7 +5,9 @@ use_gpu, else the CPU cores), each in its own process group so a cancel ends eve
 started. With use_gpu, each run gets the least-used GPU in round-robin order through
 CUDA_VISIBLE_DEVICES (or the ``gpu_id`` given). When the launching script ends, it waits for its
 runs; Ctrl-C cancels them, and a launcher killed outright takes its runs with it (the runner
-watches its parent).
+watches its parent). A launch from a ``multiprocessing`` worker, which ends without the exit
+hook that waits, blocks until its runs end, as doodad's local mode did; ``skip_wait=False``
+(doodad's keyword) asks for that anywhere.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from easylaunch.errors import LaunchError
 from easylaunch.gpus import local_gpu_ids
 from easylaunch.jobs import Job
 from easylaunch.modes.base import Mode
+from easylaunch.notices import notice
 from easylaunch.progress import bar
 from easylaunch.request import LaunchRequest
 from easylaunch.settings import Mount
@@ -202,33 +205,33 @@ def _install_exit_hooks() -> None:
         atexit.register(_wait_at_exit)
 
 
-def _check_data_mount(mount: Mount) -> bool:
-    """True if the mount point must still be linked; raise if something else is there."""
-    if os.path.realpath(mount.mount_point) == os.path.realpath(mount.local_dir):
-        return False
-    if os.path.lexists(mount.mount_point):
-        raise LaunchError(
-            f"NON_CODE_DIRS_TO_MOUNT: local mode makes {mount.local_dir} reachable at "
-            f"{mount.mount_point} through a symbolic link, but {mount.mount_point} already "
-            "exists and is something else; remove it or choose another mount_point")
-    return True
-
-
 def _link_data_mount(mount: Mount) -> None:
-    if not _check_data_mount(mount):
+    """Make ``mount.local_dir`` reachable at its mount point through a symbolic link; a mount
+    point that holds something else is left as it is (doodad's local mode ignored these)."""
+    if os.path.realpath(mount.mount_point) == os.path.realpath(mount.local_dir):
         return
-    os.makedirs(os.path.dirname(mount.mount_point), exist_ok=True)
-    try:
-        os.symlink(mount.local_dir, mount.mount_point)
-    except FileExistsError:  # another launcher made it meanwhile: fine if it is the same link
-        _check_data_mount(mount)
+    if not os.path.lexists(mount.mount_point):
+        os.makedirs(os.path.dirname(mount.mount_point), exist_ok=True)
+        with contextlib.suppress(FileExistsError):  # another launcher made it meanwhile
+            os.symlink(mount.local_dir, mount.mount_point)
+            return
+    if os.path.realpath(mount.mount_point) != os.path.realpath(mount.local_dir):
+        notice(f"NON_CODE_DIRS_TO_MOUNT: {mount.mount_point} already exists and is not "
+               f"{mount.local_dir}; local runs see what is there (container modes bind "
+               f"{mount.local_dir} over it)")
+
+
+def _in_multiprocessing_worker() -> bool:
+    """True in a process ``multiprocessing`` started (its exit skips the hooks that wait)."""
+    mp = sys.modules.get("multiprocessing")
+    return mp is not None and mp.parent_process() is not None
 
 
 class LocalMode(Mode):
     """Background subprocesses on this machine."""
 
     name = "local"
-    options = {"max_parallel": None}
+    options = {"max_parallel": None, "skip_wait": None}  # skip_wait=False: doodad's blocking
 
     @functools.cached_property
     def _gpus(self) -> list[str]:
@@ -256,8 +259,6 @@ class LocalMode(Mode):
         if shutil.which(python) is None:
             raise LaunchError(f"LOCAL_PYTHON={python!r} is not an executable "
                               "(a path, or a name on PATH)")
-        for mount in self.settings.data_mounts():
-            _check_data_mount(mount)
 
     def prepare(self, request: LaunchRequest, runs: list[Run]) -> list[LocalCommand]:
         commands = []
@@ -283,16 +284,26 @@ class LocalMode(Mode):
             slots = _slots.setdefault((cap, tuple(gpus)), _Slots(cap, gpus))
         pinned = str(request.gpu_id) if request.use_gpu and request.gpu_id is not None else None
         _install_exit_hooks()
-        jobs = []
+        jobs, started = [], []
         for run, command in zip(runs, prepared, strict=True):
             local_run = _LocalRun(run, command, slots, pinned,
                                   float(self.settings.LOCAL_CANCEL_GRACE_SECONDS))
             with _registry_lock:
                 _live[run.run_id] = local_run
+            started.append(local_run)
             threading.Thread(target=local_run.supervise, daemon=True,
                              name=f"easylaunch-{run.run_id}").start()
             jobs.append(Job(run.run_id, run.exp_name, run.log_dir, self))
+        blocking = self.opts["skip_wait"] is False
+        if not blocking and _in_multiprocessing_worker():
+            notice("launched from a multiprocessing worker, which ends without waiting for its "
+                   "runs: each launch waits here until its local runs end")
+            blocking = True
+        if blocking:
+            for local_run in started:
+                local_run.done.wait()
         return jobs
+
 
     def refresh(self, job: Job) -> None:
         launch = job.launch_info

@@ -80,6 +80,11 @@ class Ec2Mode(CloudMode):
     cloud = "aws"
     settings_prefix = "AWS"
 
+    def launch_info(self, request: LaunchRequest) -> dict[str, str]:
+        s = self.settings
+        return {"instance_type": s.AWS_GPU_INSTANCE_TYPE if request.use_gpu
+                else s.AWS_INSTANCE_TYPE, "docker_image": str(s.AWS_DOCKER_IMAGE)}
+
     def target(self, request: LaunchRequest) -> Ec2Target:
         s = self.settings
         bucket, prefix = cloud.split_url(s.AWS_S3_PATH, "s3", "AWS_S3_PATH")
@@ -100,6 +105,8 @@ class Ec2Mode(CloudMode):
                               f"{{{region!r}: 'ami-...'}} to {key} in your settings")
         instance_type = s.AWS_GPU_INSTANCE_TYPE if request.use_gpu else s.AWS_INSTANCE_TYPE
         price = s.AWS_SPOT_PRICE
+        if request.use_gpu and s.AWS_GPU_SPOT_PRICE is not None:
+            price = s.AWS_GPU_SPOT_PRICE
         market = f"spot (max ${price}/hour each)" if price else "on-demand"
         return Ec2Target(region, bucket, prefix, image_id, instance_type, market, price)
 

@@ -149,6 +149,11 @@ class GcpMode(CloudMode):
                     "kind of preemptible instance)"]
         return []
 
+    def launch_info(self, request: LaunchRequest) -> dict[str, str]:
+        s = self.settings
+        return {"instance_type": s.GCP_GPU_MACHINE_TYPE if request.use_gpu
+                else s.GCP_MACHINE_TYPE, "docker_image": str(s.GCP_DOCKER_IMAGE)}
+
     def target(self, request: LaunchRequest) -> GcpTarget:
         s = self.settings
         bucket, prefix = cloud.split_url(s.GCP_GCS_PATH, "gs", "GCP_GCS_PATH")

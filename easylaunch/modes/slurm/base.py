@@ -43,15 +43,16 @@ class SlurmBase(Mode):
 
     Options ``n_nodes``, ``n_gpus`` (per node) and ``tasks_per_node`` (default: the GPUs per
     node, else 1) make a run multi-process: its function runs on every rank through srun.
+    ``time_in_mins`` (minutes or a Slurm time) replaces the config's limit for one launch.
     """
 
-    options = {"n_nodes": None, "n_gpus": None, "tasks_per_node": None}
+    options = {"n_nodes": None, "n_gpus": None, "tasks_per_node": None, "time_in_mins": None}
 
     def resources(self, request: LaunchRequest) -> Resources:
         """The checked SLURM_CONFIGS entry for this request, with the rank options applied."""
         configs = self.settings.SLURM_CONFIGS
         name = request.slurm_config_name or ("gpu" if request.use_gpu else "cpu")
-        overrides = {k: self.opts[k] for k in ("n_nodes", "n_gpus")
+        overrides = {k: self.opts[k] for k in ("n_nodes", "n_gpus", "time_in_mins")
                      if self.opts.get(k) is not None}
         if name in configs and overrides:
             configs = {**configs, name: {**configs[name], **overrides}}

@@ -108,6 +108,9 @@ class BatchMode(SlurmBase):
         return (self.settings.SLURM_DIRECTORY_FOR_JOB_SCRIPT
                 or f"{self.settings.SSS_LOG_DIR.rstrip('/')}/.batches").rstrip("/")
 
+    def launch_info(self, request: LaunchRequest) -> dict[str, str]:
+        return {"singularity_image": str(self.image(request))}
+
     def image(self, request: LaunchRequest) -> str | None:
         """The Singularity image for this request (None: run without a container)."""
         return self.settings.SSS_GPU_IMAGE if request.use_gpu else self.settings.SSS_CPU_IMAGE
@@ -132,19 +135,21 @@ class BatchMode(SlurmBase):
     def container(self, request: LaunchRequest, layout: Layout, runs: list[Run]) -> Container:
         """The image and binds: batch and log folders, code snapshots, the SSS_ folders."""
         snapshots = [s["digest"] for s in runs[0].launch["code_snapshots"]]
+        on_cluster = self.settings.code_mounts("SSS_CODE_DIRS_TO_MOUNT")
+        taken = {m.mount_point for m in on_cluster}  # the cluster copy wins, as in doodad
         code = [Mount(f"{layout.cluster_dir}/{SNAPSHOT_STORE}/{digest}", m.mount_point)
-                for digest, m in zip(snapshots, self.settings.code_mounts(), strict=True)]
+                for digest, m in zip(snapshots, self.settings.code_mounts(), strict=True)
+                if m.mount_point not in taken]
         mounts = [Mount(layout.cluster_dir, layout.cluster_dir),
                   Mount(self.settings.SSS_LOG_DIR, self.settings.SSS_LOG_DIR), *code,
-                  *self.settings.code_mounts("SSS_CODE_DIRS_TO_MOUNT"),
-                  *self.settings.data_mounts("SSS_NON_CODE_DIRS_TO_MOUNT")]
+                  *on_cluster, *self.settings.data_mounts("SSS_NON_CODE_DIRS_TO_MOUNT")]
         return Container(self.image(request), tuple((m.local_dir, m.mount_point) for m in mounts),
                          request.use_gpu, self.settings.BRC_EXTRA_SINGULARITY_ARGS)
 
     def container_pythonpath(self) -> tuple[str, ...]:
         """Mount points of the code folders inside the container."""
         mounts = self.settings.code_mounts() + self.settings.code_mounts("SSS_CODE_DIRS_TO_MOUNT")
-        return tuple(shlex.quote(m.mount_point) for m in mounts)
+        return tuple(dict.fromkeys(shlex.quote(m.mount_point) for m in mounts))
 
     def cluster_python(self) -> str:
         """Python outside the container on the cluster (packer, or runs without an image)."""

@@ -53,7 +53,7 @@ class HtpMode(BatchMode):
     """Packs the runs of a sweep into one allocation."""
 
     name = "htp"
-    options: dict = {}  # one process per run: no multi-rank options
+    options = {"time_in_mins": None}  # one process per run: no multi-rank options
 
     def check(self, request: LaunchRequest) -> None:
         super().check(request)
