@@ -272,6 +272,15 @@ def _config(args: argparse.Namespace) -> int:
     return 0
 
 
+def _doctor(args: argparse.Namespace) -> int:
+    from easylaunch.doctor import diagnose
+
+    findings = diagnose(args.path or args.config)
+    for finding in findings:
+        print(f"{finding.level:5}  {finding.text}")
+    return 1 if any(f.level == "error" for f in findings) else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``easylaunch`` command."""
     parser = argparse.ArgumentParser(prog="easylaunch", description=__doc__)
@@ -320,6 +329,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     config = sub.add_parser("config", help="print the effective settings and their sources")
     config.set_defaults(func=_config)
+
+    doctor = sub.add_parser("doctor", help="check a settings file (doodad's or ours): what "
+                            "each key means, what each mode lacks, which commands are here")
+    doctor.add_argument("path", nargs="?", help="the settings file (default: the usual lookup)")
+    doctor.set_defaults(func=_doctor)
 
     dist = sub.add_parser("dist", help="multi-GPU / multi-node helpers for inside a job")
     dist_sub = dist.add_subparsers(dest="dist_command", required=True, metavar="COMMAND")

@@ -102,6 +102,13 @@ DOODAD_KEYS: dict[str, Renamed | Extends | Spread | NotNeeded] = {
     "SLURM_CPU_CONFIG": NotNeeded(_NOT_DOODAD + "; SLURM_CONFIGS['cpu'] is read"),
     "SLURM_GPU_CONFIG": NotNeeded(_NOT_DOODAD + "; SLURM_CONFIGS['gpu'] is read"),
     "SPOT_PRICE_LOOKUP": NotNeeded(_NOT_DOODAD),
+    "BAIR_DATASET_LOCATION": NotNeeded(_NOT_DOODAD),
+    "SPACEMOUSE_HOSTNAME": NotNeeded(_NOT_DOODAD),
+    "GCP_BUCKET": NotNeeded(_NOT_DOODAD + "; GCP_BUCKET_NAME (or GCP_GCS_PATH) is read"),
+    "S3_BUCKET": NotNeeded(_NOT_DOODAD + "; AWS_S3_PATH is read"),
+    **dict.fromkeys(("AZ_SUB_ID", "AZ_CLIENT_ID", "AZ_TENANT_ID", "AZ_SECRET", "AZ_CONTAINER",
+                     "AZ_CONN_STR"), NotNeeded("read by doodad's later Azure mode, which "
+                                               "easylaunch does not have; never stored")),
 }
 
 

@@ -273,7 +273,8 @@ def check_values(values: Mapping[str, Any], source: str) -> dict[str, Any]:
 _cache: dict[tuple, Settings] = {}
 
 
-def _read_file(path: Path) -> dict[str, Any]:
+def read_settings_file(path: Path) -> dict[str, Any]:
+    """The names a settings file assigns (a doodad import names the line to delete)."""
     try:
         return runpy.run_path(str(path))
     except SystemExit as exc:
@@ -304,7 +305,7 @@ def load_settings(config: ConfigArg = None) -> Settings:
     stat = path.stat()
     key = (str(path.resolve()), stat.st_mtime_ns, stat.st_size)
     if key not in _cache:
-        values = check_values(_read_file(path), str(path))
+        values = check_values(read_settings_file(path), str(path))
         _cache[key] = _merge(values, {k: str(path) for k in values}, str(path))
     return _cache[key]
 

@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import subprocess
 import threading
 import time
@@ -145,3 +146,11 @@ def assert_no_secrets(texts: list[str], folders: list[Path], secrets: list[str])
                      for folder in folders for p in folder.rglob("*") if p.is_file()]
     assert len(texts) > 10
     assert not [t for t in texts if any(s in t for s in secrets)]
+
+
+def copy_to_cluster(job) -> str:
+    """Play the user's rsync: copy a batch folder to its cluster path."""
+    backend = job.launch_info["backend"]
+    shutil.copytree(backend["batch_dir"], backend["cluster_batch_dir"], symlinks=True,
+                    dirs_exist_ok=True)
+    return backend["cluster_batch_dir"]

@@ -161,3 +161,10 @@ def exit_now(doodad_config, variant):
 def sleep_a_while(doodad_config, variant):
     time.sleep(variant.get("seconds", 2))
     return "slept"
+
+
+def which_code(doodad_config, variant):
+    import where_am_i  # only in the cluster's copy of the code folder
+
+    return {"where": where_am_i.WHERE,
+            "slurm_job_id": doodad_config.extra_launch_info.get("slurm-job-id")}

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import jobfns
 import pytest
-from helpers import alive, run_pids, wait_for
+from helpers import alive, copy_to_cluster, run_pids, wait_for
 
 from easylaunch import JobState, LaunchError, run_experiment, run_sweep, wait_all
 from easylaunch.modes.slurm import direct as slurm_mode
@@ -135,14 +135,6 @@ def test_cli_lists_and_cancels_slurm_runs(slurm_cfg, tmp_path):
     assert out.stdout.strip() == f"{job.id}: cancelled"
 
 
-def _copy_to_cluster(job) -> str:
-    """Play the user's rsync: copy the batch folder to its cluster path."""
-    backend = job.launch_info["backend"]
-    shutil.copytree(backend["batch_dir"], backend["cluster_batch_dir"], symlinks=True,
-                    dirs_exist_ok=True)
-    return backend["cluster_batch_dir"]
-
-
 @pytest.fixture
 def batch_cfg(slurm_cfg, tmp_path, monkeypatch):
     if shutil.which("bwrap") is None:
@@ -170,7 +162,7 @@ def test_sss_runs_in_the_container_with_real_bind_mounts(batch_cfg, tmp_path):
                             variant={"mount_point": str(mount_point), "text": "from the job"})
     batch = writer.launch_info["backend"]["batch_dir"]
     assert jobs[0].launch_info["backend"]["batch_dir"] == batch  # one script's launches: one batch
-    subprocess.run(["bash", f"{_copy_to_cluster(writer)}/submit.sh"], check=True)
+    subprocess.run(["bash", f"{copy_to_cluster(writer)}/submit.sh"], check=True)
     assert [j.result(timeout=120) for j in jobs] == ["good", "good"]
     backend = jobs[0].launch_info["backend"]
     assert jobs[0].stdout_path == Path(backend["job_log_dir"]) / "stdout.log"  # logs read there
@@ -189,7 +181,7 @@ def test_htp_packer_runs_every_task_and_reruns_only_failures(batch_cfg, tmp_path
     jobs = run_sweep(jobfns.fail_unless_exists,
                      [{"path": str(marker) if i == 2 else "/"} for i in range(5)],
                      mode="htp", config=batch_cfg)
-    cluster = _copy_to_cluster(jobs[0])
+    cluster = copy_to_cluster(jobs[0])
     assert (Path(cluster) / "runs.tsv").exists() is not container
     subprocess.run(["bash", f"{cluster}/submit.sh"], check=True)
     states = [j.wait(timeout=180) for j in jobs]
@@ -219,7 +211,7 @@ def test_htp_cancels_one_task_without_touching_the_others(batch_cfg, container):
         batch_cfg["SSS_CPU_IMAGE"] = None
     batch_cfg["SLURM_CONFIGS"]["cpu"]["max_num_cores_per_node"] = 1  # one worker
     jobs = run_sweep(jobfns.sleep_with_child, [{}, {}, {}], mode="htp", config=batch_cfg)
-    cluster = _copy_to_cluster(jobs[0])
+    cluster = copy_to_cluster(jobs[0])
     jobs[2].cancel()  # before the allocation even starts
     subprocess.run(["bash", f"{cluster}/submit.sh"], check=True)
     job_log = Path(jobs[0].launch_info["backend"]["job_log_dir"])

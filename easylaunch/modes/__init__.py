@@ -11,7 +11,10 @@ from easylaunch.modes.base import Mode
 MODES: dict[str, str] = {
     "here_no_doodad": "easylaunch.modes.here_no_doodad:HereNoDoodadMode",
     "local": "easylaunch.modes.local:LocalMode",
+    "local_singularity": "easylaunch.modes.local_containers:LocalSingularityMode",
+    "local_docker": "easylaunch.modes.local_containers:LocalDockerMode",
     "slurm": "easylaunch.modes.slurm.direct:SlurmMode",
+    "slurm_singularity": "easylaunch.modes.slurm.singularity:SlurmSingularityMode",
     "sss": "easylaunch.modes.slurm.sss:SssMode",
     "htp": "easylaunch.modes.slurm.htp:HtpMode",
     "ec2": "easylaunch.modes.cloud.ec2:Ec2Mode",
@@ -19,8 +22,18 @@ MODES: dict[str, str] = {
 }
 
 
+# doodad's modes that easylaunch does not have, and what to use instead.
+NOT_YET = {
+    "ssh": "doodad's 'ssh' mode (a remote machine without a scheduler) is not in easylaunch "
+           "yet; until it is, run the script on that machine with mode 'local' (or "
+           "'local_docker'), or submit to its cluster with 'sss'/'slurm'",
+}
+
+
 def get_mode(name: str) -> type[Mode]:
     """The Mode class registered under ``name``; an unknown name lists the known ones."""
+    if name in NOT_YET:
+        raise LaunchError(NOT_YET[name])
     if name not in MODES:
         close = difflib.get_close_matches(str(name), list(MODES), n=1)
         hint = f" Did you mean {close[0]!r}?" if close else ""

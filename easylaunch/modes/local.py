@@ -232,6 +232,7 @@ class LocalMode(Mode):
 
     name = "local"
     options = {"max_parallel": None, "skip_wait": None}  # skip_wait=False: doodad's blocking
+    links_data_mounts = True  # container modes bind them instead
 
     @functools.cached_property
     def _gpus(self) -> list[str]:
@@ -276,7 +277,7 @@ class LocalMode(Mode):
 
     def submit(self, request: LaunchRequest, runs: list[Run],
                prepared: list[LocalCommand]) -> list[Job]:
-        for mount in self.settings.data_mounts():
+        for mount in self.settings.data_mounts() if self.links_data_mounts else []:
             _link_data_mount(mount)
         gpus = self._gpus if request.use_gpu else []
         cap = self.opts["max_parallel"] or len(gpus) or os.cpu_count() or 1

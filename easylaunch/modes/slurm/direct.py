@@ -67,7 +67,7 @@ class SlurmMode(SlurmBase):
     options = {**SlurmBase.options, "array_parallelism": None, "env_pack": None}
 
     def _env_prefix(self) -> Path | None:
-        choice = self.opts["env_pack"]
+        choice = self.opts.get("env_pack")
         if choice is None or choice is False:
             return None
         return Path(sys.prefix if choice is True else choice).expanduser()
@@ -83,6 +83,11 @@ class SlurmMode(SlurmBase):
         if cap is not None and (not isinstance(cap, int) or isinstance(cap, bool) or cap < 1):
             raise LaunchError(f"array_parallelism must be a positive integer, got {cap!r}")
 
+    def start(self, request: LaunchRequest, runs: list[Run], python: str) -> StartLine:
+        """How each run starts: ``python`` on the bundle's code snapshots."""
+        return StartLine(python=python, pre_cmds=tuple(self.settings.SLURM_PRE_CMDS),
+                         pythonpath=bundle_pythonpath(runs[0].meta["code_dirs"]))
+
     def prepare(self, request: LaunchRequest, runs: list[Run]) -> SlurmPlan:
         res = self.resources(request)
         prefix = self._env_prefix()
@@ -91,9 +96,7 @@ class SlurmMode(SlurmBase):
         python = shlex.quote(self.settings.SLURM_PYTHON or sys.executable)
         if env is not None:
             python = '"$EASYLAUNCH_ENV"/bin/python'
-        line = self.every_rank(start_line(StartLine(
-            python=python, pre_cmds=tuple(self.settings.SLURM_PRE_CMDS),
-            pythonpath=bundle_pythonpath(runs[0].meta["code_dirs"]))), res)
+        line = self.every_rank(start_line(self.start(request, runs, python)), res)
         if env is not None:
             line = broadcast_env(str(env.archive), self.settings.ENV_BROADCAST_DIR) + "\n" + line
         script_dir = runs[0].log_dir.parent / SCRIPT_DIR

@@ -108,13 +108,14 @@ def resolve_resources(configs: dict, name: str | None, use_gpu: bool,
         raise LaunchError(f"{where}: gpu_string must name a GPU type as doodad's did "
                           f"(\":TITAN\" asks for --gres=gpu:TITAN:N), got {gpu_string!r}")
     mem = cfg.get("mem")
-    if mem is not None and not re.fullmatch(r"\d+[KMGT]?", str(mem)):
+    amount = re.fullmatch(r"(\d+)\s*([KMGTkmgt]?)[Bb]?", str(mem))
+    if mem is not None and not amount:
         raise LaunchError(f"{where}: mem must be an amount sbatch reads (16000, \"16G\"), "
                           f"got {mem!r}")
     return Resources(name, cfg.get("account_name"), cfg.get("partition"), ints["n_gpus"],
                      ints["n_cpus_per_task"], ints["time_in_mins"], nodes, n_tasks, extra,
                      ints["max_num_cores_per_node"], gpu_string.lstrip(":"),
-                     None if mem is None else str(mem))
+                     None if mem is None else amount[1] + amount[2].upper())
 
 
 def time_minutes(value: object, what: str) -> int:

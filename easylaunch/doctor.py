@@ -1,0 +1,140 @@
+"""``easylaunch doctor``: what a settings file (doodad's or ours) means, and what each mode lacks.
+
+Each finding is a level ("ok", "info", "warn", "error") and a line of text; errors make the
+command exit non-zero.
+"""
+
+from __future__ import annotations
+
+import difflib
+import shutil
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from easylaunch import doodad, settings
+from easylaunch.errors import EasyLaunchError, SettingsError
+from easylaunch.runner import python_minor
+
+
+@dataclass(frozen=True)
+class Finding:
+    level: str  # ok, info, warn, error
+    text: str
+
+
+# Commands each mode runs, as alternatives (any one of a group will do).
+MODE_COMMANDS: dict[str, tuple[tuple[str, ...], ...]] = {
+    "slurm": (("sbatch",), ("squeue",), ("scancel",)),
+    "slurm_singularity": (("sbatch",), ("squeue",), ("scancel",)),
+    "sss": (("rsync",), ("ssh",)),
+    "htp": (("rsync",), ("ssh",)),
+    "local_singularity": (("singularity", "apptainer"),),
+    "local_docker": (("docker", "podman"),),
+}
+
+
+def _needs(s: settings.Settings, *keys: str) -> list[str]:
+    return [f"{key} is not set" for key in keys if not s[key]]
+
+
+# What each mode needs in the settings, beyond the defaults.
+MODE_SETTINGS: dict[str, Callable[[settings.Settings], list[str]]] = {
+    "sss": lambda s: _needs(s, "SSS_LOG_DIR") + (
+        [] if s.SSS_CPU_IMAGE or s.SSS_GPU_IMAGE else ["SSS_CPU_IMAGE / SSS_GPU_IMAGE not set"]),
+    "htp": lambda s: _needs(s, "SSS_LOG_DIR"),
+    "slurm_singularity": lambda s: _needs(s, "SINGULARITY_IMAGE"),
+    "local_singularity": lambda s: _needs(s, "SINGULARITY_IMAGE"),
+    "local_docker": lambda s: _needs(s, "DOCKER_IMAGE"),
+    "ec2": lambda s: _needs(s, "AWS_S3_PATH", "AWS_IAM_INSTANCE_PROFILE", "AWS_IMAGE_IDS"),
+    "gcp": lambda s: _needs(s, "GCP_GCS_PATH"),
+}
+
+
+def _meaning(key: str, value: Any) -> Finding:
+    if doodad.is_placeholder(value):
+        return Finding("info", f"{key} = 'TODO': doodad's placeholder, read as not set")
+    rule = doodad.DOODAD_KEYS.get(key)
+    if isinstance(rule, doodad.Renamed):
+        return Finding("ok", f"{key} (doodad) -> {rule.target}")
+    if isinstance(rule, doodad.Extends):
+        return Finding("ok", f"{key} (doodad) -> added to {rule.target}")
+    if isinstance(rule, doodad.Spread):
+        return Finding("ok", f"{key} (doodad) -> {', '.join(rule.targets.values())}")
+    if isinstance(rule, doodad.NotNeeded):
+        return Finding("info", f"{key}: not needed ({rule.why})")
+    if key in settings.DEFAULTS:
+        return Finding("ok", f"{key}")
+    close = difflib.get_close_matches(key, [*settings.DEFAULTS, *doodad.DOODAD_KEYS], n=1)
+    return Finding("warn", f"{key}: unknown setting, ignored"
+                   + (f"; did you mean {close[0]}?" if close else ""))
+
+
+def _slurm_configs(s: settings.Settings) -> Iterator[Finding]:
+    from easylaunch.modes.slurm import scheduler
+
+    for name, cfg in s.SLURM_CONFIGS.items():
+        todo = [k for k, v in cfg.items() if doodad.is_placeholder(v)]
+        if todo:
+            yield Finding("warn", f"SLURM_CONFIGS[{name!r}]: {', '.join(todo)} still 'TODO'")
+        try:
+            scheduler.resolve_resources(s.SLURM_CONFIGS, name, cfg.get("n_gpus", 0) > 0)
+        except EasyLaunchError as exc:
+            if "time_in_mins" in str(exc) and cfg.get("time_in_mins") is None:
+                yield Finding("info", f"SLURM_CONFIGS[{name!r}] has no time_in_mins: pass "
+                                      "time_in_mins= at each launch (as doodad required)")
+            else:
+                yield Finding("error", str(exc))
+
+
+def _singularity_image(s: settings.Settings) -> Iterator[Finding]:
+    """Run the image's Python through spython's client: it must match this minor version."""
+    image = s.SINGULARITY_IMAGE
+    if not image or not Path(image).exists() or not shutil.which("singularity"):
+        return
+    try:
+        from spython.main import Client
+    except ImportError:
+        yield Finding("info", "install easylaunch[singularity] (spython) to check the image")
+        return
+    probe = "import sys, cloudpickle; print('%d.%d' % sys.version_info[:2])"
+    out = Client.execute(image, [s.SINGULARITY_PYTHON, "-c", probe], return_result=True,
+                         quiet=True)
+    found = str(out.get("message", "")).strip().splitlines()[-1:] or [""]
+    if out.get("return_code") != 0:
+        yield Finding("error", f"SINGULARITY_IMAGE {image}: {s.SINGULARITY_PYTHON} with "
+                               f"cloudpickle does not run there: {out.get('message')!r}")
+    elif found[0] != python_minor():
+        yield Finding("error", f"SINGULARITY_IMAGE {image} has Python {found[0]}, this machine "
+                               f"{python_minor()}: pickled functions load only on the same one")
+    else:
+        yield Finding("ok", f"SINGULARITY_IMAGE {image} runs Python {found[0]} with cloudpickle")
+
+
+def diagnose(path: str | Path | None) -> list[Finding]:
+    """Everything ``easylaunch doctor`` says about the settings file at ``path``."""
+    found = settings.find_config_path(path)
+    if found is None:
+        return [Finding("info", "no settings file found: every setting is its default")]
+    findings = [Finding("info", f"settings file: {found}")]
+    try:
+        raw = settings.read_settings_file(found)
+        findings += [_meaning(k, v) for k, v in raw.items() if k.isupper()
+                     and not k.startswith("_")]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # unknown keys are reported above
+            effective = settings.load_settings(found)
+    except SettingsError as exc:
+        return [*findings, Finding("error", str(exc))]
+    findings += list(_slurm_configs(effective))
+    for mode, check in MODE_SETTINGS.items():
+        missing = check(effective)
+        findings.append(Finding("warn", f"mode {mode}: {'; '.join(missing)}") if missing
+                        else Finding("ok", f"mode {mode}: settings complete"))
+    for mode, groups in MODE_COMMANDS.items():
+        absent = [" or ".join(g) for g in groups if not any(map(shutil.which, g))]
+        findings.append(Finding("warn", f"mode {mode}: not on PATH: {', '.join(absent)}")
+                        if absent else Finding("ok", f"mode {mode}: commands on PATH"))
+    return findings + list(_singularity_image(effective))
