@@ -276,3 +276,61 @@ def test_sss_from_a_real_config_runs_on_slurm_with_the_cluster_copy_of_code(
     results = [j.result(timeout=120) for j in jobs]
     assert all(r["where"] == "cluster copy" for r in results)
     assert all(r["slurm_job_id"] for r in results)
+
+
+@pytest.mark.parametrize("mode", ["here_no_doodad", "local"])
+def test_the_from_doodad_example_runs_unchanged(mode, tmp_path):
+    example = TESTS_DIR.parent / "examples/from_doodad"
+    env = dict(os.environ, EASYLAUNCH_CONFIG=str(example / "config_private.py"))
+    proc = subprocess.run([sys.executable, "-W", "error::UserWarning", str(example / "launch.py"),
+                           mode], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    runs = sorted((tmp_path / "home/easylaunch-logs/from-doodad/doodad-example").iterdir())
+    assert len(runs) == 2
+    assert all('"succeeded"' in (r / "status.json").read_text() for r in runs)
+
+
+def test_readme_table_names_every_doodad_key():
+    from easylaunch.doodad import DOODAD_KEYS
+
+    readme = (TESTS_DIR.parent / "README.md").read_text()
+    section = readme.split("## Coming from doodad", 1)[1].split("\n## ", 1)[0]
+    missing = [k for k in DOODAD_KEYS if f"`{k}`" not in section and not k.startswith("AZ_")]
+    assert not missing
+
+
+def test_doodads_htp_example_runs_on_slurm_as_one_allocation(tmp_path, stand_in, slurm_cluster):
+    config = doodad_config(
+        tmp_path, "brc_config_private.py", SSS_LOG_DIR=str(tmp_path / "cluster/logs"),
+        SSS_IMAGE=str(stand_in), SSS_CPU_IMAGE=str(stand_in), SSS_GPU_IMAGE=str(stand_in),
+        SSS_PYTHON=sys.executable, SLURM_PYTHON=sys.executable, SSS_PRE_CMDS=[],
+        BRC_EXTRA_SINGULARITY_ARGS="", SSS_SCRIPT_PATH=str(tmp_path / "seed.sh"),
+        SSS_CODE_DIRS_TO_MOUNT=[], SSS_NON_CODE_DIRS_TO_MOUNT=[],
+        SSS_DIR_AND_MOUNT_POINT_MAPPINGS=[], SLURM_SIGNAL_SECONDS=30,
+        SLURM_CONFIGS=dict(cpu=dict(n_gpus=0, max_num_cores_per_node=os.cpu_count(),
+                                    time_in_mins=720)))
+    env = dict(os.environ, EASYLAUNCH_CONFIG=str(config))
+    proc = subprocess.run([sys.executable, str(FIXTURES / "htp_mode.py")], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    from easylaunch import Job
+
+    jobs = [Job.from_run_dir(p.parent) for p in sorted((tmp_path / "logs/test").glob(
+        "*/launch.json"))]
+    assert len(jobs) == 5 and len({j.launch_info["backend"]["batch_dir"] for j in jobs}) == 1
+    assert len((tmp_path / "seed.sh").read_text().splitlines()) == 1  # one allocation
+    subprocess.run(["bash", f"{copy_to_cluster(jobs[0])}/submit.sh"], check=True)
+    assert [j.wait(timeout=180) for j in jobs] == [JobState.SUCCEEDED] * 5
+    seeds = sorted(j.stdout_path.read_text().strip() for j in jobs)
+    assert seeds == [f"{{'seed': {i}}}" for i in range(5)]
+
+
+def test_slurm_singularity_runs_in_the_image(slurm_cfg, stand_in):
+    job = run_experiment(jobfns.echo, mode="slurm_singularity", variant={"a": 1},
+                         config=dict(slurm_cfg, SINGULARITY_IMAGE=str(stand_in),
+                                     SINGULARITY_PYTHON=sys.executable))
+    out = job.result(timeout=120)
+    assert out["variant"] == {"a": 1}
+    assert out["config"]["extra_launch_info"]["singularity_image"] == str(stand_in)
+    assert out["config"]["extra_launch_info"]["slurm-job-id"]
+    assert "singularity exec" in Path(job.launch_info["backend"]["script"]).read_text()
