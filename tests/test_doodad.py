@@ -334,3 +334,16 @@ def test_slurm_singularity_runs_in_the_image(slurm_cfg, stand_in):
     assert out["config"]["extra_launch_info"]["singularity_image"] == str(stand_in)
     assert out["config"]["extra_launch_info"]["slurm-job-id"]
     assert "singularity exec" in Path(job.launch_info["backend"]["script"]).read_text()
+
+
+@pytest.mark.parametrize("mode, gpu, expected", [
+    ("ec2", False, "c4.large"), ("ec2", True, "g3.4xlarge"), ("gcp", False, "n1-standard-4")])
+def test_extra_launch_info_names_the_instance_type_as_doodads_did(mode, gpu, expected, tmp_path):
+    from easylaunch.modes import get_mode
+
+    settings = load_settings({"INSTANCE_TYPE": "c4.large", "GPU_INSTANCE_TYPE": "g3.4xlarge"})
+    request = LaunchRequest(method_call=None, variants=[{}], exp_name="d", use_gpu=gpu,
+                            gpu_id=None, log_root=tmp_path, slurm_config_name=None,
+                            script_name="")
+    info = get_mode(mode)(settings, {}).launch_info(request)
+    assert info == {"instance_type": expected, "docker_image": "None"}

@@ -84,6 +84,12 @@ class CloudMode(Mode):
     max_instances_per_batch: ClassVar[int] = 100
     options: ClassVar[dict[str, Any]] = {"confirm": True, "num_exps_per_instance": None}
 
+    machine_type_keys: ClassVar[tuple[str, str]]  # the settings of CPU and GPU machine types
+
+    def launch_info(self, request: LaunchRequest) -> dict[str, str]:
+        return {"instance_type": self.settings[self.machine_type_keys[request.use_gpu]],
+                "docker_image": str(self.setting("DOCKER_IMAGE"))}
+
     def setting(self, name: str) -> Any:
         """The mode's own setting ``<PREFIX>_<name>``."""
         return self.settings[f"{self.settings_prefix}_{name}"]

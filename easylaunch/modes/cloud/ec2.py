@@ -79,11 +79,7 @@ class Ec2Mode(CloudMode):
     name = "ec2"
     cloud = "aws"
     settings_prefix = "AWS"
-
-    def launch_info(self, request: LaunchRequest) -> dict[str, str]:
-        s = self.settings
-        return {"instance_type": s.AWS_GPU_INSTANCE_TYPE if request.use_gpu
-                else s.AWS_INSTANCE_TYPE, "docker_image": str(s.AWS_DOCKER_IMAGE)}
+    machine_type_keys = ("AWS_INSTANCE_TYPE", "AWS_GPU_INSTANCE_TYPE")
 
     def target(self, request: LaunchRequest) -> Ec2Target:
         s = self.settings

@@ -126,6 +126,7 @@ class GcpMode(CloudMode):
     name = "gcp"
     cloud = "gcp"
     settings_prefix = "GCP"
+    machine_type_keys = ("GCP_MACHINE_TYPE", "GCP_GPU_MACHINE_TYPE")
     options = {**CloudMode.options, "gcp_kwargs": None}
 
     def __init__(self, settings: Settings, mode_options: dict[str, Any]) -> None:
@@ -148,11 +149,6 @@ class GcpMode(CloudMode):
             return ["GCP_PREEMPTIBLE and GCP_SPOT are both set: choose one (Spot is the newer "
                     "kind of preemptible instance)"]
         return []
-
-    def launch_info(self, request: LaunchRequest) -> dict[str, str]:
-        s = self.settings
-        return {"instance_type": s.GCP_GPU_MACHINE_TYPE if request.use_gpu
-                else s.GCP_MACHINE_TYPE, "docker_image": str(s.GCP_DOCKER_IMAGE)}
 
     def target(self, request: LaunchRequest) -> GcpTarget:
         s = self.settings
