@@ -154,7 +154,8 @@ def _start(mode_obj: Mode, request: LaunchRequest, runs: list[Run],
         registry.update_many(_abort(runs, exc))
         raise
     if mode_obj.needs_bundle:  # handed over: no longer resolved as never submitted
-        mark_submitted(request.log_root, runs[0].launch["launch_id"])
+        mark_submitted(request.log_root, runs[0].launch["launch_id"],
+                       runs[0].log_dir.stat().st_mode & 0o777)
     registry.update_many(
         (job.id, {"state": job.recorded_state().value, "backend": run.launch["backend"],
                   "remote_log_dir": mode_obj.remote_log_dir(run)})

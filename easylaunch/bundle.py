@@ -230,8 +230,8 @@ def _new_run_folder(exp_dir: Path, exp_name: str, prepend_date: bool, now: float
         final = exp_dir / run_folder_name(exp_name, run_id, prepend_date, now)
         if not final.exists():
             break
-    tmp = exp_dir.parent / PARTIAL_DIR / f"{_partial_prefix()}{os.getpid()}-{run_id}"
-    tmp.parent.mkdir(exist_ok=True)
+    tmp = make_store(exp_dir.parent / PARTIAL_DIR, mode) / \
+        f"{_partial_prefix()}{os.getpid()}-{run_id}"
     tmp.mkdir(mode)
     os.chmod(tmp, mode)  # whatever the umask
     try:
@@ -283,11 +283,10 @@ def create_run(spec: BundleSpec, variant: dict, variant_bytes: bytes, index: int
     return Run(run_id, spec.exp_name, spec.mode, final, variant, launch, meta)
 
 
-def mark_submitted(root: Path, launch_id: str) -> None:
-    """Note that the runs of a launch were handed to their mode (one file per launch)."""
-    store = root / LAUNCH_STORE
-    store.mkdir(mode=0o700, exist_ok=True)
-    (store / launch_id).touch()
+def mark_submitted(root: Path, launch_id: str, mode: int) -> None:
+    """Note that the runs of a launch were handed to their mode (one file per launch, in a
+    store made with the run folders' permissions ``mode``, so whoever reads them reads it)."""
+    (make_store(root / LAUNCH_STORE, mode) / launch_id).touch()
 
 
 def was_submitted(launch: dict) -> bool | None:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from easylaunch import __version__
 from easylaunch.errors import EasyLaunchError
+from easylaunch.jobs import JobState
 from easylaunch.settings import USER_CONFIG_PATH, load_settings, write_template
 
 STATUS_LOG_LINES = 100
@@ -87,8 +88,8 @@ def _tail(path: Path, lines: int | None) -> str:
         return ""
 
 
-OPEN_STATES = ["queued", "running", "unknown"]
-STATES = ["queued", "running", "succeeded", "failed", "cancelled", "timeout", "unknown"]
+STATES = [s.value for s in JobState]
+OPEN_STATES = [s.value for s in JobState if not s.terminal]
 
 
 def _refreshed_state(registry, entry) -> str:

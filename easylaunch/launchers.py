@@ -4,16 +4,29 @@ from __future__ import annotations
 
 import os
 import shlex
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from easylaunch.bundle import RUNNER_FILE
 from easylaunch.errors import LaunchError
+
+if TYPE_CHECKING:
+    from easylaunch.settings import Mount
 
 
 def python_runner(python: str, bundle_dir: str | os.PathLike) -> list[str]:
     """``python BUNDLE/runner.py BUNDLE``."""
     return [python, str(Path(bundle_dir) / RUNNER_FILE), str(bundle_dir)]
+
+
+def run_binds(log_root: str | os.PathLike,
+              data_mounts: Iterable[Mount]) -> tuple[tuple[str, str], ...]:
+    """What a run in a container on a machine that shares the log root needs bound: the log
+    root at its own path (bundles, snapshots and run folders keep their paths), and each data
+    folder at its mount point."""
+    root = str(log_root)
+    return ((root, root), *((m.local_dir, m.mount_point) for m in data_mounts))
 
 
 def _bind(source: str, target: str) -> str:

@@ -11,6 +11,7 @@ import dataclasses
 import os
 import shlex
 import shutil
+from collections.abc import Sequence
 
 from easylaunch import launchers, runner
 from easylaunch.bundle import Run
@@ -37,6 +38,7 @@ class _ContainerMode(LocalMode):
     links_data_mounts = False
     engines: tuple[str, ...]
     image_key: str
+    image_kind: str  # its name in extra_launch_info, as doodad's
 
     def image(self, request: LaunchRequest) -> str | None:
         return self.settings[self.image_key]
@@ -53,15 +55,11 @@ class _ContainerMode(LocalMode):
             raise LaunchError(f"mode {self.name!r} needs {' or '.join(self.engines)} on PATH, "
                               "and none is there; install one, or use mode 'local'")
 
-    def binds(self, request: LaunchRequest) -> list[tuple[str, str]]:
-        """The log root at its own path, and each data folder at its mount point."""
-        root = str(request.log_root)
-        return [(root, root), *((m.local_dir, m.mount_point)
-                                for m in self.settings.data_mounts())]
+    def binds(self, request: LaunchRequest) -> tuple[tuple[str, str], ...]:
+        return launchers.run_binds(request.log_root, self.settings.data_mounts())
 
     def launch_info(self, request: LaunchRequest) -> dict[str, str]:
-        kind = "singularity_image" if self.image_key.startswith("SINGULARITY") else "docker_image"
-        return {kind: str(self.image(request))}
+        return {self.image_kind: str(self.image(request))}
 
     def prepare(self, request: LaunchRequest, runs: list[Run]) -> list[LocalCommand]:
         return [dataclasses.replace(c, argv=self.contain(request, c.argv[1:]))
@@ -78,6 +76,7 @@ class LocalSingularityMode(_ContainerMode):
     name = "local_singularity"
     engines = SINGULARITY_ENGINES
     image_key = "SINGULARITY_IMAGE"
+    image_kind = "singularity_image"
 
     def contain(self, request: LaunchRequest, runner_args: list[str]) -> list[str]:
         s = self.settings
@@ -95,6 +94,7 @@ class LocalDockerMode(_ContainerMode):
     name = "local_docker"
     engines = DOCKER_ENGINES
     image_key = "DOCKER_IMAGE"
+    image_kind = "docker_image"
 
     def image(self, request: LaunchRequest) -> str | None:
         s = self.settings
@@ -110,7 +110,7 @@ class LocalDockerMode(_ContainerMode):
             request.use_gpu, str(request.log_root))]
 
 
-def docker_run_args(image: str, binds: list[tuple[str, str]], command: list[str], gpu: bool,
+def docker_run_args(image: str, binds: Sequence[tuple[str, str]], command: list[str], gpu: bool,
                     workdir: str) -> list[str]:
     """``run`` arguments of docker/podman: removed at exit, as this user, binds, named env."""
     argv = ["run", "--rm", "--init", "--user", f"{os.getuid()}:{os.getgid()}", "-w", workdir]

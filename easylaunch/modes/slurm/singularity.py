@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import shlex
 
+from easylaunch import launchers
 from easylaunch.bundle import Run
 from easylaunch.errors import LaunchError
 from easylaunch.modes.slurm.base import SlurmBase
@@ -33,8 +34,7 @@ class SlurmSingularityMode(SlurmMode):
 
     def start(self, request: LaunchRequest, runs: list[Run], python: str) -> StartLine:
         s = self.settings
-        root = str(request.log_root)
-        binds = ((root, root), *((m.local_dir, m.mount_point) for m in s.data_mounts()))
+        binds = launchers.run_binds(request.log_root, s.data_mounts())
         return StartLine(python=shlex.quote(s.SINGULARITY_PYTHON),
                          pre_cmds=tuple(s.SINGULARITY_PRE_CMDS),
                          pythonpath=bundle_pythonpath(runs[0].meta["code_dirs"]),
