@@ -87,6 +87,27 @@ DOCKER_ENGINE: str | None = None
 DOCKER_PYTHON: str = "python3"
 
 # ---------------------------------------------------------------------------------------------
+# Remote clusters and workstations, reached over SSH (modes slurm, sss, htp and ssh)
+# ---------------------------------------------------------------------------------------------
+
+# Named remote machines: name -> dict(host=..., log_dir=..., python=...). ``host`` is a Host
+# name of ~/.ssh/config or user@host[:port]: logging in is left to OpenSSH (keys, agent,
+# ProxyJump); easylaunch never asks for a password. ``log_dir``: where runs go there (default
+# SSH_LOG_DIR); ``python``: the Python there (default python3; it needs cloudpickle and this
+# machine's minor version). Optional: ``ssh_config`` (a file for ssh -F), ``identity_file``.
+# doodad's SSH_HOSTS entries (username, hostname) are read as they are.
+CLUSTERS: dict = {}
+# The cluster the Slurm modes submit to when a launch names none (``cluster="name"``). None:
+# ``slurm`` submits on this machine and ``sss``/``htp`` write a batch folder to copy by hand.
+DEFAULT_CLUSTER: str | None = None
+# The machine ``ssh`` mode runs on when a launch names none (doodad's key).
+SSH_DEFAULT_HOST: str | None = None
+# Where runs go on a remote machine whose CLUSTERS entry names no log_dir (doodad's key).
+SSH_LOG_DIR: str = "~/easylaunch-logs"
+# A key file for remote machines whose entry names none (doodad's key; None: ssh's own choice).
+SSH_PRIVATE_KEY: str | None = None
+
+# ---------------------------------------------------------------------------------------------
 # Slurm modes (slurm, sss, htp); names kept from doodad's easy_launch.
 # ---------------------------------------------------------------------------------------------
 

@@ -56,7 +56,6 @@ def _bucket_url(value: Any) -> Any:
 
 
 _RUNNER = "the bundle's runner.py does its job, on any machine, with no doodad checkout there"
-_SSH = "read by doodad's 'ssh' mode, which easylaunch does not have yet (use 'local' there)"
 _NOT_DOODAD = ("kept in configs from rlkit's older doodad launcher; doodad's easy_launch never "
                "read it either")
 
@@ -91,11 +90,9 @@ DOODAD_KEYS: dict[str, Renamed | Extends | Spread | NotNeeded] = {
         "the batch folder holds its task file, and submit.sh points ht_helper.sh at it"),
     "REGION_TO_GPU_AWS_AVAIL_ZONE": NotNeeded("EC2 picks the zone of the default subnet, or "
                                               "of AWS_SUBNET_ID"),
-    "SSH_HOSTS": NotNeeded(_SSH),
-    "SSH_DEFAULT_HOST": NotNeeded(_SSH),
-    "SSH_PRIVATE_KEY": NotNeeded(_SSH),
-    "SSH_LOG_DIR": NotNeeded(_SSH),
-    "SSH_TMP_DIR": NotNeeded(_SSH),
+    "SSH_HOSTS": Renamed("CLUSTERS"),
+    "SSH_TMP_DIR": NotNeeded("the docker staging folder of doodad's ssh mode; easylaunch's "
+                             "runs on the machine itself, in its SSH_LOG_DIR"),
     "BASE_CODE_DIR": NotNeeded(_NOT_DOODAD),
     "GPU_AWS_IMAGE_ID": NotNeeded(_NOT_DOODAD),
     "GPU_SINGULARITY_IMAGE": NotNeeded(_NOT_DOODAD),

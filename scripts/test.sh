@@ -5,5 +5,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 scripts/slurm-up.sh  # a real one-node Slurm cluster (and bubblewrap) for the Slurm tests
+scripts/ssh-up.sh    # an OpenSSH server on 127.0.0.1 with a second user: the remote cluster side
 .venv/bin/ruff check .
 exec .venv/bin/python -m pytest "$@"

@@ -28,7 +28,7 @@ def test_a_sweep_is_one_job_array(slurm_cfg):
 
 
 def test_arrays_are_split_at_max_array_size(slurm_cfg, monkeypatch):
-    monkeypatch.setattr(slurm_mode.slurm, "query_max_array_size", lambda: 3)
+    monkeypatch.setattr(slurm_mode.slurm, "max_array_size", lambda _: 3)
     jobs = run_sweep(jobfns.train, [dict(learning_rate=i) for i in range(5)], mode="slurm",
                      config=slurm_cfg)
     arrays = [j.launch_info["backend"]["array_job_id"] for j in jobs]
@@ -169,7 +169,7 @@ def test_sss_runs_in_the_container_with_real_bind_mounts(batch_cfg, tmp_path):
     writer.wait(timeout=120)
     assert (data / "written.txt").read_text() == "from the job"  # landed in local_dir
     assert not mount_point.exists() or not any(mount_point.iterdir())
-    assert writer.fetch().startswith("copied ")
+    assert writer.fetch().startswith("brought ")
     assert (writer.log_dir / "stdout.log").exists()
 
 

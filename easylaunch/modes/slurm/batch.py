@@ -25,6 +25,7 @@ from pathlib import Path
 
 from easylaunch.bundle import BLOB_STORE, BUNDLE_DIR, SNAPSHOT_STORE, Run
 from easylaunch.errors import LaunchError
+from easylaunch.hosts.staging import Upload, upload
 from easylaunch.jobs import Job
 from easylaunch.modes.slurm import scheduler as slurm
 from easylaunch.modes.slurm.base import SlurmBase
@@ -85,7 +86,10 @@ def submit_script(entries: list[tuple[list[str], str]]) -> str:
 
 
 class BatchMode(SlurmBase):
-    """A mode that writes a batch folder for the user to copy to a cluster and submit."""
+    """A mode that writes a batch folder, submitted over SSH when a cluster is set, else for
+    the user to copy to a cluster and submit."""
+
+    runs_python = "python3"  # the cluster's, when the batch is copied by hand
 
     def check(self, request: LaunchRequest) -> None:
         super().check(request)
@@ -101,6 +105,13 @@ class BatchMode(SlurmBase):
         self.settings.data_mounts("SSS_NON_CODE_DIRS_TO_MOUNT")
         _check_writable_file("SSS_SCRIPT_PATH", self.settings.SSS_SCRIPT_PATH)
         slurm.check_log_folder(self.cluster_batches())
+        if not self.grows_batches():  # submitted over SSH: ask the cluster first
+            self.facts = self.preflight(self.cluster_batches(),
+                                        runs_there=self.runs_outside(request))
+
+    def runs_outside(self, request: LaunchRequest) -> bool:
+        """Whether runs start on the cluster's own Python (not inside an image)."""
+        return False
 
     def cluster_batches(self) -> str:
         """The cluster folder batch folders go to: SLURM_DIRECTORY_FOR_JOB_SCRIPT, else a
@@ -151,10 +162,6 @@ class BatchMode(SlurmBase):
         mounts = self.settings.code_mounts() + self.settings.code_mounts("SSS_CODE_DIRS_TO_MOUNT")
         return tuple(dict.fromkeys(shlex.quote(m.mount_point) for m in mounts))
 
-    def cluster_python(self) -> str:
-        """Python outside the container on the cluster (packer, or runs without an image)."""
-        return self.settings.SLURM_PYTHON or "python3"
-
     def note(self, layout: Layout, then: str) -> str:
         """The copy command and the command to run on the cluster."""
         host = self.settings.SSS_CLUSTER_HOST
@@ -170,7 +177,8 @@ class BatchMode(SlurmBase):
 
     def prepare(self, request: LaunchRequest, runs: list[Run]) -> BatchPlan:
         """The plan of this process's open batch of this kind with ``runs`` added."""
-        name, earlier = _open_batches.get(self.batch_key(request, runs), (None, []))
+        name, earlier = _open_batches.get(self.batch_key(request, runs), (None, [])) \
+            if self.grows_batches() else (None, [])
         every = earlier + runs
         return self.plan(request, every, self.layout(request, every, name))
 
@@ -182,7 +190,7 @@ class BatchMode(SlurmBase):
     def submit(self, request: LaunchRequest, runs: list[Run], prepared: BatchPlan) -> list[Job]:
         layout = prepared.layout
         key = self.batch_key(request, runs)
-        earlier = _open_batches.get(key, (None, []))[1]
+        earlier = _open_batches.get(key, (None, []))[1] if self.grows_batches() else []
         _stage(runs, request.log_root, layout.local_dir)
         for relpath, text in prepared.files.items():
             path = layout.local_dir / relpath
@@ -195,19 +203,66 @@ class BatchMode(SlurmBase):
             batches[layout.name] = prepared.seed_lines
             write_bytes_atomic(seed, "".join(
                 line + "\n" for lines in batches.values() for line in lines).encode())
+        job_ids = {} if self.grows_batches() else self._submit_there(layout)
         for index, run in enumerate(runs, start=len(earlier)):
-            run.record_backend(**self.backend(layout, index))
-        _open_batches[key] = (layout.name, earlier + runs)
-        if earlier:
+            ids = {"slurm_job_id": job_ids[run.run_id]} if job_ids else {}
+            run.record_backend(**self.backend(layout, index), **ids)
+        if job_ids:
+            print(f"easylaunch {self.name}: {len(runs)} run(s) submitted on "
+                  f"{self.transport.where} from {layout.cluster_dir}", file=sys.stderr)
+        elif earlier:
             print(f"easylaunch {self.name}: {len(runs)} run(s) added to the batch in "
                   f"{layout.local_dir} ({len(earlier) + len(runs)} in all); copy it once the "
                   "script has launched them all", file=sys.stderr)
         else:
             print(prepared.note, file=sys.stderr, end="")
+        if self.grows_batches():
+            _open_batches[key] = (layout.name, earlier + runs)
         return [Job(run.run_id, run.exp_name, run.log_dir, self) for run in runs]
 
+    def grows_batches(self) -> bool:
+        """A batch copied by hand grows with this process's later launches; one submitted
+        over SSH is complete (and submitted) at once."""
+        return self.transport.is_local
+
+    def _submit_there(self, layout: Layout) -> dict[str, str]:
+        """Copy the batch folder to the cluster (blobs and snapshots once per content), run
+        its submit.sh there; return each run's Slurm job id. A submit.sh that fails part way
+        has the jobs it did submit cancelled: all or nothing."""
+        local = layout.local_dir
+        shared = [f"{store}/{entry.name}" for store in (BLOB_STORE, SNAPSHOT_STORE)
+                  if (local / store).is_dir() for entry in os.scandir(local / store)]
+        plain = [entry.name for entry in os.scandir(local)
+                 if entry.name not in (BLOB_STORE, SNAPSHOT_STORE)]
+        ids_file = f"{layout.cluster_dir}/{JOB_IDS}"
+        _, (out, ids) = upload(self.transport, Upload(local, layout.cluster_dir,
+                                                      self.facts.root, shared, plain), then=[
+            {"op": "run", "argv": ["bash", f"{layout.cluster_dir}/{SUBMIT}"]},
+            {"op": "read", "paths": [ids_file]}])
+        record = ids["files"][ids_file]
+        pairs = [line.split() for line in (record["text"] if record else "").splitlines()]
+        job_ids = {pair[0]: pair[1] for pair in pairs if len(pair) == 2}
+        if out["rc"] != 0:
+            self.transport.probe([{"op": "run", "argv": slurm.scancel_command(j)}
+                                  for j in sorted(set(job_ids.values()))])
+            raise LaunchError(f"submitting {layout.cluster_dir} on {self.transport.where} "
+                              f"failed (sbatch refused a job?): {out['err'].strip()[-800:]}")
+        return job_ids
+
+    def fetch(self, job: Job) -> str:
+        there = self._job_log_dir(job)
+        if self.transport.is_local and not Path(there).is_dir():
+            copy = shlex.join(["rsync", "-a", f"{self.settings.SSS_CLUSTER_HOST}:{there}/",
+                               f"{job.log_dir}/"])
+            return f"{there} is on the cluster; bring it here with:\n  {copy}"
+        return super().fetch(job)
+
     def slurm_job_id(self, job: Job) -> str | None:
+        """The id recorded at submission, else the one the user's own run of submit.sh wrote
+        (read where the batch folder is visible from here)."""
         backend = job.launch_info["backend"]
+        if backend.get("slurm_job_id"):
+            return backend["slurm_job_id"]
         ids = Path(backend.get("cluster_batch_dir", "/nonexistent")) / JOB_IDS
         try:
             lines = ids.read_text().splitlines()
@@ -215,15 +270,6 @@ class BatchMode(SlurmBase):
             return None  # the batch folder is not visible from here
         found = [line.split()[1] for line in lines if line.split()[:1] == [job.id]]
         return found[-1] if found else None
-
-    def fetch(self, job: Job) -> str:
-        remote = self._job_log_dir(job)
-        if remote.is_dir():
-            shutil.copytree(remote, job.log_dir, dirs_exist_ok=True)
-            return f"copied {remote} into {job.log_dir}"
-        copy = shlex.join(["rsync", "-a", f"{self.settings.SSS_CLUSTER_HOST}:{remote}/",
-                           f"{job.log_dir}/"])
-        return f"{remote} is on the cluster; bring it here with:\n  {copy}"
 
 
 def _check_writable_file(key: str, path: str | None) -> None:

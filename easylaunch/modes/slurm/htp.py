@@ -13,6 +13,7 @@ from pathlib import Path
 from easylaunch import runner
 from easylaunch.bundle import RUNNER_FILE, Run
 from easylaunch.errors import LaunchError
+from easylaunch.hosts.transport import HostError
 from easylaunch.jobs import Job
 from easylaunch.modes.slurm import packer
 from easylaunch.modes.slurm import scheduler as slurm
@@ -59,6 +60,9 @@ class HtpMode(BatchMode):
         super().check(request)
         if request.use_gpu:
             raise LaunchError("mode 'htp' packs CPU runs; use mode 'sss' or 'slurm' for GPUs")
+        if self.settings.HTP_RUNNER == "ht_helper" and not self.grows_batches():
+            raise LaunchError("HTP_RUNNER='ht_helper' needs its task file copied by hand; with "
+                              "a cluster set, use HTP_RUNNER='packer' (runs on any Slurm)")
         if self.settings.HTP_RUNNER == "ht_helper" and not self.settings.TASKFILE_PATH_ON_BRC:
             raise LaunchError("HTP_RUNNER='ht_helper' reads the task file from "
                               "TASKFILE_PATH_ON_BRC; set it to where you will copy tasks.txt")
@@ -66,6 +70,9 @@ class HtpMode(BatchMode):
         if not res.max_cores_per_node:
             raise LaunchError(f"mode 'htp' sizes its allocation from max_num_cores_per_node; "
                               f"set it in SLURM_CONFIGS[{res.config_name!r}]")
+
+    def runs_outside(self, request: LaunchRequest) -> bool:
+        return not self.image(request)
 
     def plan(self, request: LaunchRequest, runs: list[Run], layout: Layout) -> BatchPlan:
         res = self.resources(request)
@@ -135,19 +142,20 @@ class HtpMode(BatchMode):
         """Cancel one task of the shared allocation (never the whole allocation).
 
         The packer skips or stops a task whose cancel marker exists in the batch folder on the
-        cluster, so that folder must be visible from here (a shared file system).
+        cluster: reached over SSH, or visible here (a shared file system).
         """
         backend = job.launch_info["backend"]
         if backend.get("htp_runner") == "ht_helper":
             raise LaunchError("runs packed by BRC's ht_helper.sh cannot be cancelled one by "
                               "one; cancel the whole allocation with scancel")
-        state_dir = Path(backend["cluster_batch_dir"]) / TASK_STATE
-        marker = state_dir / f"task-{backend['task_index']}.cancel"
-        if not state_dir.parent.is_dir():
-            raise LaunchError(f"the batch folder {state_dir.parent} is not visible from here; "
-                              f"on the cluster, run: touch {marker}")
-        state_dir.mkdir(exist_ok=True)
-        marker.touch()
-        self.request_cancel(job)
-        if not (state_dir / f"task-{backend['task_index']}.json").exists():
-            self._record(job, "cancelled", "cancelled before it started")
+        state_dir = f"{backend['cluster_batch_dir']}/{TASK_STATE}"
+        marker = f"{state_dir}/task-{backend['task_index']}.cancel"
+        try:
+            _, started = self.request_cancel(
+                job, {"op": "touch", "paths": [marker]},
+                {"op": "exists", "paths": [f"{state_dir}/task-{backend['task_index']}.json"]})
+        except HostError as exc:
+            raise LaunchError(f"cannot mark the task cancelled ({exc}); on the cluster, run: "
+                              f"touch {shlex.quote(marker)}") from None
+        if not started["exists"][0]:
+            job.record_end("cancelled", "cancelled before it started")

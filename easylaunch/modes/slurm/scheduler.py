@@ -1,7 +1,7 @@
 """Slurm as a handful of pure functions: resources, batch scripts, commands and their parsing.
 
-Nothing here runs a command except :func:`query_max_array_size` and :func:`query_states`, which
-take the command runner as an argument, so everything else is testable without a cluster.
+Nothing here runs a command except :func:`query_states`, which takes the command runner as an
+argument, so everything is testable without a cluster.
 """
 
 from __future__ import annotations
@@ -277,29 +277,32 @@ def scancel_command(job_id: str) -> list[str]:
     return ["scancel", job_id]
 
 
-def query_states(job_ids: Sequence[str], run: Runner = run_command) -> dict[str, str | None]:
-    """States of these jobs from squeue, then sacct for those squeue does not list.
+def states_from(job_ids: Sequence[str], squeue: subprocess.CompletedProcess,
+                sacct: subprocess.CompletedProcess) -> dict[str, str | None]:
+    """States of these jobs from the outputs of :func:`squeue_command` and
+    :func:`sacct_command` (asked together: one round trip to a remote cluster).
 
-    None means Slurm has forgotten the job (squeue answered and listed it nowhere, and sacct
-    did not know it either); "unknown" means Slurm could not be asked just now.
+    squeue's answer wins; sacct's counts for the jobs squeue does not list. None means Slurm
+    has forgotten the job (squeue answered and listed it nowhere, and sacct did not know it
+    either); "unknown" means Slurm could not be asked just now.
     """
-    if not job_ids:
-        return {}
-    out = run(squeue_command(job_ids))
-    if out.returncode != 0 and "Invalid job id" not in out.stderr:  # (all of them unknown)
+    if squeue.returncode != 0 and "Invalid job id" not in squeue.stderr:  # (all unknown)
         return dict.fromkeys(job_ids, "unknown")
-    states: dict[str, str | None] = dict(parse_squeue(out.stdout))
-    missing = [j for j in job_ids if j not in states]
-    if missing:
-        out = run(sacct_command(missing))
-        known = parse_sacct(out.stdout) if out.returncode == 0 else {}
-        states.update({j: known.get(j) for j in missing})
+    states: dict[str, str | None] = dict(parse_squeue(squeue.stdout))
+    known = parse_sacct(sacct.stdout) if sacct.returncode == 0 else {}
+    states.update({j: known.get(j) for j in job_ids if j not in states})
     return {j: states.get(j) for j in job_ids}
 
 
-def query_max_array_size(run: Runner = run_command) -> int:
-    """MaxArraySize from ``scontrol show config`` (Slurm's default when it cannot be read)."""
-    out = run(["scontrol", "show", "config"])
-    match = re.search(r"^MaxArraySize\s*=\s*(\d+)", out.stdout or "", re.MULTILINE)
-    return int(match.group(1)) if match else DEFAULT_MAX_ARRAY_SIZE
+def query_states(job_ids: Sequence[str], run: Runner = run_command) -> dict[str, str | None]:
+    """:func:`states_from` squeue and sacct run here."""
+    if not job_ids:
+        return {}
+    return states_from(job_ids, run(squeue_command(job_ids)), run(sacct_command(job_ids)))
 
+
+def max_array_size(scontrol_config: str) -> int:
+    """MaxArraySize from ``scontrol show config`` output (Slurm's default when it is not
+    there)."""
+    match = re.search(r"^MaxArraySize\s*=\s*(\d+)", scontrol_config, re.MULTILINE)
+    return int(match.group(1)) if match else DEFAULT_MAX_ARRAY_SIZE

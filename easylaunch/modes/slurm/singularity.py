@@ -32,9 +32,10 @@ class SlurmSingularityMode(SlurmMode):
     def launch_info(self, request: LaunchRequest) -> dict[str, str]:
         return {"singularity_image": self.settings.SINGULARITY_IMAGE}
 
-    def start(self, request: LaunchRequest, runs: list[Run], python: str) -> StartLine:
+    def start(self, request: LaunchRequest, runs: list[Run], python: str, root: str
+              ) -> StartLine:
         s = self.settings
-        binds = launchers.run_binds(request.log_root, s.data_mounts())
+        binds = launchers.run_binds(root, s.data_mounts())
         return StartLine(python=shlex.quote(s.SINGULARITY_PYTHON),
                          pre_cmds=tuple(s.SINGULARITY_PRE_CMDS),
                          pythonpath=bundle_pythonpath(runs[0].meta["code_dirs"]),

@@ -1,0 +1,216 @@
+"""What runs on the machine that holds the runs: a list of small operations, one answer.
+
+A transport sends ``answer(ops)`` a whole batch of operations (read these status files, run
+squeue, touch a cancel marker, move uploaded folders into place) and gets every result back in
+one round trip. Standard library only, Python 3.7 or newer: over SSH this source travels with
+the runner's (whose status-file helpers it uses) and runs on the far side's own Python.
+
+Each op is a dict with an ``op`` name; each answer is a dict, with ``error`` when that op
+failed (the others still run). Paths may start with ``~``.
+"""
+
+import errno
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+if "easylaunch_runner" in sys.modules:  # on the far side: the runner's source, sent along
+    runner = sys.modules["easylaunch_runner"]
+else:
+    from easylaunch import runner
+
+READ_LIMIT = 1 << 20  # a status.json or job id file is far smaller
+
+
+def _path(path):
+    return os.path.abspath(os.path.expanduser(path))
+
+
+def _info(op):
+    """The far side's Python, cloudpickle and home folder."""
+    try:
+        import cloudpickle
+        pickler = cloudpickle.__version__
+    except ImportError:
+        pickler = None
+    return {"python": list(sys.version_info[:3]), "executable": sys.executable,
+            "cloudpickle": pickler, "home": os.path.expanduser("~"),
+            "host": os.uname().nodename}
+
+
+def _which(op):
+    return {"found": {name: shutil.which(name) for name in op["names"]}}
+
+
+def _prepare_dir(op):
+    """Make a folder (and its parents), prove it writable, say how much room it has."""
+    path = _path(op["path"])
+    try:
+        os.makedirs(path, exist_ok=True)
+        probe = os.path.join(path, f".easylaunch-write-test-{os.getpid()}")
+        with open(probe, "w") as f:
+            f.write("ok")
+        os.remove(probe)
+    except OSError as exc:
+        return {"error": f"{path} cannot be written: {exc.strerror or exc}",
+                "path": path, "errno": exc.errno}
+    stat = os.statvfs(path)
+    return {"path": path, "free": stat.f_bavail * stat.f_frsize}
+
+
+def _exists(op):
+    return {"exists": [os.path.lexists(_path(p)) for p in op["paths"]]}
+
+
+def _read(op):
+    """Text of each file (None where missing), with its size and modification time."""
+    files = {}
+    for name in op["paths"]:
+        try:
+            with open(_path(name), "rb") as f:
+                data = f.read(op.get("limit", READ_LIMIT))
+            files[name] = {"text": data.decode("utf-8", "replace"),
+                           "mtime": os.stat(_path(name)).st_mtime}
+        except OSError:
+            files[name] = None
+    return {"files": files}
+
+
+def _sizes(op):
+    """Size of each file (None where missing)."""
+    sizes = {}
+    for name in op["paths"]:
+        try:
+            sizes[name] = os.stat(_path(name)).st_size
+        except OSError:
+            sizes[name] = None
+    return {"sizes": sizes}
+
+
+def _run(op):
+    argv = [os.path.expanduser(a) if a.startswith("~/") else a for a in op["argv"]]
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=op.get("timeout", 60),
+                             cwd=_path(op["cwd"]) if op.get("cwd") else None)
+    except FileNotFoundError:
+        return {"rc": 127, "out": "", "err": f"{argv[0]}: command not found"}
+    except subprocess.TimeoutExpired:
+        return {"rc": 124, "out": "", "err": "{}: no answer in {} s".format(
+            argv[0], op.get("timeout", 60))}
+    return {"rc": out.returncode, "out": out.stdout, "err": out.stderr}
+
+
+def _detach(op):
+    """Start a command that outlives this connection (its own session, output to a log)."""
+    log = _path(op["log"])
+    os.makedirs(os.path.dirname(log), exist_ok=True)
+    with open(log, "ab") as out, open(os.devnull, "rb") as null:
+        proc = subprocess.Popen([os.path.expanduser(a) for a in op["argv"]], stdin=null,
+                                stdout=out, stderr=out, start_new_session=True,
+                                cwd=_path(op["cwd"]) if op.get("cwd") else None)
+    return {"pid": proc.pid, "started": runner.process_start_time(proc.pid)}
+
+
+def _alive(op):
+    """Whether each [pid, start time] is still the same running process."""
+    return {"alive": [started is not None and runner.process_start_time(pid) == started
+                      for pid, started in op["pids"]]}
+
+
+def _touch(op):
+    """Make empty files (and their own folder, whose parent must exist)."""
+    for name in op["paths"]:
+        path = _path(name)
+        if not os.path.isdir(os.path.dirname(os.path.dirname(path))):
+            return {"error": f"{os.path.dirname(os.path.dirname(path))} does not exist"}
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "a"):
+            pass
+    return {}
+
+
+def _update_status(op):
+    """Merge fields into run folders' status.json (under the runner's lock)."""
+    for folder in op["folders"]:
+        if os.path.isdir(_path(folder)):
+            runner.update_status(_path(folder), **op["fields"])
+    return {}
+
+
+def _link_tree(source, dest):
+    """``dest`` as a copy of ``source`` made of hard links (a real copy across file systems)."""
+    tmp = f"{dest}.tmp-{os.getpid()}"
+    try:
+        shutil.copytree(source, tmp, symlinks=True, copy_function=os.link)
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.copytree(source, tmp, symlinks=True)
+    os.rename(tmp, dest)
+
+
+def _place(op):
+    """Move uploaded items from the incoming folder into place.
+
+    ``shared`` items are content-addressed: kept once in ``store`` (a later upload of the
+    same content is dropped), then linked to where ``root`` needs them. ``plain`` items must
+    not exist yet: an earlier run is never overwritten.
+    """
+    incoming, store, root = _path(op["incoming"]), _path(op["store"]), _path(op["root"])
+    for rel in op["shared"]:
+        kept, dest = os.path.join(store, rel), os.path.join(root, rel)
+        os.makedirs(os.path.dirname(kept), exist_ok=True)
+        if os.path.lexists(os.path.join(incoming, rel)):
+            if os.path.lexists(kept):
+                _remove(os.path.join(incoming, rel))
+            else:
+                os.rename(os.path.join(incoming, rel), kept)
+        if not os.path.lexists(kept):
+            return {"error": f"{kept} was not uploaded"}
+        if dest != kept and not os.path.lexists(dest):
+            os.makedirs(os.path.dirname(dest), exist_ok=True)
+            if os.path.isdir(kept):
+                _link_tree(kept, dest)
+            else:
+                _link_file(kept, dest)
+    for rel in op["plain"]:
+        source, dest = os.path.join(incoming, rel), os.path.join(root, rel)
+        if os.path.lexists(dest):
+            return {"error": f"{dest} exists already; it is left as it is"}
+        os.makedirs(os.path.dirname(dest), exist_ok=True)
+        os.rename(source, dest)
+    return {}
+
+
+def _link_file(source, dest):
+    try:
+        os.link(source, dest)
+    except OSError:
+        shutil.copy2(source, dest)
+
+
+def _remove(path):
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        os.remove(path)
+
+
+OPS = {"info": _info, "which": _which, "prepare_dir": _prepare_dir, "exists": _exists,
+       "read": _read, "sizes": _sizes, "run": _run, "detach": _detach, "alive": _alive,
+       "touch": _touch, "update_status": _update_status, "place": _place}
+
+
+def answer(ops):
+    """Run ``ops`` in order; one answer each (an op that fails says why, the rest still run)."""
+    answers = []
+    for op in ops:
+        try:
+            answers.append(OPS[op["op"]](op))
+        except OSError as exc:
+            full = exc.errno == errno.ENOSPC
+            answers.append({"error": "{}{}".format(
+                "the disk is full: " if full else "", exc), "errno": exc.errno})
+        answers[-1]["time"] = time.time()
+    return answers

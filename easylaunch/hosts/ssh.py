@@ -1,0 +1,166 @@
+"""The far side over SSH: the system's OpenSSH client, one multiplexed connection per host.
+
+Logging in is left to OpenSSH and the user's own configuration (``~/.ssh/config`` names, keys,
+agent, ProxyJump); easylaunch adds only ``BatchMode`` (never a password prompt) and a
+ControlMaster, so a launch or a later command opens one connection however many operations
+and copies it makes. Far-side operations run on the far side's Python from stdin: nothing is
+installed there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import tempfile
+from pathlib import Path
+
+from easylaunch import runner
+from easylaunch.hosts import farside
+from easylaunch.hosts.transport import HostError, Transport
+
+CONTROL_PERSIST_SECONDS = 60  # a later command within a minute reuses the connection
+CONNECT_TIMEOUT_SECONDS = 15
+ANSWER_MARK = "--- easylaunch far-side answer ---"
+_SOURCES = (Path(runner.__file__).read_text(), Path(farside.__file__).read_text())
+
+# stdin of a probe: the runner's and the far side's source as modules, then the ops.
+_BOOTSTRAP = """\
+import json, sys, types
+def _load(name, source):
+    module = types.ModuleType(name)
+    sys.modules[name] = module
+    exec(compile(source, name + ".py", "exec"), module.__dict__)
+    return module
+_load("easylaunch_runner", {runner!r})
+_answers = _load("easylaunch_farside", {farside!r}).answer(json.loads({ops!r}))
+sys.stdout.write({mark!r} + "\\n" + json.dumps(_answers) + "\\n")
+"""
+
+
+def control_dir() -> Path:
+    """A folder only this user can use, for the ControlMaster sockets (short enough a path for
+    a Unix socket)."""
+    base = os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir()
+    path = Path(base) / f"easylaunch-ssh-{os.getuid()}"
+    path.mkdir(mode=0o700, exist_ok=True)
+    info = path.stat()
+    if info.st_uid != os.getuid() or info.st_mode & 0o077:
+        raise HostError(f"{path} (for ssh connection sockets) is not private to you; remove it "
+                        "and launch again")
+    return path
+
+
+def remote_word(path: str) -> str:
+    """``path`` as one word of a remote shell command, ``~/`` still expanded there."""
+    if path.startswith("~/"):
+        return "~/" + shlex.quote(path[2:])
+    return shlex.quote(path)
+
+
+class SshTransport(Transport):
+    """A machine reached with ``ssh DESTINATION`` (an alias of ~/.ssh/config or user@host)."""
+
+    def __init__(self, name: str, destination: str, port: int | None, python: str,
+                 log_dir: str, ssh_config: str | None = None,
+                 identity_file: str | None = None) -> None:
+        self.name, self.destination, self.port, self.log_dir = name, destination, port, log_dir
+        self.python, self.ssh_config, self.identity_file = python, ssh_config, identity_file
+        self.where = f"cluster {name!r} ({destination}{f':{port}' if port else ''})"
+
+    def ssh_options(self) -> list[str]:
+        """The options of every ssh (and rsync's ssh) call to this host."""
+        options = ["-F", self.ssh_config] if self.ssh_config else []
+        if self.port:
+            options += ["-p", str(self.port)]
+        if self.identity_file:
+            options += ["-i", os.path.expanduser(self.identity_file)]
+        for option in ("BatchMode=yes", "ControlMaster=auto",
+                       f"ControlPath={control_dir()}/%C",
+                       f"ControlPersist={CONTROL_PERSIST_SECONDS}",
+                       f"ConnectTimeout={CONNECT_TIMEOUT_SECONDS}",
+                       "ServerAliveInterval=15", "ServerAliveCountMax=3"):
+            options += ["-o", option]
+        return options
+
+    def ssh(self, command: str, stdin: str = "", timeout: float = 600) -> \
+            subprocess.CompletedProcess:
+        """Run ``command`` (one line of shell, quoted by the caller) there."""
+        argv = ["ssh", *self.ssh_options(), "--", self.destination, command]
+        try:
+            out = subprocess.run(argv, input=stdin, capture_output=True, text=True,
+                                 timeout=timeout)
+        except FileNotFoundError:
+            raise HostError("ssh is not installed on this machine; install OpenSSH's "
+                            "client") from None
+        except subprocess.TimeoutExpired:
+            raise HostError(f"{self.where} did not answer in {timeout:.0f} s") from None
+        if out.returncode == 255:
+            raise self.login_error(out.stderr)
+        return out
+
+    def probe(self, ops: list[dict]) -> list[dict]:
+        script = _BOOTSTRAP.format(runner=_SOURCES[0], farside=_SOURCES[1],
+                                   ops=json.dumps(ops), mark=ANSWER_MARK)
+        out = self.ssh(f"{remote_word(self.python)} -", stdin=script)
+        mark = out.stdout.rfind(ANSWER_MARK)
+        if out.returncode == 127 or (mark < 0 and "No such file" in out.stderr):
+            raise HostError(f"there is no Python {self.python!r} on {self.where}: set "
+                            f"'python' in its CLUSTERS entry to the cluster's python3")
+        if out.returncode != 0 or mark < 0:
+            raise HostError(f"the far-side check on {self.where} failed with {self.python} "
+                            f"(exit {out.returncode}): {out.stderr.strip()[-800:]}")
+        return json.loads(out.stdout[mark + len(ANSWER_MARK):])
+
+    def rsync_argv(self) -> list[str]:
+        return ["rsync", "--rsh", shlex.join(["ssh", *self.ssh_options()])]
+
+    def remote(self, path: str) -> str:
+        return f"{self.destination}:{path}"
+
+    def copy_error(self, out: subprocess.CompletedProcess, what: str) -> HostError:
+        if out.returncode in (12, 30, 35, 255) or "connection" in out.stderr.lower():
+            if "Permission denied" in out.stderr or "Could not resolve" in out.stderr:
+                return self.login_error(out.stderr)
+            return HostError(f"{what} was cut off (rsync exit {out.returncode}: "
+                             f"{out.stderr.strip()[-300:]}); nothing was submitted. Launch "
+                             "again: the copy resumes where it stopped")
+        if "No space left" in out.stderr:
+            return HostError(f"{what} failed: the disk there is full "
+                             f"({out.stderr.strip()[-300:]}); free space or choose another "
+                             "log_dir; nothing was submitted")
+        return super().copy_error(out, what)
+
+    def login_error(self, stderr: str) -> HostError:
+        """What went wrong logging in (ssh's exit 255), and what to do about it."""
+        text = stderr.strip()
+        if "Could not resolve hostname" in text:
+            fix = (f"the host name {self.destination!r} is unknown: check the spelling, or "
+                   "add a Host entry for it to ~/.ssh/config")
+        elif "Connection refused" in text:
+            fix = ("nothing accepts ssh connections there (refused): check the port and that "
+                   "sshd runs")
+        elif "Host key verification failed" in text or "No ED25519 host key" in text:
+            fix = (f"its host key is not known here: run `ssh {self.destination}` once to "
+                   "check and accept it (easylaunch never accepts host keys by itself)")
+        elif "Permission denied" in text:
+            fix = (f"authentication failed; keys tried: {', '.join(self.identity_files())} "
+                   "(plus those of your ssh agent, if one runs). easylaunch never asks for a "
+                   "password: add your key to the cluster's ~/.ssh/authorized_keys, or set "
+                   "IdentityFile for the host in ~/.ssh/config")
+        elif "timed out" in text:
+            fix = "the connection timed out: check the host name, VPN or network"
+        else:
+            fix = "the connection failed or was cut off"
+        return HostError(f"cannot reach {self.where}: {fix}. ssh said: {text[-400:]}")
+
+    def identity_files(self) -> list[str]:
+        """The key files OpenSSH tries for this host, from ``ssh -G``."""
+        out = subprocess.run(["ssh", "-G", *self.ssh_options(), self.destination],
+                             capture_output=True, text=True)
+        keys = [line.split(None, 1)[1] for line in out.stdout.splitlines()
+                if line.startswith("identityfile ")]
+        home = os.path.expanduser("~")
+        return [k.replace(home, "~", 1) for k in keys if os.path.exists(os.path.expanduser(
+            k))] or ["none of " + ", ".join(keys) + " exist"]
