@@ -122,13 +122,17 @@ def make_store(path: Path, mode: int) -> Path:
     return path
 
 
+def blob_name(name: str, data: bytes) -> str:
+    """The name of ``data`` (a file called ``name``) in the blob store: ``<digest>.<name>``."""
+    return f"{hashlib.sha256(data).hexdigest()[:32]}.{name}"
+
+
 def store_blob(root: Path, name: str, data: bytes) -> Path:
     """Keep ``data`` once per content in ``<root>/.blobs/``; return its path there.
 
     Bundles link to it, so a sweep holds one pickled function and one runner, not one per run.
     """
-    digest = hashlib.sha256(data).hexdigest()[:32]
-    path = root / BLOB_STORE / f"{digest}.{name}"
+    path = root / BLOB_STORE / blob_name(name, data)
     if not path.exists():
         write_bytes_atomic(str(path), data)
     return path

@@ -147,6 +147,7 @@ def _status(args: argparse.Namespace) -> int:
     registry = _registry(args)
     entry = registry.find(args.id)
     job = _job_for(registry, entry)
+    job.mode.sync_logs(job)
     info, launch = job.info(), job.launch_info
     rows = [
         ("id", job.id), ("experiment", job.exp_name), ("mode", job.mode.name),
@@ -171,6 +172,7 @@ def _status(args: argparse.Namespace) -> int:
 def _logs(args: argparse.Namespace) -> int:
     registry = _registry(args)
     job = _job_for(registry, registry.find(args.id))
+    job.mode.sync_logs(job)
     path = job.stderr_path if args.stderr else job.stdout_path
     sys.stdout.write(_tail(path, args.lines))
     sys.stdout.flush()
@@ -179,6 +181,7 @@ def _logs(args: argparse.Namespace) -> int:
     offset = path.stat().st_size if path.exists() else 0
     while True:
         finished = job.status().terminal
+        job.mode.sync_logs(job)
         if path.exists():
             with open(path, "rb") as f:
                 f.seek(offset)

@@ -198,6 +198,7 @@ KEYWORD_SETTINGS: dict[str, dict[str, tuple[str, ...]]] = {
     "gcp": {"sync_interval": ("GCP_SYNC_INTERVAL_SECONDS",),
             "docker_image": ("GCP_DOCKER_IMAGE",)},
     "local_docker": {"docker_image": ("DOCKER_IMAGE", "GPU_DOCKER_IMAGE")},
+    "ssh": {"ssh_host": ("SSH_DEFAULT_HOST",)},
 }
 
 

@@ -42,6 +42,11 @@ chmod 700 "$STATE" "$CLIENT"
 install -d -m 700 -o "$REMOTE_USER" -g "$REMOTE_USER" "$home/.ssh"
 install -m 600 -o "$REMOTE_USER" -g "$REMOTE_USER" "$CLIENT/id_ed25519.pub" \
     "$home/.ssh/authorized_keys"
+# what a cluster's login node has: the Singularity stand-in (bubblewrap) on the user's PATH
+install -d -o "$REMOTE_USER" -g "$REMOTE_USER" "$home/bin"
+install -m 755 -o "$REMOTE_USER" -g "$REMOTE_USER" tests/bin/singularity "$home/bin/singularity"
+echo "PATH=$home/bin:/usr/local/bin:/usr/bin:/bin" > "$home/.ssh/environment"
+chown "$REMOTE_USER:$REMOTE_USER" "$home/.ssh/environment"
 echo "[127.0.0.1]:$PORT $(cut -d' ' -f1,2 "$STATE/host_ed25519.pub")" > "$CLIENT/known_hosts"
 cat > "$CLIENT/config" <<CONF
 Host easylaunch-test-cluster
@@ -64,6 +69,7 @@ KbdInteractiveAuthentication no
 PubkeyAuthentication yes
 PermitRootLogin no
 AllowUsers $REMOTE_USER
+PermitUserEnvironment PATH
 MaxStartups 100
 MaxSessions 100
 LogLevel INFO

@@ -168,3 +168,8 @@ def which_code(doodad_config, variant):
 
     return {"where": where_am_i.WHERE,
             "slurm_job_id": doodad_config.extra_launch_info.get("slurm-job-id")}
+
+
+def double(doodad_config, variant):
+    print("doubling", variant["x"])
+    return {"x": variant["x"], "y": 2 * variant["x"]}

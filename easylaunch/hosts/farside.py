@@ -37,7 +37,7 @@ def _info(op):
         pickler = None
     return {"python": list(sys.version_info[:3]), "executable": sys.executable,
             "cloudpickle": pickler, "home": os.path.expanduser("~"),
-            "host": os.uname().nodename}
+            "host": os.uname().nodename, "cpus": os.cpu_count()}
 
 
 def _which(op):
@@ -180,6 +180,11 @@ def _place(op):
             return {"error": f"{dest} exists already; it is left as it is"}
         os.makedirs(os.path.dirname(dest), exist_ok=True)
         os.rename(source, dest)
+    for rel in op["shared"] + op["plain"]:  # the folders that held them, now empty
+        parent = os.path.dirname(os.path.join(incoming, rel))
+        while parent != incoming and os.path.isdir(parent) and not os.listdir(parent):
+            os.rmdir(parent)
+            parent = os.path.dirname(parent)
     return {}
 
 

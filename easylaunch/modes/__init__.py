@@ -17,23 +17,14 @@ MODES: dict[str, str] = {
     "slurm_singularity": "easylaunch.modes.slurm.singularity:SlurmSingularityMode",
     "sss": "easylaunch.modes.slurm.sss:SssMode",
     "htp": "easylaunch.modes.slurm.htp:HtpMode",
+    "ssh": "easylaunch.modes.ssh:SshMode",
     "ec2": "easylaunch.modes.cloud.ec2:Ec2Mode",
     "gcp": "easylaunch.modes.cloud.gcp:GcpMode",
 }
 
 
-# doodad's modes that easylaunch does not have, and what to use instead.
-NOT_YET = {
-    "ssh": "doodad's 'ssh' mode (a remote machine without a scheduler) is not in easylaunch "
-           "yet; until it is, run the script on that machine with mode 'local' (or "
-           "'local_docker'), or submit to its cluster with 'sss'/'slurm'",
-}
-
-
 def get_mode(name: str) -> type[Mode]:
     """The Mode class registered under ``name``; an unknown name lists the known ones."""
-    if name in NOT_YET:
-        raise LaunchError(NOT_YET[name])
     if name not in MODES:
         close = difflib.get_close_matches(str(name), list(MODES), n=1)
         hint = f" Did you mean {close[0]!r}?" if close else ""

@@ -71,6 +71,10 @@ class Mode(ABC):
         """Where this run's log file ``name`` can be read from this machine."""
         return job.log_dir / name
 
+    def sync_logs(self, job: Job) -> None:
+        """Bring the run's logs up to date here, where it writes them elsewhere (default: it
+        writes them here)."""
+
     def fetch(self, job: Job) -> str:
         """Bring remote logs and results into the local run folder; say what was done."""
         return f"run {job.id} ran on this machine: everything is already in {job.log_dir}"

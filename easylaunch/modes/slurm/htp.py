@@ -13,7 +13,6 @@ from pathlib import Path
 from easylaunch import runner
 from easylaunch.bundle import RUNNER_FILE, Run
 from easylaunch.errors import LaunchError
-from easylaunch.hosts.transport import HostError
 from easylaunch.jobs import Job
 from easylaunch.modes.slurm import packer
 from easylaunch.modes.slurm import scheduler as slurm
@@ -54,7 +53,7 @@ class HtpMode(BatchMode):
     """Packs the runs of a sweep into one allocation."""
 
     name = "htp"
-    options = {"time_in_mins": None}  # one process per run: no multi-rank options
+    options = {"time_in_mins": None, "cluster": None}  # one process per run: no rank options
 
     def check(self, request: LaunchRequest) -> None:
         super().check(request)
@@ -141,21 +140,12 @@ class HtpMode(BatchMode):
     def cancel(self, job: Job) -> None:
         """Cancel one task of the shared allocation (never the whole allocation).
 
-        The packer skips or stops a task whose cancel marker exists in the batch folder on the
-        cluster: reached over SSH, or visible here (a shared file system).
+        The batch folder on the cluster is reached over SSH, or visible here (a shared file
+        system).
         """
         backend = job.launch_info["backend"]
         if backend.get("htp_runner") == "ht_helper":
             raise LaunchError("runs packed by BRC's ht_helper.sh cannot be cancelled one by "
                               "one; cancel the whole allocation with scancel")
-        state_dir = f"{backend['cluster_batch_dir']}/{TASK_STATE}"
-        marker = f"{state_dir}/task-{backend['task_index']}.cancel"
-        try:
-            _, started = self.request_cancel(
-                job, {"op": "touch", "paths": [marker]},
-                {"op": "exists", "paths": [f"{state_dir}/task-{backend['task_index']}.json"]})
-        except HostError as exc:
-            raise LaunchError(f"cannot mark the task cancelled ({exc}); on the cluster, run: "
-                              f"touch {shlex.quote(marker)}") from None
-        if not started["exists"][0]:
-            job.record_end("cancelled", "cancelled before it started")
+        self.cancel_packed(job, f"{backend['cluster_batch_dir']}/{TASK_STATE}",
+                           backend["task_index"])

@@ -1,6 +1,8 @@
-"""Run the lines of a task file with N workers inside one allocation (htp mode's packer).
+"""Run the lines of a task file with N workers (htp's packer in an allocation; ssh mode's on a
+remote machine).
 
-``python packer.py TASKFILE --state-dir DIR [--workers N] [--runs RUNS.tsv --runner RUNNER.py]``
+``python packer.py TASKFILE --state-dir DIR [--workers N] [--runs RUNS.tsv --runner RUNNER.py]
+[--gpus 0,1]``
 
 Standard library only, and Python 3.6 or newer: a copy travels in the htp batch folder and
 runs on the cluster's own python3. Each worker takes the next task, runs its line with bash,
@@ -57,9 +59,9 @@ class WorkerDied(Exception):
 class WarmWorker:
     """A Python with the runner loaded that forks one child per run (``--serve``)."""
 
-    def __init__(self, runner_path: str) -> None:
+    def __init__(self, runner_path: str, env: Dict[str, str]) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, os.path.abspath(__file__), "--serve", runner_path],
+            [sys.executable, os.path.abspath(__file__), "--serve", runner_path], env=env,
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, universal_newlines=True, bufsize=1)
 
     def _answer(self) -> int:
@@ -141,12 +143,13 @@ class Packer:
 
     def __init__(self, tasks: List[str], state_dir: str, workers: int,
                  runs: Optional[List[Tuple[str, str]]] = None,
-                 runner_path: Optional[str] = None) -> None:
+                 runner_path: Optional[str] = None, gpus: Optional[List[str]] = None) -> None:
         self.tasks = tasks
         self.state_dir = state_dir
         self.workers = workers
         self.runs = runs
         self.runner_path = runner_path
+        self.gpus = gpus or []
         self.next = 0
         self.lock = threading.Lock()
         self.running: Dict[int, Tuple[int, float]] = {}  # task -> (pid, when SIGTERM was sent)
@@ -171,7 +174,7 @@ class Packer:
                     return index
             return None
 
-    def _run(self, index: int, worker: Optional[WarmWorker]) -> None:
+    def _run(self, index: int, worker: Optional[WarmWorker], env: Dict[str, str]) -> None:
         record = {"index": index, "line": self.tasks[index], "host": os.uname()[1]}
         if os.path.exists(self._path(index, "cancel")):
             _write_json(self._path(index, "json"), dict(record, state="cancelled"))
@@ -186,9 +189,9 @@ class Packer:
                     pid = worker.start(self.runs[index][0], self.runs[index][1], rerun)
                     wait = worker.wait
                 else:
-                    env = dict(os.environ, **({ENV_RERUN: "1"} if rerun else {}))
                     proc = subprocess.Popen(["bash", "-c", self.tasks[index]], stdout=out,
-                                            stderr=err, stdin=subprocess.DEVNULL, env=env,
+                                            stderr=err, stdin=subprocess.DEVNULL,
+                                            env=dict(env, **({ENV_RERUN: "1"} if rerun else {})),
                                             start_new_session=True)
                     pid, wait = proc.pid, proc.wait
                 with self.lock:
@@ -205,14 +208,17 @@ class Packer:
         _write_json(self._path(index, "json"), dict(
             record, state=state, exit_code=code, started=started, ended=time.time()))
 
-    def _worker(self) -> None:
-        worker = WarmWorker(self.runner_path) if self.runs is not None else None
+    def _worker(self, slot: int) -> None:
+        env = dict(os.environ)
+        if self.gpus:  # worker i runs its tasks on GPU i (round robin past the last)
+            env["CUDA_VISIBLE_DEVICES"] = self.gpus[slot % len(self.gpus)]
+        worker = WarmWorker(self.runner_path, env) if self.runs is not None else None
         try:
             while True:
                 index = self._take()
                 if index is None:
                     break
-                self._run(index, worker)
+                self._run(index, worker, env)
                 if worker is not None and worker.proc.poll() is not None:
                     worker = None  # it died: the remaining tasks run their own lines
         finally:
@@ -257,7 +263,8 @@ class Packer:
             pass  # a file system without locks: go on
         done = threading.Event()
         threading.Thread(target=self._watch_cancels, args=(done,), daemon=True).start()
-        threads = [threading.Thread(target=self._worker) for _ in range(self.workers)]
+        threads = [threading.Thread(target=self._worker, args=(slot,))
+                   for slot in range(self.workers)]
         for t in threads:
             t.start()
         for t in threads:
@@ -293,6 +300,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--workers", type=int, default=None)
     parser.add_argument("--runs", help="bundle<TAB>log dir per task: run them in warm workers")
     parser.add_argument("--runner", help="the runner.py the warm workers load")
+    parser.add_argument("--gpus", help="comma-separated GPU ids: worker i runs on GPU i")
     args = parser.parse_args(argv)
     tasks = read_tasks(args.taskfile)
     runs = None
@@ -301,7 +309,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             runs = [tuple(line.rstrip("\n").split("\t")) for line in f if line.strip()]
         if len(runs) != len(tasks) or not args.runner:
             parser.error("--runs needs one line per task, and --runner")
-    packer = Packer(tasks, args.state_dir, args.workers or default_workers(), runs, args.runner)
+    packer = Packer(tasks, args.state_dir, args.workers or default_workers(), runs, args.runner,
+                    args.gpus.split(",") if args.gpus else None)
     signal.signal(signal.SIGTERM, packer.forward)
     signal.signal(signal.SIGUSR1, packer.forward)
     return packer.run()

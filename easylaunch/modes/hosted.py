@@ -1,0 +1,226 @@
+"""What modes whose runs live on a machine reached through a transport share (Slurm, ssh).
+
+That machine is this one or a remote one (``easylaunch.hosts``); nothing here depends on which.
+A run's ``status.json`` is the first source of truth. Only while the local copy is not final is
+the far side asked, once for all the runs of a poll: the backend's view (squeue, the packer's
+process), then the runs' records there. A run that ended is brought back into its local folder
+(logs and result) in the same poll; a far side out of reach leaves the states as they are, and
+they catch up on a later poll.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from easylaunch import hosts, runner
+from easylaunch.bundle import BUNDLE_DIR, LAUNCH_JSON, STDERR_LOG, STDOUT_LOG, Run
+from easylaunch.errors import LaunchError
+from easylaunch.hosts.transport import HostError, Transport, checked
+from easylaunch.jobs import Job
+from easylaunch.modes.base import Mode
+
+MIRRORED = (runner.STATUS_JSON, runner.RESULT_PKL)
+KEPT_HERE = (BUNDLE_DIR, LAUNCH_JSON)  # sent there, never brought back (launch.json grows here)
+
+
+def _copy_newer(source: Path, dest: Path) -> None:
+    """Copy the run's record from where the job writes it into the local run folder, when
+    that copy is newer than the local one."""
+    for name in MIRRORED:
+        try:
+            newer = (source / name).stat().st_mtime_ns > (dest / name).stat().st_mtime_ns
+        except FileNotFoundError:
+            newer = (source / name).exists()
+        if newer:
+            shutil.copy2(source / name, dest / f".{name}.tmp")
+            os.replace(dest / f".{name}.tmp", dest / name)
+
+
+def completed(answer: dict) -> subprocess.CompletedProcess:
+    """A far-side ``run`` answer as a CompletedProcess."""
+    return subprocess.CompletedProcess([], answer["rc"], answer["out"], answer["err"])
+
+
+class HostedMode(Mode):
+    """Runs kept in folders on the machine a transport reaches; subclasses say how they are
+    started there (:meth:`backend_ops`, :meth:`settle` for the backend's side of tracking)."""
+
+    runs_python = sys.executable  # the Python of runs on this machine, when no host is set
+
+    def host_name(self) -> str | None:
+        """The CLUSTERS name or ssh destination of the far side (None: this machine)."""
+        return self.opts.get("cluster")
+
+    @functools.cached_property
+    def transport(self) -> Transport:
+        """This machine, or the far side over SSH."""
+        return hosts.transport_to(self.settings, self.host_name(), self.runs_python)
+
+    def check_host(self, folder: str, runs_there: bool, *ops: dict) -> tuple[str, list[dict]]:
+        """Ask the far side, in one round trip, whether it can take this launch: ``folder``
+        writable there (made if missing); with ``runs_there``, a Python that can load what
+        this machine pickles. Returns ``folder`` as an absolute path there and the answers
+        to ``ops``."""
+        t = self.transport
+        info, folder_there, *answers = checked(t.probe([
+            {"op": "info"}, {"op": "prepare_dir", "path": folder}, *ops]), t.where)
+        self.host_info = info
+        if t.python.startswith("~/"):  # job scripts name it in quotes: no ~ expansion there
+            t.python = info["home"] + t.python[1:]
+        if runs_there and not t.is_local:
+            here, there = list(sys.version_info[:2]), info["python"][:2]
+            if there != here:
+                raise LaunchError(
+                    f"{t.python} on {t.where} is Python {'.'.join(map(str, there))}, but runs "
+                    f"are pickled here with Python {'.'.join(map(str, here))}: set 'python' "
+                    f"in its CLUSTERS entry to a Python {'.'.join(map(str, here))} there")
+            if info["cloudpickle"] is None:
+                raise LaunchError(f"{t.python} on {t.where} has no cloudpickle; install it "
+                                  "there (pip install cloudpickle)")
+        return folder_there["path"], answers
+
+    # -- where the run's files are ------------------------------------------------------------
+
+    def _job_log_dir(self, job: Job) -> str:
+        """Where the job writes the run's record, on the far side."""
+        return job.launch_info["backend"].get("job_log_dir", str(job.log_dir))
+
+    def remote_log_dir(self, run: Run) -> str | None:
+        there = run.launch["backend"].get("job_log_dir")
+        if there is None or (self.transport.is_local and there == str(run.log_dir)):
+            return None
+        return self.transport.remote(there)
+
+    def log_file(self, job: Job, name: str) -> Path:
+        """The log where the job writes it when that is readable here, else the local copy."""
+        there = Path(self._job_log_dir(job)) / name
+        return there if self.transport.is_local and there.exists() else job.log_dir / name
+
+    def _mirrored(self, job: Job) -> bool:
+        """Whether the job keeps its record somewhere other than its local folder."""
+        return not self.transport.is_local or self._job_log_dir(job) != str(job.log_dir)
+
+    def sync_record(self, job: Job) -> None:
+        """Where the job's folder is visible here (a shared file system), its record is
+        copied whenever it is newer: a run the user reran on the cluster shows it too."""
+        there = Path(self._job_log_dir(job))
+        if self.transport.is_local and there != job.log_dir and there.is_dir():
+            _copy_newer(there, job.log_dir)
+
+    # -- tracking -----------------------------------------------------------------------------
+
+    def backend_ops(self, jobs: list[Job]) -> list[dict]:
+        """Far-side ops asking the backend about these open jobs (asked before their records
+        are read, so a backend that says a job ended is never ahead of its record)."""
+        return []
+
+    def settle(self, jobs: list[Job], answers: list[dict]) -> None:
+        """Give runs the backend has finished with the terminal state they lack, from the
+        answers to :meth:`backend_ops`."""
+
+    def refresh(self, job: Job) -> None:
+        self.refresh_many([job])
+
+    def refresh_many(self, jobs: list[Job]) -> None:
+        """One round trip for all the runs: the backend's view, then their records there;
+        runs that ended are brought back here."""
+        open_jobs = [job for job in jobs if not job.recorded_state().terminal]
+        mirrored = [job for job in open_jobs if self._mirrored(job)]
+        asked = self.backend_ops(open_jobs)
+        if not asked and not mirrored:
+            return
+        records = [f"{self._job_log_dir(j)}/{runner.STATUS_JSON}" for j in mirrored]
+        try:
+            answers = self.transport.probe([*asked, {"op": "read", "paths": records}])
+        except HostError:
+            return  # out of reach: the records there keep, and are read on a later poll
+        found = answers[-1]["files"]
+        ended = [job for job, path in zip(mirrored, records, strict=True)
+                 if self._mirror(job, found[path])]
+        self._bring_back(ended)
+        if asked:
+            self.settle(open_jobs, answers[:-1])
+
+    def _mirror(self, job: Job, record: dict | None) -> bool:
+        """Copy the record read there into the local folder; True if it is terminal (its
+        folder is then brought back before the record is written here)."""
+        if record is None:
+            return False
+        try:
+            status = json.loads(record["text"])
+        except ValueError:
+            return False  # being written, or damaged there: read again on the next poll
+        if status.get("state") in runner.TERMINAL_STATES:
+            return True
+        with contextlib.suppress(OSError):
+            if runner.read_json(str(job.log_dir / runner.STATUS_JSON)) != status:
+                runner.write_json_atomic(str(job.log_dir / runner.STATUS_JSON), status)
+        return False
+
+    def _bring_back(self, jobs: list[Job]) -> None:
+        """Copy the folders of runs that ended there into their local folders (results and
+        logs; one rsync per folder of runs), then their final records."""
+        groups: dict[tuple[str, Path], list[Job]] = {}
+        for job in jobs:
+            there = Path(self._job_log_dir(job))
+            groups.setdefault((str(there.parent.parent), job.log_dir.parent.parent),
+                              []).append(job)
+        for (root_there, root_here), group in groups.items():
+            rels = [os.path.relpath(self._job_log_dir(j), root_there) for j in group]
+            try:
+                self.transport.pull(root_there, rels, root_here,
+                                    exclude=(*KEPT_HERE, runner.STATUS_JSON))
+                self.transport.pull(root_there, [f"{r}/{runner.STATUS_JSON}" for r in rels],
+                                    root_here)
+            except HostError:
+                continue  # brought back on a later poll
+
+    def request_cancel(self, job: Job, *then: dict) -> list[dict]:
+        """Note the cancel in the run's record, here and where the job writes it, then run the
+        far-side ops ``then`` in the same round trip; their answers."""
+        runner.update_status(str(job.log_dir), cancel_requested=True)
+        answers = checked(self.transport.probe([
+            {"op": "update_status", "folders": [self._job_log_dir(job)],
+             "fields": {"cancel_requested": True}}, *then]), self.transport.where)
+        return answers[1:]
+
+    def cancel_packed(self, job: Job, state_dir: str, index: int) -> None:
+        """Cancel task ``index`` of a packer (whose state folder is ``state_dir`` there): the
+        packer skips it, or stops it if it runs; one not started yet ends at once."""
+        marker = f"{state_dir}/task-{index}.cancel"
+        try:
+            _, started = self.request_cancel(
+                job, {"op": "touch", "paths": [marker]},
+                {"op": "exists", "paths": [f"{state_dir}/task-{index}.json"]})
+        except HostError as exc:
+            raise LaunchError(f"cannot mark the task cancelled ({exc}); where it runs, run: "
+                              f"touch {marker}") from None
+        if not started["exists"][0]:
+            job.record_end("cancelled", "cancelled before it started")
+
+    def fetch(self, job: Job) -> str:
+        if not self._mirrored(job):
+            return super().fetch(job)
+        there = Path(self._job_log_dir(job))
+        sent = self.transport.pull(str(there.parent.parent),
+                                   [os.path.relpath(there, there.parent.parent)],
+                                   job.log_dir.parent.parent, exclude=KEPT_HERE)
+        return (f"brought {self.transport.remote(str(there))} into {job.log_dir} "
+                f"({sent} bytes over the wire)")
+
+    def sync_logs(self, job: Job) -> None:
+        if not self.transport.is_local:
+            there = self._job_log_dir(job)
+            with contextlib.suppress(HostError):
+                self.transport.pull(there, [STDOUT_LOG, STDERR_LOG], job.log_dir)
+
+    def wait_for_change(self, job: Job, timeout: float) -> None:
+        time.sleep(max(timeout, 0.25))  # each look asks the far side: at most 4 times a second

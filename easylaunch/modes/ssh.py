@@ -1,0 +1,147 @@
+"""``ssh``: runs on a remote machine without a scheduler (a GPU workstation), as ``local`` here.
+
+The runs, code snapshots and the pickled function are copied to the host's log_dir (each
+snapshot and function once per content), then one packer starts there, detached from the
+connection: ``max_parallel`` workers (default: one per GPU with ``use_gpu``, else one per CPU
+there), worker i pinned to GPU i. The runs go on when this machine sleeps or goes offline;
+tracking catches up when it is back.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+
+from easylaunch.bundle import BLOB_STORE, RUNNER_FILE, Run, blob_name, store_blob
+from easylaunch.errors import LaunchError
+from easylaunch.hosts.staging import Upload, bundle_items, upload
+from easylaunch.jobs import Job
+from easylaunch.modes.hosted import HostedMode, completed
+from easylaunch.modes.slurm import packer
+from easylaunch.modes.slurm.jobscript import StartLine, bundle_pythonpath, start_line, task_line
+from easylaunch.request import LaunchRequest
+from easylaunch.runner import write_bytes_atomic
+
+PACKS = ".packs"  # <exp>/.packs/<first run id>/: one launch's task files and packer state
+GPU_QUERY = ["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"]
+_PACKER = Path(packer.__file__).read_bytes()
+
+
+@dataclass(frozen=True)
+class Pack:
+    """One launch on the host: its files here and there, and the packer's command line."""
+
+    local_dir: Path
+    files: dict[str, str]  # name -> text, written into local_dir
+    argv: list[str]  # the packer, with paths on the host
+    log: str  # the packer's own log there
+
+
+class SshMode(HostedMode):
+    """One packer per launch on a remote machine, reached over SSH."""
+
+    name = "ssh"
+    options = {"cluster": None, "max_parallel": None}
+
+    def host_name(self) -> str | None:
+        return self.opts.get("cluster") or self.settings.SSH_DEFAULT_HOST
+
+    def check(self, request: LaunchRequest) -> None:
+        if not self.host_name():
+            raise LaunchError("mode 'ssh' needs a machine: pass cluster='NAME' (a CLUSTERS name "
+                              "or user@host) or ssh_host=, or set SSH_DEFAULT_HOST")
+        cap = self.opts["max_parallel"]
+        if cap is not None and (not isinstance(cap, int) or isinstance(cap, bool) or cap < 1):
+            raise LaunchError(f"max_parallel must be a positive integer, got {cap!r}")
+        self.root, (gpus,) = self.check_host(
+            self.transport.log_dir or str(request.log_root), True,
+            {"op": "run", "argv": GPU_QUERY})
+        found = completed(gpus).stdout.split() if completed(gpus).returncode == 0 else []
+        if request.use_gpu and not found:
+            raise LaunchError(f"use_gpu=True but nvidia-smi lists no GPU on "
+                              f"{self.transport.where}; pass use_gpu=False")
+        if request.use_gpu and request.gpu_id is not None and str(request.gpu_id) not in found:
+            raise LaunchError(f"gpu_id={request.gpu_id!r} is not one of the GPUs on "
+                              f"{self.transport.where} ({', '.join(found)})")
+        self.gpus = ([str(request.gpu_id)] if request.gpu_id is not None else found) \
+            if request.use_gpu else []
+        self.cpus = self.host_info.get("cpus") or 1
+
+    def prepare(self, request: LaunchRequest, runs: list[Run]) -> Pack:
+        root = self.root
+
+        def there(path: Path) -> str:
+            return f"{root}/{path.relative_to(request.log_root)}"
+
+        local_dir = runs[0].log_dir.parent / PACKS / runs[0].run_id
+        pack = there(local_dir)
+        line = start_line(StartLine(python=shlex.quote(self.transport.python), pre_cmds=(),
+                                    pythonpath=bundle_pythonpath(runs[0].meta["code_dirs"])))
+        pairs = [(there(r.bundle_dir), there(r.log_dir)) for r in runs]
+        runner = runs[0].bundle_dir / RUNNER_FILE
+        runner_there = there(Path(os.path.normpath(runner.parent / os.readlink(runner))))
+        workers = self.opts["max_parallel"] or len(self.gpus) or self.cpus
+        argv = [self.transport.python, f"{root}/{BLOB_STORE}/{blob_name('packer.py', _PACKER)}",
+                f"{pack}/tasks.txt", "--state-dir", f"{pack}/task-state", "--workers",
+                str(min(workers, len(runs))), "--runs", f"{pack}/runs.tsv",
+                "--runner", runner_there]
+        if self.gpus:
+            argv += ["--gpus", ",".join(self.gpus)]
+        return Pack(local_dir, {
+            "tasks.txt": "".join(task_line(b, lg, line) + "\n" for b, lg in pairs),
+            "runs.tsv": "".join(f"{b}\t{lg}\n" for b, lg in pairs)}, argv,
+            f"{pack}/packer.log")
+
+    def submit(self, request: LaunchRequest, runs: list[Run], prepared: Pack) -> list[Job]:
+        prepared.local_dir.mkdir(parents=True)
+        for name, text in prepared.files.items():
+            write_bytes_atomic(str(prepared.local_dir / name), text.encode())
+        packer_blob = store_blob(request.log_root, "packer.py", _PACKER)
+        shared, plain = bundle_items(request.log_root, runs)
+        shared.append(str(packer_blob.relative_to(request.log_root)))
+        plain.append(str(prepared.local_dir.relative_to(request.log_root)))
+        _, (started,) = upload(self.transport, Upload(
+            request.log_root, self.root, self.root, shared, plain), then=[
+            {"op": "detach", "argv": prepared.argv, "log": prepared.log}])
+        state_dir = str(Path(prepared.log).parent / "task-state")
+        for index, run in enumerate(runs):
+            run.record_backend(
+                job_log_dir=f"{self.root}/{run.log_dir.relative_to(request.log_root)}",
+                packer_pid=started["pid"], packer_started=started["started"],
+                packer_log=prepared.log, state_dir=state_dir, task_index=index,
+                gpus=self.gpus)
+        return [Job(run.run_id, run.exp_name, run.log_dir, self) for run in runs]
+
+    # -- tracking -------------------------------------------------------------------------------
+
+    def _packers(self, jobs: list[Job]) -> list[list]:
+        backends = [job.launch_info["backend"] for job in jobs]
+        return sorted({(b["packer_pid"], b["packer_started"]) for b in backends
+                       if "packer_pid" in b})
+
+    def backend_ops(self, jobs: list[Job]) -> list[dict]:
+        packers = self._packers(jobs)
+        return [{"op": "alive", "pids": [list(p) for p in packers]}] if packers else []
+
+    def settle(self, jobs: list[Job], answers: list[dict]) -> None:
+        """A run whose packer is gone without the run recording an outcome failed (the host
+        rebooted, or the packer was killed)."""
+        alive = dict(zip(self._packers(jobs), answers[0]["alive"], strict=True))
+        for job in jobs:
+            backend = job.launch_info["backend"]
+            if alive.get((backend.get("packer_pid"), backend.get("packer_started")), True):
+                continue
+            if job.info().get("state") not in ("queued", "running"):
+                continue
+            if job.info().get("cancel_requested"):
+                job.record_end("cancelled", "cancelled")
+            else:
+                job.record_end("failed", f"the packer on {self.transport.where} ended before "
+                                         "this run recorded an outcome (was the machine "
+                                         f"restarted?); see {backend['packer_log']} there")
+
+    def cancel(self, job: Job) -> None:
+        backend = job.launch_info["backend"]
+        self.cancel_packed(job, backend["state_dir"], backend["task_index"])
