@@ -143,8 +143,11 @@ def test_keywords_set_settings_where_doodad_read_them(cfg):
     assert options == {"num_exps_per_instance": 4} and ignored == ["time_in_mins"]
 
 
-def test_doodad_modes_that_are_not_here_say_what_to_use(cfg):
-    with pytest.raises(LaunchError, match="'ssh' mode .* is not in easylaunch yet; .* 'local'"):
+def test_doodads_ssh_mode_takes_its_host_as_doodad_named_it(cfg):
+    with pytest.raises(LaunchError, match="mode 'ssh' needs a machine: .*SSH_DEFAULT_HOST"):
+        run_experiment(jobfns.train, mode="ssh", config=cfg)
+    cfg["SSH_HOSTS"] = {"blue": {"username": "me", "hostname": "blue.invalid"}}
+    with pytest.raises(LaunchError, match=r"cluster 'blue' \(me@blue.invalid\).*unknown"):
         run_experiment(jobfns.train, mode="ssh", config=cfg, ssh_host="blue")
 
 

@@ -4,8 +4,10 @@ reach this side only through easylaunch's copies."""
 
 import os
 import pwd
+import signal
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -146,3 +148,155 @@ def test_faults_name_the_host_and_the_fix_before_anything_is_submitted(remote_cf
                                                         python="/nope/python3")})
     with pytest.raises(LaunchError, match="no Python '/nope/python3'"):
         run_experiment(jobfns.train, mode="slurm", config=no_python)
+
+
+def _with(cfg, **fields):
+    """``cfg`` with fields of its cluster entry replaced."""
+    return dict(cfg, CLUSTERS={"test": dict(cfg["CLUSTERS"]["test"], **fields)})
+
+
+def _ssh_config(tmp_path, **changes) -> str:
+    """A copy of the test ssh config with some of its lines replaced."""
+    lines = (SSH_DIR / "config").read_text().splitlines()
+    for key, value in changes.items():
+        lines = [f"    {key} {value}" if line.split()[:1] == [key] else line for line in lines]
+    path = tmp_path / "ssh_config"
+    path.write_text("\n".join(lines) + "\n")
+    return str(path)
+
+
+def test_a_login_that_fails_says_why_and_never_prompts(remote_cfg, tmp_path):
+    key = tmp_path / "not_authorized"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    wrong_key = _with(remote_cfg, ssh_config=_ssh_config(tmp_path, IdentityFile=key))
+    with pytest.raises(LaunchError, match=f"authentication failed; keys tried: {key}"):
+        run_experiment(jobfns.double, variant={"x": 1}, mode="slurm", config=wrong_key)
+    (tmp_path / "empty_known_hosts").write_text("")
+    unknown = _with(remote_cfg, ssh_config=_ssh_config(
+        tmp_path, UserKnownHostsFile=tmp_path / "empty_known_hosts"))
+    with pytest.raises(LaunchError, match="host key is not known here: run `ssh easylaunch-"):
+        run_experiment(jobfns.double, variant={"x": 1}, mode="slurm", config=unknown)
+
+
+def _remote_file(home: Path, name: str, text: str, mode: int = 0o644) -> Path:
+    path = home / name
+    path.write_text(text)
+    path.chmod(mode)
+    os.chown(path, pwd.getpwnam(REMOTE_USER).pw_uid, pwd.getpwnam(REMOTE_USER).pw_gid)
+    return path
+
+
+def test_a_cluster_python_of_another_minor_version_is_refused(remote_cfg, ssh_cluster):
+    old = _remote_file(ssh_cluster, "python3.9-like", (
+        "#!/bin/sh\nexec ~/venv/bin/python -c 'import sys; sys.version_info = (3, 9, 18, "
+        "\"final\", 0); exec(compile(sys.stdin.read(), \"<stdin>\", \"exec\"))'\n"), 0o755)
+    with pytest.raises(LaunchError, match=r"is Python 3\.9, but runs are pickled here with "
+                                          rf"Python {sys.version_info[0]}\.{sys.version_info[1]}"):
+        run_experiment(jobfns.double, variant={"x": 1}, mode="slurm",
+                       config=_with(remote_cfg, python=str(old)))
+
+
+def test_a_folder_there_that_cannot_be_written_or_is_full_is_refused(remote_cfg, ssh_cluster,
+                                                                     tmp_path):
+    with pytest.raises(LaunchError, match="/root/easylaunch.* cannot be written"):
+        run_experiment(jobfns.double, variant={"x": 1}, mode="slurm",
+                       config=_with(remote_cfg, log_dir="/root/easylaunch"))
+    full = ssh_cluster / f"full-{uuid.uuid4().hex[:6]}"
+    full.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,uid=easyremote", "tmpfs", str(full)],
+                   check=True)
+    try:
+        code = tmp_path / "code"
+        code.mkdir()
+        (code / "weights.bin").write_bytes(os.urandom(3_000_000))
+        cfg = dict(_with(remote_cfg, log_dir=str(full)),
+                   CODE_DIRS_TO_MOUNT=[str(TESTS_DIR), str(code)])
+        with pytest.raises(LaunchError, match=r"MB free in .*full-.*free space there"):
+            run_experiment(jobfns.double, variant={"x": 1}, mode="slurm", config=cfg)
+        assert [p.name for p in full.iterdir()] == [".incoming"]  # nothing half-copied
+    finally:
+        subprocess.run(["umount", str(full)], check=True)
+
+
+def test_sbatch_refusing_the_job_there_leaves_no_run_looking_submitted(remote_cfg):
+    remote_cfg["SLURM_CONFIGS"]["cpu"]["partition"] = "no-such-partition"
+    with pytest.raises(LaunchError, match="sbatch refused .* on cluster 'test'.*partition"):
+        run_sweep(jobfns.double, [{"x": 1}, {"x": 2}], mode="slurm", config=remote_cfg)
+    from easylaunch.registry import open_registry
+
+    entries, _ = open_registry().list()
+    assert len(entries) == 2 and {e.state for e in entries} == {"failed"}
+
+
+def test_strings_reach_the_remote_shell_quoted(remote_cfg, ssh_cluster, tmp_path):
+    odd = f"~/runs/it's $(touch {tmp_path}/pwned) {uuid.uuid4().hex[:6]}"
+    job = run_experiment(jobfns.double, variant={"x": 3}, mode="slurm",
+                         config=_with(remote_cfg, log_dir=odd))
+    assert job.result(timeout=120) == {"x": 3, "y": 6}
+    assert "it's $(touch" in job.launch_info["backend"]["job_log_dir"]
+    assert not (tmp_path / "pwned").exists() and not (ssh_cluster / "pwned").exists()
+
+
+def test_tracking_survives_the_cluster_going_out_of_reach(remote_cfg):
+    job = run_experiment(jobfns.double, variant={"x": 4}, mode="slurm", config=remote_cfg)
+    transport = job.mode.transport
+    transport.port = 1  # offline: nothing answers there
+    assert job.status() in (JobState.QUEUED, JobState.RUNNING)
+    assert job.wait(timeout=3) in (JobState.QUEUED, JobState.RUNNING)
+    transport.port = None  # back online: the state catches up, the result comes back
+    assert job.result(timeout=120) == {"x": 4, "y": 8}
+
+
+def test_a_copy_cut_off_mid_way_submits_nothing_and_the_next_launch_resumes_it(
+        remote_cfg, ssh_cluster, tmp_path, pushes, monkeypatch):
+    import threading
+
+    from easylaunch.hosts import transport
+    from easylaunch.hosts.ssh import SshTransport
+
+    code = tmp_path / "code"
+    code.mkdir()
+    size = 150_000_000  # (copied at 50 MB/s: time to cut the copy)
+    with open(code / "weights.bin", "wb") as f:
+        for _ in range(size // 10_000_000):
+            f.write(os.urandom(10_000_000))
+    cfg = dict(remote_cfg, CODE_DIRS_TO_MOUNT=[str(TESTS_DIR), str(code)],
+               CODE_SNAPSHOT_MAX_MB=1000)
+    root = ssh_cluster / "runs" / cfg["CLUSTERS"]["test"]["log_dir"].split("/")[-1]
+    sent = []
+    push = SshTransport.push
+
+    def push_and_cut(self, local_root, rels, dest):
+        def cut_when_half_there():  # kill the ssh master once the copy is under way
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                parts = list((root / ".incoming").rglob(".weights.bin.*"))
+                if parts and parts[0].stat().st_size > size // 10:
+                    check = subprocess.run(["ssh", *self.ssh_options(), "-O", "check",
+                                            self.destination], capture_output=True, text=True)
+                    pid = int(check.stderr.split("pid=")[1].split(")")[0])
+                    os.kill(pid, signal.SIGKILL)
+                    return
+                time.sleep(0.01)
+
+        if not sent:
+            threading.Thread(target=cut_when_half_there, daemon=True).start()
+        try:
+            sent.append(push(self, local_root, rels, dest))
+        except LaunchError:
+            sent.append(None)
+            raise
+        return sent[-1]
+
+    monkeypatch.setattr(SshTransport, "push", push_and_cut)
+    monkeypatch.setattr(transport, "RSYNC_FLAGS", (*transport.RSYNC_FLAGS, "--bwlimit=50m"))
+    with pytest.raises(LaunchError, match="(?s)cut off .* nothing was submitted. Launch again"):
+        run_experiment(jobfns.double, variant={"x": 1}, mode="slurm", config=cfg)
+    assert sent == [None]
+    assert not (root / "default").exists()  # no run there: it is not submitted either
+    from easylaunch.registry import open_registry
+
+    assert [e.state for e in open_registry().list()[0]] == ["failed"]
+    job = run_experiment(jobfns.double, variant={"x": 2}, mode="slurm", config=cfg)
+    assert sent[1] < size * 0.95  # the part copied before the cut was not sent again
+    assert job.result(timeout=120) == {"x": 2, "y": 4}
