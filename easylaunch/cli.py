@@ -92,21 +92,48 @@ STATES = [s.value for s in JobState]
 OPEN_STATES = [s.value for s in JobState if not s.terminal]
 
 
-def _refreshed_state(registry, entry) -> str:
-    """A run's state brought up to date (and written back), or what keeps it from being read;
-    a fault in one run never stops a listing."""
-    if entry.state not in OPEN_STATES:
-        return entry.state
-    from easylaunch.jobs import DamagedRecordError
+def _refresh_together(registry, entries) -> dict[str, str]:
+    """Each run's state brought up to date (and written back), or what keeps it from being
+    read; a fault in one run never stops a listing. Each backend is asked once about all the
+    open runs launched with the same settings: one round trip to a remote cluster, not one
+    per run."""
+    from easylaunch.jobs import DamagedRecordError, Job
 
-    try:
-        return _job_for(registry, entry).recorded_state().value
-    except DamagedRecordError:
-        return "unknown (its status.json is damaged)"
-    except (EasyLaunchError, OSError) as exc:
-        if not Path(entry.log_dir).is_dir():
-            return f"{entry.state} (folder missing)"
-        return f"{entry.state} ({_short(str(exc), 120)})"
+    shown = {entry.id: entry.state for entry in entries}
+    groups: dict[tuple, list[Job]] = {}
+    for entry in entries:
+        if entry.state not in OPEN_STATES:
+            continue
+        try:
+            job = Job.from_run_dir(entry.log_dir)
+            job.resolve_unsubmitted()
+        except DamagedRecordError:
+            shown[entry.id] = "unknown (its status.json is damaged)"
+            continue
+        except (EasyLaunchError, OSError) as exc:
+            why = "folder missing" if not Path(entry.log_dir).is_dir() else _short(str(exc), 120)
+            shown[entry.id] = f"{entry.state} ({why})"
+            continue
+        request = job.launch_info.get("request") or {}
+        key = (job.mode.name, request.get("settings_file"),
+               repr(sorted((request.get("mode_options") or {}).items())))
+        if groups.get(key):
+            job.mode = groups[key][0].mode  # one mode (and connection) per group
+        groups.setdefault(key, []).append(job)
+    for jobs in groups.values():
+        with contextlib.suppress(EasyLaunchError, OSError):
+            jobs[0].mode.refresh_many(jobs)
+        for job in jobs:
+            try:
+                shown[job.id] = job.status().value
+            except DamagedRecordError:
+                shown[job.id] = "unknown (its status.json is damaged)"
+            except (EasyLaunchError, OSError) as exc:
+                shown[job.id] = f"{shown[job.id]} ({_short(str(exc), 120)})"
+    with contextlib.suppress(sqlite3.Error):  # the rows are a cache; a full disk keeps them old
+        registry.update_many((run_id, {"state": state}) for run_id, state in shown.items()
+                             if state in STATES)
+    return shown
 
 
 def _ls(args: argparse.Namespace) -> int:
@@ -123,17 +150,17 @@ def _ls(args: argparse.Namespace) -> int:
     if states:  # filter on states as they are now, not as the registry last saw them
         stale, _ = registry.list(exp=args.exp, mode=args.mode, states=OPEN_STATES,
                                  since=args.since)
-        for entry in stale:
-            _refreshed_state(registry, entry)
+        _refresh_together(registry, stale)
     entries, total = registry.list(exp=args.exp, mode=args.mode, states=states or None,
                                    since=args.since, limit=None if args.all else args.limit)
+    shown = _refresh_together(registry, entries)
     table = Table(box=None, header_style="bold")
     for column in ("ID", "EXPERIMENT", "MODE", "STATE", "LAUNCHED"):
         table.add_column(column, no_wrap=True)
     table.add_column("LOG DIR", overflow="fold")
     for entry in entries:
         table.add_row(entry.id, entry.exp_name, entry.mode,
-                      escape(_refreshed_state(registry, entry)), _when(entry.created),
+                      escape(shown[entry.id]), _when(entry.created),
                       escape(entry.log_dir))
     console = Console(width=None if sys.stdout.isatty() else 100_000)  # piped: one line a run
     console.print(table)

@@ -128,12 +128,19 @@ class Job:
                 return self.recorded_state()
             except DamagedRecordError:
                 return JobState.UNKNOWN
-        if state is JobState.QUEUED and self._launcher_died_before_submitting():
-            self.record_end("failed", "the launching process ended before this run was "
-                                      f"submitted; run it with `easylaunch resubmit {self.id}`")
-        elif not state.terminal:
+        if not self.resolve_unsubmitted() and not state.terminal:
             self.mode.refresh(self)
         return self.recorded_state()
+
+    def resolve_unsubmitted(self) -> bool:
+        """End a queued run that was never handed to its mode and whose launcher is gone (it
+        would wait forever); True if it did. Callers refreshing many jobs at once call it
+        before the mode's ``refresh_many``."""
+        if self.recorded_state() is JobState.QUEUED and self._launcher_died_before_submitting():
+            self.record_end("failed", "the launching process ended before this run was "
+                                      f"submitted; run it with `easylaunch resubmit {self.id}`")
+            return True
+        return False
 
     def _launcher_died_before_submitting(self) -> bool:
         """True if the run was never handed to its mode and its launcher is gone."""
