@@ -165,15 +165,27 @@ def _ssh_config(tmp_path, **changes) -> str:
     return str(path)
 
 
+def _close_master() -> None:
+    """End the multiplexed connection to the test host (a later login starts afresh)."""
+    from easylaunch.hosts.ssh import SshTransport
+
+    good = SshTransport("test", "easylaunch-test-cluster", None, "python3", "~",
+                        str(SSH_DIR / "config"))
+    subprocess.run(["ssh", *good.ssh_options(), "-O", "exit", good.destination],
+                   capture_output=True)
+
+
 def test_a_login_that_fails_says_why_and_never_prompts(remote_cfg, tmp_path):
     key = tmp_path / "not_authorized"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
     wrong_key = _with(remote_cfg, ssh_config=_ssh_config(tmp_path, IdentityFile=key))
+    _close_master()  # (a live one would let any key in: it is logged in already)
     with pytest.raises(LaunchError, match=f"authentication failed; keys tried: {key}"):
         run_experiment(jobfns.double, variant={"x": 1}, mode="slurm", config=wrong_key)
     (tmp_path / "empty_known_hosts").write_text("")
     unknown = _with(remote_cfg, ssh_config=_ssh_config(
         tmp_path, UserKnownHostsFile=tmp_path / "empty_known_hosts"))
+    _close_master()
     with pytest.raises(LaunchError, match="host key is not known here: run `ssh easylaunch-"):
         run_experiment(jobfns.double, variant={"x": 1}, mode="slurm", config=unknown)
 
@@ -188,8 +200,9 @@ def _remote_file(home: Path, name: str, text: str, mode: int = 0o644) -> Path:
 
 def test_a_cluster_python_of_another_minor_version_is_refused(remote_cfg, ssh_cluster):
     old = _remote_file(ssh_cluster, "python3.9-like", (
-        "#!/bin/sh\nexec ~/venv/bin/python -c 'import sys; sys.version_info = (3, 9, 18, "
-        "\"final\", 0); exec(compile(sys.stdin.read(), \"<stdin>\", \"exec\"))'\n"), 0o755)
+        "#!/bin/sh\n# python -c CODE, as a Python 3.9 would answer\n"
+        "exec ~/venv/bin/python -c 'import sys; sys.version_info = (3, 9, 18, \"final\", 0); "
+        "exec(sys.argv[2])' \"$@\"\n"), 0o755)
     with pytest.raises(LaunchError, match=r"is Python 3\.9, but runs are pickled here with "
                                           rf"Python {sys.version_info[0]}\.{sys.version_info[1]}"):
         run_experiment(jobfns.double, variant={"x": 1}, mode="slurm",

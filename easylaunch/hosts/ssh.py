@@ -3,17 +3,20 @@
 Logging in is left to OpenSSH and the user's own configuration (``~/.ssh/config`` names, keys,
 agent, ProxyJump); easylaunch adds only ``BatchMode`` (never a password prompt) and a
 ControlMaster, so a launch or a later command opens one connection however many operations
-and copies it makes. Far-side operations run on the far side's Python from stdin: nothing is
-installed there.
+and copies it makes. Far-side operations are answered by one Python per host and process,
+started over that connection from stdin: nothing is installed there.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import select
 import shlex
 import subprocess
 import tempfile
+import threading
 from pathlib import Path
 
 from easylaunch import runner
@@ -22,11 +25,13 @@ from easylaunch.hosts.transport import HostError, Transport
 
 CONTROL_PERSIST_SECONDS = 60  # a later command within a minute reuses the connection
 CONNECT_TIMEOUT_SECONDS = 15
+ANSWER_TIMEOUT_SECONDS = 300  # a far side that says nothing for this long is given up on
 ANSWER_MARK = "--- easylaunch far-side answer ---"
 _SOURCES = (Path(runner.__file__).read_text(), Path(farside.__file__).read_text())
 
-# stdin of a probe: the runner's and the far side's source as modules, then the ops.
-_BOOTSTRAP = """\
+# The far side's loop: its first stdin line is this program (JSON), which loads the runner's and
+# the far side's source as modules, then answers one line of ops per line.
+_SERVE = """\
 import json, sys, types
 def _load(name, source):
     module = types.ModuleType(name)
@@ -34,9 +39,52 @@ def _load(name, source):
     exec(compile(source, name + ".py", "exec"), module.__dict__)
     return module
 _load("easylaunch_runner", {runner!r})
-_answers = _load("easylaunch_farside", {farside!r}).answer(json.loads({ops!r}))
-sys.stdout.write({mark!r} + "\\n" + json.dumps(_answers) + "\\n")
+_farside = _load("easylaunch_farside", {farside!r})
+for _line in sys.stdin:
+    sys.stdout.write({mark!r} + json.dumps(_farside.answer(json.loads(_line))) + "\\n")
+    sys.stdout.flush()
 """
+_START = "import json, sys; exec(json.loads(sys.stdin.readline()))"
+
+
+class _FarSide:
+    """One far-side Python per host and process, kept for the process's life: a probe is one
+    line each way over the multiplexed connection (no new login, no new interpreter)."""
+
+    def __init__(self, argv: list[str]) -> None:
+        self.argv = argv
+        self.lock = threading.Lock()
+        self.proc: subprocess.Popen | None = None
+
+    def ask(self, ops: list[dict]) -> tuple[str | None, int | None, str]:
+        """(answer line or None, exit code, stderr) for one request."""
+        with self.lock:
+            if self.proc is None or self.proc.poll() is not None:
+                self.errors = tempfile.TemporaryFile()  # noqa: SIM115 - lives with proc
+                self.proc = subprocess.Popen(self.argv, stdin=subprocess.PIPE,
+                                             stdout=subprocess.PIPE, stderr=self.errors,
+                                             text=True)
+                program = _SERVE.format(runner=_SOURCES[0], farside=_SOURCES[1],
+                                        mark=ANSWER_MARK)
+                self._send(json.dumps(program))
+            self._send(json.dumps(ops))
+            ready, _, _ = select.select([self.proc.stdout], [], [], ANSWER_TIMEOUT_SECONDS)
+            line = self.proc.stdout.readline() if ready else ""
+            if line.startswith(ANSWER_MARK):
+                return line[len(ANSWER_MARK):], None, ""
+            self.proc.kill()
+            code = self.proc.wait()
+            self.errors.seek(0)
+            self.proc = None
+            return None, code, self.errors.read().decode(errors="replace")
+
+    def _send(self, line: str) -> None:
+        with contextlib.suppress(BrokenPipeError):  # it died: its exit code says why
+            self.proc.stdin.write(line + "\n")
+            self.proc.stdin.flush()
+
+
+_far_sides: dict[tuple, _FarSide] = {}
 
 
 def control_dir() -> Path:
@@ -101,20 +149,23 @@ class SshTransport(Transport):
         return out
 
     def probe(self, ops: list[dict]) -> list[dict]:
-        script = _BOOTSTRAP.format(runner=_SOURCES[0], farside=_SOURCES[1],
-                                   ops=json.dumps(ops), mark=ANSWER_MARK)
-        out = self.ssh(f"{remote_word(self.python)} -", stdin=script)
-        mark = out.stdout.rfind(ANSWER_MARK)
-        if out.returncode == 127 or (mark < 0 and "No such file" in out.stderr):
+        argv = ["ssh", *self.ssh_options(), "--", self.destination,
+                f"{remote_word(self.python)} -c {shlex.quote(_START)}"]
+        far = _far_sides.setdefault(tuple(argv), _FarSide(argv))
+        answer, code, stderr = far.ask(ops)
+        if answer is not None:
+            return json.loads(answer)
+        if code == 255:
+            raise self.login_error(stderr)
+        if code == 127 or "No such file" in stderr:
             raise HostError(f"there is no Python {self.python!r} on {self.where}: set "
                             f"'python' in its CLUSTERS entry to the cluster's python3")
-        if out.returncode != 0 or mark < 0:
-            raise HostError(f"the far-side check on {self.where} failed with {self.python} "
-                            f"(exit {out.returncode}): {out.stderr.strip()[-800:]}")
-        return json.loads(out.stdout[mark + len(ANSWER_MARK):])
+        raise HostError(f"the far side on {self.where} ended with {self.python} (exit "
+                        f"{code}): {stderr.strip()[-800:]}")
 
     def rsync_argv(self) -> list[str]:
-        return ["rsync", "--rsh", shlex.join(["ssh", *self.ssh_options()])]
+        # --compress: code and pickles shrink well; rsync leaves compressed formats as they are
+        return ["rsync", "--compress", "--rsh", shlex.join(["ssh", *self.ssh_options()])]
 
     def remote(self, path: str) -> str:
         return f"{self.destination}:{path}"

@@ -1,0 +1,187 @@
+"""Launching onto a cluster over SSH, side by side with the same cluster reached locally.
+
+Needs the test services (scripts/slurm-up.sh, scripts/ssh-up.sh: sshd on 127.0.0.1 with the user
+easyremote as the cluster side) and, for the last figure, submitit (pip install submitit).
+
+Prints:
+1. a 100-variant ``slurm`` sweep over SSH: ssh connections sshd accepted for the launch and for a
+   later ``easylaunch ls`` (goal: 1 each), bytes copied vs snapshot + one function + the
+   variants (goal <= 1.2x), and snapshot bytes a repeat sweep copies (goal 0);
+2. launch time per variant over SSH vs local sbatch (goal <= 1.5x), and one status poll of the
+   100 runs over SSH vs a local poll (goal <= 2x);
+3. launch to all results back here for N runs of a 10 ms function packed with ``htp`` over SSH,
+   vs submitit's ``map_array`` run on the cluster side itself (goal >= 20x).
+
+Usage: python bench/bench_remote.py [--runs N] (N for figure 3; default 1000)
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pwd
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from easylaunch import run_sweep, wait_all
+from easylaunch.hosts.ssh import SshTransport
+from easylaunch.hosts.transport import Transport
+
+REPO = Path(__file__).resolve().parent.parent
+SSH_CONFIG = REPO / ".test-ssh" / "config"
+SSHD_LOG = Path("/var/lib/easylaunch-test-sshd/sshd.log")
+HOME_THERE = Path(pwd.getpwnam("easyremote").pw_dir)
+
+
+def work(doodad_config, variant):
+    time.sleep(0.01)
+    return variant["i"]
+
+
+def work_plain(i):
+    time.sleep(0.01)
+    return i
+
+
+def logins() -> int:
+    """Connections sshd has accepted so far (a multiplexed session is not one)."""
+    return SSHD_LOG.read_text().count("Accepted publickey")
+
+
+def close_master() -> None:
+    transport = SshTransport("test", "easylaunch-test-cluster", None, "python3", "~",
+                             str(SSH_CONFIG))
+    subprocess.run(["ssh", *transport.ssh_options(), "-O", "exit", "easylaunch-test-cluster"],
+                   capture_output=True)
+
+
+class Pushes:
+    """Bytes and items of every copy to the far side."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[list[str], int]] = []
+        self._push = Transport.push
+        pushes = self
+
+        def spy(transport, local_root, rels, dest):
+            sent = pushes._push(transport, local_root, rels, dest)
+            pushes.calls.append((list(rels), sent))
+            return sent
+
+        Transport.push = spy
+
+
+def size_of(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.is_dir() \
+        else path.stat().st_size
+
+
+def settings(tmp: Path, remote: bool) -> dict:
+    tag = uuid.uuid4().hex[:8]
+    base = dict(LOCAL_LOG_DIR=str(tmp / f"logs-{tag}"), REGISTRY_PATH=str(tmp / "reg.sqlite3"),
+                CODE_DIRS_TO_MOUNT=[str(REPO / "easylaunch")], SSS_SCRIPT_PATH=None,
+                SLURM_SIGNAL_SECONDS=30, SLURM_CONFIGS=dict(cpu=dict(
+                    max_num_cores_per_node=os.cpu_count(), time_in_mins=120)))
+    if not remote:
+        return dict(base, SLURM_PYTHON=sys.executable)
+    return dict(base, DEFAULT_CLUSTER="test", SSS_LOG_DIR=f"{HOME_THERE}/bench/{tag}",
+                CLUSTERS={"test": {"host": "easylaunch-test-cluster",
+                                   "log_dir": f"~/bench/{tag}", "python": "~/venv/bin/python",
+                                   "ssh_config": str(SSH_CONFIG)}})
+
+
+def sweep_figures(tmp: Path, pushes: Pushes) -> None:
+    remote = settings(tmp, remote=True)
+    close_master()
+    before = logins()
+    start = time.perf_counter()
+    jobs = run_sweep(work, [{"i": i} for i in range(100)], mode="slurm", config=remote,
+                     exp_name="bench", array_parallelism=1)
+    launch_ssh = time.perf_counter() - start
+    launch_logins = logins() - before
+    rels, sent = pushes.calls[-1]
+    root = Path(remote["LOCAL_LOG_DIR"])
+    payload = sum(size_of(root / r) for r in rels if r.startswith(".snapshots/")) + \
+        size_of(next(root.glob(".blobs/*.function.pkl"))) + \
+        sum(size_of(j.log_dir / "bundle" / "variant.pkl") for j in jobs)
+    start = time.perf_counter()
+    jobs[0].mode.refresh_many(jobs)
+    poll_ssh = time.perf_counter() - start
+    close_master()
+    before = logins()
+    listing = subprocess.run([sys.executable, "-m", "easylaunch.cli", "--config",
+                              write_config(tmp / "remote.py", remote), "ls", "--all"],
+                             capture_output=True, text=True, check=True)
+    ls_logins = logins() - before
+    assert listing.stdout.count("bench") >= 100
+    subprocess.run(["scancel", "-u", "easyremote"], check=True)
+    run_sweep(work, [{"i": 0}], mode="slurm", config=remote, exp_name="bench")
+    again = sum(size_of(root / r) for r in pushes.calls[-1][0] if r.startswith(".snapshots/"))
+    subprocess.run(["scancel", "-u", "easyremote"], check=True)
+
+    local = settings(tmp, remote=False)
+    start = time.perf_counter()
+    jobs = run_sweep(work, [{"i": i} for i in range(100)], mode="slurm", config=local,
+                     exp_name="bench", array_parallelism=1)
+    launch_local = time.perf_counter() - start
+    start = time.perf_counter()
+    jobs[0].mode.refresh_many(jobs)
+    poll_local = time.perf_counter() - start
+    subprocess.run(["scancel", "-u", "root"], check=True)
+
+    print("1. a 100-variant slurm sweep over SSH")
+    print(f"   ssh connections: launch {launch_logins}, a later `easylaunch ls` {ls_logins}  "
+          "(goal 1 each)")
+    print(f"   bytes copied {sent:,} vs snapshot + function + variants {payload:,}: "
+          f"{sent / payload:.2f}x (goal <= 1.2x)")
+    print(f"   a repeat sweep with the same code copied {again} snapshot bytes (goal 0)")
+    print("2. over SSH vs local sbatch on the same cluster")
+    print(f"   launch per variant: {launch_ssh * 10:.1f} ms vs {launch_local * 10:.1f} ms: "
+          f"{launch_ssh / launch_local:.2f}x (goal <= 1.5x)")
+    print(f"   one status poll of 100 runs: {poll_ssh * 1000:.0f} ms vs "
+          f"{poll_local * 1000:.0f} ms: {poll_ssh / poll_local:.2f}x (goal <= 2x)")
+
+
+def write_config(path: Path, values: dict) -> str:
+    path.write_text("".join(f"{k} = {v!r}\n" for k, v in values.items()))
+    return str(path)
+
+
+def laptop_first(tmp: Path, runs: int) -> None:
+    import submitit
+
+    remote = settings(tmp, remote=True)
+    start = time.perf_counter()
+    jobs = run_sweep(work, [{"i": i} for i in range(runs)], mode="htp", config=remote,
+                     exp_name="bench-htp")
+    assert all(s.value == "succeeded" for s in wait_all(jobs))
+    assert [j.result() for j in jobs] == list(range(runs))
+    assert all((j.log_dir / "result.pkl").exists() for j in jobs)
+    ours = time.perf_counter() - start
+    executor = submitit.AutoExecutor(folder=tmp / "submitit")
+    executor.update_parameters(timeout_min=60, cpus_per_task=1, slurm_array_parallelism=runs)
+    start = time.perf_counter()
+    assert [j.result() for j in executor.map_array(work_plain, range(runs))] == list(range(runs))
+    theirs = time.perf_counter() - start
+    print(f"3. {runs} runs of a 10 ms function, launch to all results here")
+    print(f"   easylaunch htp over SSH {ours:.1f} s, submitit map_array on the cluster "
+          f"{theirs:.1f} s: {theirs / ours:.1f}x faster (goal >= 20x)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=1000)
+    args = parser.parse_args()
+    pushes = Pushes()
+    with tempfile.TemporaryDirectory() as tmp:
+        os.environ["HOME"] = tmp  # the registry and settings of this bench only
+        sweep_figures(Path(tmp), pushes)
+        laptop_first(Path(tmp), args.runs)
+
+
+if __name__ == "__main__":
+    main()
