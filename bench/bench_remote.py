@@ -29,7 +29,6 @@ from pathlib import Path
 
 from easylaunch import run_sweep, wait_all
 from easylaunch.hosts.ssh import SshTransport
-from easylaunch.hosts.transport import Transport
 
 REPO = Path(__file__).resolve().parent.parent
 SSH_CONFIG = REPO / ".test-ssh" / "config"
@@ -59,20 +58,20 @@ def close_master() -> None:
                    capture_output=True)
 
 
-class Pushes:
-    """Bytes and items of every copy to the far side."""
+class Uploads:
+    """What every upload to the far side copied (items and bytes)."""
 
     def __init__(self) -> None:
-        self.calls: list[tuple[list[str], int]] = []
-        self._push = Transport.push
-        pushes = self
+        from easylaunch.hosts import staging
 
-        def spy(transport, local_root, rels, dest):
-            sent = pushes._push(transport, local_root, rels, dest)
-            pushes.calls.append((list(rels), sent))
-            return sent
+        self.calls: list = []
+        upload = staging.upload
 
-        Transport.push = spy
+        def spy(*args, **kwargs):
+            self.calls.append(upload(*args, **kwargs))
+            return self.calls[-1]
+
+        staging.upload = spy
 
 
 def size_of(path: Path) -> int:
@@ -94,7 +93,7 @@ def settings(tmp: Path, remote: bool) -> dict:
                                    "ssh_config": str(SSH_CONFIG)}})
 
 
-def sweep_figures(tmp: Path, pushes: Pushes) -> None:
+def sweep_figures(tmp: Path, pushes: Uploads) -> None:
     remote = settings(tmp, remote=True)
     close_master()
     before = logins()
@@ -103,7 +102,7 @@ def sweep_figures(tmp: Path, pushes: Pushes) -> None:
                      exp_name="bench", array_parallelism=1)
     launch_ssh = time.perf_counter() - start
     launch_logins = logins() - before
-    rels, sent = pushes.calls[-1]
+    rels, sent = pushes.calls[-1].items, pushes.calls[-1].bytes
     root = Path(remote["LOCAL_LOG_DIR"])
     payload = sum(size_of(root / r) for r in rels if r.startswith(".snapshots/")) + \
         size_of(next(root.glob(".blobs/*.function.pkl"))) + \
@@ -120,7 +119,7 @@ def sweep_figures(tmp: Path, pushes: Pushes) -> None:
     assert listing.stdout.count("bench") >= 100
     subprocess.run(["scancel", "-u", "easyremote"], check=True)
     run_sweep(work, [{"i": 0}], mode="slurm", config=remote, exp_name="bench")
-    again = sum(size_of(root / r) for r in pushes.calls[-1][0] if r.startswith(".snapshots/"))
+    again = sum(size_of(root / r) for r in pushes.calls[-1].items if r.startswith(".snapshots/"))
     subprocess.run(["scancel", "-u", "easyremote"], check=True)
 
     local = settings(tmp, remote=False)
@@ -176,11 +175,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=1000)
     args = parser.parse_args()
-    pushes = Pushes()
+    pushes = Uploads()
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["HOME"] = tmp  # the registry and settings of this bench only
         sweep_figures(Path(tmp), pushes)
-        laptop_first(Path(tmp), args.runs)
+        if args.runs:
+            laptop_first(Path(tmp), args.runs)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,6 @@ from conftest import REPO_DIR, TESTS_DIR
 
 from easylaunch import JobState, get_job, run_experiment, run_sweep
 from easylaunch.errors import LaunchError
-from easylaunch.hosts.transport import Transport
 
 SSH_DIR = REPO_DIR / ".test-ssh"
 REMOTE_USER = "easyremote"
@@ -55,15 +54,18 @@ def _there(home: Path, job) -> Path:
 
 @pytest.fixture
 def pushes(monkeypatch):
-    """The relative paths of every copy to the far side."""
+    """The items of every upload to the far side that were copied (not there yet)."""
+    from easylaunch.hosts import staging
+
     seen = []
-    push = Transport.push
+    upload = staging.upload
 
-    def spy(self, local_root, rels, dest):
-        seen.append(list(rels))
-        return push(self, local_root, rels, dest)
+    def spy(*args, **kwargs):
+        done = upload(*args, **kwargs)
+        seen.append(done.items)
+        return done
 
-    monkeypatch.setattr(Transport, "push", spy)
+    monkeypatch.setattr(staging, "upload", spy)
     return seen
 
 
@@ -251,12 +253,15 @@ def test_strings_reach_the_remote_shell_quoted(remote_cfg, ssh_cluster, tmp_path
 
 
 def test_tracking_survives_the_cluster_going_out_of_reach(remote_cfg):
+    from easylaunch.hosts.ssh import SshTransport
+
     job = run_experiment(jobfns.double, variant={"x": 4}, mode="slurm", config=remote_cfg)
-    transport = job.mode.transport
-    transport.port = 1  # offline: nothing answers there
+    online = job.mode.transport
+    job.mode.transport = SshTransport(online.name, online.destination, 1, online.python,
+                                      online.log_dir, online.ssh_config)  # nothing answers
     assert job.status() in (JobState.QUEUED, JobState.RUNNING)
     assert job.wait(timeout=3) in (JobState.QUEUED, JobState.RUNNING)
-    transport.port = None  # back online: the state catches up, the result comes back
+    job.mode.transport = online  # back: the state catches up, the result comes back
     assert job.result(timeout=120) == {"x": 4, "y": 8}
 
 

@@ -10,6 +10,7 @@ started over that connection from stdin: nothing is installed there.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import select
@@ -148,11 +149,15 @@ class SshTransport(Transport):
             raise self.login_error(out.stderr)
         return out
 
-    def probe(self, ops: list[dict]) -> list[dict]:
+    @functools.cached_property
+    def far_side(self) -> _FarSide:
+        """This process's far-side Python on this host (shared by every transport there)."""
         argv = ["ssh", *self.ssh_options(), "--", self.destination,
                 f"{remote_word(self.python)} -c {shlex.quote(_START)}"]
-        far = _far_sides.setdefault(tuple(argv), _FarSide(argv))
-        answer, code, stderr = far.ask(ops)
+        return _far_sides.setdefault(tuple(argv), _FarSide(argv))
+
+    def probe(self, ops: list[dict]) -> list[dict]:
+        answer, code, stderr = self.far_side.ask(ops)
         if answer is not None:
             return json.loads(answer)
         if code == 255:

@@ -2,21 +2,29 @@
 
 Code snapshots, pickled functions, runners and packed environments are kept once per content
 in a store there (``.snapshots``, ``.blobs``, ``.envs``), so a second sweep with the same code
-copies none of them again. Everything travels into ``<store>/.incoming`` first (rsync
-``--partial``: a copy that was cut off resumes on the next launch) and is then moved into place
-in one far-side step, so the far side never holds half a run or half a snapshot.
+copies none of them again. Everything travels into ``<store>/.incoming`` first and is then
+moved into place in one far-side step, so the far side never holds half a run or half a
+snapshot. A few MB go inline, in the round trip that places them; more go by rsync
+(``--partial``: a copy that was cut off resumes on the next launch).
 """
 
 from __future__ import annotations
 
+import base64
+import io
 import os
+import tarfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
-from easylaunch.bundle import CODE_DIR
+from easylaunch.bundle import BUNDLE_DIR, CODE_DIR, VARIANT_JSON
 from easylaunch.hosts.transport import HostError, Transport, checked
+from easylaunch.runner import STATUS_JSON
 
 INCOMING = ".incoming"
+INLINE_BYTES = 4 << 20  # up to this much goes inline with the far side's answer, not by rsync
+SENT_OF_A_RUN = (BUNDLE_DIR, STATUS_JSON, VARIANT_JSON)
 HEADROOM = 1.1  # refuse a copy that would leave the far side's disk all but full
 
 
@@ -42,10 +50,17 @@ def _size(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file() and not f.is_symlink())
 
 
-def upload(transport: Transport, up: Upload, then: list[dict] | None = None
-           ) -> tuple[int, list[dict]]:
+class Uploaded(NamedTuple):
+    """What an upload copied, and the answers of the ops run after it."""
+
+    bytes: int  # file data that crossed the wire (compressed)
+    items: list[str]  # the items copied: those missing there
+    answers: list[dict]
+
+
+def upload(transport: Transport, up: Upload, then: list[dict] | None = None) -> Uploaded:
     """Copy what is missing there, place it, then run the far-side ops ``then`` in the same
-    round trip; return (bytes that crossed the wire, the answers of ``then``)."""
+    round trip."""
     incoming = f"{up.store}/{INCOMING}"
     shared = sorted(set(up.shared))
     first = checked(transport.probe([
@@ -59,16 +74,42 @@ def upload(transport: Transport, up: Upload, then: list[dict] | None = None
         raise HostError(f"{transport.where} has {free / 1e6:.1f} MB free in {incoming}, and "
                         f"this launch copies {need / 1e6:.1f} MB: free space there or choose "
                         "another log_dir; nothing was copied or submitted")
-    sent = transport.push(up.local_root, sending, incoming)
-    answers = checked(transport.probe([
-        {"op": "place", "incoming": incoming, "store": up.store, "root": up.root,
-         "shared": shared, "plain": up.plain}, *(then or [])]), transport.where)
-    return sent, answers[1:]
+    inline: list[dict] = []
+    if need <= INLINE_BYTES:  # small: in the same round trip as placing them
+        packed = _packed(up.local_root, sending)
+        inline = [{"op": "unpack", "root": incoming, "tar": packed}]
+        sent = len(packed)
+    else:  # large: rsync, which resumes a copy that was cut off
+        sent = transport.push(up.local_root, sending, incoming)
+    answers = checked(transport.probe([*inline, {
+        "op": "place", "incoming": incoming, "store": up.store, "root": up.root,
+        "shared": shared, "plain": up.plain}, *(then or [])]), transport.where)
+    return Uploaded(sent, sending, answers[len(inline) + 1:])
+
+
+def _packed(local_root: Path, rels: list[str]) -> str:
+    """``rels`` as a gzipped tar (links kept as links), in base64. Files of one name go side by
+    side, so what every run repeats (the same git diff in each bundle.json) compresses away."""
+    folders, files = [], []
+    for rel in rels:
+        top = local_root / rel
+        (folders if top.is_dir() and not top.is_symlink() else files).append(top)
+        if top.is_dir() and not top.is_symlink():  # (links to folders stay links)
+            for folder, dirs, names in os.walk(top):
+                for name in dirs + names:
+                    path = Path(folder) / name
+                    (folders if path.is_dir() and not path.is_symlink() else files).append(path)
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz", compresslevel=6) as tar:
+        for path in [*folders, *sorted(files, key=lambda p: (p.name, p))]:
+            tar.add(path, arcname=str(path.relative_to(local_root)), recursive=False)
+    return base64.b64encode(buffer.getvalue()).decode()
 
 
 def bundle_items(log_root: Path, runs) -> tuple[list[str], list[str]]:
     """(shared, plain) items of runs made under ``log_root``: the blobs and snapshots their
-    bundles link to, and the run folders themselves."""
+    bundles link to, and what the far side needs of each run folder (not its git diffs or
+    launch record, which stay here)."""
     shared: set[str] = set()
     for run in runs:
         for folder in (run.bundle_dir, run.bundle_dir / CODE_DIR):
@@ -76,5 +117,6 @@ def bundle_items(log_root: Path, runs) -> tuple[list[str], list[str]]:
                 if entry.is_symlink():
                     target = os.path.normpath(os.path.join(folder, os.readlink(entry.path)))
                     shared.add(os.path.relpath(target, log_root))
-    plain = [os.path.relpath(run.log_dir, log_root) for run in runs]
+    plain = [os.path.relpath(run.log_dir / name, log_root) for run in runs
+             for name in SENT_OF_A_RUN]
     return sorted(shared), plain

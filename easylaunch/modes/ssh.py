@@ -16,7 +16,8 @@ from pathlib import Path
 
 from easylaunch.bundle import BLOB_STORE, RUNNER_FILE, Run, blob_name, store_blob
 from easylaunch.errors import LaunchError
-from easylaunch.hosts.staging import Upload, bundle_items, upload
+from easylaunch.hosts import staging
+from easylaunch.hosts.staging import Upload, bundle_items
 from easylaunch.jobs import Job
 from easylaunch.modes.hosted import HostedMode, completed
 from easylaunch.modes.slurm import packer
@@ -102,9 +103,9 @@ class SshMode(HostedMode):
         shared, plain = bundle_items(request.log_root, runs)
         shared.append(str(packer_blob.relative_to(request.log_root)))
         plain.append(str(prepared.local_dir.relative_to(request.log_root)))
-        _, (started,) = upload(self.transport, Upload(
+        (started,) = staging.upload(self.transport, Upload(
             request.log_root, self.root, self.root, shared, plain), then=[
-            {"op": "detach", "argv": prepared.argv, "log": prepared.log}])
+            {"op": "detach", "argv": prepared.argv, "log": prepared.log}]).answers
         state_dir = str(Path(prepared.log).parent / "task-state")
         for index, run in enumerate(runs):
             run.record_backend(

@@ -25,7 +25,8 @@ from pathlib import Path
 
 from easylaunch.bundle import BLOB_STORE, BUNDLE_DIR, SNAPSHOT_STORE, Run
 from easylaunch.errors import LaunchError
-from easylaunch.hosts.staging import Upload, upload
+from easylaunch.hosts import staging
+from easylaunch.hosts.staging import Upload
 from easylaunch.jobs import Job
 from easylaunch.modes.slurm import scheduler as slurm
 from easylaunch.modes.slurm.base import SlurmBase
@@ -235,10 +236,10 @@ class BatchMode(SlurmBase):
         plain = [entry.name for entry in os.scandir(local)
                  if entry.name not in (BLOB_STORE, SNAPSHOT_STORE)]
         ids_file = f"{layout.cluster_dir}/{JOB_IDS}"
-        _, (out, ids) = upload(self.transport, Upload(local, layout.cluster_dir,
-                                                      self.facts.root, shared, plain), then=[
+        up = Upload(local, layout.cluster_dir, self.facts.root, shared, plain)
+        out, ids = staging.upload(self.transport, up, then=[
             {"op": "run", "argv": ["bash", f"{layout.cluster_dir}/{SUBMIT}"]},
-            {"op": "read", "paths": [ids_file]}])
+            {"op": "read", "paths": [ids_file]}]).answers
         record = ids["files"][ids_file]
         pairs = [line.split() for line in (record["text"] if record else "").splitlines()]
         job_ids = {pair[0]: pair[1] for pair in pairs if len(pair) == 2}

@@ -20,7 +20,8 @@ from pathlib import Path
 from easylaunch import envpack
 from easylaunch.bundle import Run
 from easylaunch.errors import LaunchError
-from easylaunch.hosts.staging import Upload, bundle_items, upload
+from easylaunch.hosts import staging
+from easylaunch.hosts.staging import Upload, bundle_items
 from easylaunch.jobs import Job
 from easylaunch.modes.slurm import scheduler as slurm
 from easylaunch.modes.slurm.base import SlurmBase
@@ -141,8 +142,8 @@ class SlurmMode(SlurmBase):
             if prepared.env is not None:
                 shared.append(str(prepared.env.archive.relative_to(request.log_root)))
             plain += [str(a.script.relative_to(request.log_root)) for a in prepared.arrays]
-            answers = upload(self.transport, Upload(request.log_root, root, root, shared, plain),
-                             then=submits)[1]
+            up = Upload(request.log_root, root, root, shared, plain)
+            answers = staging.upload(self.transport, up, then=submits).answers
         job_ids = self._job_ids(prepared.arrays, answers)
         for array, job_id in zip(prepared.arrays, job_ids, strict=True):
             for index, run in enumerate(array.runs):
