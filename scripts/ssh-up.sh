@@ -40,8 +40,11 @@ chmod 700 "$STATE" "$CLIENT"
 [ -s "$STATE/host_ed25519" ] || ssh-keygen -q -t ed25519 -N '' -f "$STATE/host_ed25519"
 [ -s "$CLIENT/id_ed25519" ] || ssh-keygen -q -t ed25519 -N '' -f "$CLIENT/id_ed25519"
 install -d -m 700 -o "$REMOTE_USER" -g "$REMOTE_USER" "$home/.ssh"
-install -m 600 -o "$REMOTE_USER" -g "$REMOTE_USER" "$CLIENT/id_ed25519.pub" \
-    "$home/.ssh/authorized_keys"
+keys="$home/.ssh/authorized_keys"  # each checkout adds its own key
+touch "$keys"
+grep -qxF "$(cat "$CLIENT/id_ed25519.pub")" "$keys" || cat "$CLIENT/id_ed25519.pub" >> "$keys"
+chown "$REMOTE_USER:$REMOTE_USER" "$keys"
+chmod 600 "$keys"
 # what a cluster's login node has: the Singularity stand-in (bubblewrap) on the user's PATH
 install -d -o "$REMOTE_USER" -g "$REMOTE_USER" "$home/bin"
 install -m 755 -o "$REMOTE_USER" -g "$REMOTE_USER" tests/bin/singularity "$home/bin/singularity"

@@ -9,6 +9,7 @@ started over that connection from stdin: nothing is installed there.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import functools
 import json
@@ -60,7 +61,9 @@ class _FarSide:
     def ask(self, ops: list[dict]) -> tuple[str | None, int | None, str]:
         """(answer line or None, exit code, stderr) for one request."""
         with self.lock:
-            if self.proc is None or self.proc.poll() is not None:
+            if self.proc is not None and self.proc.poll() is not None:
+                self._discard()  # ended since the last request (a dropped connection)
+            if self.proc is None:
                 self.errors = tempfile.TemporaryFile()  # noqa: SIM115 - lives with proc
                 self.proc = subprocess.Popen(self.argv, stdin=subprocess.PIPE,
                                              stdout=subprocess.PIPE, stderr=self.errors,
@@ -76,8 +79,28 @@ class _FarSide:
             self.proc.kill()
             code = self.proc.wait()
             self.errors.seek(0)
-            self.proc = None
-            return None, code, self.errors.read().decode(errors="replace")
+            stderr = self.errors.read().decode(errors="replace")
+            self._discard()
+            return None, code, stderr
+
+    def close(self) -> None:
+        """End the far side: its stdin closes and it exits (killed if it does not)."""
+        with self.lock:
+            if self.proc is not None:
+                with contextlib.suppress(OSError):
+                    self.proc.stdin.close()
+                try:
+                    self.proc.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    self.proc.kill()
+                self._discard()
+
+    def _discard(self) -> None:
+        self.proc.wait()
+        for stream in (self.proc.stdin, self.proc.stdout, self.errors):
+            with contextlib.suppress(OSError):
+                stream.close()
+        self.proc = None
 
     def _send(self, line: str) -> None:
         with contextlib.suppress(BrokenPipeError):  # it died: its exit code says why
@@ -86,6 +109,13 @@ class _FarSide:
 
 
 _far_sides: dict[tuple, _FarSide] = {}
+
+
+@atexit.register
+def _close_far_sides() -> None:
+    """Let each far side end with this process (its stdin closes; it exits)."""
+    for far in _far_sides.values():
+        far.close()
 
 
 def control_dir() -> Path:
@@ -176,7 +206,8 @@ class SshTransport(Transport):
         return f"{self.destination}:{path}"
 
     def copy_error(self, out: subprocess.CompletedProcess, what: str) -> HostError:
-        if out.returncode in (12, 30, 35, 255) or "connection" in out.stderr.lower():
+        if out.returncode in (10, 12, 30, 35, 255) or "connection" in out.stderr.lower() \
+                or "broken pipe" in out.stderr.lower():
             if "Permission denied" in out.stderr or "Could not resolve" in out.stderr:
                 return self.login_error(out.stderr)
             return HostError(f"{what} was cut off (rsync exit {out.returncode}: "

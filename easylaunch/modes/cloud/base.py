@@ -268,9 +268,12 @@ class CloudMode(Mode):
     def _mirror(self, job: Job, store: Store, prefix: str) -> dict:
         """Bring the run's status.json (and result.pkl once it ended) from the bucket."""
         data = store.get(f"{prefix}/{runner.STATUS_JSON}")
-        if data is None:
+        try:
+            remote = json.loads(data) if data is not None else {}
+        except ValueError:
+            return {}  # cut short on its way: read again on the next poll
+        if not remote:
             return {}
-        remote = json.loads(data)
         if remote.get("state") in runner.TERMINAL_STATES:
             result = store.get(f"{prefix}/{runner.RESULT_PKL}")
             if result is not None:

@@ -562,7 +562,14 @@ class Agent:
             return
         signature = (st.st_size, st.st_mtime_ns)
         if slot.synced.get(rel) != signature:
-            self.store.put_file(f"{slot.spec['log_prefix']}/{rel}", path)
+            key = f"{slot.spec['log_prefix']}/{rel}"
+            if rel == STATUS_JSON:  # read whole first: the runner may replace it mid-upload
+                try:
+                    self.store.put_bytes(key, path.read_bytes())
+                except FileNotFoundError:
+                    return
+            else:
+                self.store.put_file(key, path)
             slot.synced[rel] = signature
 
     def _put_instance_files(self, slot: RunSlot) -> None:
