@@ -109,6 +109,10 @@ def test_a_later_process_lists_tails_cancels_and_resubmits(remote_cfg, tmp_path)
     assert get_job(new_id, config=remote_cfg).result(timeout=120) == {"x": 1, "y": 2}
     logs = cli("logs", new_id)
     assert logs.returncode == 0 and "doubling 1" in logs.stdout, logs
+    (quick.log_dir / "stdout.log").unlink()
+    fetched = cli("fetch", quick.id)
+    assert fetched.returncode == 0 and fetched.stdout.startswith("brought "), fetched
+    assert "doubling 1" in (quick.log_dir / "stdout.log").read_text()
 
 
 @pytest.mark.parametrize("mode", ["htp", "sss"])
