@@ -78,17 +78,6 @@ def _read(op):
     return {"files": files}
 
 
-def _sizes(op):
-    """Size of each file (None where missing)."""
-    sizes = {}
-    for name in op["paths"]:
-        try:
-            sizes[name] = os.stat(_path(name)).st_size
-        except OSError:
-            sizes[name] = None
-    return {"sizes": sizes}
-
-
 def _run(op):
     argv = [os.path.expanduser(a) if a.startswith("~/") else a for a in op["argv"]]
     try:
@@ -225,7 +214,7 @@ def _remove(path):
 
 
 OPS = {"info": _info, "which": _which, "prepare_dir": _prepare_dir, "exists": _exists,
-       "read": _read, "sizes": _sizes, "run": _run, "detach": _detach, "alive": _alive,
+       "read": _read, "run": _run, "detach": _detach, "alive": _alive,
        "touch": _touch, "update_status": _update_status, "unpack": _unpack,
        "place": _place}
 

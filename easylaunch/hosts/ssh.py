@@ -163,22 +163,6 @@ class SshTransport(Transport):
             options += ["-o", option]
         return options
 
-    def ssh(self, command: str, stdin: str = "", timeout: float = 600) -> \
-            subprocess.CompletedProcess:
-        """Run ``command`` (one line of shell, quoted by the caller) there."""
-        argv = ["ssh", *self.ssh_options(), "--", self.destination, command]
-        try:
-            out = subprocess.run(argv, input=stdin, capture_output=True, text=True,
-                                 timeout=timeout)
-        except FileNotFoundError:
-            raise HostError("ssh is not installed on this machine; install OpenSSH's "
-                            "client") from None
-        except subprocess.TimeoutExpired:
-            raise HostError(f"{self.where} did not answer in {timeout:.0f} s") from None
-        if out.returncode == 255:
-            raise self.login_error(out.stderr)
-        return out
-
     @functools.cached_property
     def far_side(self) -> _FarSide:
         """This process's far-side Python on this host (shared by every transport there)."""
