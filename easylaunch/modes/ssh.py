@@ -117,7 +117,7 @@ class SshMode(HostedMode):
 
     # -- tracking -------------------------------------------------------------------------------
 
-    def _packers(self, jobs: list[Job]) -> list[list]:
+    def _packers(self, jobs: list[Job]) -> list[tuple]:
         backends = [job.launch_info["backend"] for job in jobs]
         return sorted({(b["packer_pid"], b["packer_started"]) for b in backends
                        if "packer_pid" in b})
