@@ -7,25 +7,7 @@ import signal
 import socket
 import time
 
-from easylaunch.runner import process_start_time
-
-
-def is_alive(pid: int | None, started: str | None) -> bool:
-    """True if ``pid`` runs (not a zombie) and is the process that started at ``started``."""
-    if not pid:
-        return False
-    now = process_start_time(pid)
-    if now is not None:
-        return started is None or now == started
-    if os.path.exists(f"/proc/{pid}"):
-        return False  # a zombie
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return started is None  # no /proc: trust the pid only when no start time was recorded
+from easylaunch.runner import is_alive  # (the runner's: it also runs where runs run)
 
 
 def signal_group(pgid: int, sig: int = signal.SIGTERM) -> bool:

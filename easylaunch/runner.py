@@ -189,6 +189,24 @@ def process_start_time(pid: int) -> str | None:
     return None if fields[0] == "Z" else fields[19]
 
 
+def is_alive(pid: int | None, started: str | None) -> bool:
+    """True if ``pid`` runs (not a zombie) and is the process that started at ``started``."""
+    if not pid:
+        return False
+    now = process_start_time(pid)
+    if now is not None:
+        return started is None or now == started
+    if os.path.exists(f"/proc/{pid}"):
+        return False  # a zombie
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return started is None  # no /proc: trust the pid only when no start time was recorded
+
+
 def signal_name(signum: int) -> str:
     """``SIGTERM`` for 15; ``signal 40`` for numbers without a name."""
     try:

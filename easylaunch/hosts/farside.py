@@ -103,20 +103,8 @@ def _detach(op):
 
 
 def _alive(op):
-    """Whether each [pid, start time] is still the same running process (where start times
-    cannot be read, whether the pid exists)."""
-    return {"alive": [runner.process_start_time(pid) == started if started is not None
-                      else _exists_pid(pid) for pid, started in op["pids"]]}
-
-
-def _exists_pid(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    """Whether each [pid, start time] is still the same running process."""
+    return {"alive": [runner.is_alive(pid, started) for pid, started in op["pids"]]}
 
 
 def _touch(op):

@@ -131,9 +131,10 @@ class HostedMode(Mode):
 
     def refresh_many(self, jobs: list[Job]) -> None:
         """One round trip for all the runs: the backend's view, then their records there;
-        runs that ended are brought back here."""
+        runs that ended are brought back here. (On this machine the records are read in
+        place: ``sync_record`` copies them each time a job's state is read.)"""
         open_jobs = [job for job in jobs if not job.recorded_state().terminal]
-        mirrored = [job for job in open_jobs if self._mirrored(job)]
+        mirrored = [] if self.transport.is_local else open_jobs
         asked = self.backend_ops(open_jobs)
         if not asked and not mirrored:
             return

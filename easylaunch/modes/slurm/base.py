@@ -86,6 +86,7 @@ class SlurmBase(HostedMode):
         """Ask the cluster, in one round trip, whether it can take this launch (see
         :meth:`check_host`), and whether sbatch is there."""
         t = self.transport
+        slurm.check_log_folder(folder)  # before anything is made there
         root, (which, config) = self.check_host(
             folder, runs_there, {"op": "which", "names": ["sbatch"]},
             {"op": "run", "argv": ["scontrol", "show", "config"]})
@@ -95,7 +96,6 @@ class SlurmBase(HostedMode):
                 + ("run on the cluster's login node, set cluster= (or DEFAULT_CLUSTER) to "
                    "submit to one over SSH, or use mode='sss' to write job scripts to copy"
                    if t.is_local else "is it the cluster's login node?"))
-        slurm.check_log_folder(root)
         return ClusterFacts(root, slurm.max_array_size(config["out"]))
 
     # -- tracking -------------------------------------------------------------------------------

@@ -105,8 +105,9 @@ class BatchMode(SlurmBase):
         self.settings.code_mounts("SSS_CODE_DIRS_TO_MOUNT")
         self.settings.data_mounts("SSS_NON_CODE_DIRS_TO_MOUNT")
         _check_writable_file("SSS_SCRIPT_PATH", self.settings.SSS_SCRIPT_PATH)
-        slurm.check_log_folder(self.cluster_batches())
-        if not self.grows_batches():  # submitted over SSH: ask the cluster first
+        if self.grows_batches():  # copied by hand
+            slurm.check_log_folder(self.cluster_batches())
+        else:  # submitted over SSH: ask the cluster first (the folder checked there too)
             self.facts = self.preflight(self.cluster_batches(),
                                         runs_there=self.runs_outside(request))
 

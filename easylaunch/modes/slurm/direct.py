@@ -80,7 +80,6 @@ class SlurmMode(SlurmBase):
 
     def check(self, request: LaunchRequest) -> None:
         super().check(request)
-        slurm.check_log_folder(str(request.log_root))
         cap = self.opts["array_parallelism"]
         if cap is not None and (not isinstance(cap, int) or isinstance(cap, bool) or cap < 1):
             raise LaunchError(f"array_parallelism must be a positive integer, got {cap!r}")
