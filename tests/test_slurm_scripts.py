@@ -9,9 +9,9 @@ import jobfns
 import pytest
 
 from easylaunch import EasyLaunchError, LaunchError, run_sweep
+from easylaunch.modes.jobscript import Container, StartLine, job_script, start_line, task_line
 from easylaunch.modes.slurm import scheduler as slurm
 from easylaunch.modes.slurm.htp import ansi_c_quote
-from easylaunch.modes.slurm.jobscript import Container, StartLine, job_script, start_line, task_line
 
 CONFIGS = dict(
     cpu=dict(account_name="co_rail", partition="savio", n_gpus=0, max_num_cores_per_node=20,
@@ -267,7 +267,7 @@ def test_slurm_mode_off_a_login_node_says_what_to_do(tmp_path, monkeypatch):
 
 
 def test_environment_broadcast_lines_golden():
-    from easylaunch.modes.slurm.jobscript import broadcast_env
+    from easylaunch.modes.jobscript import broadcast_env
 
     assert broadcast_env("/logs/.envs/env-ab12.tar.gz", "/local/scratch").splitlines() == [
         "sbcast --force /logs/.envs/env-ab12.tar.gz /local/scratch/easylaunch-env-ab12.tar.gz "

@@ -20,8 +20,8 @@ from easylaunch.hosts import staging
 from easylaunch.hosts.staging import Upload, bundle_items
 from easylaunch.jobs import Job
 from easylaunch.modes.hosted import HostedMode, completed
+from easylaunch.modes.jobscript import StartLine, bundle_pythonpath, start_line, task_line
 from easylaunch.modes.slurm import packer
-from easylaunch.modes.slurm.jobscript import StartLine, bundle_pythonpath, start_line, task_line
 from easylaunch.request import LaunchRequest
 from easylaunch.runner import write_bytes_atomic
 

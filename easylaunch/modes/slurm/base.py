@@ -15,8 +15,8 @@ from easylaunch.bundle import STDERR_LOG
 from easylaunch.errors import LaunchError
 from easylaunch.jobs import Job
 from easylaunch.modes.hosted import HostedMode, completed
+from easylaunch.modes.jobscript import on_every_rank
 from easylaunch.modes.slurm import scheduler as slurm
-from easylaunch.modes.slurm.jobscript import on_every_rank
 from easylaunch.modes.slurm.scheduler import Resources
 from easylaunch.request import LaunchRequest
 

@@ -28,9 +28,9 @@ from easylaunch.errors import LaunchError
 from easylaunch.hosts import staging
 from easylaunch.hosts.staging import Upload
 from easylaunch.jobs import Job
+from easylaunch.modes.jobscript import Container
 from easylaunch.modes.slurm import scheduler as slurm
 from easylaunch.modes.slurm.base import SlurmBase
-from easylaunch.modes.slurm.jobscript import Container
 from easylaunch.request import LaunchRequest
 from easylaunch.runner import write_bytes_atomic
 from easylaunch.settings import Mount

@@ -23,15 +23,15 @@ from easylaunch.errors import LaunchError
 from easylaunch.hosts import staging
 from easylaunch.hosts.staging import Upload, bundle_items
 from easylaunch.jobs import Job
-from easylaunch.modes.slurm import scheduler as slurm
-from easylaunch.modes.slurm.base import SlurmBase
-from easylaunch.modes.slurm.jobscript import (
+from easylaunch.modes.jobscript import (
     StartLine,
     broadcast_env,
     bundle_pythonpath,
     job_script,
     start_line,
 )
+from easylaunch.modes.slurm import scheduler as slurm
+from easylaunch.modes.slurm.base import SlurmBase
 from easylaunch.request import LaunchRequest
 from easylaunch.runner import write_bytes_atomic
 

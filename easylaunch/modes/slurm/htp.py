@@ -14,6 +14,7 @@ from easylaunch import runner
 from easylaunch.bundle import RUNNER_FILE, Run
 from easylaunch.errors import LaunchError
 from easylaunch.jobs import Job
+from easylaunch.modes.jobscript import StartLine, bundle_pythonpath, start_line, task_line
 from easylaunch.modes.slurm import packer
 from easylaunch.modes.slurm import scheduler as slurm
 from easylaunch.modes.slurm.batch import (
@@ -24,7 +25,6 @@ from easylaunch.modes.slurm.batch import (
     Layout,
     submit_script,
 )
-from easylaunch.modes.slurm.jobscript import StartLine, bundle_pythonpath, start_line, task_line
 from easylaunch.request import LaunchRequest
 
 TASKS = "tasks.txt"

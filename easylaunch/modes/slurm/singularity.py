@@ -11,9 +11,9 @@ import shlex
 from easylaunch import launchers
 from easylaunch.bundle import Run
 from easylaunch.errors import LaunchError
+from easylaunch.modes.jobscript import Container, StartLine, bundle_pythonpath
 from easylaunch.modes.slurm.base import SlurmBase
 from easylaunch.modes.slurm.direct import SlurmMode
-from easylaunch.modes.slurm.jobscript import Container, StartLine, bundle_pythonpath
 from easylaunch.request import LaunchRequest
 
 

@@ -6,9 +6,9 @@ import shlex
 
 from easylaunch.bundle import Run
 from easylaunch.errors import LaunchError
+from easylaunch.modes.jobscript import StartLine, job_script, start_line
 from easylaunch.modes.slurm import scheduler as slurm
 from easylaunch.modes.slurm.batch import SUBMIT, BatchMode, BatchPlan, Layout, submit_script
-from easylaunch.modes.slurm.jobscript import StartLine, job_script, start_line
 from easylaunch.request import LaunchRequest
 
 
