@@ -146,8 +146,27 @@ SLURM_SIGNAL_SECONDS: int = 120
 # running the launching script) and shell commands run before it (e.g. "module load cuda").
 SLURM_PYTHON: str | None = None
 SLURM_PRE_CMDS: list = []
-# Node-local folder that ``env_pack=`` broadcasts the packed environment to (sbcast).
+# Node-local folder that ``env_pack=`` broadcasts the packed environment to (Slurm: sbcast;
+# PBS: one mpiexec rank per node copies it).
 ENV_BROADCAST_DIR: str = "/tmp"
+
+# ---------------------------------------------------------------------------------------------
+# PBS Pro mode (pbs), as on ALCF's Polaris and Aurora.
+# ---------------------------------------------------------------------------------------------
+
+# Named resource requests; ``pbs_config_name=`` picks one, else "gpu" when use_gpu, else "cpu".
+# Fields: select (nodes), ncpus, ngpus and mpiprocs (ranks) per node, depth (cores per rank;
+# default ncpus // mpiprocs), cpu_bind (mpiexec's --cpu-bind, default "depth"), mem, walltime
+# (minutes, or "HH:MM:SS"), queue, project (-A), filesystems (ALCF: e.g. "home:eagle"), place
+# (e.g. "scatter"), directives (a list of further #PBS options, e.g. ["-m n"]).
+PBS_CONFIGS: dict = dict(
+    cpu=dict(select=1, ncpus=1, walltime=60),
+    gpu=dict(select=1, ncpus=8, ngpus=1, walltime=60),
+)
+# Python on the compute nodes (None: the interpreter running the launching script, or the
+# cluster's python from CLUSTERS) and shell commands run before it (e.g. "module load conda").
+PBS_PYTHON: str | None = None
+PBS_PRE_CMDS: list = []
 
 # ``sss`` and ``htp`` modes write a batch folder to copy to the cluster. Cluster-side absolute
 # paths: where runs write their logs (required), and where the batch folders go (None:

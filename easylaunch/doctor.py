@@ -32,6 +32,7 @@ MODE_COMMANDS: dict[str, tuple[tuple[str, ...], ...]] = {
     "sss": (("rsync",), ("ssh",)),
     "htp": (("rsync",), ("ssh",)),
     "ssh": (("ssh",), ("rsync",)),
+    "pbs": (("qsub",), ("qstat",), ("qdel",)),
     "local_singularity": (("singularity", "apptainer"),),
     "local_docker": (("docker", "podman"),),
 }
@@ -91,6 +92,16 @@ def _slurm_configs(s: settings.Settings) -> Iterator[Finding]:
                 yield Finding("error", str(exc))
 
 
+def _pbs_configs(s: settings.Settings) -> Iterator[Finding]:
+    from easylaunch.modes.pbs import scheduler
+
+    for name in s.PBS_CONFIGS:
+        try:
+            scheduler.resolve_resources(s.PBS_CONFIGS, name, False)
+        except EasyLaunchError as exc:
+            yield Finding("error", str(exc))
+
+
 def _singularity_image(s: settings.Settings) -> Iterator[Finding]:
     """Run the image's Python through spython's client: it must match this minor version."""
     image = s.SINGULARITY_IMAGE
@@ -130,7 +141,7 @@ def diagnose(path: str | Path | None) -> list[Finding]:
             effective = settings.load_settings(found)
     except SettingsError as exc:
         return [*findings, Finding("error", str(exc))]
-    findings += list(_slurm_configs(effective))
+    findings += list(_slurm_configs(effective)) + list(_pbs_configs(effective))
     for mode, check in MODE_SETTINGS.items():
         missing = check(effective)
         findings.append(Finding("warn", f"mode {mode}: {'; '.join(missing)}") if missing

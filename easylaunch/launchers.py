@@ -59,11 +59,12 @@ def srun(nodes: int, tasks: int, gpus_per_node: int = 0, cpu_bind: str | None = 
     return [*argv, *extra]
 
 
-def mpiexec(total: int, per_host: int, hostfile: str, cpu_bind: str | None = "depth",
+def mpiexec(total: int, per_host: int, hostfile: str | None, cpu_bind: str | None = "depth",
             depth: int | None = None) -> list[str]:
-    """``mpiexec --envall --np N --ppn P --hostfile F [--cpu-bind=B [--depth=D]]`` (PBS)."""
-    argv = ["mpiexec", "--envall", "--np", str(total), "--ppn", str(per_host),
-            "--hostfile", hostfile]
+    """``mpiexec --envall --np N --ppn P [--hostfile F] [--cpu-bind=B [--depth=D]]`` (PBS)."""
+    argv = ["mpiexec", "--envall", "--np", str(total), "--ppn", str(per_host)]
+    if hostfile is not None:
+        argv += ["--hostfile", hostfile]
     if cpu_bind:
         argv.append(f"--cpu-bind={cpu_bind}")
         if cpu_bind == "depth" and depth:

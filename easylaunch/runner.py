@@ -66,6 +66,11 @@ ENV_PARENT_PID = "EASYLAUNCH_PARENT_PID"  # "<pid>:<start time>" of the launchin
 ENV_GPU_ID = "EASYLAUNCH_GPU_ID"
 ENV_TIMEOUT_SIGNAL = "EASYLAUNCH_TIMEOUT_SIGNAL"  # e.g. USR1: the scheduler's time-limit warning
 ENV_RERUN = "EASYLAUNCH_RERUN"  # set by htp's packer when it runs a task again
+# When the scheduler ends the job with SIGTERM at its time limit, with no warning signal (PBS):
+# the epoch second of that limit; a SIGTERM from then on (less TIME_LIMIT_SLACK) is a timeout.
+ENV_TIME_LIMIT_AT = "EASYLAUNCH_TIME_LIMIT_AT"
+TIME_LIMIT_SLACK = 30
+ENV_JOB_ID = "EASYLAUNCH_JOB_ID"  # the scheduler's id of the job running this attempt
 
 
 class GitInfo(NamedTuple):
@@ -220,16 +225,27 @@ def python_minor() -> str:
     return f"{sys.version_info[0]}.{sys.version_info[1]}"
 
 
+def _at_time_limit() -> bool:
+    """Whether the job's time limit (ENV_TIME_LIMIT_AT, when set) has come."""
+    try:
+        limit = float(os.environ[ENV_TIME_LIMIT_AT])
+    except (KeyError, ValueError):
+        return False
+    return time.time() >= limit - TIME_LIMIT_SLACK
+
+
 class _Terminated(BaseException):
-    """Raised in the main thread on SIGTERM (cancel) or the time-limit signal (timeout)."""
+    """Raised in the main thread on SIGTERM (cancel; timeout at the job's time limit) or the
+    time-limit warning signal (timeout)."""
 
     def __init__(self, signum: int) -> None:
         super().__init__(signum)
         self.signum = signum
+        self.at_limit = signum == signal.SIGTERM and _at_time_limit()
 
     @property
     def state(self) -> str:
-        return "cancelled" if self.signum == signal.SIGTERM else "timeout"
+        return "cancelled" if self.signum == signal.SIGTERM and not self.at_limit else "timeout"
 
 
 def _raise_terminated(signum: int, _frame: Any) -> None:
@@ -329,7 +345,8 @@ def call_and_record(fn: Any, config: DoodadConfig, variant: Any,
         signum = stop.signum if isinstance(stop, _Terminated) else signal.SIGINT
         state = stop.state if isinstance(stop, _Terminated) else "cancelled"
         name = signal_name(signum)
-        reason = "the time limit is near" if state == "timeout" else "cancelled"
+        reason = ("the time limit is reached" if getattr(stop, "at_limit", False) else
+                  "the time limit is near" if state == "timeout" else "cancelled")
         update_status(log_dir, state=state, ended_at=time.time(), exit_code=128 + signum,
                       signal=name, error=f"received {name} ({reason})")
         if isinstance(stop, KeyboardInterrupt):
@@ -379,8 +396,9 @@ def run_bundle(bundle_dir: str, log_dir: str | None = None) -> int:
         threading.Thread(target=_watch_launcher, args=(int(pid), started), daemon=True).start()
     if os.environ.get(ENV_RERUN):
         _reopen_for_rerun(log_dir)
+    job_id = {"job_id": os.environ[ENV_JOB_ID]} if os.environ.get(ENV_JOB_ID) else {}
     status = update_status(log_dir, state="running", started_at=time.time(), pid=os.getpid(),
-                           host=os.uname().nodename)
+                           host=os.uname().nodename, **job_id)
     if status.get("state") != "running" or status.get("cancel_requested"):
         if status.get("state") == "running":
             _fail(log_dir, EXIT_NOT_STARTED, "cancelled before it started", state="cancelled")

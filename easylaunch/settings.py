@@ -174,13 +174,12 @@ CONSTRAINTS: dict[str, tuple[Callable[[Any], bool], str]] = {
 }
 
 
-def _slurm_configs_problem(configs: dict) -> str | None:
+def _configs_problem(configs: dict) -> str | None:
     for name, cfg in configs.items():
         if not isinstance(name, str):
             return f" keys are config names and must be strings, got {name!r}"
         if not isinstance(cfg, Mapping):
-            return (f"[{name!r}] must be a dict of fields (partition=..., time_in_mins=..., "
-                    f"...), got {type(cfg).__name__} {cfg!r}")
+            return (f"[{name!r}] must be a dict of fields, got {type(cfg).__name__} {cfg!r}")
         bad = [k for k in cfg if not isinstance(k, str)]
         if bad:
             return f"[{name!r}] has a field name that is not a string: {bad[0]!r}"
@@ -188,7 +187,8 @@ def _slurm_configs_problem(configs: dict) -> str | None:
 
 
 # Checks of nested shapes: a function returning what is wrong (None when nothing is).
-SHAPES: dict[str, Callable[[Any], str | None]] = {"SLURM_CONFIGS": _slurm_configs_problem}
+SHAPES: dict[str, Callable[[Any], str | None]] = {"SLURM_CONFIGS": _configs_problem,
+                                                  "PBS_CONFIGS": _configs_problem}
 
 
 def _type_ok(value: Any, annotation: Any) -> bool:

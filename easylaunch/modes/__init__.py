@@ -17,6 +17,7 @@ MODES: dict[str, str] = {
     "slurm_singularity": "easylaunch.modes.slurm.singularity:SlurmSingularityMode",
     "sss": "easylaunch.modes.slurm.sss:SssMode",
     "htp": "easylaunch.modes.slurm.htp:HtpMode",
+    "pbs": "easylaunch.modes.pbs.mode:PbsMode",
     "ssh": "easylaunch.modes.ssh:SshMode",
     "ec2": "easylaunch.modes.cloud.ec2:Ec2Mode",
     "gcp": "easylaunch.modes.cloud.gcp:GcpMode",

@@ -108,8 +108,8 @@ class BatchMode(SlurmBase):
         if self.grows_batches():  # copied by hand
             slurm.check_log_folder(self.cluster_batches())
         else:  # submitted over SSH: ask the cluster first (the folder checked there too)
-            self.facts = self.preflight(self.cluster_batches(),
-                                        runs_there=self.runs_outside(request))
+            self.facts = self.slurm_facts(self.cluster_batches(),
+                                          runs_there=self.runs_outside(request))
 
     def runs_outside(self, request: LaunchRequest) -> bool:
         """Whether runs start on the cluster's own Python (not inside an image)."""
@@ -259,7 +259,7 @@ class BatchMode(SlurmBase):
             return f"{there} is on the cluster; bring it here with:\n  {copy}"
         return super().fetch(job)
 
-    def slurm_job_id(self, job: Job) -> str | None:
+    def job_id(self, job: Job) -> str | None:
         """The id recorded at submission, else the one the user's own run of submit.sh wrote
         (read where the batch folder is visible from here)."""
         backend = job.launch_info["backend"]

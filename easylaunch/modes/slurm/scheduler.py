@@ -206,12 +206,6 @@ def array_spec(count: int, parallelism: int | None) -> str:
     return f"{spec}%{parallelism}" if parallelism else spec
 
 
-def chunks(count: int, max_array_size: int) -> list[range]:
-    """Split ``count`` array tasks into arrays whose indices stay below MaxArraySize."""
-    size = max(1, max_array_size - 1)
-    return [range(start, min(start + size, count)) for start in range(0, count, size)]
-
-
 def sbatch_command(script: str) -> list[str]:
     """``sbatch --parsable SCRIPT``."""
     return ["sbatch", "--parsable", script]

@@ -1,0 +1,166 @@
+"""``pbs``: submit to PBS Pro with qsub; a sweep becomes one job array (``-J 1-N``), split below
+the server's max_array_size; one run is one job (``modes.scheduled``'s ArrayMode: all or
+nothing, ``cluster=`` over SSH, ``env_pack=``).
+
+Resources come from PBS_CONFIGS (``pbs_config_name=``; ``n_nodes``, ``n_gpus``,
+``tasks_per_node``, ``time_in_mins``, ``queue`` and ``project`` override it for one launch). A
+run of several ranks starts its function on every rank through ``mpiexec`` on the job's
+``$PBS_NODEFILE``, rank 0 keeping the record. PBS ends a job at its walltime with SIGTERM: the
+job script tells the runner when that is, so such a run records ``timeout``.
+
+Tracking: the run's own record first, then ``qstat -x -f -F json`` (PBS Pro, OpenPBS) or
+``qstat -f`` (servers without JSON output), asked once for all open runs. Cancel: ``qdel`` of
+the run's own array element.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import subprocess
+
+from easylaunch import launchers, runner
+from easylaunch.errors import LaunchError
+from easylaunch.hosts.transport import HostError, checked
+from easylaunch.jobs import Job
+from easylaunch.modes.hosted import completed
+from easylaunch.modes.jobscript import job_script, on_every_mpi_rank
+from easylaunch.modes.pbs import scheduler as pbs
+from easylaunch.modes.pbs.scheduler import Resources
+from easylaunch.modes.scheduled import ArrayMode, ClusterFacts
+from easylaunch.request import LaunchRequest
+
+# The run's entry: PBS Pro numbers array elements from 1 (Slurm's PBS front ends set
+# SLURM_ARRAY_TASK_ID instead of PBS_ARRAY_INDEX, and SLURM_JOB_ID instead of PBS_JOBID).
+PBS_INDEX = "$(( ${PBS_ARRAY_INDEX:-${SLURM_ARRAY_TASK_ID:-1}} - 1 ))"
+JOB_ID = "${PBS_JOBID:-${SLURM_JOB_ID:-}}"
+OVERRIDES = {"n_nodes": "select", "n_gpus": "ngpus", "tasks_per_node": "mpiprocs",
+             "time_in_mins": "walltime", "queue": "queue", "project": "project"}
+
+
+class PbsMode(ArrayMode):
+    """Direct submission to the PBS Pro server this machine is a login node of (or reaches)."""
+
+    name = "pbs"
+    scheduler = "PBS"
+    submit_tool = "qsub"
+    job_id_key = "pbs_job_id"
+    options = {"pbs_config_name": None, **dict.fromkeys(OVERRIDES), "cluster": None,
+               "array_parallelism": None, "env_pack": None}
+    script_dir = ".pbs"
+    script_suffix = ".pbs"
+    broadcast_with = "pbs"
+
+    def resources(self, request: LaunchRequest) -> Resources:
+        """The checked PBS_CONFIGS entry for this request, with this launch's overrides."""
+        configs = self.settings.PBS_CONFIGS
+        name = self.opts["pbs_config_name"] or ("gpu" if request.use_gpu else "cpu")
+        overrides = {field: self.opts[option] for option, field in OVERRIDES.items()
+                     if self.opts.get(option) is not None}
+        if name in configs and overrides:
+            configs = {**configs, name: {**configs[name], **overrides}}
+        return pbs.resolve_resources(configs, name, request.use_gpu)
+
+    def check(self, request: LaunchRequest) -> None:
+        self.resources(request)
+        super().check(request)
+
+    def cluster_facts(self, folder: str) -> ClusterFacts:
+        root, (which, version, server) = self.preflight(
+            folder, True, {"op": "which", "names": ["qstat", "qdel"]},
+            {"op": "run", "argv": ["qstat", "--version"]},
+            {"op": "run", "argv": ["qstat", "-B", "-f", "-F", "json"]})
+        missing = [name for name, path in which["found"].items() if path is None]
+        if missing:
+            raise LaunchError(f"mode 'pbs' tracks and cancels runs with qstat and qdel; "
+                              f"{' and '.join(missing)} is not on PATH on {self.transport.where}")
+        self.json_output = pbs.server_has_json(version["out"] + version["err"])
+        return ClusterFacts(root, pbs.max_array_size(server["out"]))
+
+    def cluster_python(self) -> str:
+        return self.settings.PBS_PYTHON or self.transport.python
+
+    def pre_cmds(self) -> tuple[str, ...]:
+        return tuple(self.settings.PBS_PRE_CMDS)
+
+    def every_rank(self, line: str, res: Resources) -> str:
+        """``line`` as is for one process, or started on every rank through mpiexec."""
+        if res.tasks == 1:
+            return line
+        return on_every_mpi_rank(line, launchers.mpiexec(res.tasks, res.mpiprocs, None,
+                                                         res.cpu_bind, res.depth))
+
+    def array_script(self, res: Resources, request: LaunchRequest,
+                     entries: list[tuple[str, str]], script_dir: str, line: str) -> str:
+        array = None if len(entries) == 1 else \
+            pbs.array_spec(len(entries), self.opts["array_parallelism"])
+        exports = (f"{runner.ENV_TIME_LIMIT_AT}=$(( $(date +%s) + {res.walltime_seconds} )) "
+                   f'{runner.ENV_JOB_ID}="{JOB_ID}"')
+        return job_script(pbs.pbs_header(res, request.exp_name, array), entries, line,
+                          index=PBS_INDEX, exports=exports)
+
+    def submit_op(self, script: str) -> dict:
+        # run in the script's folder: PBS writes the job's own output file there
+        return {"op": "run", "argv": pbs.qsub_command(script), "cwd": posixpath.dirname(script)}
+
+    def parse_submit(self, stdout: str) -> str:
+        return pbs.parse_qsub(stdout)
+
+    def element_fields(self, job_id: str, index: int, count: int, script: str) -> dict:
+        element = job_id if count == 1 else pbs.element_id(job_id, index + 1)
+        return {"pbs_job_id": element, "array_job_id": job_id, "array_index": index + 1,
+                "script": script, "qstat_json": self.json_output}
+
+    # -- tracking -------------------------------------------------------------------------------
+
+    def job_id(self, job: Job) -> str | None:
+        """The id the run's job recorded when it started (on front ends that cannot name array
+        elements, the only one qstat and qdel know), else the one qsub gave."""
+        return job.info().get("job_id") or super().job_id(job)
+
+    def _json_output(self, by_id: dict[str, list[Job]]) -> bool:
+        return any(j.launch_info["backend"].get("qstat_json") for js in by_id.values()
+                   for j in js)
+
+    def state_ops(self, by_id: dict[str, list[Job]]) -> list[dict]:
+        return [{"op": "run", "argv": pbs.qstat_command(list(by_id), self._json_output(by_id))}]
+
+    def states(self, by_id: dict[str, list[Job]], answers: list[subprocess.CompletedProcess]
+               ) -> dict[str, str | None]:
+        return pbs.states_from(list(by_id), answers[0], self._json_output(by_id))
+
+    def cancel_command(self, job_id: str) -> list[str]:
+        return pbs.qdel_command(job_id)
+
+    def scheduler_output(self, job: Job) -> str | None:
+        folder = posixpath.dirname(job.launch_info["backend"].get("script", ""))
+        return f"PBS's output files (NAME.oID) in {self.transport.remote(folder)}" \
+            if folder else None
+
+    def _stop(self, job: Job, job_id: str) -> None:
+        """Note the cancel where the run writes its record and read that record in one round
+        trip; then qdel the job the run started as. An element not started yet, on a front
+        end that cannot name elements, is not qdel'ed: it ends cancelled as soon as it starts
+        (the runner reads the cancel first)."""
+        record = f"{self._job_log_dir(job)}/{runner.STATUS_JSON}"
+        try:
+            (read,) = self.request_cancel(job, {"op": "read", "paths": [record]})
+        except HostError as exc:
+            raise LaunchError(f"cannot reach {self.transport.where} to cancel run {job.id}: "
+                              f"{exc}") from None
+        found = read["files"][record]
+        try:
+            started_as = json.loads(found["text"]).get("job_id") if found else None
+        except ValueError:
+            started_as = None
+        backend = job.launch_info["backend"]
+        target = started_as or job_id
+        if not started_as and "[" in target and not backend.get("qstat_json"):
+            job.record_end("cancelled", "cancelled before it started")
+            return
+        argv = pbs.qdel_command(target)
+        out = completed(checked(self.transport.probe([{"op": "run", "argv": argv}]),
+                                self.transport.where)[0])
+        if out.returncode != 0:
+            raise LaunchError(f"qdel {target} failed on {self.transport.where}: "
+                              f"{(out.stderr or out.stdout).strip()}")

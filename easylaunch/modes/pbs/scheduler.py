@@ -1,0 +1,297 @@
+"""PBS Pro (and OpenPBS) as pure functions: resources, #PBS lines, qsub/qstat/qdel and parsing.
+
+Written to PBS Pro's documented formats (Reference Guide: qsub options, ``qstat -f`` and
+``-F json`` output, job states, exit status codes). Nothing here runs a command.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from easylaunch.errors import LaunchError
+
+CONFIG_FIELDS = ("select", "ncpus", "ngpus", "mpiprocs", "depth", "cpu_bind", "mem", "walltime",
+                 "queue", "project", "filesystems", "place", "directives")
+DEFAULT_MAX_ARRAY_SIZE = 10000  # PBS Pro's default max_array_size
+# Words that go into #PBS lines as they are (qsub reads directives like a command line).
+WORD = re.compile(r"[A-Za-z0-9_.:@/+=,-]+")
+
+# job_state letters -> easylaunch states; "ended" is settled by the exit status.
+STATES = {"Q": "queued", "H": "queued", "W": "queued", "T": "queued", "M": "queued",
+          "R": "running", "B": "running", "E": "running", "S": "running", "U": "running",
+          "F": "ended", "X": "ended", "C": "ended"}  # C: Torque's (and Slurm's wrappers') done
+# Exit_status values PBS Pro gives jobs it ended itself.
+EXIT_WALLTIME = -29
+EXIT_SIGNALED = 256  # 256 + N: the job was killed by signal N (qdel: SIGTERM, then SIGKILL)
+
+
+@dataclass(frozen=True)
+class Resources:
+    """What one PBS job asks for: ``select`` chunks of ncpus/ngpus/mpiprocs, one per node."""
+
+    config_name: str
+    nodes: int
+    ncpus: int
+    ngpus: int
+    mpiprocs: int
+    depth: int
+    cpu_bind: str | None
+    mem: str | None
+    walltime_seconds: int
+    queue: str | None
+    project: str | None
+    filesystems: str | None
+    place: str | None
+    directives: tuple[str, ...]
+
+    @property
+    def tasks(self) -> int:
+        return self.nodes * self.mpiprocs
+
+
+def walltime_seconds(value: object, what: str) -> int:
+    """Seconds from minutes (an int) or PBS's ``[[hours:]minutes:]seconds`` text."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        seconds = value * 60
+    elif isinstance(value, str) and re.fullmatch(r"\d+(:\d+){0,2}", value.strip()):
+        seconds = 0
+        for part in value.strip().split(":"):
+            seconds = seconds * 60 + int(part)
+    else:
+        seconds = 0
+    if seconds <= 0:
+        raise LaunchError(f"{what} must be a positive number of minutes or a PBS walltime such "
+                          f"as \"01:30:00\", got {value!r}")
+    return seconds
+
+
+def format_walltime(seconds: int) -> str:
+    """``HH:MM:SS`` as #PBS -l walltime takes it."""
+    return f"{seconds // 3600:02d}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
+def _count(cfg: dict, key: str, default: int | None, where: str, least: int) -> int | None:
+    value = cfg.get(key, default)
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < least:
+        raise LaunchError(f"{where}: {key} must be an integer of at least {least}, got "
+                          f"{value!r}")
+    return value
+
+
+def _word(cfg: dict, key: str, where: str) -> str | None:
+    value = cfg.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str) or not WORD.fullmatch(value):
+        raise LaunchError(f"{where}: {key} must be one word of letters, digits and _.:@/+=,- "
+                          f"(it goes into a #PBS line as it is), got {value!r}")
+    return value
+
+
+def resolve_resources(configs: dict, name: str | None, use_gpu: bool) -> Resources:
+    """Pick and check one of PBS_CONFIGS (``name``, else "gpu"/"cpu" by use_gpu)."""
+    name = name or ("gpu" if use_gpu else "cpu")
+    if name not in configs:
+        raise LaunchError(f"pbs_config_name={name!r} is not in PBS_CONFIGS; known: "
+                          f"{', '.join(sorted(configs)) or 'none'}")
+    cfg, where = configs[name], f"PBS_CONFIGS[{name!r}]"
+    unknown = sorted(set(cfg) - set(CONFIG_FIELDS))
+    if unknown:
+        raise LaunchError(f"{where} has unknown field(s) {', '.join(unknown)}; known fields: "
+                          f"{', '.join(CONFIG_FIELDS)}")
+    nodes = _count(cfg, "select", 1, where, 1)
+    ncpus = _count(cfg, "ncpus", 1, where, 1)
+    ngpus = _count(cfg, "ngpus", 0, where, 0)
+    mpiprocs = _count(cfg, "mpiprocs", ngpus or 1, where, 1)
+    depth = _count(cfg, "depth", max(1, ncpus // mpiprocs), where, 1)
+    if use_gpu and not ngpus:
+        raise LaunchError(f"use_gpu=True but {where} asks for ngpus=0; pick a GPU config with "
+                          "pbs_config_name or set ngpus")
+    directives = cfg.get("directives") or []
+    if not isinstance(directives, list | tuple) or not all(
+            isinstance(d, str) and d.strip().startswith("-") and "\n" not in d
+            for d in directives):
+        raise LaunchError(f"{where}: directives must be a list of qsub options, one per #PBS "
+                          f"line (e.g. [\"-m n\"]), got {directives!r}")
+    cpu_bind = cfg.get("cpu_bind", "depth")
+    if cpu_bind is not None:
+        cpu_bind = _word({"cpu_bind": cpu_bind}, "cpu_bind", where)
+    return Resources(
+        config_name=name, nodes=nodes, ncpus=ncpus, ngpus=ngpus, mpiprocs=mpiprocs,
+        depth=depth, cpu_bind=cpu_bind, mem=_word(cfg, "mem", where),
+        walltime_seconds=walltime_seconds(cfg.get("walltime", 60), f"{where}: walltime"),
+        queue=_word(cfg, "queue", where), project=_word(cfg, "project", where),
+        filesystems=_word(cfg, "filesystems", where), place=_word(cfg, "place", where),
+        directives=tuple(d.strip() for d in directives))
+
+
+def job_name(text: str) -> str:
+    """A name qsub -N takes: letters, digits and ``_.+-``, starting with a letter."""
+    name = re.sub(r"[^A-Za-z0-9_.+-]", "_", text)[:200]
+    return name if name[:1].isalpha() else f"r{name}"
+
+
+def array_spec(count: int, parallelism: int | None) -> str:
+    """``1-<count>`` with an optional ``%parallelism`` cap (PBS Pro's max_run_subjobs)."""
+    return f"1-{count}%{parallelism}" if parallelism else f"1-{count}"
+
+
+def pbs_header(res: Resources, name: str, array: str | None = None) -> list[str]:
+    """The #PBS lines of a job script (``array`` like ``1-100%10``; None: one job)."""
+    chunk = f"select={res.nodes}:ncpus={res.ncpus}"
+    if res.ngpus:
+        chunk += f":ngpus={res.ngpus}"
+    chunk += f":mpiprocs={res.mpiprocs}"
+    if res.mem:
+        chunk += f":mem={res.mem}"
+    lines = [f"#PBS -N {job_name(name)}", f"#PBS -l {chunk}"]
+    if res.place:
+        lines.append(f"#PBS -l place={res.place}")
+    lines.append(f"#PBS -l walltime={format_walltime(res.walltime_seconds)}")
+    if res.filesystems:
+        lines.append(f"#PBS -l filesystems={res.filesystems}")
+    if res.queue:
+        lines.append(f"#PBS -q {res.queue}")
+    if res.project:
+        lines.append(f"#PBS -A {res.project}")
+    lines.append("#PBS -j oe")
+    if array is not None:
+        lines.append(f"#PBS -J {array}")
+    return lines + [f"#PBS {d}" for d in res.directives]
+
+
+def qsub_command(script: str) -> list[str]:
+    """``qsub SCRIPT`` (run in the script's folder: PBS writes its output file there)."""
+    return ["qsub", script]
+
+
+def parse_qsub(stdout: str) -> str:
+    """The job id qsub printed: ``123.server`` for a job, ``123[].server`` for an array
+    (``123`` from front ends that print only the number)."""
+    lines = stdout.strip().splitlines()
+    job_id = lines[-1].strip() if lines else ""
+    if not re.fullmatch(r"\d+(\[\])?(\.[\w.-]+)?", job_id):
+        raise LaunchError(f"qsub did not print a job id: {stdout!r}")
+    return job_id
+
+
+def element_id(array_id: str, index: int) -> str:
+    """The id of element ``index`` (1-based) of an array: ``123[4].server``."""
+    seq, _, server = array_id.partition(".")
+    seq = seq.removesuffix("[]")
+    return f"{seq}[{index}]" + (f".{server}" if server else "")
+
+
+def short_id(job_id: str) -> str:
+    """``123[4]`` for ``123[4].server.domain``: how ids are matched (qstat may print the
+    server's full name where qsub printed a short one)."""
+    return job_id.partition(".")[0]
+
+
+def qstat_command(job_ids: Sequence[str], json_output: bool) -> list[str]:
+    """qstat for these jobs, finished ones included: ``-x -f -F json`` on PBS Pro, ``-f``
+    (text) on servers without JSON output."""
+    return ["qstat", "-x", "-f", "-F", "json", *job_ids] if json_output else \
+        ["qstat", "-f", *job_ids]
+
+
+def job_state(letter: str, exit_status: int | None) -> str:
+    """An easylaunch state from a job_state letter and, for ended jobs, the exit status."""
+    state = STATES.get(letter.strip()[:1], "unknown")
+    if state != "ended":
+        return state
+    if exit_status is None or exit_status == 0:
+        return "succeeded"  # (no status: the front end does not say; the run's record does)
+    if exit_status == EXIT_WALLTIME:
+        return "timeout"
+    if exit_status - EXIT_SIGNALED in (9, 15):
+        return "cancelled"
+    return "failed"
+
+
+def _int(value: object) -> int | None:
+    try:
+        return int(str(value).strip())
+    except ValueError:
+        return None
+
+
+def parse_qstat_json(stdout: str) -> dict[str, str] | None:
+    """``{short id: easylaunch state}`` from ``qstat -x -f -F json`` output (None: not JSON)."""
+    if not stdout.strip():
+        return {}  # (every id unknown to the server: it printed only errors)
+    try:
+        jobs = json.loads(stdout).get("Jobs") or {}
+    except (ValueError, AttributeError):
+        return None
+    return {short_id(job_id): job_state(str(attrs.get("job_state", "")),
+                                        _int(attrs.get("Exit_status", "")))
+            for job_id, attrs in jobs.items() if isinstance(attrs, dict)}
+
+
+def parse_qstat_text(stdout: str) -> dict[str, str]:
+    """``{short id: easylaunch state}`` from ``qstat -f`` text (PBS Pro, Torque, Slurm's
+    wrappers): ``Job Id: X`` blocks of ``name = value`` lines."""
+    states: dict[str, str] = {}
+    job_id, attrs = None, {}
+
+    def close() -> None:
+        if job_id is not None:
+            status = attrs.get("exit_status", attrs.get("Exit_status"))
+            states[short_id(job_id)] = job_state(attrs.get("job_state", ""),
+                                                 None if status is None else _int(status))
+
+    for line in stdout.splitlines():
+        if line.startswith("Job Id:"):
+            close()
+            job_id, attrs = line.split(":", 1)[1].strip(), {}
+        elif " = " in line:
+            key, _, value = line.strip().partition(" = ")
+            attrs[key] = value
+    close()
+    return states
+
+
+def states_from(job_ids: Sequence[str], qstat: subprocess.CompletedProcess,
+                json_output: bool) -> dict[str, str | None]:
+    """States of these jobs from the output of :func:`qstat_command`.
+
+    Listed jobs get their state. Not listed: None (PBS has forgotten the job: qstat said
+    "Unknown Job Id"), except array elements on a text front end, which may not list them
+    (Slurm's wrappers): "unknown" there, and the run's own record tells. A qstat that failed
+    otherwise, or answered what cannot be read, leaves every job "unknown".
+    """
+    said = qstat.stderr + qstat.stdout
+    known = (parse_qstat_json if json_output else parse_qstat_text)(qstat.stdout)
+    if known is None or (qstat.returncode != 0 and not known and "Unknown Job Id" not in said):
+        return dict.fromkeys(job_ids, "unknown")
+    return {j: known.get(short_id(j), None if json_output or "[" not in j else "unknown")
+            for j in job_ids}
+
+
+def qdel_command(job_id: str) -> list[str]:
+    """qdel one job or one array element (``123[4].server``)."""
+    return ["qdel", job_id]
+
+
+def server_has_json(version_output: str) -> bool:
+    """Whether ``qstat --version`` output is PBS Pro's or OpenPBS's (``pbs_version = ...``),
+    whose qstat has ``-x`` and ``-F json``."""
+    return bool(re.search(r"pbs_version\s*=", version_output))
+
+
+def max_array_size(server_json: str) -> int:
+    """The server's max_array_size from ``qstat -B -f -F json`` (PBS Pro's default when the
+    output is not JSON or lacks it)."""
+    try:
+        servers = json.loads(server_json).get("Server") or {}
+        sizes = [_int(attrs.get("max_array_size")) for attrs in servers.values()]
+    except (ValueError, AttributeError):
+        return DEFAULT_MAX_ARRAY_SIZE
+    return next((s for s in sizes if s), DEFAULT_MAX_ARRAY_SIZE)
