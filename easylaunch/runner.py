@@ -71,6 +71,9 @@ ENV_RERUN = "EASYLAUNCH_RERUN"  # set by htp's packer when it runs a task again
 ENV_TIME_LIMIT_AT = "EASYLAUNCH_TIME_LIMIT_AT"
 TIME_LIMIT_SLACK = 30
 ENV_JOB_ID = "EASYLAUNCH_JOB_ID"  # the scheduler's id of the job running this attempt
+# Seconds between looks at the run's record for a cancel request, for jobs the scheduler's
+# cancel command cannot name (array elements behind some PBS front ends).
+ENV_WATCH_CANCEL = "EASYLAUNCH_WATCH_CANCEL"
 
 
 class GitInfo(NamedTuple):
@@ -263,6 +266,22 @@ def _watch_launcher(pid: int, started: str) -> None:
     os.killpg(os.getpgrp(), signal.SIGTERM)
 
 
+def _watch_cancel(log_dir: str, every: float) -> None:
+    """Stop this run once its record asks for a cancel: its process group when this runner
+    (or the supervising runner, its parent) leads one, else this process; the main thread
+    then records it cancelled."""
+    path = os.path.join(log_dir, STATUS_JSON)
+    while True:
+        time.sleep(every)
+        with contextlib.suppress(DamagedRecord):  # (being replaced: read again next time)
+            if read_json(path).get("cancel_requested"):
+                break
+    if os.getpgrp() in (os.getpid(), os.getppid()):
+        os.killpg(os.getpgrp(), signal.SIGTERM)
+    else:
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
 def make_doodad_config(meta: dict, log_dir: str) -> DoodadConfig:
     """Build the DoodadConfig the function receives from a bundle's metadata."""
     gpu_id: int | str | None = meta.get("gpu_id")
@@ -405,6 +424,9 @@ def run_bundle(bundle_dir: str, log_dir: str | None = None) -> int:
         print(f"easylaunch runner: not starting: the run is {status.get('state')}",
               file=sys.stderr)
         return EXIT_NOT_STARTED
+    if os.environ.get(ENV_WATCH_CANCEL):
+        threading.Thread(target=_watch_cancel, daemon=True,
+                         args=(log_dir, float(os.environ[ENV_WATCH_CANCEL]))).start()
     if meta.get("cloudpickle") != _cloudpickle_version():
         print(f"easylaunch runner: warning: the run was pickled with cloudpickle "
               f"{meta.get('cloudpickle')}; this machine has {_cloudpickle_version()}",

@@ -6,9 +6,11 @@ if [ "$(id -u)" != 0 ]; then
     echo "slurm-up: needs root to install and start slurmctld/slurmd; skipping" >&2
     exit 0
 fi
-if ! command -v slurmctld >/dev/null || ! command -v munged >/dev/null || ! command -v bwrap >/dev/null; then
+# slurm-wlm-torque: Slurm's qsub/qstat/qdel front ends, which run the pbs mode's job scripts.
+if ! command -v slurmctld >/dev/null || ! command -v munged >/dev/null || ! command -v bwrap >/dev/null \
+        || ! command -v qsub >/dev/null; then
     apt-get update -q
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q slurm-wlm munge bubblewrap
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q slurm-wlm munge bubblewrap slurm-wlm-torque
 fi
 if sinfo -h -o %T 2>/dev/null | grep -q -E 'idle|mix|alloc'; then
     exit 0

@@ -56,6 +56,29 @@ def slurm_cluster():
                     "run scripts/slurm-up.sh as root")
 
 
+@pytest.fixture(scope="session")
+def pbs_front_end(slurm_cluster):
+    """PBS's qsub/qstat/qdel: Slurm's own front ends over the local cluster (Debian's
+    slurm-wlm-torque, installed by scripts/slurm-up.sh), else skip."""
+    import shutil
+
+    if shutil.which("qsub") is None:
+        pytest.skip("no qsub: run scripts/slurm-up.sh as root (installs slurm-wlm-torque)")
+
+
+def pbs_settings(cfg: dict, walltime: int = 10) -> dict:
+    """Settings for PBS jobs on the local cluster through its PBS front ends."""
+    import sys
+
+    return dict(cfg, PBS_PYTHON=sys.executable,
+                PBS_CONFIGS=dict(cpu=dict(select=1, ncpus=1, walltime=walltime)))
+
+
+@pytest.fixture
+def pbs_cfg(cfg, pbs_front_end):
+    return pbs_settings(cfg)
+
+
 @pytest.fixture
 def slurm_cfg(cfg, slurm_cluster):
     """Settings for jobs on the local one-node cluster."""

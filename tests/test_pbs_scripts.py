@@ -60,7 +60,7 @@ LOG_DIRS=(
 i=$(( ${PBS_ARRAY_INDEX:-${SLURM_ARRAY_TASK_ID:-1}} - 1 ))
 export BUNDLE="${BUNDLES[$i]}" LOG_DIR="${LOG_DIRS[$i]}"
 export PYTHONUNBUFFERED=1 EASYLAUNCH_TIME_LIMIT_AT=$(( $(date +%s) + 3600 )) \
-EASYLAUNCH_JOB_ID="${PBS_JOBID:-${SLURM_JOB_ID:-}}"
+EASYLAUNCH_JOB_ID="${PBS_JOBID:-${SLURM_JOB_ID:-}}" EASYLAUNCH_WATCH_CANCEL=3
 [ -d "$LOG_DIR" ] || mkdir -p "$LOG_DIR"
 exec >>"$LOG_DIR"/stdout.log 2>>"$LOG_DIR"/stderr.log
 exec mpiexec --envall --np 8 --ppn 4 --cpu-bind=depth --depth=16 --hostfile "$PBS_NODEFILE" \

@@ -15,6 +15,7 @@ the run's own array element.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import posixpath
 import subprocess
@@ -34,6 +35,7 @@ from easylaunch.request import LaunchRequest
 # SLURM_ARRAY_TASK_ID instead of PBS_ARRAY_INDEX, and SLURM_JOB_ID instead of PBS_JOBID).
 PBS_INDEX = "$(( ${PBS_ARRAY_INDEX:-${SLURM_ARRAY_TASK_ID:-1}} - 1 ))"
 JOB_ID = "${PBS_JOBID:-${SLURM_JOB_ID:-}}"
+WATCH_CANCEL = 3  # seconds: how soon a run stops when its record asks (see PbsMode._stop)
 OVERRIDES = {"n_nodes": "select", "n_gpus": "ngpus", "tasks_per_node": "mpiprocs",
              "time_in_mins": "walltime", "queue": "queue", "project": "project"}
 
@@ -95,7 +97,7 @@ class PbsMode(ArrayMode):
         array = None if len(entries) == 1 else \
             pbs.array_spec(len(entries), self.opts["array_parallelism"])
         exports = (f"{runner.ENV_TIME_LIMIT_AT}=$(( $(date +%s) + {res.walltime_seconds} )) "
-                   f'{runner.ENV_JOB_ID}="{JOB_ID}"')
+                   f'{runner.ENV_JOB_ID}="{JOB_ID}" {runner.ENV_WATCH_CANCEL}={WATCH_CANCEL}')
         return job_script(pbs.pbs_header(res, request.exp_name, array), entries, line,
                           index=PBS_INDEX, exports=exports)
 
@@ -138,29 +140,29 @@ class PbsMode(ArrayMode):
             if folder else None
 
     def _stop(self, job: Job, job_id: str) -> None:
-        """Note the cancel where the run writes its record and read that record in one round
-        trip; then qdel the job the run started as. An element not started yet, on a front
-        end that cannot name elements, is not qdel'ed: it ends cancelled as soon as it starts
-        (the runner reads the cancel first)."""
+        """Note the cancel where the run writes its record (reading that record in the same
+        round trip), then qdel the run's job. Front ends without JSON output may not name
+        array elements (Slurm's cannot; their qdel would end the whole array), so there an
+        element is stopped by its record alone: a running one within WATCH_CANCEL seconds
+        (the runner watches it), one not started yet as soon as it starts, and it is
+        recorded cancelled here at once."""
         record = f"{self._job_log_dir(job)}/{runner.STATUS_JSON}"
         try:
             (read,) = self.request_cancel(job, {"op": "read", "paths": [record]})
         except HostError as exc:
             raise LaunchError(f"cannot reach {self.transport.where} to cancel run {job.id}: "
                               f"{exc}") from None
-        found = read["files"][record]
-        try:
-            started_as = json.loads(found["text"]).get("job_id") if found else None
-        except ValueError:
-            started_as = None
         backend = job.launch_info["backend"]
-        target = started_as or job_id
-        if not started_as and "[" in target and not backend.get("qstat_json"):
+        if "[" in backend[self.job_id_key] and not backend.get("qstat_json"):
+            found = read["files"][record]
+            with contextlib.suppress(ValueError):
+                if found and json.loads(found["text"]).get("state") == "running":
+                    return  # its runner stops it, and records that
             job.record_end("cancelled", "cancelled before it started")
             return
-        argv = pbs.qdel_command(target)
+        argv = pbs.qdel_command(job_id)
         out = completed(checked(self.transport.probe([{"op": "run", "argv": argv}]),
                                 self.transport.where)[0])
         if out.returncode != 0:
-            raise LaunchError(f"qdel {target} failed on {self.transport.where}: "
+            raise LaunchError(f"qdel {job_id} failed on {self.transport.where}: "
                               f"{(out.stderr or out.stdout).strip()}")

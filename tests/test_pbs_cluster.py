@@ -1,0 +1,85 @@
+"""The pbs mode's job scripts run end to end through qsub/qstat/qdel: Slurm's PBS front ends
+(Debian's slurm-wlm-torque) over the local one-node cluster. No PBS Pro server can run here;
+what those front ends lack (qstat -x -F json, PBS_ARRAY_INDEX, PBS_NODEFILE, max_array_size,
+mpiexec's PALS options) is covered by tests/test_pbs_scripts.py only."""
+
+import re
+import subprocess
+from pathlib import Path
+
+import jobfns
+import pytest
+from conftest import pbs_settings
+from helpers import alive, run_pids, wait_for
+
+from easylaunch import JobState, LaunchError, run_experiment, run_sweep
+
+
+def test_a_sweep_is_one_job_array(pbs_cfg):
+    jobs = run_sweep(jobfns.double, [{"x": i} for i in range(3)], mode="pbs", config=pbs_cfg)
+    assert [j.result(timeout=120) for j in jobs] == [{"x": i, "y": 2 * i} for i in range(3)]
+    backends = [j.launch_info["backend"] for j in jobs]
+    array = backends[0]["array_job_id"]
+    assert [b["pbs_job_id"] for b in backends] == [f"{array}[{i}]" for i in (1, 2, 3)]
+    script = Path(backends[0]["script"]).read_text()
+    assert "#PBS -J 1-3\n" in script and "#PBS -l select=1:ncpus=1:mpiprocs=1\n" in script
+    # each element ran as its own job, recorded by the run itself
+    assert len({j.info()["job_id"] for j in jobs}) == 3
+
+
+def test_a_run_that_never_started_is_settled_by_qstat(pbs_cfg):
+    pbs_cfg["PBS_PYTHON"] = "/nonexistent/python3"
+    job = run_experiment(jobfns.train, mode="pbs", config=pbs_cfg)
+    assert "[" not in job.launch_info["backend"]["pbs_job_id"]  # one run: a plain job
+    assert job.wait(timeout=120) is JobState.FAILED
+    error = job.info()["error"]
+    assert re.search(r"PBS job \d+ ended without the run recording an outcome; see .*stderr.log",
+                     error), error
+    assert "/nonexistent/python3" in (job.log_dir / "stderr.log").read_text()
+
+
+def test_cancel_ends_one_element_not_the_array(pbs_cfg):
+    jobs = run_sweep(jobfns.sleep_with_child, [{}, {}], mode="pbs", config=pbs_cfg)
+    pids = [run_pids(j.log_dir) for j in jobs]
+    jobs[0].cancel()
+    assert jobs[0].wait(timeout=60) is JobState.CANCELLED
+    assert wait_for(lambda: not any(alive(p) for p in pids[0]))
+    assert jobs[1].status() is JobState.RUNNING and all(alive(p) for p in pids[1])
+    jobs[1].cancel()
+    assert jobs[1].wait(timeout=60) is JobState.CANCELLED
+
+
+def test_an_element_cancelled_before_it_started_never_runs(pbs_cfg):
+    jobs = run_sweep(jobfns.sleep_with_child, [{}, {}], mode="pbs", config=pbs_cfg,
+                     array_parallelism=1)
+    assert "#PBS -J 1-2%1\n" in Path(jobs[0].launch_info["backend"]["script"]).read_text()
+    run_pids(jobs[0].log_dir)
+    assert jobs[1].status() is JobState.QUEUED
+    jobs[1].cancel()
+    assert jobs[1].wait(timeout=60) is JobState.CANCELLED
+    jobs[0].cancel()
+    assert jobs[0].wait(timeout=60) is JobState.CANCELLED
+    # the second element starts once the first is gone, and ends at once without running
+    stderr = jobs[1].log_dir / "stderr.log"
+    assert wait_for(lambda: stderr.exists() and "not starting" in stderr.read_text(), 60)
+    assert not (jobs[1].log_dir / "pids").exists()
+    assert jobs[1].status() is JobState.CANCELLED
+
+
+def test_qsub_refusing_leaves_nothing_submitted(pbs_cfg):
+    pbs_cfg["PBS_CONFIGS"]["cpu"]["queue"] = "nosuchqueue"
+    def queued() -> set[str]:
+        return set(subprocess.run(["squeue", "-h", "-o", "%A"], capture_output=True,
+                                  text=True).stdout.split())
+
+    before = queued()
+    with pytest.raises(LaunchError, match="(?s)qsub refused .*[Ii]nvalid partition"):
+        run_sweep(jobfns.train, [{}, {}], mode="pbs", config=pbs_cfg)
+    assert not queued() - before
+
+
+def test_walltime_is_recorded_as_timeout(cfg, pbs_front_end):
+    job = run_experiment(jobfns.sleep_with_child, mode="pbs", config=pbs_settings(cfg, 1))
+    assert job.wait(timeout=200) is JobState.TIMEOUT
+    info = job.info()
+    assert info["signal"] == "SIGTERM" and "the time limit is reached" in info["error"]
