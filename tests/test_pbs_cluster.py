@@ -5,6 +5,7 @@ mpiexec's PALS options) is covered by tests/test_pbs_scripts.py only."""
 
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import jobfns
@@ -83,3 +84,25 @@ def test_walltime_is_recorded_as_timeout(cfg, pbs_front_end):
     assert job.wait(timeout=200) is JobState.TIMEOUT
     info = job.info()
     assert info["signal"] == "SIGTERM" and "the time limit is reached" in info["error"]
+
+
+def test_cli_lists_cancels_and_resubmits_pbs_runs(pbs_cfg, tmp_path):
+    settings = tmp_path / "settings.py"
+    settings.write_text("".join(f"{k} = {v!r}\n" for k, v in pbs_cfg.items()))
+    jobs = run_sweep(jobfns.sleep_with_child, [{}, {}], mode="pbs", config=str(settings))
+    run_pids(jobs[0].log_dir)
+    cli = [sys.executable, "-m", "easylaunch.cli", "--config", str(settings)]
+    listed = subprocess.run(cli + ["ls", "--mode", "pbs"], capture_output=True, text=True,
+                            check=True).stdout
+    assert jobs[0].id in listed and "running" in listed
+    status = subprocess.run(cli + ["status", jobs[0].id], capture_output=True, text=True,
+                            check=True).stdout
+    assert jobs[0].launch_info["backend"]["pbs_job_id"] in status
+    for job in jobs:
+        out = subprocess.run(cli + ["cancel", job.id], capture_output=True, text=True)
+        assert out.returncode == 0 and out.stdout.strip() == f"{job.id}: cancelled", out
+    out = subprocess.run(cli + ["resubmit", jobs[1].id], capture_output=True, text=True,
+                         check=True).stdout
+    again = re.search(r" as ([0-9a-f]+): ", out).group(1)
+    assert subprocess.run(cli + ["cancel", again], capture_output=True, text=True,
+                          check=True).stdout.strip() == f"{again}: cancelled"

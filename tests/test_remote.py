@@ -14,6 +14,7 @@ from pathlib import Path
 import jobfns
 import pytest
 from conftest import REPO_DIR, TESTS_DIR
+from helpers import wait_for
 
 from easylaunch import JobState, get_job, run_experiment, run_sweep
 from easylaunch.errors import LaunchError
@@ -127,6 +128,21 @@ def test_batch_modes_submit_over_ssh(remote_cfg, ssh_cluster, mode, tmp_path):
     assert [j.result(timeout=120) for j in jobs] == [{"x": i, "y": 2 * i} for i in range(4)]
     assert all(j.launch_info["backend"]["slurm_job_id"] for j in jobs)
     assert (jobs[0].log_dir / "stdout.log").exists()
+
+
+def test_a_pbs_sweep_runs_on_the_cluster_over_ssh(remote_cfg, ssh_cluster, pbs_front_end):
+    remote_cfg["PBS_CONFIGS"] = {"cpu": {"select": 1, "ncpus": 1, "walltime": 10}}
+    jobs = run_sweep(jobfns.double, [{"x": i} for i in range(3)], mode="pbs", config=remote_cfg)
+    assert [j.result(timeout=120) for j in jobs] == [{"x": i, "y": 2 * i} for i in range(3)]
+    assert all("[" in j.launch_info["backend"]["pbs_job_id"] for j in jobs)
+    assert _there(ssh_cluster, jobs[0]).is_dir() and (jobs[0].log_dir / "stdout.log").exists()
+    slow = run_sweep(jobfns.sleep_a_while, [{"seconds": 300}] * 2, mode="pbs",
+                     config=remote_cfg)
+    assert wait_for(lambda: slow[0].status() is JobState.RUNNING, 60)
+    slow[0].cancel()  # a running element, over SSH: stopped by its record
+    assert slow[0].wait(timeout=60) is JobState.CANCELLED
+    slow[1].cancel()
+    assert slow[1].wait(timeout=60) is JobState.CANCELLED
 
 
 def test_the_ssh_mode_runs_on_a_machine_without_a_scheduler(remote_cfg, ssh_cluster):
