@@ -19,10 +19,15 @@ import tempfile
 import time
 from pathlib import Path
 
+import cloudpickle
+
 from easylaunch import run_sweep, wait_all
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_slurm import work  # noqa: E402 - the same function as the Slurm benchmark
+
+# bench_slurm's function travels by value, as a script's own would (no code folder is mounted)
+cloudpickle.register_pickle_by_value(sys.modules["bench_slurm"])
 
 
 def launch_to_results(mode: str, settings: dict, n: int) -> float:
