@@ -16,28 +16,15 @@ import argparse
 import os
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import cloudpickle
 
-from easylaunch import run_sweep, wait_all
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_slurm import work  # noqa: E402 - the same function as the Slurm benchmark
+from bench_slurm import bench_easylaunch  # noqa: E402 - the Slurm benchmark's own run
 
 # bench_slurm's function travels by value, as a script's own would (no code folder is mounted)
 cloudpickle.register_pickle_by_value(sys.modules["bench_slurm"])
-
-
-def launch_to_results(mode: str, settings: dict, n: int) -> float:
-    start = time.perf_counter()
-    jobs = run_sweep(work, [{"i": i} for i in range(n)], exp_name=f"bench-{mode}", mode=mode,
-                     config=settings)
-    states = wait_all(jobs)
-    assert all(s.value == "succeeded" for s in states), states
-    assert [j.result() for j in jobs] == list(range(n))
-    return time.perf_counter() - start
 
 
 def main() -> None:
@@ -55,7 +42,7 @@ def main() -> None:
         seconds: dict[str, list[float]] = {"pbs": [], "slurm": []}
         for round_ in range(args.rounds):
             for mode in ("pbs", "slurm") if round_ % 2 == 0 else ("slurm", "pbs"):
-                seconds[mode].append(launch_to_results(mode, settings, args.runs))
+                seconds[mode].append(bench_easylaunch(mode, settings, args.runs))
                 print(f"  round {round_ + 1}: {mode:5} {seconds[mode][-1]:6.1f} s", flush=True)
     print(f"{args.runs} runs of a 10 ms function, launch to all results "
           f"({args.rounds} rounds):")

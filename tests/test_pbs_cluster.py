@@ -1,7 +1,8 @@
 """The pbs mode's job scripts run end to end through qsub/qstat/qdel: Slurm's PBS front ends
 (Debian's slurm-wlm-torque) over the local one-node cluster. No PBS Pro server can run here;
 what those front ends lack (qstat -x -F json, PBS_ARRAY_INDEX, PBS_NODEFILE, max_array_size,
-mpiexec's PALS options) is covered by tests/test_pbs_scripts.py only."""
+mpiexec's PALS options) is covered by tests/test_pbs_scripts.py only. (Cancelling one element
+of a running array: test_slurm_cluster.py, for both modes.)"""
 
 import re
 import subprocess
@@ -11,7 +12,7 @@ from pathlib import Path
 import jobfns
 import pytest
 from conftest import pbs_settings
-from helpers import alive, run_pids, wait_for
+from helpers import run_pids, wait_for
 
 from easylaunch import JobState, LaunchError, run_experiment, run_sweep
 
@@ -37,17 +38,6 @@ def test_a_run_that_never_started_is_settled_by_qstat(pbs_cfg):
     assert re.search(r"PBS job \d+ ended without the run recording an outcome; see .*stderr.log",
                      error), error
     assert "/nonexistent/python3" in (job.log_dir / "stderr.log").read_text()
-
-
-def test_cancel_ends_one_element_not_the_array(pbs_cfg):
-    jobs = run_sweep(jobfns.sleep_with_child, [{}, {}], mode="pbs", config=pbs_cfg)
-    pids = [run_pids(j.log_dir) for j in jobs]
-    jobs[0].cancel()
-    assert jobs[0].wait(timeout=60) is JobState.CANCELLED
-    assert wait_for(lambda: not any(alive(p) for p in pids[0]))
-    assert jobs[1].status() is JobState.RUNNING and all(alive(p) for p in pids[1])
-    jobs[1].cancel()
-    assert jobs[1].wait(timeout=60) is JobState.CANCELLED
 
 
 def test_an_element_cancelled_before_it_started_never_runs(pbs_cfg):

@@ -55,8 +55,10 @@ def test_failure_is_recorded_with_its_traceback(slurm_cfg):
         job.result()
 
 
-def test_cancel_ends_one_array_task_not_the_array(slurm_cfg):
-    jobs = run_sweep(jobfns.sleep_with_child, [{}, {}], mode="slurm", config=slurm_cfg)
+@pytest.mark.parametrize("mode", ["slurm", "pbs"])
+def test_cancel_ends_one_array_task_not_the_array(mode, request):
+    settings = request.getfixturevalue(f"{mode}_cfg")
+    jobs = run_sweep(jobfns.sleep_with_child, [{}, {}], mode=mode, config=settings)
     pids = [run_pids(j.log_dir) for j in jobs]
     jobs[0].cancel()
     assert jobs[0].wait(timeout=60) is JobState.CANCELLED
