@@ -10,6 +10,7 @@ import contextlib
 import json
 import logging
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -358,8 +359,12 @@ def test_an_unreachable_endpoint_is_a_clear_error(ec2_cfg, aws, monkeypatch, exp
 
 
 def test_a_bundle_over_the_object_size_limit_is_refused_before_uploading(
-        ec2_cfg, aws, monkeypatch, exp):
+        ec2_cfg, aws, monkeypatch, exp, tmp_path):
     monkeypatch.setattr(cloud, "MAX_OBJECT_BYTES", 64 * 1024)  # S3's is 5 GiB: simulated
+    code = tmp_path / "code"  # a code folder well below the limit: only the variant is over
+    code.mkdir()
+    shutil.copy(jobfns.__file__, code)
+    ec2_cfg["CODE_DIRS_TO_MOUNT"] = [str(code)]
     with pytest.raises(LaunchError, match="the bundle of run .* packs to .* more than"):
         run_experiment(jobfns.quick, variant={"blob": os.urandom(128 * 1024).hex()},
                        exp_name=exp, mode="ec2", config=ec2_cfg)
