@@ -22,9 +22,7 @@ import subprocess
 
 from easylaunch import launchers, runner
 from easylaunch.errors import LaunchError
-from easylaunch.hosts.transport import HostError, checked
 from easylaunch.jobs import Job
-from easylaunch.modes.hosted import completed
 from easylaunch.modes.jobscript import job_script, on_every_mpi_rank
 from easylaunch.modes.pbs import scheduler as pbs
 from easylaunch.modes.pbs.scheduler import Resources
@@ -140,29 +138,20 @@ class PbsMode(ArrayMode):
             if folder else None
 
     def _stop(self, job: Job, job_id: str) -> None:
-        """Note the cancel where the run writes its record (reading that record in the same
-        round trip), then qdel the run's job. Front ends without JSON output may not name
-        array elements (Slurm's cannot; their qdel would end the whole array), so there an
-        element is stopped by its record alone: a running one within WATCH_CANCEL seconds
-        (the runner watches it), one not started yet as soon as it starts, and it is
-        recorded cancelled here at once."""
-        record = f"{self._job_log_dir(job)}/{runner.STATUS_JSON}"
-        try:
-            (read,) = self.request_cancel(job, {"op": "read", "paths": [record]})
-        except HostError as exc:
-            raise LaunchError(f"cannot reach {self.transport.where} to cancel run {job.id}: "
-                              f"{exc}") from None
+        """qdel the run's job, as every scheduler mode stops one. Front ends without JSON
+        output may not name array elements (Slurm's cannot; their qdel would end the whole
+        array), so there an element is stopped by its record alone: the cancel is noted there
+        (reading the record in the same round trip), a running element stops within
+        WATCH_CANCEL seconds (its runner watches the record), and one not started yet is
+        recorded cancelled here at once (it ends as soon as it starts)."""
         backend = job.launch_info["backend"]
-        if "[" in backend[self.job_id_key] and not backend.get("qstat_json"):
-            found = read["files"][record]
-            with contextlib.suppress(ValueError):
-                if found and json.loads(found["text"]).get("state") == "running":
-                    return  # its runner stops it, and records that
-            job.record_end("cancelled", "cancelled before it started")
+        if "[" not in backend[self.job_id_key] or backend.get("qstat_json"):
+            super()._stop(job, job_id)
             return
-        argv = pbs.qdel_command(job_id)
-        out = completed(checked(self.transport.probe([{"op": "run", "argv": argv}]),
-                                self.transport.where)[0])
-        if out.returncode != 0:
-            raise LaunchError(f"qdel {job_id} failed on {self.transport.where}: "
-                              f"{(out.stderr or out.stdout).strip()}")
+        record = f"{self._job_log_dir(job)}/{runner.STATUS_JSON}"
+        (read,) = self.request_cancel(job, {"op": "read", "paths": [record]})
+        found = read["files"][record]
+        with contextlib.suppress(ValueError):
+            if found and json.loads(found["text"]).get("state") == "running":
+                return  # its runner stops it, and records that
+        job.record_end("cancelled", "cancelled before it started")

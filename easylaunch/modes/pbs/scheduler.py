@@ -119,12 +119,10 @@ def resolve_resources(configs: dict, name: str | None, use_gpu: bool) -> Resourc
             for d in directives):
         raise LaunchError(f"{where}: directives must be a list of qsub options, one per #PBS "
                           f"line (e.g. [\"-m n\"]), got {directives!r}")
-    cpu_bind = cfg.get("cpu_bind", "depth")
-    if cpu_bind is not None:
-        cpu_bind = _word({"cpu_bind": cpu_bind}, "cpu_bind", where)
     return Resources(
         config_name=name, nodes=nodes, ncpus=ncpus, ngpus=ngpus, mpiprocs=mpiprocs,
-        depth=depth, cpu_bind=cpu_bind, mem=_word(cfg, "mem", where),
+        depth=depth, cpu_bind=_word({"cpu_bind": "depth", **cfg}, "cpu_bind", where),
+        mem=_word(cfg, "mem", where),
         walltime_seconds=walltime_seconds(cfg.get("walltime", 60), f"{where}: walltime"),
         queue=_word(cfg, "queue", where), project=_word(cfg, "project", where),
         filesystems=_word(cfg, "filesystems", where), place=_word(cfg, "place", where),
