@@ -147,13 +147,14 @@ def _ls(args: argparse.Namespace) -> int:
     if unknown:
         raise EasyLaunchError(f"--state {', '.join(unknown)}: not a state; states are "
                               f"{', '.join(STATES)}")
+    shown: dict[str, str] = {}
     if states:  # filter on states as they are now, not as the registry last saw them
         stale, _ = registry.list(exp=args.exp, mode=args.mode, states=OPEN_STATES,
                                  since=args.since)
-        _refresh_together(registry, stale)
+        shown = _refresh_together(registry, stale)
     entries, total = registry.list(exp=args.exp, mode=args.mode, states=states or None,
                                    since=args.since, limit=None if args.all else args.limit)
-    shown = _refresh_together(registry, entries)
+    shown.update(_refresh_together(registry, [e for e in entries if e.id not in shown]))
     table = Table(box=None, header_style="bold")
     for column in ("ID", "EXPERIMENT", "MODE", "STATE", "LAUNCHED"):
         table.add_column(column, no_wrap=True)
