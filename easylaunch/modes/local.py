@@ -172,8 +172,9 @@ def _note_interrupt(hook: Any) -> Any:
 
 def _wait_at_exit() -> None:
     """Let the launching script's runs finish; on Ctrl-C (now or before), cancel them."""
-    pending = [lr for lr in _live.values()
-               if not lr.done.is_set() and not _recorded_end(lr.log_dir)]
+    with _registry_lock:  # (supervisor threads remove runs as they end)
+        live = list(_live.values())
+    pending = [lr for lr in live if not lr.done.is_set() and not _recorded_end(lr.log_dir)]
     if not pending:
         return
     try:
@@ -188,7 +189,9 @@ def _wait_at_exit() -> None:
                 advance(1)
     except KeyboardInterrupt:
         print("easylaunch: cancelling local runs", file=sys.stderr)
-        for lr in list(_live.values()):
+        with _registry_lock:
+            live = list(_live.values())
+        for lr in live:
             lr.cancel()
         for lr in pending:
             lr.done.wait(lr.grace + 5)
@@ -304,7 +307,6 @@ class LocalMode(Mode):
             for local_run in started:
                 local_run.done.wait()
         return jobs
-
 
     def refresh(self, job: Job) -> None:
         launch = job.launch_info
