@@ -32,7 +32,7 @@ from easylaunch.doodad import split_call_keywords
 from easylaunch.errors import LaunchError
 from easylaunch.gitinfo import git_infos
 from easylaunch.jobs import Job
-from easylaunch.modes import get_mode
+from easylaunch.modes import get_mode, restarting_modes
 from easylaunch.modes.base import Mode
 from easylaunch.notices import notice
 from easylaunch.payload import pickle_payload, warn_if_large
@@ -174,12 +174,16 @@ def run_sweep(
     base_log_dir: str | os.PathLike | None = None,
     slurm_config_name: str | None = None,
     config: ConfigArg = None,
+    max_restarts: int | None = None,
+    restart_on_error: bool | None = None,
     **mode_options: Any,
 ) -> list[Job]:
     """Launch ``method_call(doodad_config, variant)`` once per variant; return their Jobs.
 
     Modes that can, turn the whole sweep into one submission. ``config`` is a settings file
     path or a dict of settings; ``mode_options`` go to the mode (``max_parallel`` for local).
+    ``max_restarts`` and ``restart_on_error`` replace the MAX_RESTARTS and RESTART_ON_ERROR
+    settings for this launch (see ``easylaunch.checkpoint``).
     doodad's keywords work as doodad's did: ``region=`` sets AWS_REGION in ec2, one that doodad
     ignored in a mode (``time_in_mins`` in ec2) is ignored with a notice.
     """
@@ -188,9 +192,16 @@ def run_sweep(
     overrides, mode_options, ignored = split_call_keywords(mode, mode_options, mode_cls.options)
     if ignored:
         notice(f"mode {mode!r} ignores {', '.join(ignored)}, as doodad's did")
+    overrides.update({key: value for key, value in (("MAX_RESTARTS", max_restarts),
+                                                     ("RESTART_ON_ERROR", restart_on_error))
+                      if value is not None})
     if overrides:
         settings = override(settings, overrides, f"run_experiment keywords of mode {mode!r}")
     mode_obj = mode_cls(settings, mode_options)
+    if settings.MAX_RESTARTS and not mode_obj.restarts:
+        raise LaunchError(f"mode {mode!r} cannot restart runs (max_restarts="
+                          f"{settings.MAX_RESTARTS}); modes that can: "
+                          f"{', '.join(restarting_modes())}. Pass max_restarts=0 here")
     registry = _registry(settings)  # a broken registry fails here, before anything is made
     if not callable(method_call):
         raise LaunchError(f"method_call must be a function, got {type(method_call).__name__}")
@@ -237,6 +248,8 @@ def run_sweep(
                  "gpu_id": gpu_id, "log_root": str(root), "slurm_config_name": slurm_config_name,
                  "prepend_date": prepend_date_to_exp_name},
         launch_id=new_run_id(), extra_launch_info=mode_obj.launch_info(request),
+        restart={"max_restarts": settings.MAX_RESTARTS, "on_error": settings.RESTART_ON_ERROR,
+                 "grace_seconds": settings.CHECKPOINT_GRACE_SECONDS},
         blobs=bundle_blobs(root, function_bytes, settings.RUN_FOLDER_MODE)
         if mode_obj.needs_bundle else {}, folder_mode=settings.RUN_FOLDER_MODE)
     remove_abandoned_partials(root)
@@ -263,14 +276,17 @@ def run_experiment(
     base_log_dir: str | os.PathLike | None = None,
     slurm_config_name: str | None = None,
     config: ConfigArg = None,
+    max_restarts: int | None = None,
+    restart_on_error: bool | None = None,
     **mode_options: Any,
 ) -> Job:
-    """Launch ``method_call(doodad_config, variant)`` once; same arguments as doodad's."""
+    """Launch ``method_call(doodad_config, variant)`` once; same arguments as doodad's, and
+    ``max_restarts``/``restart_on_error`` as in :func:`run_sweep`."""
     return run_sweep(
         method_call, [variant], exp_name=exp_name, mode=mode,
         prepend_date_to_exp_name=prepend_date_to_exp_name, use_gpu=use_gpu, gpu_id=gpu_id,
         base_log_dir=base_log_dir, slurm_config_name=slurm_config_name, config=config,
-        **mode_options)[0]
+        max_restarts=max_restarts, restart_on_error=restart_on_error, **mode_options)[0]
 
 
 def get_job(id_or_suffix: str, config: ConfigArg = None) -> Job:

@@ -110,6 +110,7 @@ class BundleSpec:
     launch_id: str = ""  # names this launch's mark of submission (mark_submitted)
     extra_launch_info: dict = field(default_factory=dict)  # doodad's keys, from the mode
     blobs: dict[str, Path] = field(default_factory=dict)  # bundle file name -> stored once
+    restart: dict = field(default_factory=dict)  # the runner's RestartPolicy, as bundle.json has it
     folder_mode: int = 0o700  # RUN_FOLDER_MODE
 
 
@@ -191,6 +192,7 @@ def _bundle_metadata(spec: BundleSpec, run_id: str, final: Path, code_dirs: list
         "git_infos": [list(g) for g in spec.git_infos],
         "script_name": spec.script_name,
         "code_dirs": code_dirs,
+        "restart": spec.restart,
         "extra_launch_info": {"base_exp_name": spec.exp_name, "instance_type": "None",
                               **spec.extra_launch_info, "mode": spec.mode, "run_id": run_id},
     }

@@ -38,6 +38,24 @@ CODE_SNAPSHOT_EXCLUDES: list = [
 CODE_SNAPSHOT_MAX_MB: int = 200
 
 # ---------------------------------------------------------------------------------------------
+# Restarts (run_experiment's ``max_restarts=`` and ``restart_on_error=`` override these)
+# ---------------------------------------------------------------------------------------------
+
+# How many times a run starts again after a time limit, a preemption or spot interruption, or a
+# lost process (killed, node failure), resuming from its last easylaunch.checkpoint.save().
+# 0: never. A cancel is never restarted.
+MAX_RESTARTS: int = 0
+
+# Also restart a run whose function raised an exception (within MAX_RESTARTS).
+RESTART_ON_ERROR: bool = False
+
+# Seconds a function that saves checkpoints gets, after a stop notice (the time-limit warning,
+# SIGTERM, a spot notice), to reach its next easylaunch.checkpoint.save(), which then ends it;
+# a function that never saved stops at once. Keep it below SLURM_SIGNAL_SECONDS and the time the
+# scheduler or cloud gives between its notice and the kill.
+CHECKPOINT_GRACE_SECONDS: float = 20.0
+
+# ---------------------------------------------------------------------------------------------
 # Local modes (here_no_doodad, local)
 # ---------------------------------------------------------------------------------------------
 

@@ -15,7 +15,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import pickle
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -34,6 +36,7 @@ EXIT_FAILED = 1
 EXIT_BAD_BUNDLE = 2
 EXIT_WRONG_PYTHON = 3
 EXIT_NOT_STARTED = 4  # cancelled (or ended otherwise) before the runner took the run
+EXIT_RESTART = 5  # the attempt ended and the run is queued for another (see finish_attempt)
 
 TERMINAL_STATES = frozenset({"succeeded", "failed", "cancelled", "timeout"})
 
@@ -74,6 +77,15 @@ ENV_JOB_ID = "EASYLAUNCH_JOB_ID"  # the scheduler's id of the job running this a
 # Seconds between looks at the run's record for a cancel request, for jobs the scheduler's
 # cancel command cannot name (array elements behind some PBS front ends).
 ENV_WATCH_CANCEL = "EASYLAUNCH_WATCH_CANCEL"
+# A Slurm job script's own path: an attempt that ends to restart submits it again for its element.
+ENV_RESUBMIT_SCRIPT = "EASYLAUNCH_RESUBMIT_SCRIPT"
+# Shared by the runner and the checkpoint helpers through the environment, so they agree even
+# where the function's copy of these helpers is not this module (easylaunch.checkpoint).
+ENV_CHECKPOINT_DIR = "EASYLAUNCH_CHECKPOINT_DIR"
+ENV_STOPPING = "EASYLAUNCH_STOPPING"  # why the run is being stopped, once a stop notice came
+ENV_CHECKPOINTING = "EASYLAUNCH_CHECKPOINTING"  # set once the function saved or loaded a checkpoint
+CHECKPOINT_DIR = "checkpoint"
+CHECKPOINT_SUFFIX = ".pkl"
 
 
 class GitInfo(NamedTuple):
@@ -167,6 +179,13 @@ def _status_lock(log_dir: str):
         os.close(fd)
 
 
+def _read_for_update(path: str) -> dict:
+    try:
+        return read_json(path)
+    except DamagedRecord as exc:  # the coming write repairs it; say what was lost
+        return {"damaged_record": str(exc)}
+
+
 def update_status(log_dir: str, **fields: Any) -> dict:
     """Merge ``fields`` into ``<log_dir>/status.json``; return the status as it now is.
 
@@ -176,15 +195,99 @@ def update_status(log_dir: str, **fields: Any) -> dict:
     """
     path = os.path.join(log_dir, STATUS_JSON)
     with _status_lock(log_dir):
-        try:
-            status = read_json(path)
-        except DamagedRecord as exc:  # this write repairs it; say what was lost
-            status = {"damaged_record": str(exc)}
+        status = _read_for_update(path)
         if status.get("state") in TERMINAL_STATES and "state" in fields:
             return status
         status.update(fields)
         write_json_atomic(path, status, durable=fields.get("state") in TERMINAL_STATES)
     return status
+
+
+# -- attempts: a run's record across restarts ---------------------------------------------------
+# status.json keeps ``attempt`` (1, 2, ...) and ``restarts``: one entry per attempt that ended
+# in a restart (its reason, end, error, host and job). Between attempts the run is "queued".
+
+ATTEMPT_FIELDS = ("pid", "signal", "exit_code", "error", "ended_at")  # of one attempt's end
+
+
+def _end_attempt(status: dict, policy: RestartPolicy, reason: str | None,
+                 end: dict) -> bool:
+    """Give ``status`` (held under the lock) an attempt's end: queued again, the attempt added
+    to ``restarts``, when ``reason`` is restartable, restarts are left and no cancel was asked
+    (True); else the terminal ``end`` (False)."""
+    restarts = list(status.get("restarts", []))
+    if reason and not status.get("cancel_requested") and len(restarts) < policy.max_restarts:
+        restarts.append({"attempt": status.get("attempt", 1), "reason": reason,
+                         "ended_at": end.get("ended_at", time.time()), "error": end.get("error"),
+                         "host": status.get("host"), "job_id": status.get("job_id"),
+                         "instead": end["state"]})
+        for name in ATTEMPT_FIELDS:
+            status.pop(name, None)
+        status.update(state="queued", restarts=restarts)
+        return True
+    if reason and policy.max_restarts:
+        end = dict(end, error=f"{end.get('error')} (max_restarts={policy.max_restarts} "
+                              "used up)" if restarts else end.get("error"))
+    status.update(end)
+    return False
+
+
+def finish_attempt(log_dir: str, policy: RestartPolicy, reason: str | None,
+                   **end: Any) -> bool:
+    """Record how an attempt ended (``end``: state, error, ...; ``reason``: why it may restart,
+    None if it may not); True if the run is queued for another attempt. A run that already
+    recorded a terminal state keeps it."""
+    path = os.path.join(log_dir, STATUS_JSON)
+    with _status_lock(log_dir):
+        status = _read_for_update(path)
+        if status.get("state") in TERMINAL_STATES:
+            return False
+        restarting = _end_attempt(status, policy, reason, dict(end, ended_at=time.time()))
+        write_json_atomic(path, status, durable=True)
+    return restarting
+
+
+def begin_attempt(log_dir: str, policy: RestartPolicy, job_id: str | None) -> dict | None:
+    """Take a queued run for this process's attempt and return its status; None when this
+    process must leave it alone (it is ended, or it goes on as another job). A run still
+    "running" lost its last attempt (the scheduler started the job again, after a node
+    failure): that attempt ends here, and this one starts when restarts are left."""
+    path = os.path.join(log_dir, STATUS_JSON)
+    with _status_lock(log_dir):
+        status = _read_for_update(path)
+        expected = status.get("next_job_id")
+        if expected and job_id and job_id != expected:
+            print(f"easylaunch runner: not starting: the run goes on as job {expected}",
+                  file=sys.stderr)
+            return None
+        if status.get("state") == "running":
+            lost = {"state": "failed", "ended_at": time.time(), "error": (
+                f"its attempt {status.get('attempt', 1)} on {status.get('host')} ended without "
+                "recording an outcome (node failure?) and the job started again")}
+            if not _end_attempt(status, policy, "lost", lost):
+                write_json_atomic(path, status, durable=True)
+        if status.get("state") in ("queued", None):  # (None: a new folder, or a damaged record)
+            status.pop("next_job_id", None)
+            status.update(state="running", started_at=time.time(), pid=os.getpid(),
+                          host=os.uname().nodename, attempt=status.get("attempt", 0) + 1,
+                          **({"job_id": job_id} if job_id else {}))
+            write_json_atomic(path, status)
+    return status
+
+
+def give_up_restart(log_dir: str, why: str) -> None:
+    """The next attempt could not be started: end the run as its last attempt would have
+    ended without a restart, saying why."""
+    path = os.path.join(log_dir, STATUS_JSON)
+    with _status_lock(log_dir):
+        status = _read_for_update(path)
+        if status.get("state") != "queued" or not status.get("restarts"):
+            return
+        last = status["restarts"][-1]
+        status.update(state=last["instead"], ended_at=last["ended_at"],
+                      error=f"{last['error']}; the restart failed: {why}",
+                      restarts=status["restarts"][:-1])
+        write_json_atomic(path, status, durable=True)
 
 
 def process_start_time(pid: int) -> str | None:
@@ -238,8 +341,8 @@ def _at_time_limit() -> bool:
 
 
 class _Terminated(BaseException):
-    """Raised in the main thread on SIGTERM (cancel; timeout at the job's time limit) or the
-    time-limit warning signal (timeout)."""
+    """Raised in the main thread on SIGTERM (cancel or preemption; timeout at the job's time
+    limit) or the time-limit warning signal (timeout)."""
 
     def __init__(self, signum: int) -> None:
         super().__init__(signum)
@@ -250,6 +353,11 @@ class _Terminated(BaseException):
     def state(self) -> str:
         return "cancelled" if self.signum == signal.SIGTERM and not self.at_limit else "timeout"
 
+    @property
+    def restart_reason(self) -> str:
+        """What this stop is, should the run restart after it."""
+        return "time limit" if self.state == "timeout" else "preempted"
+
 
 def _raise_terminated(signum: int, _frame: Any) -> None:
     # Stop signals often come twice (scancel signals every process of the step, Singularity
@@ -257,6 +365,150 @@ def _raise_terminated(signum: int, _frame: Any) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     signal.signal(signum, signal.SIG_IGN)
     raise _Terminated(signum)
+
+
+class RestartPolicy(NamedTuple):
+    """When a run starts again (bundle.json's ``restart``): up to ``max_restarts`` times after a
+    time limit, a preemption or a lost process, and after an exception when ``on_error``.
+    ``grace`` is how long a checkpointing function has after a stop notice to reach its next
+    checkpoint save."""
+
+    max_restarts: int = 0
+    on_error: bool = False
+    grace: float = 20.0
+
+    @classmethod
+    def of(cls, meta: dict) -> RestartPolicy:
+        given = meta.get("restart") or {}
+        return cls(int(given.get("max_restarts", 0)), bool(given.get("on_error", False)),
+                   float(given.get("grace_seconds", cls.grace)))
+
+
+NO_RESTARTS = RestartPolicy()
+_stop: dict[str, Any] = {}  # this process's stop handling: log_dir, grace, the notice's signal
+
+
+def _cancel_asked() -> bool:
+    log_dir = _stop.get("log_dir")
+    with contextlib.suppress(DamagedRecord, OSError):
+        return bool(log_dir and read_json(os.path.join(log_dir, STATUS_JSON)).get(
+            "cancel_requested"))
+    return False
+
+
+def _stop_notice(signum: int, frame: Any) -> None:
+    """A stop that the run may restart after: tell the function (``stop_requested()``); one
+    that checkpoints gets ``grace`` seconds to save (its save then ends it), others stop now.
+    A cancel asked through easylaunch stops at once."""
+    if _cancel_asked():
+        _raise_terminated(signal.SIGTERM, frame)
+    if os.environ.get(ENV_STOPPING):
+        return  # a repeat of the notice
+    _stop["signum"] = signum
+    os.environ[ENV_STOPPING] = _Terminated(signum).restart_reason
+    if os.environ.get(ENV_CHECKPOINTING) and _stop.get("grace", 0) > 0:
+        signal.signal(signal.SIGALRM, lambda *_: _raise_terminated(signum, None))
+        signal.setitimer(signal.ITIMER_REAL, _stop["grace"])
+        return
+    _raise_terminated(signum, frame)
+
+
+def _handle_stops(log_dir: str, policy: RestartPolicy) -> None:
+    """Install this process's handlers of SIGTERM and the time-limit warning signal."""
+    for name in (ENV_STOPPING, ENV_CHECKPOINTING):  # (not the launching side's, if inherited)
+        os.environ.pop(name, None)
+    _stop.update(log_dir=log_dir, grace=policy.grace)
+    handler = _stop_notice if policy.max_restarts > 0 else _raise_terminated
+    signal.signal(signal.SIGTERM, handler)
+    if os.environ.get(ENV_TIMEOUT_SIGNAL):
+        signal.signal(signal.Signals["SIG" + os.environ[ENV_TIMEOUT_SIGNAL]], handler)
+
+
+def _stopped(exc: BaseException) -> _Terminated | None:
+    """The stop ``exc`` is: a stop signal itself, or whatever ended the function (its
+    checkpoint save, mostly) once a stop notice came."""
+    if isinstance(exc, _Terminated):
+        return exc
+    if os.environ.get(ENV_STOPPING) and "signum" in _stop:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        return _Terminated(_stop["signum"])
+    return None
+
+
+# -- checkpoints: what the run's function calls (``easylaunch.checkpoint`` names them) ----------
+
+class Stopped(BaseException):
+    """Ends the function at :func:`save_checkpoint` when the run is being stopped: the run
+    restarts from the checkpoint just written. (Not an ``Exception``: ``except Exception``
+    does not catch it.)"""
+
+
+def checkpoint_dir() -> str:
+    """The run's checkpoint folder, ``<run folder>/checkpoint`` (``./checkpoint`` outside a
+    run), made if missing. It survives restarts; cloud modes sync it to the bucket."""
+    path = os.environ.get(ENV_CHECKPOINT_DIR) or os.path.abspath(CHECKPOINT_DIR)
+    os.makedirs(path, exist_ok=True)
+    return path
+
+
+def _checkpoint_path(name: str) -> str:
+    if not isinstance(name, str) or not name or name.startswith(".") or \
+            not name.replace("-", "").replace("_", "").replace(".", "").isalnum():
+        raise ValueError(f"checkpoint name {name!r}: use letters, digits and . _ - only")
+    return os.path.join(checkpoint_dir(), name + CHECKPOINT_SUFFIX)
+
+
+def stop_requested() -> str | None:
+    """Why the run is being stopped (``"time limit"``, ``"preempted"``), None while it is not:
+    save a checkpoint now."""
+    return os.environ.get(ENV_STOPPING) or None
+
+
+def save_checkpoint(state: Any, name: str = "state") -> str:
+    """Pickle ``state`` into the checkpoint folder (rank 0 writes; other ranks skip), through a
+    temporary file flushed to disk, so a crash leaves the previous checkpoint whole; return its
+    path. When the run is being stopped, raise :class:`Stopped` once it is written."""
+    os.environ[ENV_CHECKPOINTING] = "1"
+    path = _checkpoint_path(name)
+    if rank_info()[0] == 0:
+        write_bytes_atomic(path, pickle.dumps(state, pickle.HIGHEST_PROTOCOL), durable=True)
+    reason = stop_requested()
+    if reason:
+        raise Stopped(f"checkpoint saved; the run stops ({reason}) and restarts from it")
+    return path
+
+
+def load_checkpoint(default: Any = None, name: str = "state") -> Any:
+    """The state last saved under ``name`` (by this attempt or an earlier one), or ``default``
+    when there is none yet."""
+    os.environ[ENV_CHECKPOINTING] = "1"
+    try:
+        with open(_checkpoint_path(name), "rb") as f:
+            return pickle.load(f)
+    except FileNotFoundError:
+        return default
+
+
+# ``easylaunch.checkpoint``'s names for the helpers above.
+CHECKPOINT_API = {"save": save_checkpoint, "load": load_checkpoint,
+                  "stop_requested": stop_requested, "folder": checkpoint_dir,
+                  "Stopped": Stopped}
+
+
+def _provide_checkpoint_module() -> None:
+    """Make ``easylaunch.checkpoint`` importable where easylaunch is not installed (cloud
+    instances), so functions that use it load and run there."""
+    import importlib.util
+    import types
+
+    if "easylaunch.checkpoint" in sys.modules or importlib.util.find_spec("easylaunch"):
+        return
+    package = types.ModuleType("easylaunch")
+    package.__path__ = []
+    module = types.ModuleType("easylaunch.checkpoint")
+    module.__dict__.update(CHECKPOINT_API)
+    package.checkpoint = module
+    sys.modules.update({"easylaunch": package, "easylaunch.checkpoint": module})
 
 
 def _watch_launcher(pid: int, started: str) -> None:
@@ -352,37 +604,59 @@ def save_error(log_dir: str, exc: BaseException, tb_text: str) -> None:
         write_bytes_atomic(os.path.join(log_dir, RESULT_PKL), data, durable=True)
 
 
-def call_and_record(fn: Any, config: DoodadConfig, variant: Any,
-                    log_dir: str) -> tuple[int, Any]:
-    """Call the function, write result.pkl and the final status; return (exit code, value).
+def _stop_words(stop: _Terminated, policy: RestartPolicy) -> str:
+    if stop.at_limit:
+        return "the time limit is reached"
+    if stop.state == "timeout":
+        return "the time limit is near"
+    return "preempted" if policy.max_restarts and not _cancel_asked() else "cancelled"
 
-    A KeyboardInterrupt is recorded as a cancellation and raised again.
+
+def call_and_record(fn: Any, config: DoodadConfig, variant: Any, log_dir: str,
+                    policy: RestartPolicy = NO_RESTARTS) -> tuple[int, Any]:
+    """Call the function, write result.pkl and the attempt's end; return (exit code, value).
+
+    The exit code is EXIT_RESTART when the run is queued for another attempt (``policy``). A
+    KeyboardInterrupt is recorded as a cancellation and raised again.
     """
     try:
         value = fn(config, variant)
-    except (_Terminated, KeyboardInterrupt) as stop:
-        signum = stop.signum if isinstance(stop, _Terminated) else signal.SIGINT
-        state = stop.state if isinstance(stop, _Terminated) else "cancelled"
-        name = signal_name(signum)
-        reason = ("the time limit is reached" if getattr(stop, "at_limit", False) else
-                  "the time limit is near" if state == "timeout" else "cancelled")
-        update_status(log_dir, state=state, ended_at=time.time(), exit_code=128 + signum,
-                      signal=name, error=f"received {name} ({reason})")
-        if isinstance(stop, KeyboardInterrupt):
-            raise
-        return 128 + signum, None
+    except KeyboardInterrupt:
+        name = signal_name(signal.SIGINT)
+        update_status(log_dir, state="cancelled", ended_at=time.time(),
+                      exit_code=128 + signal.SIGINT, signal=name, error=f"received {name}")
+        raise
     except BaseException as exc:  # noqa: BLE001 - SystemExit is a failure of the run too
+        stop = _stopped(exc)
+        if stop is not None:
+            name = signal_name(stop.signum)
+            restarting = finish_attempt(
+                log_dir, policy, stop.restart_reason, state=stop.state,
+                exit_code=128 + stop.signum, signal=name,
+                error=f"received {name} ({_stop_words(stop, policy)})")
+            return (EXIT_RESTART if restarting else 128 + stop.signum), None
         tb_text = traceback.format_exc()
         print(tb_text, file=sys.stderr, end="")
         save_error(log_dir, exc, tb_text)
-        update_status(log_dir, state="failed", ended_at=time.time(), exit_code=EXIT_FAILED,
-                      error=tb_text)
-        return EXIT_FAILED, None
+        restarting = finish_attempt(log_dir, policy, "error" if policy.on_error else None,
+                                    state="failed", exit_code=EXIT_FAILED, error=tb_text)
+        return (EXIT_RESTART if restarting else EXIT_FAILED), None
     problem = save_result(log_dir, value)
     if problem:
         return _fail(log_dir, EXIT_FAILED, problem), None
     update_status(log_dir, state="succeeded", ended_at=time.time(), exit_code=0)
     return 0, value
+
+
+def own_job_id() -> str | None:
+    """The scheduler's id of the job (or array element) this process runs in: what the job
+    script exported (PBS), else Slurm's ``<array job>_<task>`` or job id."""
+    env = os.environ
+    if env.get(ENV_JOB_ID):
+        return env[ENV_JOB_ID]
+    if env.get("SLURM_ARRAY_JOB_ID") and env.get("SLURM_ARRAY_TASK_ID"):
+        return f"{env['SLURM_ARRAY_JOB_ID']}_{env['SLURM_ARRAY_TASK_ID']}"
+    return env.get("SLURM_JOB_ID") or None
 
 
 def run_bundle(bundle_dir: str, log_dir: str | None = None) -> int:
@@ -405,19 +679,20 @@ def run_bundle(bundle_dir: str, log_dir: str | None = None) -> int:
             f"same minor version. Run it with a Python {meta.get('python_minor')} interpreter."))
     for code_dir in reversed(meta.get("code_dirs", [])):
         sys.path.insert(0, os.path.join(bundle_dir, code_dir))
+    policy = RestartPolicy.of(meta)
+    _handle_stops(log_dir, policy)
+    os.environ[ENV_CHECKPOINT_DIR] = os.path.join(log_dir, CHECKPOINT_DIR)
+    _provide_checkpoint_module()
     if rank_info()[0] != 0:
         return _run_other_rank(bundle_dir, meta, log_dir)
-    signal.signal(signal.SIGTERM, _raise_terminated)
-    if os.environ.get(ENV_TIMEOUT_SIGNAL):
-        signal.signal(signal.Signals["SIG" + os.environ[ENV_TIMEOUT_SIGNAL]], _raise_terminated)
     if os.environ.get(ENV_PARENT_PID):
         pid, started = os.environ[ENV_PARENT_PID].split(":", 1)
         threading.Thread(target=_watch_launcher, args=(int(pid), started), daemon=True).start()
     if os.environ.get(ENV_RERUN):
         _reopen_for_rerun(log_dir)
-    job_id = {"job_id": os.environ[ENV_JOB_ID]} if os.environ.get(ENV_JOB_ID) else {}
-    status = update_status(log_dir, state="running", started_at=time.time(), pid=os.getpid(),
-                           host=os.uname().nodename, **job_id)
+    status = begin_attempt(log_dir, policy, own_job_id())
+    if status is None:
+        return EXIT_NOT_STARTED
     if status.get("state") != "running" or status.get("cancel_requested"):
         if status.get("state") == "running":
             _fail(log_dir, EXIT_NOT_STARTED, "cancelled before it started", state="cancelled")
@@ -431,6 +706,10 @@ def run_bundle(bundle_dir: str, log_dir: str | None = None) -> int:
         print(f"easylaunch runner: warning: the run was pickled with cloudpickle "
               f"{meta.get('cloudpickle')}; this machine has {_cloudpickle_version()}",
               file=sys.stderr)
+    if status.get("restarts"):
+        last = status["restarts"][-1]
+        print(f"easylaunch runner: attempt {status['attempt']} of run {meta.get('run_id')} "
+              f"(the last one ended: {last['reason']})", file=sys.stderr)
     try:
         fn, variant = _load_payload(bundle_dir)
     except ModuleNotFoundError as exc:
@@ -446,8 +725,11 @@ def run_bundle(bundle_dir: str, log_dir: str | None = None) -> int:
                      state=term.state)
     except Exception as exc:  # noqa: BLE001
         return _fail(log_dir, EXIT_BAD_BUNDLE, f"cannot load the pickled payload: {exc!r}")
+    config = make_doodad_config(meta, log_dir)
+    config.extra_launch_info.update(attempt=status["attempt"],
+                                    checkpoint_dir=os.environ[ENV_CHECKPOINT_DIR])
     try:
-        return call_and_record(fn, make_doodad_config(meta, log_dir), variant, log_dir)[0]
+        return call_and_record(fn, config, variant, log_dir, policy)[0]
     except KeyboardInterrupt:
         return 128 + signal.SIGINT
 
@@ -464,16 +746,19 @@ def _reopen_for_rerun(log_dir: str) -> None:
                 not old.get("cancel_requested"):
             write_json_atomic(path, {
                 "state": "queued", "run_id": old.get("run_id"),
-                "queued_at": old.get("queued_at"), "attempt": old.get("attempt", 1) + 1,
+                "queued_at": old.get("queued_at"), "attempt": old.get("attempt", 1),
                 "previous_attempt": {k: old.get(k) for k in ("state", "ended_at", "error")}})
 
 
 def _run_other_rank(bundle_dir: str, meta: dict, log_dir: str) -> int:
-    """A rank other than 0 runs the function too; rank 0 alone keeps the run's record."""
+    """A rank other than 0 runs the function too; rank 0 alone keeps the run's record. A stop
+    ends it quietly (exit 0), so the launcher does not end rank 0 before it saved."""
     try:
         fn, variant = _load_payload(bundle_dir)
         fn(make_doodad_config(meta, log_dir), variant)
-    except BaseException:  # noqa: BLE001 - reported in this rank's own log
+    except BaseException as exc:  # noqa: BLE001 - reported in this rank's own log
+        if _stopped(exc) is not None:
+            return 0
         traceback.print_exc()
         return EXIT_FAILED
     return 0
@@ -495,23 +780,52 @@ def recorded_state(log_dir: str) -> str | None:
         return None
 
 
-def record_lost_end(log_dir: str, returncode: int, cancelled: bool = False) -> None:
-    """Give a run whose process ended without recording an outcome its exit code or signal
-    (killed, out of memory, ``os._exit``); a recorded outcome is left as it is. A run whose
-    cancel was asked for ends as cancelled."""
+def record_lost_end(log_dir: str, returncode: int, cancelled: bool = False,
+                    policy: RestartPolicy = NO_RESTARTS) -> bool:
+    """Give a run whose process ended without recording an outcome (killed, out of memory,
+    ``os._exit``) its exit code or signal; a recorded outcome is left as it is. A run whose
+    cancel was asked for ends as cancelled; with restarts left (``policy``) the run is queued
+    for another attempt instead, and True returned."""
     with contextlib.suppress(DamagedRecord):
         status = read_json(os.path.join(log_dir, STATUS_JSON))
-        if status.get("state") in TERMINAL_STATES:
-            return  # the usual case, settled without a lock or a write
+        if status.get("state") in TERMINAL_STATES or status.get("state") == "queued":
+            return False  # the usual case, settled without a lock or a write
         cancelled = cancelled or bool(status.get("cancel_requested"))
     if returncode < 0:
         how, fields = f"was killed by {signal_name(-returncode)}", \
             {"signal": signal_name(-returncode)}
     else:
         how, fields = f"exited with code {returncode}", {}
-    update_status(log_dir, state="cancelled" if cancelled else "failed", ended_at=time.time(),
-                  exit_code=returncode, **fields,
-                  error=f"the run's process {how} before recording an outcome; see stderr.log")
+    return finish_attempt(
+        log_dir, policy, None if cancelled else "lost",
+        state="cancelled" if cancelled else "failed", exit_code=returncode, **fields,
+        error=f"the run's process {how} before recording an outcome; see stderr.log")
+
+
+def resubmit_self(log_dir: str) -> None:
+    """Start the next attempt of a run queued again by this one, where the job script says how
+    (ENV_RESUBMIT_SCRIPT: submit the script again for this array element, which keeps the run
+    id and folder; Slurm's own requeue would hold it back for two minutes). Elsewhere the
+    supervisor (local) or the launching side (clouds) starts it."""
+    script = os.environ.get(ENV_RESUBMIT_SCRIPT)
+    if not script:
+        return
+    index = os.environ.get("SLURM_ARRAY_TASK_ID") or "0"
+    # (this job's own SLURM_* values would bend the new job's resources)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SBATCH_"))}
+    argv = ["sbatch", "--parsable", f"--array={index}", script]
+    try:
+        out = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+        job = out.stdout.strip().split(";")[0]
+        problem = None if out.returncode == 0 and job.isdigit() else \
+            (out.stderr or out.stdout).strip() or f"sbatch exited with {out.returncode}"
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        problem = repr(exc)
+    if problem is not None:
+        give_up_restart(log_dir, f"{' '.join(argv)}: {problem}")
+        return
+    update_status(log_dir, next_job_id=f"{job}_{index}")
+    print(f"easylaunch runner: the run goes on as Slurm job {job}_{index}", file=sys.stderr)
 
 
 # Signals a supervising runner passes on to the run (stop, Ctrl-C, time-limit warnings).
@@ -523,8 +837,9 @@ def run_supervised(bundle_dir: str, log_dir: str | None = None) -> int:
     """Run the bundle in a forked child and record how it ended when it could not itself.
 
     The parent passes stop and time-limit signals on to the child, so it can stand where the
-    scheduler signals (a batch script's process). Other ranks of a multi-process run, and
-    systems without fork, run the bundle directly.
+    scheduler signals (a batch script's process), and starts the next attempt of a run that
+    ends to restart. Other ranks of a multi-process run, and systems without fork, run the
+    bundle directly.
     """
     if not hasattr(os, "fork") or rank_info()[0] != 0:
         return run_bundle(bundle_dir, log_dir)
@@ -538,12 +853,20 @@ def run_supervised(bundle_dir: str, log_dir: str | None = None) -> int:
     pid = os.fork()
     if pid == 0:
         return run_bundle(bundle_dir, log_dir)  # the child ends as a normal interpreter would
+
+    def forward(signum: int, _frame: Any) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signum)
+
     for signum in FORWARDED_SIGNALS:
-        signal.signal(signum, lambda sig, _frame: os.kill(pid, sig))
+        signal.signal(signum, forward)
     returncode = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
-    if os.path.isdir(log_dir):
+    restarting = returncode == EXIT_RESTART
+    if returncode != EXIT_NOT_STARTED and not restarting and os.path.isdir(log_dir):
         with contextlib.suppress(OSError):
-            record_lost_end(log_dir, returncode)
+            restarting = record_lost_end(log_dir, returncode, policy=RestartPolicy.of(meta))
+    if restarting:
+        resubmit_self(log_dir)
     return 128 - returncode if returncode < 0 else returncode
 
 

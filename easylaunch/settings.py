@@ -148,6 +148,8 @@ CONSTRAINTS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "RUN_FOLDER_MODE": (lambda v: 0 <= v <= 0o777 and v & 0o700 == 0o700,
                         "permission bits such as 0o700 or 0o750 (you keep rwx)"),
     "LARGE_PAYLOAD_WARN_MB": (lambda v: v > 0, "a positive number"),
+    "MAX_RESTARTS": (lambda v: 0 <= v <= 1000, "a whole number from 0 to 1000"),
+    "CHECKPOINT_GRACE_SECONDS": (lambda v: 0 <= v < 86400, "0 or more seconds, below a day"),
     "LOCAL_CANCEL_GRACE_SECONDS": (lambda v: 0 <= v < 86400, "0 or more seconds, below a day"),
     "LOCAL_GPU_IDS": (lambda v: v is None or all(isinstance(g, (int, str)) for g in v),
                       "None or a list of GPU ids"),

@@ -173,3 +173,35 @@ def which_code(doodad_config, variant):
 def double(doodad_config, variant):
     print("doubling", variant["x"])
     return {"x": variant["x"], "y": 2 * variant["x"]}
+
+
+def count_steps(doodad_config, variant):
+    """Count to ``steps`` (one every ``step_seconds``), saving a checkpoint every ``every``
+    steps and when the run is being stopped; rank 0 logs ``<attempt> <step>`` per step to
+    steps.log, so a test sees which steps each attempt did. Fails on attempt ``fail_on``."""
+    from easylaunch import checkpoint
+
+    info = doodad_config.extra_launch_info
+    if info["attempt"] == variant.get("fail_on"):
+        raise RuntimeError(f"attempt {info['attempt']} fails, as asked")
+    state = checkpoint.load(default={"step": 0})
+    resumed_from = state["step"]
+    log_path = os.path.join(doodad_config.base_log_dir, "steps.log")
+    while state["step"] < variant["steps"]:
+        time.sleep(variant.get("step_seconds", 0.05))
+        state["step"] += 1
+        if info["rank"] == 0:
+            with open(log_path, "a") as log:
+                log.write(f"{info['attempt']} {state['step']}\n")
+        if state["step"] % variant.get("every", 1) == 0 or checkpoint.stop_requested():
+            checkpoint.save(state)
+    return {"steps": state["step"], "resumed_from": resumed_from, "attempt": info["attempt"],
+            "world_size": info["world_size"]}
+
+
+def steps_done(log_dir) -> list[tuple[int, int]]:
+    """The (attempt, step) lines a count_steps run wrote so far."""
+    path = Path(log_dir) / "steps.log"
+    if not path.exists():
+        return []
+    return [tuple(map(int, line.split())) for line in path.read_text().splitlines()]

@@ -32,3 +32,15 @@ def get_mode(name: str) -> type[Mode]:
         raise LaunchError(f"unknown mode {name!r}; known modes: {', '.join(MODES)}.{hint}")
     module, cls = MODES[name].split(":")
     return getattr(importlib.import_module(module), cls)
+
+
+def restarting_modes() -> list[str]:
+    """The modes that start runs again (``Mode.restarts``), of those importable here."""
+    names = []
+    for name in MODES:
+        try:
+            if get_mode(name).restarts:
+                names.append(name)
+        except ImportError:  # a cloud SDK not installed
+            continue
+    return names

@@ -22,6 +22,7 @@ class Mode(ABC):
     name: ClassVar[str]
     needs_bundle: ClassVar[bool] = True
     options: ClassVar[dict[str, Any]] = {}  # accepted mode options and their defaults
+    restarts: ClassVar[bool] = False  # whether it starts runs again (MAX_RESTARTS)
 
     def __init__(self, settings: Settings, mode_options: dict[str, Any]) -> None:
         unknown = sorted(set(mode_options) - set(self.options))

@@ -112,7 +112,7 @@ class _LocalRun:
     def supervise(self) -> None:
         gpu = self.slots.acquire(self.pinned)
         try:
-            if self._start(gpu):
+            while self._start(gpu):  # again while the run is queued for another attempt
                 self._finish(self.proc.wait())
         except Exception as exc:  # noqa: BLE001 - the run must end with a status, not a hang
             with contextlib.suppress(OSError):  # else Job.status() records the end it can
@@ -145,11 +145,13 @@ class _LocalRun:
     def _finish(self, returncode: int) -> None:
         processes.signal_group(self.proc.pid, signal.SIGKILL)  # what the run left behind
         with contextlib.suppress(OSError):  # a full disk: Job.status() keeps the end instead
-            runner.record_lost_end(self.log_dir, returncode, self.cancelled)
+            runner.record_lost_end(self.log_dir, returncode, self.cancelled,
+                                   runner.RestartPolicy.of(self.run.meta))
 
     def cancel(self) -> None:
         with self.lock:
             self.cancelled = True
+            runner.update_status(self.log_dir, cancel_requested=True)  # (never restarted)
             if self.proc is None:
                 runner.update_status(self.log_dir, state="cancelled", ended_at=time.time(),
                                      error="cancelled before it started")
@@ -234,6 +236,7 @@ class LocalMode(Mode):
     """Background subprocesses on this machine."""
 
     name = "local"
+    restarts = True  # the supervising thread starts the run's next attempt
     options = {"max_parallel": None, "skip_wait": None}  # skip_wait=False: doodad's blocking
     links_data_mounts = True  # container modes bind them instead
 
@@ -312,6 +315,8 @@ class LocalMode(Mode):
         launch = job.launch_info
         if job.id in _live or not processes.same_host(launch):
             return  # its supervising thread records the outcome / pids mean nothing here
+        if job.info().get("restarts") and not processes.launcher_gone(launch):
+            return  # between two attempts, which its launcher's thread supervises
         backend = launch.get("backend", {})
         if backend.get("pid"):
             if not processes.is_alive(backend["pid"], backend.get("started")):

@@ -103,8 +103,13 @@ class ScheduledMode(HostedMode):
     # -- tracking -------------------------------------------------------------------------------
 
     def job_id(self, job: Job) -> str | None:
-        """The scheduler's id of the job (or array element) that runs this run, if known."""
-        return job.launch_info["backend"].get(self.job_id_key)
+        """The scheduler's id of the job (or array element) that runs this run, if known: the
+        one its last attempt submitted for the next, else the one it recorded when it started
+        (on front ends that cannot name array elements, the only one the scheduler knows), else
+        the one submitted at launch."""
+        info = job.info()
+        return info.get("next_job_id") or info.get("job_id") or \
+            job.launch_info["backend"].get(self.job_id_key)
 
     def _open_ids(self, jobs: list[Job]) -> dict[str, list[Job]]:
         by_id: dict[str, list[Job]] = {}  # htp runs share one allocation's id
@@ -131,8 +136,8 @@ class ScheduledMode(HostedMode):
         if state in ("queued", "running", "unknown"):
             return
         info = job.info()
-        if info.get("state") in runner.TERMINAL_STATES:
-            return
+        if info.get("state") in runner.TERMINAL_STATES or self.job_id(job) != job_id:
+            return  # ended, or gone on as another job (a restart) since the scheduler was asked
         look, name = self._where_to_look(job), self.scheduler
         if info.get("cancel_requested"):
             job.record_end("cancelled", f"cancelled ({name} job {job_id})")
@@ -245,9 +250,9 @@ class ArrayMode(ScheduledMode):
 
     @abstractmethod
     def array_script(self, res: Any, request: LaunchRequest, entries: list[tuple[str, str]],
-                     script_dir: str, line: str) -> str:
+                     script: str, line: str) -> str:
         """The job script of one array (or one job, for one entry): ``entries`` are (bundle,
-        log folder) pairs as the job sees them, ``script_dir`` the scripts' folder there."""
+        log folder) pairs as the job sees them, ``script`` the script's own path there."""
 
     @abstractmethod
     def submit_op(self, script: str) -> dict:
@@ -296,7 +301,7 @@ class ArrayMode(ScheduledMode):
             members = runs[chunk.start:chunk.stop]
             entries = [(there(r.bundle_dir), there(r.log_dir)) for r in members]
             script = script_dir / f"{members[0].run_id}{self.script_suffix}"
-            text = self.array_script(res, request, entries, there(script_dir), line)
+            text = self.array_script(res, request, entries, there(script), line)
             arrays.append(ArrayJob(script, there(script), text, members))
         return ArrayPlan(arrays, env)
 

@@ -91,7 +91,7 @@ class PbsMode(ArrayMode):
                                                          res.cpu_bind, res.depth))
 
     def array_script(self, res: Resources, request: LaunchRequest,
-                     entries: list[tuple[str, str]], script_dir: str, line: str) -> str:
+                     entries: list[tuple[str, str]], script: str, line: str) -> str:
         array = None if len(entries) == 1 else \
             pbs.array_spec(len(entries), self.opts["array_parallelism"])
         exports = (f"{runner.ENV_TIME_LIMIT_AT}=$(( $(date +%s) + {res.walltime_seconds} )) "
@@ -112,11 +112,6 @@ class PbsMode(ArrayMode):
                 "script": script, "qstat_json": self.json_output}
 
     # -- tracking -------------------------------------------------------------------------------
-
-    def job_id(self, job: Job) -> str | None:
-        """The id the run's job recorded when it started (on front ends that cannot name array
-        elements, the only one qstat and qdel know), else the one qsub gave."""
-        return job.info().get("job_id") or super().job_id(job)
 
     def _json_output(self, by_id: dict[str, list[Job]]) -> bool:
         return any(j.launch_info["backend"].get("qstat_json") for js in by_id.values()

@@ -7,18 +7,27 @@ environment is broadcast with sbcast.
 
 from __future__ import annotations
 
-from easylaunch.modes.jobscript import job_script
+import posixpath
+import shlex
+
+from easylaunch.modes.jobscript import SLURM_EXPORTS, job_script
 from easylaunch.modes.scheduled import ArrayMode, ClusterFacts
 from easylaunch.modes.slurm import scheduler as slurm
 from easylaunch.modes.slurm.base import SlurmBase
 from easylaunch.modes.slurm.scheduler import Resources
 from easylaunch.request import LaunchRequest
+from easylaunch.runner import ENV_RESUBMIT_SCRIPT
 
 
 class SlurmMode(SlurmBase, ArrayMode):
-    """Direct submission to the Slurm cluster this machine is a login node of (or reaches)."""
+    """Direct submission to the Slurm cluster this machine is a login node of (or reaches).
+
+    With MAX_RESTARTS, an attempt that ends to restart (time-limit warning, SIGTERM, a lost
+    process) submits its own array element again: same run id and folder, a new job id.
+    """
 
     name = "slurm"
+    restarts = True
     options = {**SlurmBase.options, "array_parallelism": None, "env_pack": None}
     script_dir = ".slurm"
     script_suffix = ".sbatch"
@@ -31,13 +40,16 @@ class SlurmMode(SlurmBase, ArrayMode):
         return tuple(self.settings.SLURM_PRE_CMDS)
 
     def array_script(self, res: Resources, request: LaunchRequest,
-                     entries: list[tuple[str, str]], script_dir: str, line: str) -> str:
+                     entries: list[tuple[str, str]], script: str, line: str) -> str:
         header = slurm.sbatch_header(
             res, job_name=request.exp_name,
-            output=slurm.output_path(script_dir, "slurm-%A_%a.out"),
+            output=slurm.output_path(posixpath.dirname(script), "slurm-%A_%a.out"),
             signal_seconds=self.settings.SLURM_SIGNAL_SECONDS,
             array=slurm.array_spec(len(entries), self.opts["array_parallelism"]))
-        return job_script(header, entries, line)
+        exports = SLURM_EXPORTS
+        if self.settings.MAX_RESTARTS:  # an attempt that ends to restart submits its element again
+            exports += f" {ENV_RESUBMIT_SCRIPT}={shlex.quote(script)}"
+        return job_script(header, entries, line, exports=exports)
 
     def submit_op(self, script: str) -> dict:
         return {"op": "run", "argv": slurm.sbatch_command(script)}

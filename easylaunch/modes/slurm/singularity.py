@@ -21,6 +21,7 @@ class SlurmSingularityMode(SlurmMode):
     """Direct submission; runs start in a Singularity image."""
 
     name = "slurm_singularity"
+    restarts = False  # the runner, inside the image, has no sbatch to submit the next attempt
     options = {**SlurmBase.options, "array_parallelism": None}  # the image is the environment
 
     def check(self, request: LaunchRequest) -> None:
