@@ -249,15 +249,17 @@ def finish_attempt(log_dir: str, policy: RestartPolicy, reason: str | None,
 
 def begin_attempt(log_dir: str, policy: RestartPolicy, job_id: str | None) -> dict | None:
     """Take a queued run for this process's attempt and return its status; None when this
-    process must leave it alone (it is ended, or it goes on as another job). A run still
-    "running" lost its last attempt (the scheduler started the job again, after a node
-    failure): that attempt ends here, and this one starts when restarts are left."""
+    process must leave it alone (it goes on as another job: a restart submitted that one, or
+    another job runs it). A run still "running" in this same job lost its last attempt (the
+    scheduler started the job again, after a node failure or a requeue): that attempt ends
+    here, and this one starts when restarts are left."""
     path = os.path.join(log_dir, STATUS_JSON)
     with _status_lock(log_dir):
         status = _read_for_update(path)
-        expected = status.get("next_job_id")
-        if expected and job_id and job_id != expected:
-            print(f"easylaunch runner: not starting: the run goes on as job {expected}",
+        carrier = status.get("next_job_id") or (
+            status.get("job_id") if status.get("state") == "running" else None)
+        if carrier and job_id and job_id != carrier:
+            print(f"easylaunch runner: not starting: the run goes on as job {carrier}",
                   file=sys.stderr)
             return None
         if status.get("state") == "running":
@@ -267,7 +269,6 @@ def begin_attempt(log_dir: str, policy: RestartPolicy, job_id: str | None) -> di
             if not _end_attempt(status, policy, "lost", lost):
                 write_json_atomic(path, status, durable=True)
         if status.get("state") in ("queued", None):  # (None: a new folder, or a damaged record)
-            status.pop("next_job_id", None)
             status.update(state="running", started_at=time.time(), pid=os.getpid(),
                           host=os.uname().nodename, attempt=status.get("attempt", 0) + 1,
                           **({"job_id": job_id} if job_id else {}))
@@ -534,14 +535,15 @@ def _watch_cancel(log_dir: str, every: float) -> None:
         os.kill(os.getpid(), signal.SIGTERM)
 
 
-def make_doodad_config(meta: dict, log_dir: str) -> DoodadConfig:
+def make_doodad_config(meta: dict, log_dir: str, attempt: int = 1) -> DoodadConfig:
     """Build the DoodadConfig the function receives from a bundle's metadata."""
     gpu_id: int | str | None = meta.get("gpu_id")
     if gpu_id is None:
         gpu_id = 0  # doodad's default
     rank, local_rank, world_size = rank_info()
     extra = dict(meta.get("extra_launch_info", {}), host=os.uname().nodename, rank=rank,
-                 local_rank=local_rank, world_size=world_size)
+                 local_rank=local_rank, world_size=world_size, attempt=attempt,
+                 checkpoint_dir=os.path.join(log_dir, CHECKPOINT_DIR))
     if os.environ.get("SLURM_JOB_ID"):
         extra["slurm-job-id"] = os.environ["SLURM_JOB_ID"]  # doodad's name for it
     if os.environ.get(ENV_GPU_ID):  # pinned through CUDA_VISIBLE_DEVICES: device 0 inside
@@ -725,11 +727,9 @@ def run_bundle(bundle_dir: str, log_dir: str | None = None) -> int:
                      state=term.state)
     except Exception as exc:  # noqa: BLE001
         return _fail(log_dir, EXIT_BAD_BUNDLE, f"cannot load the pickled payload: {exc!r}")
-    config = make_doodad_config(meta, log_dir)
-    config.extra_launch_info.update(attempt=status["attempt"],
-                                    checkpoint_dir=os.environ[ENV_CHECKPOINT_DIR])
     try:
-        return call_and_record(fn, config, variant, log_dir, policy)[0]
+        return call_and_record(fn, make_doodad_config(meta, log_dir, status["attempt"]),
+                               variant, log_dir, policy)[0]
     except KeyboardInterrupt:
         return 128 + signal.SIGINT
 
@@ -755,7 +755,10 @@ def _run_other_rank(bundle_dir: str, meta: dict, log_dir: str) -> int:
     ends it quietly (exit 0), so the launcher does not end rank 0 before it saved."""
     try:
         fn, variant = _load_payload(bundle_dir)
-        fn(make_doodad_config(meta, log_dir), variant)
+        attempt = 1
+        with contextlib.suppress(DamagedRecord):  # (rank 0 counts attempts: ended ones + 1)
+            attempt = len(read_json(os.path.join(log_dir, STATUS_JSON)).get("restarts", [])) + 1
+        fn(make_doodad_config(meta, log_dir, attempt), variant)
     except BaseException as exc:  # noqa: BLE001 - reported in this rank's own log
         if _stopped(exc) is not None:
             return 0

@@ -1,0 +1,123 @@
+"""Restarts on the local Slurm cluster: time limits, preemption (a signal, Slurm's own requeue)
+and lost processes end an attempt; the run's element is submitted again with the same run id
+and folder and resumes from its checkpoint; a cancel while it waits ends it for good."""
+
+import subprocess
+import time
+
+import jobfns
+from helpers import wait_for
+from jobfns import steps_done
+
+from easylaunch import JobState, run_experiment, run_sweep
+
+
+def _slurm(*argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, capture_output=True, text=True, check=True)
+
+
+def _started(job, steps: int = 3) -> str:
+    """The Slurm id of the run's attempt, once it did ``steps`` steps."""
+    assert wait_for(lambda: len(steps_done(job.log_dir)) >= steps, timeout=120), job.info()
+    return job.info()["job_id"]
+
+
+def _assert_resumed(job, result: dict, every: int) -> None:
+    """The run went on from its checkpoints: the count never restarted from zero, and each
+    restart redid fewer than ``every`` steps."""
+    steps = steps_done(job.log_dir)
+    assert result["resumed_from"] > 0 and result["attempt"] >= 2
+    for attempt in range(2, result["attempt"] + 1):
+        before = max(s for a, s in steps if a < attempt)
+        first = min(s for a, s in steps if a == attempt)
+        assert before - every < first <= before + 1, (attempt, steps)
+
+
+def test_time_limits_requeue_each_array_element_until_it_succeeds(slurm_cfg):
+    slurm_cfg["SLURM_CONFIGS"]["cpu"]["time_in_mins"] = 1
+    slurm_cfg["SLURM_SIGNAL_SECONDS"] = 50
+    jobs = run_sweep(jobfns.count_steps, [{"steps": 45, "every": 5, "step_seconds": 1}] * 2,
+                     mode="slurm", max_restarts=4, config=slurm_cfg)
+    for job in jobs:
+        result = job.result(timeout=400)
+        info = job.info()
+        assert info["state"] == "succeeded" and result["steps"] == 45
+        assert {r["reason"] for r in info["restarts"]} == {"time limit"}
+        assert "SIGUSR1" in info["restarts"][0]["error"]
+        _assert_resumed(job, result, every=5)
+        launched = job.launch_info["backend"]["slurm_job_id"]
+        assert info["restarts"][0]["job_id"] == launched != info["job_id"]  # a new element
+
+
+def test_a_two_rank_run_requeues_at_its_time_limit(slurm_cfg):
+    slurm_cfg["SLURM_CONFIGS"]["cpu"]["time_in_mins"] = 1
+    slurm_cfg["SLURM_SIGNAL_SECONDS"] = 50
+    job = run_experiment(jobfns.count_steps, variant={"steps": 45, "every": 5,
+                                                      "step_seconds": 1},
+                         mode="slurm", tasks_per_node=2, max_restarts=4, config=slurm_cfg)
+    result = job.result(timeout=400)
+    assert result["world_size"] == 2 and job.info()["restarts"]
+    _assert_resumed(job, result, every=5)
+    assert (job.log_dir / "stderr.rank1.log").exists()
+
+
+def test_preemption_signal_saves_and_resumes_at_once(slurm_cfg):
+    job = run_experiment(jobfns.count_steps, variant={"steps": 30, "every": 1000,
+                                                      "step_seconds": 0.2},
+                         mode="slurm", max_restarts=2, config=slurm_cfg)
+    _slurm("scancel", "--full", "--signal=TERM", _started(job))
+    result = job.result(timeout=120)
+    (restart,) = job.info()["restarts"]
+    assert restart["reason"] == "preempted"
+    stopped_at = max(s for a, s in steps_done(job.log_dir) if a == 1)
+    assert result["resumed_from"] == stopped_at  # the save at the notice: nothing redone
+
+
+def test_slurms_own_requeue_is_taken_over_once(slurm_cfg):
+    job = run_experiment(jobfns.count_steps, variant={"steps": 30, "every": 2,
+                                                      "step_seconds": 0.2},
+                         mode="slurm", max_restarts=2, config=slurm_cfg)
+    first = _started(job)
+    _slurm("scontrol", "requeue", first)
+    try:
+        result = job.result(timeout=120)
+        assert [r["reason"] for r in job.info()["restarts"]] == ["preempted"]
+        assert result["attempt"] == 2
+    finally:
+        subprocess.run(["scancel", first])  # Slurm's requeued copy (held back two minutes)
+
+
+def test_used_up_restarts_keep_the_history(slurm_cfg):
+    import signal
+
+    job = run_experiment(jobfns.kill_self, variant={"signal": signal.SIGKILL},
+                         mode="slurm", max_restarts=1, config=slurm_cfg)
+    assert job.wait(timeout=120) is JobState.FAILED
+    info = job.info()
+    assert [r["reason"] for r in info["restarts"]] == ["lost"]
+    assert info["attempt"] == 2 and "max_restarts=1 used up" in info["error"]
+
+
+def test_cancel_while_the_next_attempt_waits_ends_the_run(slurm_cfg):
+    job = run_experiment(jobfns.count_steps, variant={"steps": 400, "step_seconds": 0.2},
+                         mode="slurm", max_restarts=3, config=slurm_cfg)
+    first = _started(job)
+    blocker = _slurm("sbatch", "--parsable", "--ntasks=1", f"--cpus-per-task={_cpus()}",
+                     "--output=/dev/null", "--wrap=sleep 120").stdout.strip()
+    try:
+        _slurm("scancel", "--full", "--signal=TERM", first)
+        assert wait_for(lambda: job.info().get("next_job_id"), timeout=60), job.info()
+        assert job.status() is JobState.QUEUED
+        job.cancel()
+        assert job.wait(timeout=60) is JobState.CANCELLED
+    finally:
+        subprocess.run(["scancel", blocker])
+    time.sleep(3)
+    assert job.status() is JobState.CANCELLED
+    assert {a for a, _ in steps_done(job.log_dir)} == {1}
+
+
+def _cpus() -> int:
+    import os
+
+    return os.cpu_count() or 1
