@@ -92,14 +92,15 @@ STATES = [s.value for s in JobState]
 OPEN_STATES = [s.value for s in JobState if not s.terminal]
 
 
-def _refresh_together(registry, entries) -> dict[str, str]:
+def _refresh_together(registry, entries) -> tuple[dict[str, str], dict[str, int]]:
     """Each run's state brought up to date (and written back), or what keeps it from being
     read; a fault in one run never stops a listing. Each backend is asked once about all the
     open runs launched with the same settings: one round trip to a remote cluster, not one
-    per run."""
+    per run. Also returns the restart count of each run it refreshed."""
     from easylaunch.jobs import DamagedRecordError, Job
 
     shown = {entry.id: entry.state for entry in entries}
+    restarts: dict[str, int] = {}
     groups: dict[tuple, list[Job]] = {}
     for entry in entries:
         if entry.state not in OPEN_STATES:
@@ -126,14 +127,16 @@ def _refresh_together(registry, entries) -> dict[str, str]:
         for job in jobs:
             try:
                 shown[job.id] = job.status().value
+                restarts[job.id] = len(job.info().get("restarts", []))
             except DamagedRecordError:
                 shown[job.id] = "unknown (its status.json is damaged)"
             except (EasyLaunchError, OSError) as exc:
                 shown[job.id] = f"{shown[job.id]} ({_short(str(exc), 120)})"
     with contextlib.suppress(sqlite3.Error):  # the rows are a cache; a full disk keeps them old
-        registry.update_many((run_id, {"state": state}) for run_id, state in shown.items()
-                             if state in STATES)
-    return shown
+        registry.update_many((run_id, {"state": state, "restarts": restarts.get(run_id, 0)})
+                             for run_id, state in shown.items()
+                             if state in STATES and run_id in restarts)
+    return shown, restarts
 
 
 def _ls(args: argparse.Namespace) -> int:
@@ -148,21 +151,27 @@ def _ls(args: argparse.Namespace) -> int:
         raise EasyLaunchError(f"--state {', '.join(unknown)}: not a state; states are "
                               f"{', '.join(STATES)}")
     shown: dict[str, str] = {}
+    restarts: dict[str, int] = {}
     if states:  # filter on states as they are now, not as the registry last saw them
         stale, _ = registry.list(exp=args.exp, mode=args.mode, states=OPEN_STATES,
                                  since=args.since)
-        shown = _refresh_together(registry, stale)
+        shown, restarts = _refresh_together(registry, stale)
     entries, total = registry.list(exp=args.exp, mode=args.mode, states=states or None,
                                    since=args.since, limit=None if args.all else args.limit)
-    shown.update(_refresh_together(registry, [e for e in entries if e.id not in shown]))
+    fresh, fresh_restarts = _refresh_together(registry, [e for e in entries if e.id not in shown])
+    shown.update(fresh)
+    restarts.update(fresh_restarts)
     table = Table(box=None, header_style="bold")
     for column in ("ID", "EXPERIMENT", "MODE", "STATE", "LAUNCHED"):
         table.add_column(column, no_wrap=True)
     table.add_column("LOG DIR", overflow="fold")
     for entry in entries:
-        table.add_row(entry.id, entry.exp_name, entry.mode,
-                      escape(shown[entry.id]), _when(entry.created),
-                      escape(entry.log_dir))
+        state = shown[entry.id]
+        count = restarts.get(entry.id, entry.restarts)
+        if count:
+            state += f" ({count} restart{'s' * (count > 1)})"
+        table.add_row(entry.id, entry.exp_name, entry.mode, escape(state),
+                      _when(entry.created), escape(entry.log_dir))
     console = Console(width=None if sys.stdout.isatty() else 100_000)  # piped: one line a run
     console.print(table)
     if len(entries) < total:
@@ -182,6 +191,8 @@ def _status(args: argparse.Namespace) -> int:
         ("state", info.get("state")), ("launched", _when(launch.get("launched_at"))),
         ("started", _when(info.get("started_at"))), ("ended", _when(info.get("ended_at"))),
         ("exit code", info.get("exit_code")), ("signal", info.get("signal")),
+        ("attempt", info.get("attempt") if info.get("restarts") else None),
+        ("restarts", _restarts(info.get("restarts", []))),
         ("host", info.get("host") or launch.get("host")), ("backend", launch.get("backend")),
         ("resubmitted from", launch.get("resubmitted_from")),
         ("git commits", launch.get("git_commits")), ("variant", entry.variant),
@@ -195,6 +206,14 @@ def _status(args: argparse.Namespace) -> int:
     print(f"\n--- last {STATUS_LOG_LINES} lines of {job.stdout_path} ---")
     print(_tail(job.stdout_path, STATUS_LOG_LINES), end="")
     return 0
+
+
+def _restarts(restarts: list[dict]) -> str | None:
+    """``2 (time limit at 14:02, preempted at 15:30)``: how many, why and when."""
+    if not restarts:
+        return None
+    return f"{len(restarts)} (" + ", ".join(
+        f"{r.get('reason')} at {_when(r.get('ended_at'))}" for r in restarts) + ")"
 
 
 def _logs(args: argparse.Namespace) -> int:

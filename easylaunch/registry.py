@@ -19,17 +19,18 @@ from typing import Any
 
 from easylaunch.errors import EasyLaunchError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 OPEN_WAIT_SECONDS = 30
 DEFAULT_PATH = "easylaunch/registry.sqlite3"
 COLUMNS = ("id", "exp_name", "mode", "state", "log_dir", "remote_log_dir", "backend", "variant",
-           "git_commit", "created", "updated", "resubmitted_from", "host")
+           "git_commit", "created", "updated", "resubmitted_from", "host", "restarts")
 _SCHEMA = f"""
 CREATE TABLE runs (
     id TEXT PRIMARY KEY, exp_name TEXT NOT NULL, mode TEXT NOT NULL, state TEXT NOT NULL,
     log_dir TEXT NOT NULL, remote_log_dir TEXT, backend TEXT NOT NULL DEFAULT '{{}}',
     variant TEXT NOT NULL DEFAULT '{{}}', git_commit TEXT, created REAL NOT NULL,
-    updated REAL NOT NULL, resubmitted_from TEXT, host TEXT);
+    updated REAL NOT NULL, resubmitted_from TEXT, host TEXT,
+    restarts INTEGER NOT NULL DEFAULT 0);
 CREATE INDEX runs_by_created ON runs (created DESC);
 CREATE INDEX runs_by_exp ON runs (exp_name, created DESC);
 PRAGMA user_version = {SCHEMA_VERSION};
@@ -61,6 +62,7 @@ class Entry:
     updated: float
     resubmitted_from: str | None
     host: str | None
+    restarts: int  # attempts that ended in a restart
 
     @classmethod
     def from_row(cls, row: tuple) -> Entry:
@@ -124,8 +126,8 @@ class Registry:
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute("PRAGMA synchronous = NORMAL")
             version = conn.execute("PRAGMA user_version").fetchone()[0]
-            if version == 0:
-                self._create(conn)
+            if version < SCHEMA_VERSION:
+                self._create_or_upgrade(conn)
             elif version > SCHEMA_VERSION:
                 raise self._fail(f"was written by a newer easylaunch (schema {version}; this "
                                  f"one reads schema {SCHEMA_VERSION}); upgrade easylaunch")
@@ -135,7 +137,8 @@ class Registry:
             raise
         return conn
 
-    def _create(self, conn: sqlite3.Connection) -> None:
+    def _create_or_upgrade(self, conn: sqlite3.Connection) -> None:
+        """Make the schema in a new file, or bring an older one up to this version."""
         conn.execute("BEGIN IMMEDIATE")
         try:
             tables = conn.execute("SELECT name FROM sqlite_master WHERE type='table'").fetchall()
@@ -147,6 +150,9 @@ class Registry:
                 for statement in _SCHEMA.strip().split(";"):
                     if statement.strip():
                         conn.execute(statement)
+            elif version == 1:  # (before restarts)
+                conn.execute("ALTER TABLE runs ADD COLUMN restarts INTEGER NOT NULL DEFAULT 0")
+                conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")
@@ -158,7 +164,8 @@ class Registry:
         rows = []
         for e in entries:
             e = {"remote_log_dir": None, "backend": {}, "variant": {}, "git_commit": None,
-                 "created": now, "resubmitted_from": None, "host": None, **e, "updated": now}
+                 "created": now, "resubmitted_from": None, "host": None, "restarts": 0, **e,
+                 "updated": now}
             e["backend"] = json.dumps(e["backend"], default=repr)
             e["variant"] = json.dumps(e["variant"], default=repr)
             rows.append(tuple(e[c] for c in COLUMNS))
@@ -168,7 +175,8 @@ class Registry:
                 rows)
 
     def update(self, run_id: str, **fields: Any) -> None:
-        """Record a run's last known ``state``, ``backend`` ids or ``remote_log_dir``."""
+        """Record a run's last known ``state``, ``restarts``, ``backend`` ids or
+        ``remote_log_dir``."""
         self.update_many([(run_id, fields)])
 
     def update_many(self, changes: Iterable[tuple[str, dict[str, Any]]]) -> None:
@@ -176,7 +184,7 @@ class Registry:
         now = time.time()
         with self.db:
             for run_id, fields in changes:
-                unknown = set(fields) - {"state", "backend", "remote_log_dir"}
+                unknown = set(fields) - {"state", "backend", "remote_log_dir", "restarts"}
                 if unknown:
                     raise ValueError(f"cannot update registry column(s) {sorted(unknown)}")
                 values = {k: json.dumps(v, default=repr) if k == "backend" else v

@@ -1,6 +1,8 @@
 """The registry and the `easylaunch` job commands, driven as a user would: via subprocess."""
 
 import os
+import re
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -185,3 +187,32 @@ def test_fetch_of_a_local_run_says_it_is_here(config_file):
     job = run_experiment(jobfns.train, config=config_file)
     job.wait(timeout=60)
     assert str(job.log_dir) in cli(config_file, "fetch", job.id).stdout
+
+
+def test_ls_and_status_show_restarts(config_file):
+    job = run_experiment(jobfns.kill_self, variant={"signal": signal.SIGKILL},
+                         max_restarts=1, config=config_file)
+    assert job.wait(timeout=60) is JobState.FAILED
+    assert "failed (1 restart)" in _row(cli(config_file, "ls").stdout, job.id)
+    out = cli(config_file, "status", job.id).stdout
+    assert re.search(r"restarts:\s+1 \(lost at \d{4}-", out), out
+    assert re.search(r"attempt:\s+2", out) and "max_restarts=1 used up" in out
+
+
+def test_a_registry_of_the_previous_schema_is_upgraded(config_file, tmp_path):
+    from easylaunch.registry import open_registry
+
+    path = tmp_path / "registry.sqlite3"
+    old = sqlite3.connect(path)
+    old.executescript("""CREATE TABLE runs (
+        id TEXT PRIMARY KEY, exp_name TEXT NOT NULL, mode TEXT NOT NULL, state TEXT NOT NULL,
+        log_dir TEXT NOT NULL, remote_log_dir TEXT, backend TEXT NOT NULL DEFAULT '{}',
+        variant TEXT NOT NULL DEFAULT '{}', git_commit TEXT, created REAL NOT NULL,
+        updated REAL NOT NULL, resubmitted_from TEXT, host TEXT);
+        INSERT INTO runs VALUES ('abcd1234', 'old', 'local', 'succeeded', '/x', NULL, '{}',
+                                 '{}', NULL, 1, 1, NULL, NULL);
+        PRAGMA user_version = 1;""")
+    old.close()
+    (entry,) = open_registry(str(path)).list()[0]
+    assert entry.id == "abcd1234" and entry.restarts == 0
+    assert "abcd1234" in cli(config_file, "ls").stdout
