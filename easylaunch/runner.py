@@ -431,9 +431,15 @@ def _stopped(exc: BaseException) -> _Terminated | None:
     if isinstance(exc, _Terminated):
         return exc
     if os.environ.get(ENV_STOPPING) and "signum" in _stop:
-        signal.setitimer(signal.ITIMER_REAL, 0)
+        _end_grace()
         return _Terminated(_stop["signum"])
     return None
+
+
+def _end_grace() -> None:
+    """Disarm the grace timer of a stop notice (the function ended within it)."""
+    if os.environ.get(ENV_STOPPING):
+        signal.setitimer(signal.ITIMER_REAL, 0)
 
 
 # -- checkpoints: what the run's function calls (``easylaunch.checkpoint`` names them) ----------
@@ -623,6 +629,7 @@ def call_and_record(fn: Any, config: DoodadConfig, variant: Any, log_dir: str,
     """
     try:
         value = fn(config, variant)
+        _end_grace()  # (it returned after a stop notice: its result is recorded, not cut short)
     except KeyboardInterrupt:
         name = signal_name(signal.SIGINT)
         update_status(log_dir, state="cancelled", ended_at=time.time(),
