@@ -225,9 +225,8 @@ def _end_attempt(status: dict, policy: RestartPolicy, reason: str | None,
             status.pop(name, None)
         status.update(state="queued", restarts=restarts)
         return True
-    if reason and policy.max_restarts:
-        end = dict(end, error=f"{end.get('error')} (max_restarts={policy.max_restarts} "
-                              "used up)" if restarts else end.get("error"))
+    if reason and restarts and not status.get("cancel_requested"):
+        end = dict(end, error=f"{end.get('error')} (max_restarts={policy.max_restarts} used up)")
     status.update(end)
     return False
 
