@@ -2,6 +2,7 @@
 and lost processes end an attempt; the run's element is submitted again with the same run id
 and folder and resumes from its checkpoint; a cancel while it waits ends it for good."""
 
+import os
 import subprocess
 import time
 
@@ -102,7 +103,7 @@ def test_cancel_while_the_next_attempt_waits_ends_the_run(slurm_cfg):
     job = run_experiment(jobfns.count_steps, variant={"steps": 400, "step_seconds": 0.2},
                          mode="slurm", max_restarts=3, config=slurm_cfg)
     first = _started(job)
-    blocker = _slurm("sbatch", "--parsable", "--ntasks=1", f"--cpus-per-task={_cpus()}",
+    blocker = _slurm("sbatch", "--parsable", "--ntasks=1", f"--cpus-per-task={os.cpu_count()}",
                      "--output=/dev/null", "--wrap=sleep 120").stdout.strip()
     try:
         _slurm("scancel", "--full", "--signal=TERM", first)
@@ -115,9 +116,3 @@ def test_cancel_while_the_next_attempt_waits_ends_the_run(slurm_cfg):
     time.sleep(3)
     assert job.status() is JobState.CANCELLED
     assert {a for a, _ in steps_done(job.log_dir)} == {1}
-
-
-def _cpus() -> int:
-    import os
-
-    return os.cpu_count() or 1

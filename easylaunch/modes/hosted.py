@@ -18,7 +18,9 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 from easylaunch import hosts, runner
 from easylaunch.bundle import BUNDLE_DIR, LAUNCH_JSON, STDERR_LOG, STDOUT_LOG, Run
@@ -49,9 +51,21 @@ def completed(answer: dict) -> subprocess.CompletedProcess:
     return subprocess.CompletedProcess([], answer["rc"], answer["out"], answer["err"])
 
 
+class BackendQuery(NamedTuple):
+    """Far-side ops asking the backend about open jobs, and what to do with their answers
+    (it reads them as the jobs stood when the ops were made, whatever their records say by
+    then)."""
+
+    ops: list[dict]
+    settle: Callable[[list[dict]], None]
+
+
+NO_QUERY = BackendQuery([], lambda answers: None)
+
+
 class HostedMode(Mode):
     """Runs kept in folders on the machine a transport reaches; subclasses say how they are
-    started there (:meth:`backend_ops`, :meth:`settle` for the backend's side of tracking)."""
+    started there (:meth:`backend_query` for the backend's side of tracking)."""
 
     runs_python = sys.executable  # the Python of runs on this machine, when no host is set
 
@@ -117,14 +131,11 @@ class HostedMode(Mode):
 
     # -- tracking -----------------------------------------------------------------------------
 
-    def backend_ops(self, jobs: list[Job]) -> list[dict]:
-        """Far-side ops asking the backend about these open jobs (asked before their records
-        are read, so a backend that says a job ended is never ahead of its record)."""
-        return []
-
-    def settle(self, jobs: list[Job], answers: list[dict]) -> None:
-        """Give runs the backend has finished with the terminal state they lack, from the
-        answers to :meth:`backend_ops`."""
+    def backend_query(self, jobs: list[Job]) -> BackendQuery:
+        """Ask the backend about these open jobs (asked before their records are read, so a
+        backend that says a job ended is never ahead of its record); its ``settle`` gives runs
+        the backend has finished with the terminal state they lack."""
+        return NO_QUERY
 
     def refresh(self, job: Job) -> None:
         self.refresh_many([job])
@@ -135,7 +146,8 @@ class HostedMode(Mode):
         place: ``sync_record`` copies them each time a job's state is read.)"""
         open_jobs = [job for job in jobs if not job.recorded_state().terminal]
         mirrored = [] if self.transport.is_local else open_jobs
-        asked = self.backend_ops(open_jobs)
+        query = self.backend_query(open_jobs)
+        asked = query.ops
         if not asked and not mirrored:
             return
         records = [f"{self._job_log_dir(j)}/{runner.STATUS_JSON}" for j in mirrored]
@@ -148,7 +160,7 @@ class HostedMode(Mode):
                  if self._mirror(job, found[path])]
         self._bring_back(ended)
         if asked:
-            self.settle(open_jobs, answers[:-1])
+            query.settle(answers[:-1])
 
     def _mirror(self, job: Job, record: dict | None) -> bool:
         """Copy the record read there into the local folder; True if it is terminal (its

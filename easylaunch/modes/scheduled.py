@@ -10,6 +10,7 @@ Each scheduler supplies only its commands and their parsing (pure functions in i
 
 from __future__ import annotations
 
+import functools
 import shlex
 import subprocess
 import sys
@@ -24,7 +25,7 @@ from easylaunch.errors import LaunchError
 from easylaunch.hosts import staging
 from easylaunch.hosts.staging import Upload, bundle_items
 from easylaunch.jobs import Job
-from easylaunch.modes.hosted import HostedMode, completed
+from easylaunch.modes.hosted import NO_QUERY, BackendQuery, HostedMode, completed
 from easylaunch.modes.jobscript import StartLine, broadcast_env, bundle_pythonpath, start_line
 from easylaunch.request import LaunchRequest
 from easylaunch.runner import write_bytes_atomic
@@ -119,12 +120,13 @@ class ScheduledMode(HostedMode):
                 by_id.setdefault(job_id, []).append(job)
         return by_id
 
-    def backend_ops(self, jobs: list[Job]) -> list[dict]:
+    def backend_query(self, jobs: list[Job]) -> BackendQuery:
         by_id = self._open_ids(jobs)
-        return self.state_ops(by_id) if by_id else []
+        if not by_id:
+            return NO_QUERY
+        return BackendQuery(self.state_ops(by_id), functools.partial(self._settle_all, by_id))
 
-    def settle(self, jobs: list[Job], answers: list[dict]) -> None:
-        by_id = self._open_ids(jobs)
+    def _settle_all(self, by_id: dict[str, list[Job]], answers: list[dict]) -> None:
         states = self.states(by_id, [completed(a) for a in answers])
         for job_id, group in by_id.items():
             for job in group:
@@ -136,6 +138,7 @@ class ScheduledMode(HostedMode):
         if state in ("queued", "running", "unknown"):
             return
         info = job.info()
+        # (its record, mirrored in the same round trip, may be newer than the ids asked about)
         if info.get("state") in runner.TERMINAL_STATES or self.job_id(job) != job_id:
             return  # ended, or gone on as another job (a restart) since the scheduler was asked
         look, name = self._where_to_look(job), self.scheduler

@@ -9,6 +9,7 @@ tracking catches up when it is back.
 
 from __future__ import annotations
 
+import functools
 import os
 import shlex
 from dataclasses import dataclass
@@ -19,7 +20,7 @@ from easylaunch.errors import LaunchError
 from easylaunch.hosts import staging
 from easylaunch.hosts.staging import Upload, bundle_items
 from easylaunch.jobs import Job
-from easylaunch.modes.hosted import HostedMode, completed
+from easylaunch.modes.hosted import NO_QUERY, BackendQuery, HostedMode, completed
 from easylaunch.modes.jobscript import StartLine, bundle_pythonpath, start_line, task_line
 from easylaunch.modes.slurm import packer
 from easylaunch.request import LaunchRequest
@@ -122,14 +123,17 @@ class SshMode(HostedMode):
         return sorted({(b["packer_pid"], b["packer_started"]) for b in backends
                        if "packer_pid" in b})
 
-    def backend_ops(self, jobs: list[Job]) -> list[dict]:
+    def backend_query(self, jobs: list[Job]) -> BackendQuery:
         packers = self._packers(jobs)
-        return [{"op": "alive", "pids": [list(p) for p in packers]}] if packers else []
+        if not packers:
+            return NO_QUERY
+        return BackendQuery([{"op": "alive", "pids": [list(p) for p in packers]}],
+                            functools.partial(self._settle, jobs, packers))
 
-    def settle(self, jobs: list[Job], answers: list[dict]) -> None:
+    def _settle(self, jobs: list[Job], packers: list[tuple], answers: list[dict]) -> None:
         """A run whose packer is gone without the run recording an outcome failed (the host
         rebooted, or the packer was killed)."""
-        alive = dict(zip(self._packers(jobs), answers[0]["alive"], strict=True))
+        alive = dict(zip(packers, answers[0]["alive"], strict=True))
         for job in jobs:
             backend = job.launch_info["backend"]
             if alive.get((backend.get("packer_pid"), backend.get("packer_started")), True):
