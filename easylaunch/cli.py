@@ -133,7 +133,7 @@ def _refresh_together(registry, entries) -> tuple[dict[str, str], dict[str, int]
             except (EasyLaunchError, OSError) as exc:
                 shown[job.id] = f"{shown[job.id]} ({_short(str(exc), 120)})"
     with contextlib.suppress(sqlite3.Error):  # the rows are a cache; a full disk keeps them old
-        registry.update_many((run_id, {"state": state, "restarts": restarts.get(run_id, 0)})
+        registry.update_many((run_id, {"state": state, "restarts": restarts[run_id]})
                              for run_id, state in shown.items()
                              if state in STATES and run_id in restarts)
     return shown, restarts
