@@ -309,10 +309,7 @@ def resubmit(id_or_suffix: str, config: ConfigArg = None) -> Job:
     mode_obj = old.mode  # built from the launch's saved settings and mode options
     run = clone_run(old.log_dir, new_run_id())
     registry.add([_registry_row(run)])
-    request = LaunchRequest(
-        method_call=None, variants=[run.variant], exp_name=run.exp_name,
-        use_gpu=saved["use_gpu"], gpu_id=saved["gpu_id"], log_root=Path(saved["log_root"]),
-        slurm_config_name=saved["slurm_config_name"], script_name=run.launch["script_name"])
+    request = LaunchRequest.of_launch(run.launch, [run.variant])
     try:
         mode_obj.check(request)
     except BaseException as exc:

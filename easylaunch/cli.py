@@ -180,6 +180,26 @@ def _ls(args: argparse.Namespace) -> int:
     return 0
 
 
+def _watch(args: argparse.Namespace) -> int:
+    """Refresh the open runs every ``--interval`` seconds until none is left (or once): what
+    keeps them moving without their launcher, e.g. relaunching interrupted cloud runs."""
+    registry = _registry(args)
+    said = ""
+    while True:
+        entries, _ = registry.list(exp=args.exp, mode=args.mode, states=OPEN_STATES)
+        shown, _ = _refresh_together(registry, entries)
+        counts = collections.Counter(state.split(" ", 1)[0] for state in shown.values())
+        still = sum(counts[state] for state in OPEN_STATES)
+        line = f"{still} open run(s)" + (": " + ", ".join(
+            f"{counts[state]} {state}" for state in OPEN_STATES if counts[state]) if still else "")
+        if line != said:
+            print(f"{time.strftime('%H:%M:%S')} {line}", flush=True)
+            said = line
+        if args.once or not still:
+            return 0
+        time.sleep(args.interval)
+
+
 def _status(args: argparse.Namespace) -> int:
     registry = _registry(args)
     entry = registry.find(args.id)
@@ -353,6 +373,16 @@ def build_parser() -> argparse.ArgumentParser:
                             help="refresh and show one run, with the end of its log")
     status.add_argument("id", help="run id, or a unique end of one")
     status.set_defaults(func=_status)
+
+    watch = sub.add_parser("watch", help="refresh open runs until all have ended: relaunches "
+                           "interrupted cloud runs without their launcher (run it in tmux, "
+                           "nohup or cron)")
+    watch.add_argument("--exp", help="only this experiment name")
+    watch.add_argument("--mode", help="only this mode")
+    watch.add_argument("--interval", type=float, default=30.0,
+                       help="seconds between looks (default 30)")
+    watch.add_argument("--once", action="store_true", help="look once and return (for cron)")
+    watch.set_defaults(func=_watch)
 
     logs = sub.add_parser("logs", help="print (or follow) a run's log")
     logs.add_argument("id", help="run id, or a unique end of one")

@@ -26,6 +26,7 @@ from easylaunch.bundle import Run
 from easylaunch.errors import LaunchError
 from easylaunch.jobs import Job
 from easylaunch.modes.base import Mode
+from easylaunch.modes.cloud import relaunch
 from easylaunch.modes.cloud import transfer as cloud
 from easylaunch.modes.cloud.instance_agent import AGENT_JSON, CANCEL_SUFFIX, Store
 from easylaunch.request import LaunchRequest
@@ -57,13 +58,14 @@ class Target:
 
 @dataclass(frozen=True)
 class Batch:
-    """Instances started together: their runs (by index in the manifest) and manifest."""
+    """Instances started together: the ids of each one's runs (by index in the manifest)."""
 
-    instances: list[list[Run]]
+    instances: list[list[str]]
     manifest: cloud.Archive
     launch_id: str  # the first run's id: names the batch's cancel markers and instance labels
     control_prefix: str
     boot_script: str
+    attempt: int = 1  # the attempt its runs start with (more than 1: a relaunch)
 
 
 @dataclass(frozen=True)
@@ -82,6 +84,7 @@ class CloudMode(Mode):
     cloud: ClassVar[str]  # the agent's --cloud
     settings_prefix: ClassVar[str]  # "AWS": the mode reads AWS_PYTHON, AWS_SYNC_INTERVAL_SECONDS...
     max_instances_per_batch: ClassVar[int] = 100
+    restarts = True  # (relaunch.py)
     options: ClassVar[dict[str, Any]] = {"confirm": True, "num_exps_per_instance": None}
 
     machine_type_keys: ClassVar[tuple[str, str]]  # the settings of CPU and GPU machine types
@@ -184,22 +187,27 @@ class CloudMode(Mode):
         prefix = target.prefix
         interval = float(self.setting("SYNC_INTERVAL_SECONDS"))
         launch_id = instances[0][0].run_id
-        control = cloud.join_key(prefix, "control", launch_id)
         snapshots = {snap["digest"]: cloud.snapshot_key(prefix, snap["digest"])
                      for snap in instances[0][0].launch["code_snapshots"]}
-        manifest = cloud.manifest_archive(prefix, {
+        return self.batch_of(target, {
             "format": cloud.MANIFEST_FORMAT, "python": self.setting("PYTHON"),
             "docker_image": self.setting("DOCKER_IMAGE"), "use_gpu": use_gpu,
             "sync_interval": interval, "poll_seconds": min(AGENT_POLL_SECONDS, interval),
             "patterns": list(self.setting("FILE_PATTERNS_TO_SAVE")), "snapshots": snapshots,
-            "control_prefix": control,
+            "control_prefix": cloud.join_key(prefix, "control", launch_id),
             "instances": [[cloud.manifest_run(r, prefix, bundles[r.run_id].key) for r in group]
-                          for group in instances]})
+                          for group in instances]}, agent_key, launch_id)
+
+    def batch_of(self, target: Target, manifest: dict, agent_key: str, launch_id: str,
+                 attempt: int = 1) -> Batch:
+        """The batch that starts ``manifest``'s instances with the agent ``agent_key``."""
+        archive = cloud.manifest_archive(target.prefix, manifest)
         boot = cloud.boot_script(cloud.BootSpec(
-            cloud=self.cloud, python=self.setting("PYTHON"),
+            cloud=self.cloud, python=manifest["python"],
             pip_requirements=tuple(self.setting("PIP_REQUIREMENTS")), bucket=target.bucket,
-            region=self.agent_region(target), agent_key=agent_key, manifest_key=manifest.key))
-        return Batch(instances, manifest, launch_id, control, boot)
+            region=self.agent_region(target), agent_key=agent_key, manifest_key=archive.key))
+        ids = [[spec["run_id"] for spec in group] for group in manifest["instances"]]
+        return Batch(ids, archive, launch_id, manifest["control_prefix"], boot, attempt)
 
     def agent_region(self, target: Target) -> str:
         """The region the agent's storage client uses (none by default)."""
@@ -211,10 +219,12 @@ class CloudMode(Mode):
         cloud.upload(store, prepared.shared,
                      [*prepared.bundles, *(b.manifest for b in prepared.batches)])
         started: list[tuple[dict, list[Run]]] = []
+        by_id = {run.run_id: run for run in runs}
         try:
             for batch in prepared.batches:
                 instances = self.start_batch(request, target, batch)
-                for instance, group in zip(instances, batch.instances, strict=True):
+                for instance, ids in zip(instances, batch.instances, strict=True):
+                    group = [by_id[i] for i in ids]
                     started.append((instance, group))
                     self._record(group, instance, batch, store, target)
         except BaseException:
@@ -262,7 +272,8 @@ class CloudMode(Mode):
                               "before the instance started)")
         return backend
 
-    def _store_of(self, backend: dict) -> Store:
+    def store_of(self, backend: dict) -> Store:
+        """The bucket a run's record (launch.json's backend) names."""
         return self.store(backend["bucket"], backend["location"])
 
     def _mirror(self, job: Job, store: Store, prefix: str) -> dict:
@@ -293,31 +304,38 @@ class CloudMode(Mode):
             backend = job.launch_info.get("backend", {})
             if "instance_id" not in backend:
                 continue
-            self._mirror(job, self._store_of(backend), backend["log_prefix"])
+            self._mirror(job, self.store_of(backend), backend["log_prefix"])
             if not job.recorded_state().terminal:
                 open_jobs.append(job)
         if not open_jobs:
             return
         states = self.instance_states([j.launch_info["backend"] for j in open_jobs])
-        for job in open_jobs:
-            self._settle(job, states.get(job.launch_info["backend"]["instance_id"]))
+        again = [job for job in open_jobs
+                 if self._settle(job, states.get(job.launch_info["backend"]["instance_id"]))]
+        if again:
+            relaunch.start(self, again)
 
-    def _settle(self, job: Job, instance: InstanceState | None) -> None:
-        """Give a run whose instance is gone the terminal state it did not record."""
+    def _settle(self, job: Job, instance: InstanceState | None) -> bool:
+        """Give a run whose instance is gone the terminal state it did not record; True when
+        the run starts again instead (this process claimed its relaunch)."""
         if instance is not None and not instance.ended:
-            return
+            return False
         backend = job.launch_info["backend"]
-        store = self._store_of(backend)
+        store = self.store_of(backend)
         self._mirror(job, store, backend["log_prefix"])  # the final sync
         if job.recorded_state().terminal:
-            return
+            return False
         iid = backend["instance_id"]
         notice = json.loads(store.get(f"{backend['log_prefix']}/{AGENT_JSON}") or b"{}").get(
             "spot_notice")
         if job.info().get("cancel_requested"):
             where = instance.name if instance else "gone"
             job.record_end("cancelled", f"cancelled (instance {iid} is {where})")
-        elif notice or (instance is not None and instance.interrupted):
+            return False
+        again = relaunch.claim(self, job, store, instance, notice)
+        if again is not None:
+            return again
+        if notice or (instance is not None and instance.interrupted):
             job.record_end("failed", f"instance {iid} was taken back by the cloud "
                                    f"({notice or instance.reason}) before the run ended; its "
                                    "last sync is in the bucket (job.fetch())")
@@ -329,12 +347,13 @@ class CloudMode(Mode):
                                    f"({instance.reason or 'no reason given'}) and the run "
                                    "recorded no outcome; job.fetch() brings instance.log and "
                                    "the run's logs")
+        return False
 
     def cancel(self, job: Job) -> None:
         """Ask the agent to stop the run and sync it, then end the instance if it is not
         running other runs; the run ends as cancelled."""
         backend = self._backend(job)
-        store = self._store_of(backend)
+        store = self.store_of(backend)
         store.put_bytes(backend["cancel_key"], b"")
         runner.update_status(str(job.log_dir), cancel_requested=True)
         if self._mirror(job, store, backend["log_prefix"]):  # the agent is up: let it sync
@@ -356,14 +375,14 @@ class CloudMode(Mode):
         """The run's log as last synced to the bucket (copied into the local folder first)."""
         backend = job.launch_info.get("backend", {})
         if "instance_id" in backend:
-            data = self._store_of(backend).get(f"{backend['log_prefix']}/{name}")
+            data = self.store_of(backend).get(f"{backend['log_prefix']}/{name}")
             if data is not None:
                 runner.write_bytes_atomic(str(job.log_dir / name), data)
         return job.log_dir / name
 
     def fetch(self, job: Job) -> str:
         backend = self._backend(job)
-        store = self._store_of(backend)
+        store = self.store_of(backend)
         prefix = backend["log_prefix"]
         # the record comes through _mirror, which takes result.pkl with the status announcing it
         files = cloud.download_prefix(store, prefix, job.log_dir,

@@ -104,10 +104,12 @@ def _name_part(text: str, limit: int) -> str:
     return re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")[:limit].strip("-")
 
 
-def instance_name(exp_name: str, run_id: str) -> str:
-    """A valid, unique instance name: ``el-<experiment>-<run id>`` (at most 63 characters)."""
-    exp = _name_part(exp_name, 63 - len("el--") - len(run_id))
-    return f"el-{exp}-{run_id}" if exp else f"el-{run_id}"
+def instance_name(exp_name: str, run_id: str, attempt: int = 1) -> str:
+    """A valid, unique instance name: ``el-<experiment>-<run id>``, with ``-a<attempt>`` for
+    a relaunch (at most 63 characters)."""
+    ident = run_id if attempt == 1 else f"{run_id}-a{attempt}"
+    exp = _name_part(exp_name, 63 - len("el--") - len(ident))
+    return f"el-{exp}-{ident}" if exp else f"el-{ident}"
 
 
 @dataclass(frozen=True)
@@ -213,13 +215,13 @@ class GcpMode(CloudMode):
             scheduling.preemptible = True
         items = {"startup-script": batch.boot_script,
                  "shutdown-script": cloud.shutdown_script(), GCE_INDEX_KEY: str(index)}
-        group = batch.instances[index]
+        run_ids = batch.instances[index]
         disk = compute_v1.AttachedDiskInitializeParams(source_image=image,
                                                        disk_size_gb=s.GCP_DISK_SIZE_GB)
         instance = compute_v1.Instance(
             name=name, machine_type=f"zones/{zone}/machineTypes/{target.machine_type}",
             labels={"easylaunch-exp": _name_part(request.exp_name, 63) or "none",
-                    "easylaunch-run": group[0].run_id,
+                    "easylaunch-run": run_ids[0],
                     "easylaunch-launch": batch.launch_id},
             disks=[compute_v1.AttachedDisk(boot=True, auto_delete=True, initialize_params=disk)],
             network_interfaces=[compute_v1.NetworkInterface(
@@ -241,7 +243,8 @@ class GcpMode(CloudMode):
         those inserted and raise the error with what was asked."""
         api = clients(target.project)
         record = {"project": target.project, "zone": target.location}
-        names = [instance_name(request.exp_name, group[0].run_id) for group in batch.instances]
+        names = [instance_name(request.exp_name, ids[0], batch.attempt)
+                 for ids in batch.instances]
         inserted: list[str] = []
         try:
             operations = []

@@ -11,6 +11,10 @@ unpacks their code snapshots and bundles, starts one runner per run, and
 * stops a run whose cancel marker appears in the bucket;
 * watches the interruption notice (an EC2 spot notice, a GCE preemption) and syncs everything
   when it comes; SIGTERM (the machine shutting down, a GCE shutdown-script) does a last sync;
+* with restarts (the bundle's ``restart``): starts a run's next attempt here after a crash or an
+  exception; on an interruption tells the run (SIGTERM: it checkpoints) and leaves it queued,
+  synced with its ``checkpoint/``, for the new instance the launching side starts, whose agent
+  first takes up what the earlier attempts synced (the manifest's ``resume``);
 * waits for all its runs, syncs everything a last time and ends the instance: EC2 instances
   shut down (they were started with shutdown behaviour "terminate"), GCE instances delete
   themselves through the Compute API with the metadata server's token.
@@ -38,6 +42,7 @@ import tarfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -57,12 +62,19 @@ BOOT_LOG = "boot.log"
 SNAPSHOT_STORE = ".snapshots"
 BUNDLE_DIR = "bundle"
 RESULT_PKL = "result.pkl"
+BUNDLE_JSON = "bundle.json"
+STATUS_LOCK = f".{STATUS_JSON}.lock"  # the runner's lock on status.json
+CHECKPOINT_DIR = "checkpoint"  # the run's checkpoints: always synced, brought back on relaunch
 RECORD_FILES = ("stdout.log", "stderr.log", RESULT_PKL, STATUS_JSON)
+INSTANCE_FILES = (AGENT_JSON, INSTANCE_LOG)  # the instance's own, in each run's prefix
 TERMINAL_STATES = ("succeeded", "failed", "cancelled", "timeout")
 CANCEL_SUFFIX = ".cancel"
 TAG_KEY = "easylaunch:agent"
 GCE_INDEX_KEY = "easylaunch-index"  # the instance's share of the manifest, in its metadata
 KILL_GRACE_SECONDS = 10.0
+# How long runs that may restart get, when the machine goes down, to checkpoint and record their
+# stop (GCE gives the shutdown script about 30 s, of which the last sync needs a few).
+STOP_GRACE_SECONDS = 15.0
 TOKEN_TTL_SECONDS = 21600
 HTTP_TIMEOUT_SECONDS = 5
 
@@ -113,6 +125,11 @@ class Store:
 
     def list(self, prefix: str) -> list[str]:
         """Keys under ``prefix``."""
+        raise NotImplementedError
+
+    def create(self, key: str, data: bytes) -> bool:
+        """Write ``key`` only if no object has that name yet; False if one has. Of two callers
+        at once, exactly one gets True (the store decides, not the callers)."""
         raise NotImplementedError
 
 
@@ -168,6 +185,18 @@ class S3Store(Store):
             Bucket=self.bucket, Prefix=prefix)
         return [o["Key"] for page in pages for o in page.get("Contents", [])]
 
+    def create(self, key: str, data: bytes) -> bool:
+        """A conditional PUT (``If-None-Match: *``)."""
+        from botocore.exceptions import ClientError
+
+        try:
+            self.client.put_object(Bucket=self.bucket, Key=key, Body=data, IfNoneMatch="*")
+        except ClientError as exc:
+            if aws_error_code(exc) in ("PreconditionFailed", "ConditionalRequestConflict"):
+                return False
+            raise
+        return True
+
 
 class GcsStore(Store):
     """A Google Cloud Storage bucket through google-cloud-storage (no gsutil)."""
@@ -202,6 +231,16 @@ class GcsStore(Store):
 
     def list(self, prefix: str) -> list[str]:
         return [b.name for b in self.client.list_blobs(self.bucket, prefix=prefix)]
+
+    def create(self, key: str, data: bytes) -> bool:
+        """An upload on the condition that no generation of the object exists."""
+        from google.api_core.exceptions import PreconditionFailed
+
+        try:
+            self._blob(key).upload_from_string(data, if_generation_match=0)
+        except PreconditionFailed:
+            return False
+        return True
 
 
 # -- the machine the agent runs on --------------------------------------------------------------
@@ -339,10 +378,28 @@ def read_json(path: Path) -> dict:
         return {}
 
 
-def write_json(path: Path, obj: dict) -> None:
+def write_bytes(path: Path, data: bytes) -> None:
+    """Write whole or not at all (a temporary name, then a rename)."""
     tmp = path.with_name(f".{path.name}.agent-tmp")
-    tmp.write_text(json.dumps(obj, indent=2))
+    tmp.write_bytes(data)
     os.replace(tmp, path)
+
+
+def write_json(path: Path, obj: dict) -> None:
+    write_bytes(path, json.dumps(obj, indent=2).encode())
+
+
+@contextlib.contextmanager
+def status_lock(log_dir: Path) -> Iterator[None]:
+    """The runner's own lock on a run's status.json, so their changes never interleave."""
+    import fcntl
+
+    fd = os.open(log_dir / STATUS_LOCK, os.O_CREAT | os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def unpack(data: bytes, dest: Path) -> None:
@@ -366,6 +423,8 @@ class RunSlot:
         self.synced: dict[str, tuple[int, int]] = {}
         self.cancelled_at: float | None = None
         self.ended = False
+        self.restartable = False  # its bundle allows restarts (read once it is unpacked)
+        self.attempts_before = 0  # the run's attempt count when its runner last started
 
     @property
     def run_id(self) -> str:
@@ -374,13 +433,28 @@ class RunSlot:
     def status(self) -> dict:
         return read_json(self.log_dir / STATUS_JSON)
 
+    def update(self, **fields: Any) -> None:
+        """Change fields of the run's status.json."""
+        with status_lock(self.log_dir):
+            write_json(self.log_dir / STATUS_JSON, dict(self.status(), **fields))
+
     def record_end(self, state: str, error: str, **extra: Any) -> None:
         """Give the run a terminal state unless it recorded one itself."""
-        status = self.status()
-        if status.get("state") not in TERMINAL_STATES:
-            status.update(state=state, ended_at=time.time(), error=error, **extra)
-            write_json(self.log_dir / STATUS_JSON, status)
+        with status_lock(self.log_dir):
+            status = self.status()
+            if status.get("state") not in TERMINAL_STATES:
+                status.update(state=state, ended_at=time.time(), error=error, **extra)
+                write_json(self.log_dir / STATUS_JSON, status)
         self.ended = True
+
+    def may_restart(self) -> bool:
+        """Its attempt here ended without a final state, it may restart and nobody cancelled
+        it: it goes on, here or (after an interruption) on a new instance."""
+        status = self.status()
+        return (self.restartable and self.cancelled_at is None
+                and not status.get("cancel_requested")
+                and status.get("state") not in TERMINAL_STATES
+                and status.get("attempt", 0) > self.attempts_before)
 
 
 class Agent:
@@ -405,7 +479,13 @@ class Agent:
         return {TAG_KEY: state, "easylaunch:runs": runs[:255], "easylaunch:exp": exps[:255]}
 
     def stop_all(self) -> None:
-        """Give every run that has not ended a terminal state (the agent is going away)."""
+        """The agent is going away: runs that may restart are told (SIGTERM) and get
+        STOP_GRACE_SECONDS to checkpoint, and are left for a relaunch on a new instance; every
+        other run that has not ended gets a terminal state."""
+        told = self.tell_restartable()
+        deadline = time.monotonic() + STOP_GRACE_SECONDS
+        while any(s.proc.poll() is None for s in told) and time.monotonic() < deadline:
+            time.sleep(0.1)
         why = (f"the cloud took the instance back ({self.spot_notice}) before the run ended; "
                "its last sync is in the bucket" if self.spot_notice else
                "the instance agent stopped before the run ended; see instance.log")
@@ -414,7 +494,21 @@ class Agent:
                 continue
             if slot.proc is not None and slot.proc.poll() is None:
                 _signal_group(slot.proc.pid, signal.SIGKILL)
-            slot.record_end("failed", why)
+            if slot.may_restart():
+                log(f"run {slot.run_id}: stopped here; it goes on on a new instance")
+                slot.ended = True
+            else:
+                slot.record_end("failed", why)
+
+    def tell_restartable(self) -> list[RunSlot]:
+        """Send SIGTERM to the running runs that may restart: each checkpoints and records its
+        stop (a preemption, to its runner). Returns them."""
+        told = [s for s in self.slots if s.restartable and not s.ended and s.proc is not None
+                and s.proc.poll() is None and s.cancelled_at is None]
+        for slot in told:
+            log(f"run {slot.run_id}: telling it the instance goes away (SIGTERM)")
+            _signal_group(slot.proc.pid, signal.SIGTERM)
+        return told
 
     # -- setup ----------------------------------------------------------------------------------
 
@@ -425,11 +519,36 @@ class Agent:
             if not dest.is_dir():
                 unpack(self._fetch(key), dest)
         slot.log_dir.mkdir(parents=True, exist_ok=True)
+        if slot.spec.get("resume") and not (slot.log_dir / STATUS_JSON).exists():
+            self.resume(slot)
         if not (slot.log_dir / BUNDLE_DIR).is_dir():
             unpack(self._fetch(slot.spec["bundle_key"]), slot.log_dir / BUNDLE_DIR)
         if not (slot.log_dir / STATUS_JSON).exists():
             write_json(slot.log_dir / STATUS_JSON, {
                 "state": "queued", "run_id": slot.run_id, "queued_at": slot.spec["queued_at"]})
+        restart = read_json(slot.log_dir / BUNDLE_DIR / BUNDLE_JSON).get("restart") or {}
+        slot.restartable = int(restart.get("max_restarts", 0)) > 0
+
+    def resume(self, slot: RunSlot) -> None:
+        """Bring what the run's earlier instances synced (its status with the attempts so far,
+        checkpoint, logs to append to) into its folder on this relaunched instance."""
+        prefix = slot.spec["log_prefix"] + "/"
+        root = slot.log_dir.resolve()
+        count = 0
+        for key in self.store.list(prefix):
+            rel = key[len(prefix):]
+            path = (root / rel).resolve()
+            data = None if rel in INSTANCE_FILES or not path.is_relative_to(root) \
+                else self.store.get(key)
+            if data is None:
+                continue
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_bytes(path, data)
+            st = path.stat()
+            slot.synced[os.path.relpath(path, root)] = (st.st_size, st.st_mtime_ns)
+            count += 1
+        log(f"run {slot.run_id}: took up {count} file(s) of its earlier attempts from "
+            f"{self.store.url(prefix)}")
 
     def _fetch(self, key: str) -> bytes:
         data = self.store.get(key)
@@ -457,6 +576,7 @@ class Agent:
             slot.record_end("failed", f"the instance could not prepare the run: {exc!r}")
             log(f"run {slot.run_id}: preparing failed: {exc!r}")
             return
+        slot.attempts_before = slot.status().get("attempt", 0)
         with open(slot.log_dir / "stdout.log", "ab") as out, \
                 open(slot.log_dir / "stderr.log", "ab") as err:
             slot.proc = subprocess.Popen(
@@ -482,6 +602,7 @@ class Agent:
             elif slot.cancelled_at is None:
                 log(f"run {slot.run_id}: cancel requested, stopping it")
                 slot.cancelled_at = time.time()
+                slot.update(cancel_requested=True)  # (the runner's SIGTERM: a cancel, no restart)
                 _signal_group(slot.proc.pid, signal.SIGTERM)
             elif time.time() - slot.cancelled_at > KILL_GRACE_SECONDS:
                 _signal_group(slot.proc.pid, signal.SIGKILL)
@@ -493,11 +614,28 @@ class Agent:
                 continue
             code = slot.proc.returncode
             _signal_group(slot.proc.pid, signal.SIGKILL)  # what the run left behind
+            if slot.may_restart():
+                self.go_on(slot)
+                continue
             state = "cancelled" if slot.cancelled_at is not None else "failed"
             slot.record_end(state, f"the run's process exited with code {code} before "
                                    "recording an outcome; see stderr.log", exit_code=code)
             log(f"run {slot.run_id}: ended as {slot.status().get('state')}")
             self.sync(slot, everything=True)
+
+    def go_on(self, slot: RunSlot) -> None:
+        """Start the run's next attempt here; after an interruption notice, leave it (synced)
+        for a new instance instead, which the launching side starts."""
+        status = slot.status()
+        if self.spot_notice:
+            log(f"run {slot.run_id}: stopped for the interruption ({status.get('state')}); it "
+                "goes on on a new instance")
+            slot.ended = True
+            self.sync(slot, everything=True)
+            return
+        log(f"run {slot.run_id}: attempt {status.get('attempt')} ended "
+            f"({status.get('state')}); starting it again")
+        self.start(slot)
 
     def check_interruption(self) -> None:
         if self.spot_notice is not None:
@@ -506,6 +644,7 @@ class Agent:
         if notice:
             self.spot_notice = notice
             log(f"interruption notice: {notice}; syncing everything now")
+            self.tell_restartable()
             self.sync_all(everything=True)
 
     def supervise(self, interval: float, poll: float) -> None:
@@ -541,8 +680,8 @@ class Agent:
                 rel = os.path.normpath(os.path.join(rel_dir, name))
                 if ".agent-tmp" in name or ".tmp-" in name or name.endswith(".lock"):
                     continue
-                if rel in RECORD_FILES or any(fnmatch.fnmatch(rel, p) or fnmatch.fnmatch(name, p)
-                                              for p in patterns):
+                if rel in RECORD_FILES or rel.startswith(CHECKPOINT_DIR + os.sep) or any(
+                        fnmatch.fnmatch(rel, p) or fnmatch.fnmatch(name, p) for p in patterns):
                     found.append(rel)
         # the record last: a reader who sees a final status.json finds result.pkl already there
         return sorted(found, key=lambda r: (r == STATUS_JSON, r == RESULT_PKL, r))
