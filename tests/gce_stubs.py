@@ -34,6 +34,15 @@ NAME_RE = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
 SHUTDOWN_GRACE_SECONDS = 30
 
 
+def no_access_boundary_lookup() -> None:
+    """google-auth looks up a service account's allowed locations at iamcredentials.googleapis
+    .com in the background; nothing answers that here (and tests reach loopback only)."""
+    from google.auth.credentials import CredentialsWithRegionalAccessBoundary
+
+    CredentialsWithRegionalAccessBoundary._is_regional_access_boundary_lookup_required = \
+        lambda self: False
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

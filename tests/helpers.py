@@ -4,6 +4,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -154,3 +155,32 @@ def copy_to_cluster(job) -> str:
     shutil.copytree(backend["batch_dir"], backend["cluster_batch_dir"], symlinks=True,
                     dirs_exist_ok=True)
     return backend["cluster_batch_dir"]
+
+
+# A launcher that exits once its run is launched: what happens next needs no launching process.
+_LAUNCH_AND_EXIT = """
+import json, sys
+import jobfns
+from easylaunch import run_experiment
+config, mode, exp_name, variant = (json.loads(a) for a in sys.argv[1:5])
+if mode == "gcp":
+    import gce_stubs
+    gce_stubs.no_access_boundary_lookup()
+job = run_experiment(jobfns.count_steps, variant=variant, exp_name=exp_name, mode=mode,
+                     config=config, max_restarts=2)
+print(job.log_dir)
+"""
+
+
+def launch_and_exit(cfg: dict, mode: str, exp_name: str, variant: dict):
+    """Launch a ``jobfns.count_steps`` run with restarts from a process that then ends; the
+    run's Job, reconnected here."""
+    from easylaunch import Job
+
+    args = (json.dumps(a) for a in (cfg, mode, exp_name, variant))
+    out = subprocess.run(
+        [sys.executable, "-c", _LAUNCH_AND_EXIT, *args],
+        env=dict(os.environ, PYTHONPATH=str(Path(__file__).parent)), capture_output=True,
+        text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return Job.from_run_dir(out.stdout.split()[-1])

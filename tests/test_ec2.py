@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -21,7 +22,13 @@ from types import SimpleNamespace
 import ec2_stubs
 import jobfns
 import pytest
-from helpers import assert_no_secrets, check_a_synced_run, fake_terminal, wait_for
+from helpers import (
+    assert_no_secrets,
+    check_a_synced_run,
+    fake_terminal,
+    launch_and_exit,
+    wait_for,
+)
 
 from easylaunch import (
     EasyLaunchError,
@@ -118,9 +125,13 @@ def s3_keys(aws, prefix: str = "") -> list[str]:
     return [o["Key"] for o in reply.get("Contents", [])]
 
 
+def s3_status(aws, job) -> dict:
+    return json.loads(s3_text(aws, f"{job.launch_info['backend']['log_prefix']}/status.json")
+                      or "{}")
+
+
 def s3_state(aws, job) -> str | None:
-    text = s3_text(aws, f"{job.launch_info['backend']['log_prefix']}/status.json")
-    return json.loads(text)["state"] if text else None
+    return s3_status(aws, job).get("state")
 
 
 def describe(aws, instance_id: str) -> dict:
@@ -223,6 +234,89 @@ def test_a_spot_interruption_notice_triggers_the_final_sync(ec2_cfg, aws, play):
     assert "started" in s3_text(aws, f"{prefix}/stdout.log")
     box.release(job)
     assert job.wait(timeout=60) is JobState.SUCCEEDED
+
+
+# -- restarts: a new instance takes up the run -------------------------------------------------
+
+
+def test_a_spot_interruption_relaunches_the_run_once_and_it_resumes_from_its_checkpoint(
+        ec2_cfg, aws, play, exp):
+    job = launch_and_exit(ec2_cfg, "ec2", exp,
+                          {"steps": 40, "step_seconds": 0.1, "every": 5})
+    first = play(job)
+    assert wait_for(lambda: len(jobfns.steps_done(first.run_dir(job))) >= 8, 60), \
+        first.boot_log()
+    first.imds.announce_spot_interruption()
+    # the run checkpoints at the notice, records the stop and syncs; the instance ends itself
+    assert first.wait() == 0 and s3_state(aws, job) == "queued", first.boot_log()
+    stopped_at = jobfns.steps_done(first.run_dir(job))[-1][1]
+    # two later processes look at the same moment (the launcher is gone): one relaunches
+    watchers = [subprocess.Popen([sys.executable, "-m", "easylaunch.cli", "watch", "--once"],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                for _ in range(2)]
+    said = [w.communicate(timeout=120) for w in watchers]
+    assert all(w.returncode == 0 for w in watchers), said
+    assert sum("starts again on instance" in err for _, err in said) == 1, said
+    assert len(instances_of(aws, exp)) == 2
+    backend = job.launch_info["backend"]
+    assert backend["earlier_instances"] == [first.id] != [backend["instance_id"]]
+    second = play(job)
+    assert job.wait(timeout=120) is JobState.SUCCEEDED, second.boot_log()
+    result = job.result()
+    assert result["attempt"] == 2 and result["resumed_from"] == stopped_at
+    # the new instance took up the log of the first: each step once, across the two attempts
+    steps = jobfns.steps_done(second.run_dir(job))
+    assert [step for _, step in steps] == list(range(1, 41))
+    assert {attempt for attempt, step in steps if step > stopped_at} == {2}
+    [restart] = job.info()["restarts"]
+    assert restart["reason"] == "preempted" and restart["attempt"] == 1
+    assert describe(aws, first.id)["State"]["Name"] == "terminated"
+
+
+def test_a_killed_run_process_starts_again_on_the_same_instance(ec2_cfg, aws, play, exp):
+    job = launch_and_exit(ec2_cfg, "ec2", exp, {"steps": 30, "step_seconds": 0.1, "every": 5})
+    box = play(job)
+    status = box.run_dir(job) / "status.json"
+    assert wait_for(lambda: len(jobfns.steps_done(box.run_dir(job))) >= 7, 60), box.boot_log()
+    os.kill(json.loads(status.read_text())["pid"], signal.SIGKILL)  # out of memory, say
+    assert job.wait(timeout=60) is JobState.SUCCEEDED, box.boot_log()
+    result = job.result()
+    assert result["attempt"] == 2 and result["resumed_from"] >= 5
+    assert [r["reason"] for r in job.info()["restarts"]] == ["lost"]
+    assert len(instances_of(aws, exp)) == 1 and box.wait() == 0
+
+
+def test_a_run_cancelled_while_it_waits_for_a_new_instance_is_not_relaunched(
+        ec2_cfg, aws, play, exp):
+    job = launch_and_exit(ec2_cfg, "ec2", exp, {"steps": 400, "step_seconds": 0.1})
+    box = play(job)
+    assert wait_for(lambda: jobfns.steps_done(box.run_dir(job)), 60), box.boot_log()
+    box.imds.announce_spot_interruption()
+    assert box.wait() == 0 and s3_state(aws, job) == "queued"
+    job.cancel()
+    assert job.status() is JobState.CANCELLED
+    assert len(instances_of(aws, exp)) == 1
+
+
+def test_a_lost_instance_is_relaunched_and_used_up_restarts_end_the_run(ec2_cfg, aws, play, exp):
+    job = launch_and_exit(ec2_cfg, "ec2", exp,
+                          {"steps": 400, "step_seconds": 0.1, "every": 5})
+    boxes = [play(job)]
+    for attempt in (1, 2, 3):  # max_restarts=2: the third loss ends the run
+        box = boxes[-1]
+        assert wait_for(lambda n=attempt: s3_status(aws, job).get("attempt") == n, 60), \
+            box.boot_log()
+        box.stop()  # the machine is gone at once: no notice, no last sync
+        aws.ec2.terminate_instances(InstanceIds=[box.id])
+        state = job.status()
+        if attempt < 3:
+            assert state is JobState.QUEUED and job.info()["attempt"] == attempt
+            boxes.append(play(job))
+    assert state is JobState.FAILED
+    info = job.info()
+    assert [r["reason"] for r in info["restarts"]] == ["lost", "lost"]
+    assert "ended (" in info["error"] and "max_restarts=2 used up" in info["error"]
+    assert len(instances_of(aws, exp)) == 3
 
 
 # -- sweeps: uploads once per content, several runs per instance --------------------------------

@@ -19,7 +19,7 @@ from types import SimpleNamespace
 import gce_stubs
 import jobfns
 import pytest
-from helpers import assert_no_secrets, check_a_synced_run, fake_terminal, wait_for
+from helpers import assert_no_secrets, check_a_synced_run, fake_terminal, launch_and_exit, wait_for
 
 # google-auth reads this once, at import: never probe 169.254.169.254 for a metadata server
 os.environ.setdefault("NO_GCE_CHECK", "True")
@@ -216,6 +216,30 @@ def test_preemption_runs_the_shutdown_script_which_syncs_a_last_time(gcp_cfg, gc
     assert json.loads(gcs_text(gcp, f"{prefix}/agent.json"))["spot_notice"] == "preempted"
     assert job.wait(timeout=30) is JobState.FAILED
     assert "took the instance back (preempted)" in job.info()["error"]
+
+
+def test_a_preempted_run_is_relaunched_and_resumes_from_its_checkpoint(
+        gcp_cfg, gcp, compute, exp):
+    job = launch_and_exit(dict(gcp_cfg, GCP_PREEMPTIBLE=True), "gcp", exp,
+                          {"steps": 40, "step_seconds": 0.1, "every": 5})
+    first = box_of(compute, job)
+    assert wait_for(lambda: len(jobfns.steps_done(first.run_dir(job))) >= 8, 60), \
+        first.boot_log()
+    compute.preempt(first.name)  # its shutdown-script: the run checkpoints, the agent syncs
+    assert gcs_state(gcp, job) == "queued", first.boot_log()
+    stopped_at = jobfns.steps_done(first.run_dir(job))[-1][1]
+    # the launcher is gone: this process, waiting, starts the new instance
+    assert job.wait(timeout=120) is JobState.SUCCEEDED, job.info()
+    second = box_of(compute, job)
+    assert second.name == f"{first.name}-r1"
+    assert second.resource["scheduling"]["preemptible"] is True
+    result = job.result()
+    assert result["attempt"] == 2 and result["resumed_from"] == stopped_at
+    steps = jobfns.steps_done(second.run_dir(job))
+    assert [step for _, step in steps] == list(range(1, 41))
+    [restart] = job.info()["restarts"]
+    assert restart["reason"] == "preempted"
+    assert [name for name in compute.deletes_by("client") if name.endswith(first.name)]
 
 
 # -- sweeps -------------------------------------------------------------------------------------

@@ -65,7 +65,7 @@ class Batch:
     launch_id: str  # the first run's id: names the batch's cancel markers and instance labels
     control_prefix: str
     boot_script: str
-    attempt: int = 1  # the attempt its runs start with (more than 1: a relaunch)
+    relaunch: int = 0  # 1, 2...: the instances start runs again after earlier ones ended
 
 
 @dataclass(frozen=True)
@@ -199,7 +199,7 @@ class CloudMode(Mode):
                           for group in instances]}, agent_key, launch_id)
 
     def batch_of(self, target: Target, manifest: dict, agent_key: str, launch_id: str,
-                 attempt: int = 1) -> Batch:
+                 relaunch: int = 0) -> Batch:
         """The batch that starts ``manifest``'s instances with the agent ``agent_key``."""
         archive = cloud.manifest_archive(target.prefix, manifest)
         boot = cloud.boot_script(cloud.BootSpec(
@@ -207,7 +207,7 @@ class CloudMode(Mode):
             pip_requirements=tuple(self.setting("PIP_REQUIREMENTS")), bucket=target.bucket,
             region=self.agent_region(target), agent_key=agent_key, manifest_key=archive.key))
         ids = [[spec["run_id"] for spec in group] for group in manifest["instances"]]
-        return Batch(ids, archive, launch_id, manifest["control_prefix"], boot, attempt)
+        return Batch(ids, archive, launch_id, manifest["control_prefix"], boot, relaunch)
 
     def agent_region(self, target: Target) -> str:
         """The region the agent's storage client uses (none by default)."""
@@ -299,28 +299,28 @@ class CloudMode(Mode):
 
     def refresh_many(self, jobs: list[Job]) -> None:
         """Read each run's status from the bucket; ask the cloud once about those not ended."""
-        open_jobs = []
+        open_jobs = []  # with the record each was looked at by (another process may move it)
         for job in jobs:
             backend = job.launch_info.get("backend", {})
             if "instance_id" not in backend:
                 continue
             self._mirror(job, self.store_of(backend), backend["log_prefix"])
             if not job.recorded_state().terminal:
-                open_jobs.append(job)
+                open_jobs.append((job, backend))
         if not open_jobs:
             return
-        states = self.instance_states([j.launch_info["backend"] for j in open_jobs])
-        again = [job for job in open_jobs
-                 if self._settle(job, states.get(job.launch_info["backend"]["instance_id"]))]
+        states = self.instance_states([backend for _, backend in open_jobs])
+        again = [job for job, backend in open_jobs
+                 if self._settle(job, backend, states.get(backend["instance_id"]))]
         if again:
             relaunch.start(self, again)
 
-    def _settle(self, job: Job, instance: InstanceState | None) -> bool:
-        """Give a run whose instance is gone the terminal state it did not record; True when
-        the run starts again instead (this process claimed its relaunch)."""
+    def _settle(self, job: Job, backend: dict, instance: InstanceState | None) -> bool:
+        """Give a run whose instance (named in ``backend``) is gone the terminal state it did
+        not record; True when the run starts again instead (this process claimed its
+        relaunch)."""
         if instance is not None and not instance.ended:
             return False
-        backend = job.launch_info["backend"]
         store = self.store_of(backend)
         self._mirror(job, store, backend["log_prefix"])  # the final sync
         if job.recorded_state().terminal:
@@ -332,7 +332,7 @@ class CloudMode(Mode):
             where = instance.name if instance else "gone"
             job.record_end("cancelled", f"cancelled (instance {iid} is {where})")
             return False
-        again = relaunch.claim(self, job, store, instance, notice)
+        again = relaunch.claim(job, backend, store, instance, notice)
         if again is not None:
             return again
         if notice or (instance is not None and instance.interrupted):
@@ -356,7 +356,9 @@ class CloudMode(Mode):
         store = self.store_of(backend)
         store.put_bytes(backend["cancel_key"], b"")
         runner.update_status(str(job.log_dir), cancel_requested=True)
-        if self._mirror(job, store, backend["log_prefix"]):  # the agent is up: let it sync
+        instance = self.instance_states([backend]).get(backend["instance_id"])
+        if self._mirror(job, store, backend["log_prefix"]) and instance and not instance.ended:
+            # the agent is up: let it stop the run and sync
             deadline = time.monotonic() + CANCEL_WAIT_SECONDS
             while not job.recorded_state().terminal and time.monotonic() < deadline:
                 time.sleep(0.5)

@@ -104,10 +104,10 @@ def _name_part(text: str, limit: int) -> str:
     return re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")[:limit].strip("-")
 
 
-def instance_name(exp_name: str, run_id: str, attempt: int = 1) -> str:
-    """A valid, unique instance name: ``el-<experiment>-<run id>``, with ``-a<attempt>`` for
-    a relaunch (at most 63 characters)."""
-    ident = run_id if attempt == 1 else f"{run_id}-a{attempt}"
+def instance_name(exp_name: str, run_id: str, relaunch: int = 0) -> str:
+    """A valid, unique instance name: ``el-<experiment>-<run id>``, with ``-r<n>`` for the
+    n-th relaunch (at most 63 characters)."""
+    ident = f"{run_id}-r{relaunch}" if relaunch else run_id
     exp = _name_part(exp_name, 63 - len("el--") - len(ident))
     return f"el-{exp}-{ident}" if exp else f"el-{ident}"
 
@@ -243,7 +243,7 @@ class GcpMode(CloudMode):
         those inserted and raise the error with what was asked."""
         api = clients(target.project)
         record = {"project": target.project, "zone": target.location}
-        names = [instance_name(request.exp_name, ids[0], batch.attempt)
+        names = [instance_name(request.exp_name, ids[0], batch.relaunch)
                  for ids in batch.instances]
         inserted: list[str] = []
         try:

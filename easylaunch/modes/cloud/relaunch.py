@@ -32,65 +32,57 @@ if TYPE_CHECKING:
 CLAIM_SUFFIX = ".relaunch"
 
 
-def _claim_prefix(backend: dict) -> str:
-    return backend["cancel_key"].removesuffix(CANCEL_SUFFIX) + ".attempt-"
+def _claim_key(backend: dict) -> str:
+    """``<control>/<run id>.after-<instance id>.relaunch``: one relaunch per ended instance."""
+    return (f"{backend['cancel_key'].removesuffix(CANCEL_SUFFIX)}.after-"
+            f"{backend['instance_id']}{CLAIM_SUFFIX}")
 
 
-def _claim_key(backend: dict, attempt: int) -> str:
-    return f"{_claim_prefix(backend)}{attempt}{CLAIM_SUFFIX}"
-
-
-def latest_claim(store: Store, backend: dict) -> tuple[int, dict] | None:
-    """The run's claim of the highest attempt: (attempt, its content), or None."""
-    prefix = _claim_prefix(backend)
-    found = [(int(n), key) for key in store.list(prefix)
-             if (n := key[len(prefix):].removesuffix(CLAIM_SUFFIX)).isdigit()]
-    if not found:
-        return None
-    attempt, key = max(found)
-    return attempt, json.loads(store.get(key) or b"{}")
-
-
-def claim(mode: CloudMode, job: Job, store: Store, instance: InstanceState | None,
+def claim(job: Job, backend: dict, store: Store, instance: InstanceState | None,
           notice: str | None) -> bool | None:
-    """Decide what becomes of a run whose instance ended before it recorded an end (and that
-    nobody cancelled). None: restarts do not apply, the caller records the end. True: this
+    """Decide what becomes of a run whose instance (``backend``: the record that named it, as
+    read before the instance was seen ended) ended before the run recorded an end, and that
+    nobody cancelled. None: it may not restart, the caller records the end. True: this
     process claimed the relaunch and queued the run's next attempt. False: another process
-    relaunches it (or did: its new instance is adopted), or no restart is left (the run ended)."""
+    relaunches it (or did: the run's record follows it to the new instance), or no restart is
+    left (the run ended)."""
     policy = runner.RestartPolicy.of(
         runner.read_json(str(job.log_dir / BUNDLE_DIR / runner.BUNDLE_JSON)))
-    status = job.info()
-    attempt = status.get("attempt", 0)
-    if not policy.max_restarts or not attempt:  # (no attempt: it never started; no restart)
+    if not policy.max_restarts:
         return None
-    backend = job.launch_info["backend"]
-    latest = latest_claim(store, backend)
-    if latest is not None:
-        claimed, content = latest
-        started = content.get("backend")
-        if started is None:
+    followed = False
+    while (claimed := store.get(_claim_key(backend))) is not None:
+        successor = json.loads(claimed).get("backend")
+        if successor is None:
             return False  # another process is starting the new instance
-        if started["instance_id"] != backend["instance_id"]:
-            _record(job, started)
-            return False
-        if claimed == attempt:
-            runner.give_up_restart(str(job.log_dir), f"its new instance {backend['instance_id']} "
-                                                     "ended before the run started again")
-            _publish(store, job)
-            return False
-    here = {"claimed_by": f"{socket.gethostname()}:{os.getpid()}", "claimed_at": time.time()}
-    if not store.create(_claim_key(backend, attempt), json.dumps(here).encode()):
-        return False
-    again = True
-    if status.get("state") != "queued":  # the instance went before the runner recorded a stop
-        interrupted = bool(notice) or (instance is not None and instance.interrupted)
-        why = notice or (instance.reason if instance else "") or "no reason given"
-        again = runner.finish_attempt(
-            str(job.log_dir), policy, "preempted" if interrupted else "lost", state="failed",
-            error=f"instance {backend['instance_id']} ended ({why}) before the run recorded an "
-                  "outcome")
+        _record(job, successor)
+        backend, followed = successor, True
+    if followed or not store.create(_claim_key(backend), json.dumps(_claimant()).encode()):
+        return False  # (a run followed to its new instance: looked at on the next refresh)
+    again = _count_restart(job, policy, backend, instance, notice)
     _publish(store, job)
     return again
+
+
+def _count_restart(job: Job, policy: runner.RestartPolicy, backend: dict,
+                   instance: InstanceState | None, notice: str | None) -> bool:
+    """End the run's attempt on the ended instance, unless its runner recorded the stop itself;
+    True if the run is queued for another attempt."""
+    status = job.info()
+    if status.get("state") == "queued" and \
+            len(status.get("restarts", [])) > backend.get("restarts_at_start", 0):
+        return True  # its runner recorded the stop, and queued the run
+    interrupted = bool(notice) or (instance is not None and instance.interrupted)
+    why = notice or (instance.reason if instance else "the cloud no longer knows it")
+    what = "recorded an outcome" if status.get("state") == "running" else "started"
+    return runner.finish_attempt(
+        str(job.log_dir), policy, "preempted" if interrupted else "lost", state="failed",
+        error=f"instance {backend['instance_id']} ended ({why or 'no reason given'}) before "
+              f"the run {what}")
+
+
+def _claimant() -> dict:
+    return {"claimed_by": f"{socket.gethostname()}:{os.getpid()}", "claimed_at": time.time()}
 
 
 def start(mode: CloudMode, jobs: list[Job]) -> None:
@@ -121,21 +113,22 @@ def _start_group(mode: CloudMode, group: list[Job]) -> None:
     request = LaunchRequest.of_launch(launch, [{}] * len(specs))
     target = mode.target(request)
     agent = cloud.agent_archive(target.prefix)
-    attempt = max(job.info().get("attempt", 1) for job in group) + 1
     batch = mode.batch_of(target, dict(manifest, instances=[specs]), agent.key,
-                          manifest["control_prefix"].rsplit("/", 1)[-1], attempt)
+                          manifest["control_prefix"].rsplit("/", 1)[-1],
+                          relaunch=len(old.get("earlier_instances", [])) + 1)
     cloud.upload(store, [agent], [batch.manifest])
     [instance] = mode.start_batch(request, target, batch)
-    backend = dict(instance, manifest_key=batch.manifest.key,
-                   instance_runs={s["run_id"]: s["log_prefix"] for s in specs},
-                   earlier_instances=[*old.get("earlier_instances", []), old["instance_id"]])
+    shared = dict(instance, manifest_key=batch.manifest.key,
+                  instance_runs={s["run_id"]: s["log_prefix"] for s in specs},
+                  earlier_instances=[*old.get("earlier_instances", []), old["instance_id"]])
     for job in group:
+        before = job.launch_info["backend"]
+        backend = dict(before, **shared, restarts_at_start=len(job.info().get("restarts", [])))
         _record(job, backend)
-        content = {"claimed_by": f"{socket.gethostname()}:{os.getpid()}", "backend": backend}
-        store.put_bytes(_claim_key(old, job.info().get("attempt", 1)),
-                        json.dumps(content).encode())
+        store.put_bytes(_claim_key(before),
+                        json.dumps(dict(_claimant(), backend=backend)).encode())
         print(f"easylaunch {mode.name}: run {job.id} starts again on instance "
-              f"{instance['instance_id']} (attempt {job.info().get('attempt', 1) + 1})",
+              f"{instance['instance_id']} (attempt {job.info().get('attempt', 0) + 1})",
               file=sys.stderr)
     try:  # (a stopped preemptible GCE instance keeps its disk until deleted)
         mode.end_instances(old, [old["instance_id"]])
