@@ -61,6 +61,17 @@ def test_ls_shows_runs_newest_first_with_their_states(config_file):
     assert "showing the newest 1 of 2 runs" in limited
 
 
+def test_watch_follows_open_runs_until_all_have_ended(config_file):
+    jobs = [run_experiment(jobfns.sleep_a_while, variant={"seconds": s}, exp_name="w",
+                           config=config_file) for s in (1, 3)]
+    out = cli(config_file, "watch", "--interval", "0.2").stdout.splitlines()
+    assert all(job.status() is JobState.SUCCEEDED for job in jobs)
+    counts = [line.split(" ", 1)[1] for line in out]  # (after the time of day)
+    assert counts[0].startswith("2 open run(s): ") and counts[-1] == "0 open run(s)"
+    assert "1 open run(s): 1 running" in counts
+    assert cli(config_file, "watch", "--once").stdout.split(" ", 1)[1] == "0 open run(s)\n"
+
+
 def test_status_and_logs_by_suffix(config_file):
     job = run_experiment(jobfns.print_slowly, variant={"lines": 3}, config=config_file)
     job.wait(timeout=60)
