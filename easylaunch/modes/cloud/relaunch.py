@@ -5,9 +5,11 @@ interruption, a GCE preemption, a lost machine) starts again on a new instance, 
 up the run's status, logs and ``checkpoint/`` from the bucket. No process has to stay alive for
 that: whichever process looks at the run next (``job.wait()``, ``job.status()``, ``easylaunch
 ls``/``status``, or ``easylaunch watch`` left running) relaunches it. Exactly one does for each
-ended attempt: it first creates the claim ``<control>/<run id>.attempt-<n>.relaunch``, which the
-bucket creates only where it does not exist yet; the claim then names the new instance, and every
-other process adopts that instance into its copy of the run's record.
+ended instance: it first creates the claim ``<control>/<run id>.after-<instance id>.relaunch``,
+which the bucket creates only where it does not exist yet; the claim then names the new
+instance, and every other process follows the run there in its copy of the run's record. Each
+relaunch counts as a restart (an instance that ended before the run started again too), so
+``max_restarts`` bounds them.
 """
 
 from __future__ import annotations
