@@ -687,7 +687,9 @@ class Agent:
         return sorted(found, key=lambda r: (r == STATUS_JSON, r == RESULT_PKL, r))
 
     def sync(self, slot: RunSlot, everything: bool) -> None:
-        """Upload the run's files that changed since they were last uploaded."""
+        """Upload the run's files that changed since they were last uploaded (all of them once
+        the run has ended: its final status reaches the bucket after the logs it ends)."""
+        everything = everything or slot.status().get("state") in TERMINAL_STATES
         for rel in self._files(slot, everything):
             self._put_if_changed(slot, rel, slot.log_dir / rel)
         if everything:
