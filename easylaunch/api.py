@@ -290,7 +290,7 @@ def run_experiment(
 
 
 def get_job(id_or_suffix: str, config: ConfigArg = None) -> Job:
-    """The Job of a registered run, by its id or a unique end of it, from any process."""
+    """The Job of a registered run, by its id or a unique start or end of it, from any process."""
     entry = _registry(load_settings(config)).find(id_or_suffix)
     return Job.from_run_dir(entry.log_dir)
 

@@ -371,7 +371,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     status = sub.add_parser("status", aliases=["q"],
                             help="refresh and show one run, with the end of its log")
-    status.add_argument("id", help="run id, or a unique end of one")
+    status.add_argument("id", help="run id, or a unique start or end of one")
     status.set_defaults(func=_status)
 
     watch = sub.add_parser("watch", help="refresh open runs until all have ended: relaunches "
@@ -385,22 +385,23 @@ def build_parser() -> argparse.ArgumentParser:
     watch.set_defaults(func=_watch)
 
     logs = sub.add_parser("logs", help="print (or follow) a run's log")
-    logs.add_argument("id", help="run id, or a unique end of one")
+    logs.add_argument("id", help="run id, or a unique start or end of one")
     logs.add_argument("-f", "--follow", action="store_true", help="follow until the run ends")
     logs.add_argument("-n", "--lines", type=count, help="only the last N lines")
     logs.add_argument("--stderr", action="store_true", help="stderr.log instead of stdout.log")
     logs.set_defaults(func=_logs)
 
     cancel = sub.add_parser("cancel", aliases=["abort"], help="cancel runs")
-    cancel.add_argument("ids", nargs="+", metavar="id", help="run ids, or unique ends of them")
+    cancel.add_argument("ids", nargs="+", metavar="id",
+                        help="run ids, or unique starts or ends of them")
     cancel.set_defaults(func=_cancel)
 
     again = sub.add_parser("resubmit", help="run a run again (same bundle, new id)")
-    again.add_argument("id", help="run id, or a unique end of one")
+    again.add_argument("id", help="run id, or a unique start or end of one")
     again.set_defaults(func=_resubmit)
 
     fetch = sub.add_parser("fetch", help="bring a remote run's logs and results here")
-    fetch.add_argument("id", help="run id, or a unique end of one")
+    fetch.add_argument("id", help="run id, or a unique start or end of one")
     fetch.set_defaults(func=_fetch)
 
     init = sub.add_parser("init", help="write a private copy of the settings template")

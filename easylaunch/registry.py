@@ -193,23 +193,23 @@ class Registry:
                 self.db.execute(f"UPDATE runs SET {sets} WHERE id = ?",
                                 (now, *values.values(), run_id))
 
-    def find(self, id_or_suffix: str) -> Entry:
-        """The one run whose id ends with ``id_or_suffix``."""
-        if not id_or_suffix:
-            raise NoSuchJob("give a run id, or the end of one")
+    def find(self, part: str) -> Entry:
+        """The one run whose id is, starts with or ends with ``part``."""
+        if not part:
+            raise NoSuchJob("give a run id, or the start or end of one")
         rows = self.db.execute(
             f"SELECT {', '.join(COLUMNS)} FROM runs WHERE id = ? OR id LIKE ? ESCAPE '\\' "
-            "ORDER BY created DESC LIMIT 11",
-            (id_or_suffix, "%" + _escape_like(id_or_suffix))).fetchall()
-        exact = [r for r in rows if r[0] == id_or_suffix]
+            "OR id LIKE ? ESCAPE '\\' ORDER BY created DESC LIMIT 11",
+            (part, _escape_like(part) + "%", "%" + _escape_like(part))).fetchall()
+        exact = [r for r in rows if r[0] == part]
         if exact:
             return Entry.from_row(exact[0])
         if not rows:
-            raise NoSuchJob(f"no run id ends with {id_or_suffix!r} (see `easylaunch ls`)")
+            raise NoSuchJob(f"no run id starts or ends with {part!r} (see `easylaunch ls`)")
         if len(rows) > 1:
             listed = ", ".join(f"{r[0]} ({r[1]})" for r in rows[:10])
             more = " and more" if len(rows) > 10 else ""
-            raise NoSuchJob(f"{id_or_suffix!r} matches several runs: {listed}{more}; "
+            raise NoSuchJob(f"{part!r} matches several runs: {listed}{more}; "
                             "give more characters")
         return Entry.from_row(rows[0])
 

@@ -168,14 +168,15 @@ def test_two_processes_launching_at_once_both_land(config_file):
 def test_ambiguous_and_unknown_ids(config_file, tmp_path):
     registry = Registry(tmp_path / "registry.sqlite3")
     registry.add([dict(id=i, exp_name="e", mode="local", state="succeeded",
-                       log_dir=str(tmp_path / i)) for i in ("aaaa11", "bbbb11")])
+                       log_dir=str(tmp_path / i)) for i in ("aaaa11", "bbbb11", "11cc22")])
     ambiguous = cli(config_file, "status", "11", check=False)
     assert ambiguous.returncode == 1
     assert "'11' matches several runs: " in ambiguous.stderr
-    assert "aaaa11" in ambiguous.stderr and "bbbb11" in ambiguous.stderr
+    assert all(i in ambiguous.stderr for i in ("aaaa11", "bbbb11", "11cc22"))
+    assert registry.find("aaa").id == "aaaa11" and registry.find("cc22").id == "11cc22"
     unknown = cli(config_file, "logs", "zz", check=False)
     assert unknown.returncode == 1
-    assert "no run id ends with 'zz'" in unknown.stderr
+    assert "no run id starts or ends with 'zz'" in unknown.stderr
     assert cli(config_file, "cancel", "zz", check=False).returncode == 1
 
 
