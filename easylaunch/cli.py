@@ -433,9 +433,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+EXIT_USAGE = 2  # (argparse's own)
+EXIT_CLOSED_PIPE = 141  # the reader of the output went away (128 + SIGPIPE, as other tools)
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``easylaunch`` command; returns the exit code."""
-    args = build_parser().parse_args(argv)
+    """Entry point of the ``easylaunch`` command; returns the exit code: 0 done, 1 an error
+    (a run not found, a refused action), 2 a usage error, 130 interrupted, 141 the output's
+    reader went away (``easylaunch ls | head``)."""
+    parser = build_parser()
+    if not (sys.argv[1:] if argv is None else argv):
+        parser.print_help()
+        return EXIT_USAGE
+    args = parser.parse_args(argv)
     try:
         return args.func(args)
     except EasyLaunchError as exc:
@@ -443,6 +453,10 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # what is still buffered for the closed pipe must not fail again at exit
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_CLOSED_PIPE
 
 
 if __name__ == "__main__":

@@ -90,6 +90,22 @@ def test_status_and_logs_by_suffix(config_file):
     assert stderr_log.startswith("Traceback") and "ValueError: bad learning rate" in stderr_log
 
 
+def test_a_closed_pipe_and_a_bare_command_end_without_a_traceback(config_file):
+    job = run_experiment(jobfns.print_slowly, variant={"lines": 3}, config=config_file)
+    job.wait(timeout=60)
+    reader, writer = os.pipe()
+    os.close(reader)  # as `| head -1` does once it has its line
+    piped = subprocess.run([sys.executable, "-m", "easylaunch.cli", "--config", config_file,
+                            "logs", job.id], stdout=writer, stderr=subprocess.PIPE, text=True,
+                           timeout=60)
+    os.close(writer)
+    assert piped.returncode == 141 and piped.stderr == ""
+    bare = subprocess.run([sys.executable, "-m", "easylaunch.cli"], capture_output=True,
+                          text=True, timeout=60)
+    assert bare.returncode == 2 and bare.stdout.startswith("usage: easylaunch")
+    assert "watch" in bare.stdout and "Traceback" not in bare.stderr
+
+
 def test_logs_follow_until_the_run_ends(config_file):
     job = run_experiment(jobfns.print_slowly, variant={"lines": 8}, config=config_file)
     out = cli(config_file, "logs", "-f", job.id).stdout
