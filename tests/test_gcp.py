@@ -86,8 +86,7 @@ def gcp(compute, gcs_url, private_key, monkeypatch, tmp_path):
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", gcs_url)
     monkeypatch.setenv("EASYLAUNCH_COMPUTE_URL", compute.url)
     monkeypatch.setattr(cloud_base, "AGENT_POLL_SECONDS", 0.2)
-    # google-auth looks up a service account's allowed locations at iamcredentials.googleapis
-    # .com in the background; nothing answers that here (and tests reach loopback only)
+    # (as gce_stubs.no_access_boundary_lookup, undone after the test)
     monkeypatch.setattr(CredentialsWithRegionalAccessBoundary,
                         "_is_regional_access_boundary_lookup_required", lambda self: False)
     compute.sandbox = tmp_path / "sandbox"
