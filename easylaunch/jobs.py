@@ -199,6 +199,13 @@ class Job:
         """Bring the run's remote logs and results into its local folder; say what was done."""
         return self.mode.fetch(self)
 
+    def record_backend(self, **ids: Any) -> None:
+        """Store backend ids (a new instance, a new job) in launch.json, as
+        :meth:`bundle.Run.record_backend` does at launch."""
+        launch = self.launch_info
+        launch.setdefault("backend", {}).update(ids)
+        runner.write_json_atomic(str(self.log_dir / bundle.LAUNCH_JSON), launch)
+
     def record_end(self, state: str, error: str) -> None:
         """Record a terminal state for a run whose own record has none (the first end wins).
 

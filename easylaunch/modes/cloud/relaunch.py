@@ -22,7 +22,7 @@ import time
 from typing import TYPE_CHECKING
 
 from easylaunch import runner
-from easylaunch.bundle import BUNDLE_DIR, LAUNCH_JSON
+from easylaunch.bundle import BUNDLE_DIR
 from easylaunch.jobs import Job
 from easylaunch.modes.cloud import transfer as cloud
 from easylaunch.modes.cloud.instance_agent import CANCEL_SUFFIX, Store
@@ -57,7 +57,7 @@ def claim(job: Job, backend: dict, store: Store, instance: InstanceState | None,
         successor = json.loads(claimed).get("backend")
         if successor is None:
             return False  # another process is starting the new instance
-        _record(job, successor)
+        job.record_backend(**successor)
         backend, followed = successor, True
     if followed or not store.create(_claim_key(backend), json.dumps(_claimant()).encode()):
         return False  # (a run followed to its new instance: looked at on the next refresh)
@@ -124,26 +124,19 @@ def _start_group(mode: CloudMode, group: list[Job]) -> None:
                   instance_runs={s["run_id"]: s["log_prefix"] for s in specs},
                   earlier_instances=[*old.get("earlier_instances", []), old["instance_id"]])
     for job in group:
-        before = job.launch_info["backend"]
-        backend = dict(before, **shared, restarts_at_start=len(job.info().get("restarts", [])))
-        _record(job, backend)
+        before, info = job.launch_info["backend"], job.info()
+        backend = dict(before, **shared, restarts_at_start=len(info.get("restarts", [])))
+        job.record_backend(**backend)
         store.put_bytes(_claim_key(before),
                         json.dumps(dict(_claimant(), backend=backend)).encode())
         print(f"easylaunch {mode.name}: run {job.id} starts again on instance "
-              f"{instance['instance_id']} (attempt {job.info().get('attempt', 0) + 1})",
+              f"{instance['instance_id']} (attempt {info.get('attempt', 0) + 1})",
               file=sys.stderr)
     try:  # (a stopped preemptible GCE instance keeps its disk until deleted)
         mode.end_instances(old, [old["instance_id"]])
     except Exception as exc:  # noqa: BLE001 - it ended already; this only tidies up
         print(f"easylaunch {mode.name}: could not delete the ended instance "
               f"{old['instance_id']}: {exc}", file=sys.stderr)
-
-
-def _record(job: Job, backend: dict) -> None:
-    """Make the run's launch.json name the instance it runs on now."""
-    launch = job.launch_info
-    launch["backend"].update(backend)
-    runner.write_json_atomic(str(job.log_dir / LAUNCH_JSON), launch)
 
 
 def _publish(store: Store, job: Job) -> None:
