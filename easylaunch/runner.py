@@ -16,6 +16,7 @@ import contextlib
 import json
 import os
 import pickle
+import re
 import signal
 import subprocess
 import sys
@@ -77,8 +78,12 @@ ENV_JOB_ID = "EASYLAUNCH_JOB_ID"  # the scheduler's id of the job running this a
 # Seconds between looks at the run's record for a cancel request, for jobs the scheduler's
 # cancel command cannot name (array elements behind some PBS front ends).
 ENV_WATCH_CANCEL = "EASYLAUNCH_WATCH_CANCEL"
-# A Slurm job script's own path: an attempt that ends to restart submits it again for its element.
+# A job script's own path: an attempt that ends to restart submits it again for its entry, with
+# ENV_RESUBMIT_WITH's tool ("sbatch", the default, or "qsub").
 ENV_RESUBMIT_SCRIPT = "EASYLAUNCH_RESUBMIT_SCRIPT"
+ENV_RESUBMIT_WITH = "EASYLAUNCH_RESUBMIT_WITH"
+# The entry (from 0) of a job script a job runs, where no array index says it (a PBS restart).
+ENV_ENTRY = "EASYLAUNCH_ENTRY"
 # Shared by the runner and the checkpoint helpers through the environment, so they agree even
 # where the function's copy of these helpers is not this module (easylaunch.checkpoint).
 ENV_CHECKPOINT_DIR = "EASYLAUNCH_CHECKPOINT_DIR"
@@ -241,6 +246,9 @@ def finish_attempt(log_dir: str, policy: RestartPolicy, reason: str | None,
         status = _read_for_update(path)
         if status.get("state") in TERMINAL_STATES:
             return False
+        if status.get("state") == "queued" and status.get("restarts") and \
+                status["restarts"][-1].get("attempt") == status.get("attempt"):
+            return True  # this attempt's end is recorded already (its job saw it end first)
         restarting = _end_attempt(status, policy, reason, dict(end, ended_at=time.time()))
         write_json_atomic(path, status, durable=True)
     return restarting
@@ -811,30 +819,120 @@ def record_lost_end(log_dir: str, returncode: int, cancelled: bool = False,
         error=f"the run's process {how} before recording an outcome; see stderr.log")
 
 
+def _without_array(script: str) -> str:
+    """A copy of a PBS job script without its array directive, next to it: PBS cannot submit
+    one element of an array (every resubmission of the array's elements shares it)."""
+    root, ext = os.path.splitext(script)
+    single = f"{root}.single{ext}"
+    if not os.path.exists(single):
+        with open(script) as f:
+            lines = [ln for ln in f if not re.match(r"#PBS\s+-J\b", ln)]
+        write_bytes_atomic(single, "".join(lines).encode())
+        os.chmod(single, os.stat(script).st_mode & 0o777)
+    return single
+
+
+def _resubmission(script: str) -> tuple[list[str], Any]:
+    """The command that submits ``script`` again for this job's entry, and the function that
+    reads the new job's id from its output."""
+    if os.environ.get(ENV_RESUBMIT_WITH) == "qsub":  # a plain job told its entry
+        entry = os.environ.get(ENV_ENTRY) or "0"
+        # (-V: the job's environment, as sbatch passes it on by default)
+        return (["qsub", "-V", "-v", f"{ENV_ENTRY}={entry}", _without_array(script)],
+                lambda out: out.strip())
+    index = os.environ.get("SLURM_ARRAY_TASK_ID") or "0"  # the same element of a new array
+    return (["sbatch", "--parsable", f"--array={index}", script],
+            lambda out: f"{out.strip().split(';')[0]}_{index}")
+
+
 def resubmit_self(log_dir: str) -> None:
-    """Start the next attempt of a run queued again by this one, where the job script says how
-    (ENV_RESUBMIT_SCRIPT: submit the script again for this array element, which keeps the run
-    id and folder; Slurm's own requeue would hold it back for two minutes). Elsewhere the
-    supervisor (local) or the launching side (clouds) starts it."""
+    """Start the next attempt of a run queued again by this job, where the job script says how
+    (ENV_RESUBMIT_SCRIPT: submit the script again for this entry, which keeps the run id and
+    folder; Slurm's own requeue would hold it back for two minutes). Elsewhere the supervisor
+    (local) or the launching side (clouds) starts it."""
     script = os.environ.get(ENV_RESUBMIT_SCRIPT)
     if not script:
         return
-    index = os.environ.get("SLURM_ARRAY_TASK_ID") or "0"
-    # (this job's own SLURM_* values would bend the new job's resources)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SBATCH_"))}
-    argv = ["sbatch", "--parsable", f"--array={index}", script]
+    # (this job's own scheduler values would bend the new job's resources)
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("SLURM_", "SBATCH_", "PBS_")) and k != ENV_ENTRY}
+    argv = [script]
     try:
-        out = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
-        job = out.stdout.strip().split(";")[0]
-        problem = None if out.returncode == 0 and job.isdigit() else \
-            (out.stderr or out.stdout).strip() or f"sbatch exited with {out.returncode}"
+        argv, job_of = _resubmission(script)
+        out = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60,
+                             cwd=os.path.dirname(script) or None)  # (PBS writes its output there)
+        job = job_of(out.stdout)
+        problem = None if out.returncode == 0 and out.stdout.strip() and " " not in job else \
+            (out.stderr or out.stdout).strip() or f"{argv[0]} exited with {out.returncode}"
     except (OSError, subprocess.TimeoutExpired) as exc:
         problem = repr(exc)
     if problem is not None:
         give_up_restart(log_dir, f"{' '.join(argv)}: {problem}")
         return
-    update_status(log_dir, next_job_id=f"{job}_{index}")
-    print(f"easylaunch runner: the run goes on as Slurm job {job}_{index}", file=sys.stderr)
+    update_status(log_dir, next_job_id=job)
+    print(f"easylaunch runner: the run goes on as job {job}", file=sys.stderr)
+
+
+def _queued_by_this_job(log_dir: str) -> dict | None:
+    """The run's record if its last attempt, in this job, ended queued for another that
+    nobody has submitted yet; else None."""
+    try:
+        status = read_json(os.path.join(log_dir, STATUS_JSON))
+    except DamagedRecord:
+        return None
+    job = own_job_id()
+    queued = (status.get("state") == "queued" and bool(status.get("restarts"))
+              and status["restarts"][-1].get("job_id") == job
+              and status.get("next_job_id") in (None, job))
+    return status if queued else None
+
+
+def _wait_for_the_run(log_dir: str, timeout: float = 60.0) -> None:
+    """Wait (up to ``timeout`` seconds) for a run's process still running on this machine to
+    end: a container can end before the processes it started (its starter stopped by the
+    scheduler's signal while the run saves)."""
+    with contextlib.suppress(DamagedRecord):
+        status = read_json(os.path.join(log_dir, STATUS_JSON))
+        if status.get("state") != "running" or status.get("host") != os.uname().nodename:
+            return
+        deadline = time.time() + timeout
+        while is_alive(status.get("pid"), None) and time.time() < deadline:
+            time.sleep(0.1)
+
+
+def _record_end(log_dir: str, returncode: int, policy: RestartPolicy) -> None:
+    """Record an end the run's process (ended with ``returncode``) could not record itself:
+    killed, out of memory."""
+    if returncode not in (EXIT_NOT_STARTED, EXIT_RESTART) and os.path.isdir(log_dir):
+        with contextlib.suppress(OSError):
+            _wait_for_the_run(log_dir)
+            record_lost_end(log_dir, returncode, policy=policy)
+
+
+def end_of_job(log_dir: str, returncode: int, policy: RestartPolicy) -> int:
+    """What a job does once the run's process ended (``returncode``): record an end the run
+    could not record itself, and submit the next attempt of a run queued again. Returns the
+    job's exit code: EXIT_RESTART when the run goes on.
+
+    The supervising runner calls it; so does a job script whose runs start in a container
+    (``--after-exit``), outside it, where the scheduler's commands are."""
+    _record_end(log_dir, returncode, policy)
+    if _queued_by_this_job(log_dir):
+        resubmit_self(log_dir)
+        return EXIT_RESTART
+    return 128 - returncode if returncode < 0 else returncode
+
+
+RESTART_IN_PLACE = ("lost", "error")  # ends a job outlives: its next attempt starts in it
+
+
+def _restarts_here(log_dir: str, returncode: int, policy: RestartPolicy) -> bool:
+    """Whether the run's next attempt starts in this job, at once, instead of waiting in the
+    queue again: its attempt ended to restart for a reason the job outlives (its process
+    lost, an exception)."""
+    _record_end(log_dir, returncode, policy)
+    status = _queued_by_this_job(log_dir)
+    return status is not None and status["restarts"][-1]["reason"] in RESTART_IN_PLACE
 
 
 # Signals a supervising runner passes on to the run (stop, Ctrl-C, time-limit warnings).
@@ -847,8 +945,9 @@ def run_supervised(bundle_dir: str, log_dir: str | None = None) -> int:
 
     The parent passes stop and time-limit signals on to the child, so it can stand where the
     scheduler signals (a batch script's process), and starts the next attempt of a run that
-    ends to restart. Other ranks of a multi-process run, and systems without fork, run the
-    bundle directly.
+    ends to restart: in this job when the job goes on (a lost process, an exception, in a
+    one-process run), else by submitting the job again. Other ranks of a multi-process run,
+    and systems without fork, run the bundle directly.
     """
     if not hasattr(os, "fork") or rank_info()[0] != 0:
         return run_bundle(bundle_dir, log_dir)
@@ -857,40 +956,57 @@ def run_supervised(bundle_dir: str, log_dir: str | None = None) -> int:
     except DamagedRecord:
         meta = {}
     log_dir = os.path.abspath(log_dir or meta.get("log_dir") or bundle_dir)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    pid = os.fork()
-    if pid == 0:
-        return run_bundle(bundle_dir, log_dir)  # the child ends as a normal interpreter would
+    policy = RestartPolicy.of(meta)
+    child, signalled = [0], []
 
     def forward(signum: int, _frame: Any) -> None:
+        signalled.append(signum)
         with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signum)
+            os.kill(child[0], signum)
 
     for signum in FORWARDED_SIGNALS:
         signal.signal(signum, forward)
-    returncode = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
-    restarting = returncode == EXIT_RESTART
-    if returncode != EXIT_NOT_STARTED and not restarting and os.path.isdir(log_dir):
-        with contextlib.suppress(OSError):
-            restarting = record_lost_end(log_dir, returncode, policy=RestartPolicy.of(meta))
-    if restarting:
-        resubmit_self(log_dir)
-    return 128 - returncode if returncode < 0 else returncode
+    while True:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        child[0] = os.fork()
+        if child[0] == 0:
+            return run_bundle(bundle_dir, log_dir)  # the child ends as an interpreter would
+        returncode = os.waitstatus_to_exitcode(os.waitpid(child[0], 0)[1])
+        if signalled or rank_info()[2] != 1 or not _restarts_here(log_dir, returncode, policy):
+            return end_of_job(log_dir, returncode, policy)
+        print("easylaunch runner: the next attempt starts in this same job", file=sys.stderr)
+
+
+def _settle_after_exit(bundle_dir: str, log_dir: str | None, returncode: str) -> int:
+    """``--after-exit CODE``: :func:`end_of_job` for a run whose processes ran elsewhere (in a
+    container) and ended with ``returncode``."""
+    try:
+        meta = read_json(os.path.join(os.path.abspath(bundle_dir), BUNDLE_JSON))
+    except DamagedRecord:
+        meta = {}
+    log_dir = os.path.abspath(log_dir or meta.get("log_dir") or bundle_dir)
+    code = int(returncode) if returncode.lstrip("-").isdigit() else EXIT_FAILED
+    # (a shell gives 128 + N for a process killed by signal N)
+    return end_of_job(log_dir, 128 - code if code > 128 else code, RestartPolicy.of(meta))
 
 
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point of the runner."""
     args = list(sys.argv[1:] if argv is None else argv)
-    log_dir = None
-    if "--log-dir" in args:
-        i = args.index("--log-dir")
-        log_dir = args[i + 1]
-        del args[i:i + 2]
+    options: dict[str, str | None] = {"--log-dir": None, "--after-exit": None}
+    for name in options:
+        if name in args:
+            i = args.index(name)
+            options[name] = args[i + 1] if i + 1 < len(args) else ""
+            del args[i:i + 2]
     if len(args) != 1:
-        print("usage: runner.py BUNDLE_DIR [--log-dir DIR]", file=sys.stderr)
+        print("usage: runner.py BUNDLE_DIR [--log-dir DIR] [--after-exit CODE]",
+              file=sys.stderr)
         return EXIT_BAD_BUNDLE
-    return run_supervised(args[0], log_dir)
+    if options["--after-exit"] is not None:
+        return _settle_after_exit(args[0], options["--log-dir"], options["--after-exit"])
+    return run_supervised(args[0], options["--log-dir"])
 
 
 if __name__ == "__main__":

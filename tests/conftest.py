@@ -1,4 +1,5 @@
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -87,3 +88,27 @@ def slurm_cfg(cfg, slurm_cluster):
     return dict(cfg, SLURM_PYTHON=sys.executable, SLURM_SIGNAL_SECONDS=30,
                 SLURM_CONFIGS=dict(cpu=dict(max_num_cores_per_node=os.cpu_count(),
                                             time_in_mins=10)))
+
+
+@pytest.fixture
+def stand_in(tmp_path, monkeypatch):
+    """The bubblewrap stand-in for singularity on PATH, and an image file."""
+    if shutil.which("bwrap") is None:
+        pytest.skip("bubblewrap is not installed: run scripts/slurm-up.sh as root")
+    monkeypatch.setenv("PATH", f"{TESTS_DIR / 'bin'}:{os.environ['PATH']}")
+    image = tmp_path / "image.sif"
+    image.write_text("test image")
+    return image
+
+
+@pytest.fixture
+def batch_cfg(slurm_cfg, stand_in, tmp_path):
+    """Settings for sss and htp batches on the local cluster: "cluster" folders in tmp_path,
+    runs in the stand-in image."""
+    import sys
+
+    return dict(slurm_cfg, SLURM_DIRECTORY_FOR_JOB_SCRIPT=str(tmp_path / "cluster/batches"),
+                SSS_LOG_DIR=str(tmp_path / "cluster/logs"), SSS_CPU_IMAGE=str(stand_in),
+                SSS_PYTHON=sys.executable, SSS_SCRIPT_PATH=str(tmp_path / "seed.sh"),
+                CODE_DIRS_TO_MOUNT=[dict(local_dir=str(TESTS_DIR),
+                                         mount_point=str(tmp_path / "in-container/code"))])

@@ -82,6 +82,10 @@ def leave_background_child(doodad_config, variant):
 
 
 def kill_self(doodad_config, variant):
+    """Die by ``signal``; with ``and_parent``, the runner's supervisor first (nothing on the
+    run's side is left to record the end)."""
+    if variant.get("and_parent"):
+        os.kill(os.getppid(), variant["signal"])
     os.kill(os.getpid(), variant["signal"])
     time.sleep(5)
 

@@ -184,17 +184,6 @@ def test_a_loop_of_htp_calls_is_one_task_file_and_one_allocation(cfg, tmp_path):
     assert [j.launch_info["backend"]["task_index"] for j in jobs] == list(range(5))
 
 
-@pytest.fixture
-def stand_in(tmp_path, monkeypatch):
-    """The bubblewrap stand-in for singularity on PATH, and an image file."""
-    if shutil.which("bwrap") is None:
-        pytest.skip("bubblewrap is not installed: run scripts/slurm-up.sh as root")
-    monkeypatch.setenv("PATH", f"{TESTS_DIR / 'bin'}:{os.environ['PATH']}")
-    image = tmp_path / "image.sif"
-    image.write_text("test image")
-    return image
-
-
 def test_local_singularity_runs_in_the_image_with_data_bound(tmp_path, stand_in):
     data = tmp_path / "data"
     data.mkdir()

@@ -4,7 +4,9 @@ what those front ends lack (qstat -x -F json, PBS_ARRAY_INDEX, PBS_NODEFILE, max
 mpiexec's PALS options) is covered by tests/test_pbs_scripts.py only. (Cancelling one element
 of a running array: test_slurm_cluster.py, for both modes.)"""
 
+import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -74,6 +76,27 @@ def test_walltime_is_recorded_as_timeout(cfg, pbs_front_end):
     assert job.wait(timeout=200) is JobState.TIMEOUT
     info = job.info()
     assert info["signal"] == "SIGTERM" and "the time limit is reached" in info["error"]
+
+
+def test_a_preempted_array_element_is_submitted_again_for_its_own_entry(pbs_cfg):
+    from jobfns import steps_done
+
+    jobs = run_sweep(jobfns.count_steps, [{"steps": 30, "every": 5, "step_seconds": 0.2,
+                                           "tag": i} for i in range(2)],
+                     mode="pbs", max_restarts=1, config=pbs_cfg)
+    second = jobs[1]
+    assert wait_for(lambda: len(steps_done(second.log_dir)) >= 8, timeout=120)
+    info = second.info()
+    element = info["job_id"]
+    os.kill(info["pid"], signal.SIGTERM)  # (Slurm's PBS front ends cannot name one element)
+    results = [j.result(timeout=120) for j in jobs]
+    assert [r["steps"] for r in results] == [30, 30]
+    assert "restarts" not in jobs[0].info()
+    info = second.info()
+    assert [r["reason"] for r in info["restarts"]] == ["preempted"]
+    assert info["job_id"] == info["next_job_id"] != element and "[" not in info["job_id"]
+    assert results[1]["attempt"] == 2 and results[1]["resumed_from"] >= 8
+    assert "not starting" not in second.stderr_path.read_text()  # one job, not an array again
 
 
 def test_cli_lists_cancels_and_resubmits_pbs_runs(pbs_cfg, tmp_path):

@@ -57,7 +57,7 @@ LOG_DIRS=(
     /eagle/p/logs/exp/r1
     '/eagle/p/logs/it'"'"'s/r2'
 )
-i=$(( ${PBS_ARRAY_INDEX:-${SLURM_ARRAY_TASK_ID:-1}} - 1 ))
+i=${EASYLAUNCH_ENTRY:-$(( ${PBS_ARRAY_INDEX:-${SLURM_ARRAY_TASK_ID:-1}} - 1 ))}
 export BUNDLE="${BUNDLES[$i]}" LOG_DIR="${LOG_DIRS[$i]}"
 export PYTHONUNBUFFERED=1 EASYLAUNCH_TIME_LIMIT_AT=$(( $(date +%s) + 3600 )) \
 EASYLAUNCH_JOB_ID="${PBS_JOBID:-${SLURM_JOB_ID:-}}" EASYLAUNCH_WATCH_CANCEL=3

@@ -2,6 +2,7 @@
 `easyremote` is the cluster side. That user shares no folder with the launching side: its runs
 reach this side only through easylaunch's copies."""
 
+import json
 import os
 import pwd
 import signal
@@ -155,6 +156,23 @@ def test_the_ssh_mode_runs_on_a_machine_without_a_scheduler(remote_cfg, ssh_clus
     assert slow.wait(timeout=0) in (JobState.QUEUED, JobState.RUNNING)
     slow.cancel()
     assert slow.wait(timeout=60) is JobState.CANCELLED
+
+
+def test_an_ssh_run_whose_process_died_resumes_there(remote_cfg, ssh_cluster):
+    from jobfns import steps_done
+
+    remote_cfg["SSH_DEFAULT_HOST"] = "test"
+    job = run_experiment(jobfns.count_steps, variant={"steps": 30, "every": 5,
+                                                      "step_seconds": 0.1},
+                         mode="ssh", config=remote_cfg, max_restarts=2)
+    there = _there(ssh_cluster, job)
+    assert wait_for(lambda: len(steps_done(there)) >= 8, timeout=60)
+    pid = json.loads((there / "status.json").read_text())["pid"]
+    os.kill(pid, signal.SIGKILL)  # (root here: the run is easyremote's)
+    result = job.result(timeout=120)
+    assert result["attempt"] == 2 and 5 <= result["resumed_from"] <= 30
+    assert [r["reason"] for r in job.info()["restarts"]] == ["lost"]
+    assert "SIGKILL" in job.info()["restarts"][0]["error"]
 
 
 def test_faults_name_the_host_and_the_fix_before_anything_is_submitted(remote_cfg):

@@ -1,7 +1,5 @@
 """Real jobs on the local one-node Slurm cluster (started by scripts/slurm-up.sh)."""
 
-import os
-import shutil
 import subprocess
 import sys
 import time
@@ -135,20 +133,6 @@ def test_cli_lists_and_cancels_slurm_runs(slurm_cfg, tmp_path):
     assert job.launch_info["backend"]["slurm_job_id"] in status
     out = subprocess.run(cli + ["cancel", job.id], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == f"{job.id}: cancelled"
-
-
-@pytest.fixture
-def batch_cfg(slurm_cfg, tmp_path, monkeypatch):
-    if shutil.which("bwrap") is None:
-        pytest.skip("bubblewrap is not installed: run scripts/slurm-up.sh as root")
-    monkeypatch.setenv("PATH", f"{TESTS_DIR / 'bin'}:{os.environ['PATH']}")  # the stand-in
-    image = tmp_path / "image.sif"
-    image.write_text("test image")
-    return dict(slurm_cfg, SLURM_DIRECTORY_FOR_JOB_SCRIPT=str(tmp_path / "cluster/batches"),
-                SSS_LOG_DIR=str(tmp_path / "cluster/logs"), SSS_CPU_IMAGE=str(image),
-                SSS_PYTHON=sys.executable, SSS_SCRIPT_PATH=str(tmp_path / "seed.sh"),
-                CODE_DIRS_TO_MOUNT=[dict(local_dir=str(TESTS_DIR),
-                                         mount_point=str(tmp_path / "in-container/code"))])
 
 
 def test_sss_runs_in_the_container_with_real_bind_mounts(batch_cfg, tmp_path):

@@ -3,11 +3,15 @@ and lost processes end an attempt; the run's element is submitted again with the
 and folder and resumes from its checkpoint; a cancel while it waits ends it for good."""
 
 import os
+import signal
 import subprocess
+import sys
 import time
+from pathlib import Path
 
 import jobfns
-from helpers import wait_for
+import pytest
+from helpers import copy_to_cluster, wait_for
 from jobfns import steps_done
 
 from easylaunch import JobState, run_experiment, run_sweep
@@ -23,10 +27,10 @@ def _started(job, steps: int = 3) -> str:
     return job.info()["job_id"]
 
 
-def _assert_resumed(job, result: dict, every: int) -> None:
+def _assert_resumed(job, result: dict, every: int, log_dir: Path | None = None) -> None:
     """The run went on from its checkpoints: the count never restarted from zero, and each
     restart redid fewer than ``every`` steps."""
-    steps = steps_done(job.log_dir)
+    steps = steps_done(log_dir or job.log_dir)
     assert result["resumed_from"] > 0 and result["attempt"] >= 2
     for attempt in range(2, result["attempt"] + 1):
         before = max(s for a, s in steps if a < attempt)
@@ -88,15 +92,15 @@ def test_slurms_own_requeue_is_taken_over_once(slurm_cfg):
         subprocess.run(["scancel", first])  # Slurm's requeued copy (held back two minutes)
 
 
-def test_used_up_restarts_keep_the_history(slurm_cfg):
-    import signal
-
+def test_a_lost_process_restarts_in_its_own_job_until_restarts_are_used_up(slurm_cfg):
     job = run_experiment(jobfns.kill_self, variant={"signal": signal.SIGKILL},
                          mode="slurm", max_restarts=1, config=slurm_cfg)
     assert job.wait(timeout=120) is JobState.FAILED
     info = job.info()
     assert [r["reason"] for r in info["restarts"]] == ["lost"]
     assert info["attempt"] == 2 and "max_restarts=1 used up" in info["error"]
+    assert info["restarts"][0]["job_id"] == info["job_id"]  # the job outlived its process
+    assert "next_job_id" not in info
 
 
 def test_cancel_while_the_next_attempt_waits_ends_the_run(slurm_cfg):
@@ -116,3 +120,74 @@ def test_cancel_while_the_next_attempt_waits_ends_the_run(slurm_cfg):
     time.sleep(3)
     assert job.status() is JobState.CANCELLED
     assert {a for a, _ in steps_done(job.log_dir)} == {1}
+
+
+# -- runs in an image: it has no sbatch, so the job script submits the next attempt outside it
+
+def test_a_run_in_an_image_resumes_after_preemption(slurm_cfg, stand_in):
+    config = dict(slurm_cfg, SINGULARITY_IMAGE=str(stand_in), SINGULARITY_PYTHON=sys.executable)
+    job = run_experiment(jobfns.count_steps, variant={"steps": 30, "every": 1000,
+                                                      "step_seconds": 0.2},
+                         mode="slurm_singularity", max_restarts=2, config=config)
+    _slurm("scancel", "--full", "--signal=TERM", _started(job))
+    result = job.result(timeout=120)
+    (restart,) = job.info()["restarts"]
+    assert restart["reason"] == "preempted"
+    assert result["resumed_from"] == max(s for a, s in steps_done(job.log_dir) if a == 1)
+    assert "the run goes on as job" in job.stderr_path.read_text()
+
+
+def test_an_image_run_whose_runner_died_is_recorded_and_restarted_outside(slurm_cfg,
+                                                                         stand_in):
+    config = dict(slurm_cfg, SINGULARITY_IMAGE=str(stand_in), SINGULARITY_PYTHON=sys.executable)
+    job = run_experiment(jobfns.kill_self, variant={"signal": signal.SIGKILL, "and_parent": True},
+                         mode="slurm_singularity", max_restarts=1, config=config)
+    assert job.wait(timeout=120) is JobState.FAILED
+    info = job.info()
+    assert [r["reason"] for r in info["restarts"]] == ["lost"]
+    assert info["attempt"] == 2 and "max_restarts=1 used up" in info["error"]
+    assert "SIGKILL" in info["error"] and info["restarts"][0]["job_id"] != info["job_id"]
+
+
+def test_sss_runs_requeue_at_the_time_limit_warning(batch_cfg):
+    """The warning goes to the job's shell alone (``--signal=B:USR1``, played here by
+    ``scancel --batch``): it passes it on into the image, and submits the next attempt."""
+    job = run_experiment(jobfns.count_steps, variant={"steps": 30, "every": 5,
+                                                      "step_seconds": 0.2},
+                         mode="sss", max_restarts=2, config=batch_cfg)
+    subprocess.run(["bash", f"{copy_to_cluster(job)}/submit.sh"], check=True,
+                   capture_output=True)
+    log_dir = Path(job.launch_info["backend"]["job_log_dir"])
+    assert wait_for(lambda: len(steps_done(log_dir)) >= 3, timeout=120), job.info()
+    _slurm("scancel", "--batch", "--signal=USR1", job.info()["job_id"])
+    result = job.result(timeout=120)
+    info = job.info()
+    assert info["state"] == "succeeded" and result["steps"] == 30
+    assert [r["reason"] for r in info["restarts"]] == ["time limit"]
+    _assert_resumed(job, result, every=5, log_dir=log_dir)
+
+
+@pytest.mark.parametrize("container", [True, False], ids=["in-image", "warm-workers"])
+def test_an_htp_allocation_stopped_at_its_time_limit_goes_on_in_a_new_one(batch_cfg, container):
+    """Two workers, three runs: at the warning the two running save; the allocation submits
+    itself again for them and the one never started, and only those run there."""
+    if not container:
+        batch_cfg["SSS_CPU_IMAGE"] = None
+    batch_cfg["SLURM_CONFIGS"]["cpu"]["max_num_cores_per_node"] = 2
+    jobs = run_sweep(jobfns.count_steps, [{"steps": 30, "every": 5, "step_seconds": 0.2}] * 3,
+                     mode="htp", max_restarts=2, config=batch_cfg)
+    subprocess.run(["bash", f"{copy_to_cluster(jobs[0])}/submit.sh"], check=True,
+                   capture_output=True)
+    log_dirs = [Path(j.launch_info["backend"]["job_log_dir"]) for j in jobs]
+    assert wait_for(lambda: sum(len(steps_done(d)) >= 3 for d in log_dirs) == 2, timeout=120)
+    allocation = jobs[0].info()["job_id"]
+    _slurm("scancel", "--batch", "--signal=USR1", allocation)
+    results = [j.result(timeout=180) for j in jobs]
+    assert [r["steps"] for r in results] == [30] * 3
+    stopped = [(j, r, d) for j, r, d in zip(jobs, results, log_dirs, strict=True)
+               if j.info().get("restarts")]
+    assert len(stopped) == 2
+    for job, result, log_dir in stopped:
+        assert [r["reason"] for r in job.info()["restarts"]] == ["time limit"]
+        _assert_resumed(job, result, every=5, log_dir=log_dir)
+    assert {j.info()["job_id"] for j in jobs} == {jobs[0].info()["next_job_id"]} != {allocation}

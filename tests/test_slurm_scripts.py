@@ -9,7 +9,14 @@ import jobfns
 import pytest
 
 from easylaunch import EasyLaunchError, LaunchError, run_sweep
-from easylaunch.modes.jobscript import Container, StartLine, job_script, start_line, task_line
+from easylaunch.modes.jobscript import (
+    Container,
+    StartLine,
+    job_script,
+    settled_outside,
+    start_line,
+    task_line,
+)
 from easylaunch.modes.slurm import scheduler as slurm
 from easylaunch.modes.slurm.htp import ansi_c_quote
 
@@ -93,6 +100,22 @@ def test_container_start_line_golden():
         "--nv /images/rl.sif /bin/bash -c 'export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:/mujoco && "
         "export PYTHONPATH=/code/railrl${PYTHONPATH:+:$PYTHONPATH} && exec python3 "
         "\"$BUNDLE\"/runner.py \"$BUNDLE\" --log-dir \"$LOG_DIR\"'")
+
+
+def test_restarts_from_a_container_are_settled_outside_it_golden():
+    text = settled_outside("exec singularity exec /i.sif true", "/usr/bin/python3",
+                           "/batch/it's.sbatch")
+    assert text == (
+        "trap 'kill -s TERM \"$child\" 2>/dev/null' TERM\n"
+        "trap 'kill -s INT \"$child\" 2>/dev/null' INT\n"
+        "trap 'kill -s HUP \"$child\" 2>/dev/null' HUP\n"
+        "trap 'kill -s USR1 \"$child\" 2>/dev/null' USR1\n"
+        "trap 'kill -s USR2 \"$child\" 2>/dev/null' USR2\n"
+        "singularity exec /i.sif true &\n"
+        "child=$!\n"
+        'while wait "$child"; code=$?; kill -0 "$child" 2>/dev/null; do :; done\n'
+        "EASYLAUNCH_RESUBMIT_SCRIPT='/batch/it'\"'\"'s.sbatch' exec /usr/bin/python3 "
+        '"$BUNDLE"/runner.py "$BUNDLE" --log-dir "$LOG_DIR" --after-exit "$code"')
 
 
 def test_job_script_golden_with_hostile_paths():

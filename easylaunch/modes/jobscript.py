@@ -15,7 +15,7 @@ from easylaunch import launchers
 from easylaunch.bundle import RUNNER_FILE, STDERR_LOG, STDOUT_LOG
 from easylaunch.errors import LaunchError
 from easylaunch.modes.slurm.scheduler import TIMEOUT_SIGNAL
-from easylaunch.runner import ENV_TIMEOUT_SIGNAL
+from easylaunch.runner import ENV_RESUBMIT_SCRIPT, ENV_TIMEOUT_SIGNAL
 
 
 @dataclass(frozen=True)
@@ -66,6 +66,25 @@ def on_every_rank(line: str, srun: Sequence[str]) -> str:
             '--output="${LOG_DIR//%/%%}"/stdout.rank%t.log '
             '--error="${LOG_DIR//%/%%}"/stderr.rank%t.log '
             f"bash -c {shlex.quote(line)}")
+
+
+# What a job's shell passes on to a run it waits for: stops and time-limit warnings.
+PASSED_SIGNALS = ("TERM", "INT", "HUP", "USR1", "USR2")
+
+
+def settled_outside(line: str, python: str, script: str) -> str:
+    """Shell that starts a run in a container with ``line`` as a child of the job's shell,
+    passing the scheduler's signals on, then lets the runner settle the run outside the
+    container (``python``, the cluster's), where the scheduler's commands are: an end the run
+    could not record is recorded, and a run queued again is submitted again (``script``: the
+    job script's path on the cluster)."""
+    traps = "".join(f"trap 'kill -s {name} \"$child\" 2>/dev/null' {name}\n"
+                    for name in PASSED_SIGNALS)
+    return (f"{traps}{line.removeprefix('exec ')} &\n"
+            "child=$!\n"
+            'while wait "$child"; code=$?; kill -0 "$child" 2>/dev/null; do :; done\n'
+            f"{ENV_RESUBMIT_SCRIPT}={shlex.quote(script)} exec {python} "
+            f'"$BUNDLE"/{RUNNER_FILE} "$BUNDLE" --log-dir "$LOG_DIR" --after-exit "$code"')
 
 
 # A rank's number under the launchers PBS sites use: Cray PALS, MPICH (hydra), Open MPI.

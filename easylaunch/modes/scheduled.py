@@ -109,8 +109,11 @@ class ScheduledMode(HostedMode):
         (on front ends that cannot name array elements, the only one the scheduler knows), else
         the one submitted at launch."""
         info = job.info()
-        return info.get("next_job_id") or info.get("job_id") or \
-            job.launch_info["backend"].get(self.job_id_key)
+        return info.get("next_job_id") or info.get("job_id") or self.submitted_job_id(job)
+
+    def submitted_job_id(self, job: Job) -> str | None:
+        """The scheduler's id of the job submitted at launch, if known."""
+        return job.launch_info["backend"].get(self.job_id_key)
 
     def _open_ids(self, jobs: list[Job]) -> dict[str, list[Job]]:
         by_id: dict[str, list[Job]] = {}  # htp runs share one allocation's id

@@ -4,7 +4,8 @@ The runs, code snapshots and the pickled function are copied to the host's log_d
 snapshot and function once per content), then one packer starts there, detached from the
 connection: ``max_parallel`` workers (default: one per GPU with ``use_gpu``, else one per CPU
 there), worker i pinned to GPU i. The runs go on when this machine sleeps or goes offline;
-tracking catches up when it is back.
+tracking catches up when it is back. With MAX_RESTARTS, the packer starts a run whose process
+died (or raised, with RESTART_ON_ERROR) again, as ``local`` does.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ class SshMode(HostedMode):
     """One packer per launch on a remote machine, reached over SSH."""
 
     name = "ssh"
+    restarts = True  # (the packer starts a run queued again: a crash, a kill, an error)
     options = {"cluster": None, "max_parallel": None}
 
     def host_name(self) -> str | None:
@@ -88,7 +90,7 @@ class SshMode(HostedMode):
         argv = [self.transport.python, f"{root}/{BLOB_STORE}/{blob_name('packer.py', _PACKER)}",
                 f"{pack}/tasks.txt", "--state-dir", f"{pack}/task-state", "--workers",
                 str(min(workers, len(runs))), "--runs", f"{pack}/runs.tsv",
-                "--runner", runner_there]
+                "--runner", runner_there, "--warm"]
         if self.gpus:
             argv += ["--gpus", ",".join(self.gpus)]
         return Pack(local_dir, {

@@ -6,7 +6,8 @@ Resources come from PBS_CONFIGS (``pbs_config_name=``; ``n_nodes``, ``n_gpus``,
 ``tasks_per_node``, ``time_in_mins``, ``queue`` and ``project`` override it for one launch). A
 run of several ranks starts its function on every rank through ``mpiexec`` on the job's
 ``$PBS_NODEFILE``, rank 0 keeping the record. PBS ends a job at its walltime with SIGTERM: the
-job script tells the runner when that is, so such a run records ``timeout``.
+job script tells the runner when that is, so such a run records ``timeout``; with MAX_RESTARTS
+it saves and its entry is submitted again with qsub (a plain job told its entry) instead.
 
 Tracking: the run's own record first, then ``qstat -x -f -F json`` (PBS Pro, OpenPBS) or
 ``qstat -f`` (servers without JSON output), asked once for all open runs. Cancel: ``qdel`` of
@@ -18,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import json
 import posixpath
+import shlex
 import subprocess
 
 from easylaunch import launchers, runner
@@ -29,9 +31,11 @@ from easylaunch.modes.pbs.scheduler import Resources
 from easylaunch.modes.scheduled import ArrayMode, ClusterFacts
 from easylaunch.request import LaunchRequest
 
-# The run's entry: PBS Pro numbers array elements from 1 (Slurm's PBS front ends set
-# SLURM_ARRAY_TASK_ID instead of PBS_ARRAY_INDEX, and SLURM_JOB_ID instead of PBS_JOBID).
-PBS_INDEX = "$(( ${PBS_ARRAY_INDEX:-${SLURM_ARRAY_TASK_ID:-1}} - 1 ))"
+# The run's entry: the one a restart was submitted for, else the array index (PBS Pro numbers
+# elements from 1; Slurm's PBS front ends set SLURM_ARRAY_TASK_ID instead of PBS_ARRAY_INDEX,
+# and SLURM_JOB_ID instead of PBS_JOBID).
+PBS_INDEX = (f"${{{runner.ENV_ENTRY}:-"
+             "$(( ${PBS_ARRAY_INDEX:-${SLURM_ARRAY_TASK_ID:-1}} - 1 ))}")
 JOB_ID = "${PBS_JOBID:-${SLURM_JOB_ID:-}}"
 WATCH_CANCEL = 3  # seconds: how soon a run stops when its record asks (see PbsMode._stop)
 OVERRIDES = {"n_nodes": "select", "n_gpus": "ngpus", "tasks_per_node": "mpiprocs",
@@ -42,6 +46,7 @@ class PbsMode(ArrayMode):
     """Direct submission to the PBS Pro server this machine is a login node of (or reaches)."""
 
     name = "pbs"
+    restarts = True
     scheduler = "PBS"
     submit_tool = "qsub"
     job_id_key = "pbs_job_id"
@@ -96,6 +101,9 @@ class PbsMode(ArrayMode):
             pbs.array_spec(len(entries), self.opts["array_parallelism"])
         exports = (f"{runner.ENV_TIME_LIMIT_AT}=$(( $(date +%s) + {res.walltime_seconds} )) "
                    f'{runner.ENV_JOB_ID}="{JOB_ID}" {runner.ENV_WATCH_CANCEL}={WATCH_CANCEL}')
+        if self.settings.MAX_RESTARTS:  # an attempt that ends to restart submits its entry again
+            exports += (f" {runner.ENV_RESUBMIT_SCRIPT}={shlex.quote(script)} "
+                        f'{runner.ENV_RESUBMIT_WITH}=qsub {runner.ENV_ENTRY}="$i"')
         return job_script(pbs.pbs_header(res, request.exp_name, array), entries, line,
                           index=PBS_INDEX, exports=exports)
 

@@ -259,7 +259,7 @@ class BatchMode(SlurmBase):
             return f"{there} is on the cluster; bring it here with:\n  {copy}"
         return super().fetch(job)
 
-    def job_id(self, job: Job) -> str | None:
+    def submitted_job_id(self, job: Job) -> str | None:
         """The id recorded at submission, else the one the user's own run of submit.sh wrote
         (read where the batch folder is visible from here)."""
         backend = job.launch_info["backend"]

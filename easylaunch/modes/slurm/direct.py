@@ -46,10 +46,15 @@ class SlurmMode(SlurmBase, ArrayMode):
             output=slurm.output_path(posixpath.dirname(script), "slurm-%A_%a.out"),
             signal_seconds=self.settings.SLURM_SIGNAL_SECONDS,
             array=slurm.array_spec(len(entries), self.opts["array_parallelism"]))
-        exports = SLURM_EXPORTS
-        if self.settings.MAX_RESTARTS:  # an attempt that ends to restart submits its element again
-            exports += f" {ENV_RESUBMIT_SCRIPT}={shlex.quote(script)}"
+        line, exports = self.restartable(line, script)
         return job_script(header, entries, line, exports=exports)
+
+    def restartable(self, line: str, script: str) -> tuple[str, str]:
+        """The start line and the job's exports, such that with MAX_RESTARTS an attempt that
+        ends to restart submits ``script`` again for its element (the runner does)."""
+        if not self.settings.MAX_RESTARTS:
+            return line, SLURM_EXPORTS
+        return line, f"{SLURM_EXPORTS} {ENV_RESUBMIT_SCRIPT}={shlex.quote(script)}"
 
     def submit_op(self, script: str) -> dict:
         return {"op": "run", "argv": slurm.sbatch_command(script)}

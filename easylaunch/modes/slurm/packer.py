@@ -1,8 +1,8 @@
 """Run the lines of a task file with N workers (htp's packer in an allocation; ssh mode's on a
 remote machine).
 
-``python packer.py TASKFILE --state-dir DIR [--workers N] [--runs RUNS.tsv --runner RUNNER.py]
-[--gpus 0,1]``
+``python packer.py TASKFILE --state-dir DIR [--workers N] [--runs RUNS.tsv --runner RUNNER.py
+[--warm] [--resubmit SCRIPT]] [--gpus 0,1]``
 
 Standard library only, and Python 3.6 or newer: a copy travels in the htp batch folder and
 runs on the cluster's own python3. Each worker takes the next task, runs its line with bash,
@@ -12,9 +12,14 @@ the tasks that already succeeded and reruns the others. ``task-<i>.cancel`` in t
 cancels task i (before it starts, or while it runs: SIGTERM, then SIGKILL after a grace
 period). SIGTERM and SIGUSR1 (the time-limit warning) are passed on to the running tasks.
 
-With ``--runs`` (one ``bundle<TAB>log dir`` line per task, written by htp when a task line does
-nothing but start easylaunch's runner), each worker is a warm Python that has loaded the runner
-and cloudpickle once and forks a child per run, instead of paying a new interpreter per task.
+``--runs`` (one ``bundle<TAB>log dir`` line per task) and ``--runner`` name the easylaunch run
+each task starts. The packer then records the end of a run whose process it could not record
+itself, and runs a task again when its run ended queued for another attempt (easylaunch's
+restarts). With ``--warm`` (a task line does nothing but start the runner), each worker is a
+warm Python that has loaded the runner and cloudpickle once and forks a child per run, instead
+of paying a new interpreter per task. With ``--resubmit SCRIPT``, an allocation stopped by a
+signal (its time limit, a preemption) submits SCRIPT again with sbatch for the runs left, which
+go on in the new allocation (only those: ``EASYLAUNCH_CONTINUE`` is set there).
 """
 
 import argparse
@@ -31,6 +36,9 @@ from typing import Dict, List, Optional, Tuple
 POLL_SECONDS = 0.5
 KILL_AFTER_SECONDS = 10.0
 ENV_RERUN = "EASYLAUNCH_RERUN"  # tells the runner that a failed earlier attempt may be redone
+ENV_CONTINUE = "EASYLAUNCH_CONTINUE"  # set in an allocation that goes on with a stopped one's runs
+EXIT_RESTART = 5  # the runner's: the run ended queued for another attempt
+LEFT = (None, "queued", "running")  # task states an allocation that goes on takes up
 
 
 def _write_json(path: str, obj: dict) -> None:
@@ -50,6 +58,16 @@ def _exit_code(status: int) -> int:
     if os.WIFSIGNALED(status):
         return -os.WTERMSIG(status)
     return os.WEXITSTATUS(status)
+
+
+def load_runner(path: str):
+    """easylaunch's runner module, from its copy at ``path``."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("easylaunch_runner", path)
+    runner = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(runner)
+    return runner
 
 
 class WorkerDied(Exception):
@@ -89,11 +107,7 @@ class WarmWorker:
 
 def serve(runner_path: str) -> int:
     """Worker loop: for each ``bundle<TAB>log dir<TAB>rerun`` on stdin, fork a child to run it."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("easylaunch_runner", runner_path)
-    runner = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(runner)
+    runner = load_runner(runner_path)
     try:
         import cloudpickle  # noqa: F401 - loaded once here, inherited by every child
     except ImportError:
@@ -106,11 +120,7 @@ def serve(runner_path: str) -> int:
         if pid == 0:
             os._exit(_run_child(runner, bundle, log_dir, rerun == "1"))
         print("pid {}".format(pid), flush=True)
-        code = _exit_code(os.waitpid(pid, 0)[1])
-        if os.path.isdir(log_dir):  # a run killed outright still gets its exit code or signal
-            with contextlib.suppress(OSError):
-                runner.record_lost_end(log_dir, code)
-        print("exit {}".format(code), flush=True)
+        print("exit {}".format(_exit_code(os.waitpid(pid, 0)[1])), flush=True)
     return 0
 
 
@@ -143,14 +153,21 @@ class Packer:
 
     def __init__(self, tasks: List[str], state_dir: str, workers: int,
                  runs: Optional[List[Tuple[str, str]]] = None,
-                 runner_path: Optional[str] = None, gpus: Optional[List[str]] = None) -> None:
+                 runner_path: Optional[str] = None, gpus: Optional[List[str]] = None,
+                 warm: bool = False, resubmit: Optional[str] = None,
+                 continuing: bool = False) -> None:
         self.tasks = tasks
         self.state_dir = state_dir
         self.workers = workers
         self.runs = runs
         self.runner_path = runner_path
+        self.runner = load_runner(runner_path) if runs is not None and runner_path else None
         self.gpus = gpus or []
+        self.warm = warm and self.runner is not None
+        self.resubmit = resubmit
+        self.continuing = continuing  # take up only the runs a stopped allocation left
         self.next = 0
+        self.again: List[int] = []  # tasks whose run is queued for another attempt
         self.lock = threading.Lock()
         self.running: Dict[int, Tuple[int, float]] = {}  # task -> (pid, when SIGTERM was sent)
         self.stopping = False
@@ -167,12 +184,28 @@ class Packer:
 
     def _take(self) -> Optional[int]:
         with self.lock:
+            if self.again and not self.stopping:
+                return self.again.pop(0)
             while self.next < len(self.tasks) and not self.stopping:
                 index = self.next
                 self.next += 1
-                if self._state(index) != "succeeded":
+                state = self._state(index)
+                if state in LEFT if self.continuing else state != "succeeded":
                     return index
             return None
+
+    def _settle(self, index: int, code: int) -> bool:
+        """Let the runner record an end its run could not record (killed, out of memory);
+        True if the run is queued for another attempt."""
+        if self.runner is None or code == 0:
+            return False
+        bundle, log_dir = self.runs[index]
+        try:
+            meta = self.runner.read_json(os.path.join(bundle, self.runner.BUNDLE_JSON))
+            policy = self.runner.RestartPolicy.of(meta)
+            return self.runner.end_of_job(log_dir, code, policy) == EXIT_RESTART
+        except (OSError, self.runner.DamagedRecord):
+            return False
 
     def _run(self, index: int, worker: Optional[WarmWorker], env: Dict[str, str]) -> None:
         record = {"index": index, "line": self.tasks[index], "host": os.uname()[1]}
@@ -204,15 +237,20 @@ class Packer:
                 with self.lock:
                     self.running.pop(index, None)
         cancelled = os.path.exists(self._path(index, "cancel"))
-        state = "succeeded" if code == 0 else "cancelled" if cancelled else "failed"
+        restarting = not cancelled and self._settle(index, code)
+        state = "succeeded" if code == 0 else "cancelled" if cancelled else \
+            "queued" if restarting else "failed"
         _write_json(self._path(index, "json"), dict(
             record, state=state, exit_code=code, started=started, ended=time.time()))
+        if restarting:
+            with self.lock:
+                self.again.append(index)  # (an allocation that stops leaves it to the next)
 
     def _worker(self, slot: int) -> None:
         env = dict(os.environ)
         if self.gpus:  # worker i runs its tasks on GPU i (round robin past the last)
             env["CUDA_VISIBLE_DEVICES"] = self.gpus[slot % len(self.gpus)]
-        worker = WarmWorker(self.runner_path, env) if self.runs is not None else None
+        worker = WarmWorker(self.runner_path, env) if self.warm else None
         try:
             while True:
                 index = self._take()
@@ -273,7 +311,36 @@ class Packer:
         states = [self._state(i) for i in range(len(self.tasks))]
         ok = states.count("succeeded")
         print("packer: {} of {} tasks succeeded".format(ok, len(states)), file=sys.stderr)
+        left = [i for i, state in enumerate(states) if state in LEFT]
+        if self.stopping and self.resubmit and left:
+            self._go_on_elsewhere(left)
         return 0 if ok == len(states) else 1
+
+    def _go_on_elsewhere(self, left: List[int]) -> None:
+        """Submit the allocation's script again for the runs left (stopped by a signal, never
+        started), and point their records at the new job; a run that cannot go on ends as
+        its last attempt would have without a restart."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SBATCH_"))}
+        env[ENV_CONTINUE] = "1"
+        argv = ["sbatch", "--parsable", self.resubmit]
+        try:
+            out = subprocess.run(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 universal_newlines=True, timeout=60)
+            job = out.stdout.strip().split(";")[0]
+            problem = None if out.returncode == 0 and job.isdigit() else \
+                (out.stderr or out.stdout).strip() or "sbatch exited with {}".format(out.returncode)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            problem = repr(exc)
+        for index in left:
+            log_dir = self.runs[index][1] if self.runs else None
+            if self.runner is None or log_dir is None or not os.path.isdir(log_dir):
+                continue
+            if problem is None:
+                self.runner.update_status(log_dir, next_job_id=job)
+            else:
+                self.runner.give_up_restart(log_dir, "{}: {}".format(" ".join(argv), problem))
+        print("packer: {} run(s) go on as job {}".format(len(left), job) if problem is None
+              else "packer: could not submit the runs left: {}".format(problem), file=sys.stderr)
 
 
 def _signal_group(pid: int, signum: int) -> None:
@@ -298,8 +365,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("taskfile")
     parser.add_argument("--state-dir", required=True)
     parser.add_argument("--workers", type=int, default=None)
-    parser.add_argument("--runs", help="bundle<TAB>log dir per task: run them in warm workers")
-    parser.add_argument("--runner", help="the runner.py the warm workers load")
+    parser.add_argument("--runs", help="bundle<TAB>log dir per task: the run each one starts")
+    parser.add_argument("--runner", help="easylaunch's runner.py, for those runs")
+    parser.add_argument("--warm", action="store_true",
+                        help="fork the runs in warm workers instead of running the lines")
+    parser.add_argument("--resubmit", help="the job script to submit again for the runs left "
+                        "when a signal stops the allocation")
     parser.add_argument("--gpus", help="comma-separated GPU ids: worker i runs on GPU i")
     args = parser.parse_args(argv)
     tasks = read_tasks(args.taskfile)
@@ -310,7 +381,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         if len(runs) != len(tasks) or not args.runner:
             parser.error("--runs needs one line per task, and --runner")
     packer = Packer(tasks, args.state_dir, args.workers or default_workers(), runs, args.runner,
-                    args.gpus.split(",") if args.gpus else None)
+                    args.gpus.split(",") if args.gpus else None, args.warm, args.resubmit,
+                    continuing=os.environ.get(ENV_CONTINUE) == "1")
     signal.signal(signal.SIGTERM, packer.forward)
     signal.signal(signal.SIGUSR1, packer.forward)
     return packer.run()

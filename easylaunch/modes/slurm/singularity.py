@@ -11,7 +11,13 @@ import shlex
 from easylaunch import launchers
 from easylaunch.bundle import Run
 from easylaunch.errors import LaunchError
-from easylaunch.modes.jobscript import Container, StartLine, bundle_pythonpath
+from easylaunch.modes.jobscript import (
+    SLURM_EXPORTS,
+    Container,
+    StartLine,
+    bundle_pythonpath,
+    settled_outside,
+)
 from easylaunch.modes.slurm.base import SlurmBase
 from easylaunch.modes.slurm.direct import SlurmMode
 from easylaunch.request import LaunchRequest
@@ -21,7 +27,7 @@ class SlurmSingularityMode(SlurmMode):
     """Direct submission; runs start in a Singularity image."""
 
     name = "slurm_singularity"
-    restarts = False  # the runner, inside the image, has no sbatch to submit the next attempt
+    restarts = True  # (the job script submits the next attempt, outside the image)
     options = {**SlurmBase.options, "array_parallelism": None}  # the image is the environment
 
     def check(self, request: LaunchRequest) -> None:
@@ -32,6 +38,13 @@ class SlurmSingularityMode(SlurmMode):
 
     def launch_info(self, request: LaunchRequest) -> dict[str, str]:
         return {"singularity_image": self.settings.SINGULARITY_IMAGE}
+
+    def restartable(self, line: str, script: str) -> tuple[str, str]:
+        """The image has no sbatch: the job's shell submits the next attempt, after the
+        container ended."""
+        if not self.settings.MAX_RESTARTS:
+            return line, SLURM_EXPORTS
+        return settled_outside(line, shlex.quote(self.cluster_python()), script), SLURM_EXPORTS
 
     def start(self, request: LaunchRequest, runs: list[Run], python: str, root: str
               ) -> StartLine:

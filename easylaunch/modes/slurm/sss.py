@@ -6,16 +6,21 @@ import shlex
 
 from easylaunch.bundle import Run
 from easylaunch.errors import LaunchError
-from easylaunch.modes.jobscript import StartLine, job_script, start_line
+from easylaunch.modes.jobscript import StartLine, job_script, settled_outside, start_line
 from easylaunch.modes.slurm import scheduler as slurm
 from easylaunch.modes.slurm.batch import SUBMIT, BatchMode, BatchPlan, Layout, submit_script
 from easylaunch.request import LaunchRequest
 
 
 class SssMode(BatchMode):
-    """Each run gets its own sbatch script that runs it in a Singularity container."""
+    """Each run gets its own sbatch script that runs it in a Singularity container.
+
+    With MAX_RESTARTS, the script submits itself again (outside the container) for a run
+    whose attempt ended to restart.
+    """
 
     name = "sss"
+    restarts = True  # (each job script submits the next attempt, outside the image)
 
     def check(self, request: LaunchRequest) -> None:
         super().check(request)
@@ -38,7 +43,9 @@ class SssMode(BatchMode):
                                                                  f"slurm-{run.run_id}-%j.out"),
                                          signal_seconds=self.settings.SLURM_SIGNAL_SECONDS)
             script = f"{run.run_id}.sbatch"
-            files[script] = job_script(header, [(bundle, log_dir)], line)
+            files[script] = job_script(header, [(bundle, log_dir)], settled_outside(
+                line, shlex.quote(self.cluster_python()), f"{layout.cluster_dir}/{script}")
+                if self.settings.MAX_RESTARTS else line)
             entries.append(([run.run_id], script))
             seed.append(shlex.join(["sbatch", f"{layout.cluster_dir}/{script}"]))
         files[SUBMIT] = submit_script(entries)
