@@ -1,6 +1,8 @@
-"""`easylaunch ls` over a registry of 10,000 runs against `easylaunch --version` (goal < 5x).
+"""`easylaunch ls` and `easylaunch ls --all` over a registry of 10,000 runs against
+`easylaunch --version` (goal < 5x).
 
-Both commands run as fresh processes, interleaved, so start-up costs count the same for both.
+The commands run as fresh processes, interleaved, so start-up costs count the same for each;
+their output goes to a pipe (ls then prints tab-separated lines).
 Usage: python bench/bench_registry.py [--runs N] [--repeats N]
 """
 
@@ -28,7 +30,7 @@ def fill(path: Path, runs: int) -> None:
 
 def timed(argv: list[str]) -> float:
     t = time.perf_counter()
-    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(argv, check=True, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     return time.perf_counter() - t
 
 
@@ -43,16 +45,17 @@ def main() -> None:
         config = Path(tmp) / "settings.py"
         config.write_text(f"REGISTRY_PATH = {str(registry)!r}\n")
         base = [sys.executable, "-m", "easylaunch.cli"]
-        version, ls = [], []
+        times: dict[str, list[float]] = {"--version": [], "ls": [], "ls --all": []}
         for _ in range(args.repeats):
-            version.append(timed(base + ["--version"]))
-            ls.append(timed(base + ["--config", str(config), "ls"]))
-        v, s = statistics.median(version) * 1000, statistics.median(ls) * 1000
-        print(f"registry of {args.runs} runs: easylaunch --version {v:.0f} ms | "
-              f"easylaunch ls {s:.0f} ms | ratio {s / v:.2f}x (goal < 5x)")
-        ls_all = statistics.median(timed(base + ["--config", str(config), "ls", "--all"])
-                                   for _ in range(3)) * 1000
-        print(f"  (easylaunch ls --all, every one of the {args.runs} rows: {ls_all:.0f} ms)")
+            for name in times:
+                argv = name.split() if name == "--version" else \
+                    ["--config", str(config), *name.split()]
+                times[name].append(timed(base + argv))
+        v = statistics.median(times["--version"]) * 1000
+        print(f"registry of {args.runs} runs: easylaunch --version {v:.0f} ms")
+        for name in ("ls", "ls --all"):
+            ms = statistics.median(times[name]) * 1000
+            print(f"  easylaunch {name:9} {ms:5.0f} ms | ratio {ms / v:.2f}x (goal < 5x)")
 
 
 if __name__ == "__main__":

@@ -139,10 +139,24 @@ def _refresh_together(registry, entries) -> tuple[dict[str, str], dict[str, int]
     return shown, restarts
 
 
+LS_COLUMNS = ("ID", "EXPERIMENT", "MODE", "STATE", "LAUNCHED", "LOG DIR")
+
+
+def _print_rows(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
+    """Rows as aligned columns on a terminal; as tab-separated lines (tabs and newlines in
+    values made spaces) when the output goes to a file or a pipe, for scripts."""
+    if not sys.stdout.isatty():
+        plain = str.maketrans("\t\n\r", "   ")
+        sys.stdout.write("".join("\t".join(v.translate(plain) for v in row) + "\n"
+                                 for row in (header, *rows)))
+        return
+    widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header) - 1)]
+    lines = ["  ".join(v.ljust(w) for v, w in zip(row, widths, strict=False)) + "  " + row[-1]
+             for row in (header, *rows)]
+    sys.stdout.write("\033[1m" + lines[0] + "\033[0m\n" + "".join(f"{ln}\n" for ln in lines[1:]))
+
+
 def _ls(args: argparse.Namespace) -> int:
-    from rich.console import Console
-    from rich.markup import escape
-    from rich.table import Table
 
     registry = _registry(args)
     states = [s.strip() for group in args.state or [] for s in group.split(",") if s.strip()]
@@ -161,22 +175,18 @@ def _ls(args: argparse.Namespace) -> int:
     fresh, fresh_restarts = _refresh_together(registry, [e for e in entries if e.id not in shown])
     shown.update(fresh)
     restarts.update(fresh_restarts)
-    table = Table(box=None, header_style="bold")
-    for column in ("ID", "EXPERIMENT", "MODE", "STATE", "LAUNCHED"):
-        table.add_column(column, no_wrap=True)
-    table.add_column("LOG DIR", overflow="fold")
+    rows = []
     for entry in entries:
         state = shown[entry.id]
         count = restarts.get(entry.id, entry.restarts)
         if count:
             state += f" ({count} restart{'s' * (count > 1)})"
-        table.add_row(entry.id, entry.exp_name, entry.mode, escape(state),
-                      _when(entry.created), escape(entry.log_dir))
-    console = Console(width=None if sys.stdout.isatty() else 100_000)  # piped: one line a run
-    console.print(table)
+        rows.append((entry.id, entry.exp_name, entry.mode, state, _when(entry.created),
+                     entry.log_dir))
+    _print_rows(LS_COLUMNS, rows)
     if len(entries) < total:
-        console.print(f"[dim]showing the newest {len(entries)} of {total} runs; "
-                      "--limit N or --all for more[/dim]")
+        print(f"showing the newest {len(entries)} of {total} runs; --limit N or --all for more",
+              file=sys.stderr)
     return 0
 
 

@@ -1,5 +1,6 @@
 """The registry and the `easylaunch` job commands, driven as a user would: via subprocess."""
 
+import contextlib
 import os
 import re
 import signal
@@ -56,9 +57,31 @@ def test_ls_shows_runs_newest_first_with_their_states(config_file):
     assert bad.id in only_failed and ok.id not in only_failed
     only_good = cli(config_file, "ls", "--exp", "good", "--mode", "local", "--since", "1h").stdout
     assert ok.id in only_good and bad.id not in only_good
-    limited = cli(config_file, "ls", "-n", "1").stdout
-    assert bad.id in limited and ok.id not in limited
-    assert "showing the newest 1 of 2 runs" in limited
+    limited = cli(config_file, "ls", "-n", "1")
+    assert bad.id in limited.stdout and ok.id not in limited.stdout
+    assert "showing the newest 1 of 2 runs" in limited.stderr  # (not in the lines for scripts)
+
+
+def test_ls_prints_tab_separated_lines_to_a_pipe_and_columns_to_a_terminal(config_file):
+    job = run_experiment(jobfns.train, exp_name="tsv", config=config_file)
+    job.wait(timeout=60)
+    header, row = cli(config_file, "ls").stdout.splitlines()
+    assert header.split("\t") == ["ID", "EXPERIMENT", "MODE", "STATE", "LAUNCHED", "LOG DIR"]
+    fields = row.split("\t")
+    assert fields[:4] == [job.id, "tsv", "local", "succeeded"] and fields[5] == str(job.log_dir)
+    out, terminal = os.openpty()  # a pseudo-terminal, as a user's shell has
+    proc = subprocess.run([sys.executable, "-m", "easylaunch.cli", "--config", config_file,
+                           "ls"], stdout=terminal, stderr=subprocess.PIPE, timeout=60)
+    os.close(terminal)
+    shown = b""
+    with contextlib.suppress(OSError):
+        while chunk := os.read(out, 65536):
+            shown += chunk
+    os.close(out)
+    assert proc.returncode == 0
+    lines = shown.decode().splitlines()
+    assert "\t" not in shown.decode() and lines[0].startswith("\x1b[1mID ")
+    assert lines[1].startswith(job.id) and lines[1].index("local") == lines[0].index("MODE") - 4
 
 
 def test_watch_follows_open_runs_until_all_have_ended(config_file):
@@ -177,8 +200,8 @@ def test_two_processes_launching_at_once_both_land(config_file):
     procs = [subprocess.Popen([sys.executable, "-c", script, name]) for name in ("one", "two")]
     assert [p.wait(timeout=120) for p in procs] == [0, 0]
     out = cli(config_file, "ls", "--all").stdout
-    assert sum(" one " in line for line in out.splitlines()) == 25
-    assert sum(" two " in line for line in out.splitlines()) == 25
+    assert sum(line.split("\t")[1] == "one" for line in out.splitlines()) == 25
+    assert sum(line.split("\t")[1] == "two" for line in out.splitlines()) == 25
 
 
 def test_ambiguous_and_unknown_ids(config_file, tmp_path):
