@@ -131,7 +131,10 @@ SSH_PRIVATE_KEY: str | None = None
 
 # Named resource requests; ``slurm_config_name=`` picks one, else "gpu" when use_gpu, else "cpu".
 # Fields: account_name, partition, n_gpus, max_num_cores_per_node, n_cpus_per_task,
-# time_in_mins, n_nodes (None: enough nodes for the cores asked), extra_flags (sbatch options).
+# time_in_mins, n_nodes (None: enough nodes for the cores asked), mem ("16G"), qos, constraint,
+# gpu_string (":A100" asks for --gres=gpu:A100:N), extra_flags (sbatch options). One launch can
+# replace some: run_experiment(..., partition=, time_in_mins=, mem=, account=, qos=,
+# constraint=, n_cpus_per_task=, n_gpus=, n_nodes=).
 SLURM_CONFIGS: dict = dict(
     cpu=dict(
         account_name=None,

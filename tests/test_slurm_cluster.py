@@ -25,6 +25,18 @@ def test_a_sweep_is_one_job_array(slurm_cfg):
     assert all(j.info()["host"] for j in jobs)
 
 
+def test_a_launch_sets_its_own_partition_memory_and_time(slurm_cfg):
+    job = run_experiment(jobfns.sleep_a_while, variant={"seconds": 30}, mode="slurm",
+                         config=slurm_cfg, partition="debug", mem="200M", time_in_mins="0:03:00")
+    try:
+        shown = subprocess.run(["scontrol", "show", "job", job.launch_info["backend"]
+                                ["slurm_job_id"]], capture_output=True, text=True).stdout
+        assert "Partition=debug" in shown and "TimeLimit=00:03:00" in shown, shown
+        assert "MinMemoryNode=200M" in shown, shown
+    finally:
+        job.cancel()
+
+
 def test_arrays_are_split_at_max_array_size(slurm_cfg, monkeypatch):
     monkeypatch.setattr(slurm_mode.slurm, "max_array_size", lambda _: 3)
     jobs = run_sweep(jobfns.train, [dict(learning_rate=i) for i in range(5)], mode="slurm",

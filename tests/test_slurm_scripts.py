@@ -1,5 +1,6 @@
 """Slurm scripts and commands as exact text (no cluster needed)."""
 
+import copy
 import os
 import subprocess
 import sys
@@ -321,6 +322,33 @@ def test_multi_rank_runs_start_through_srun(tmp_path):
             "--output=\"${LOG_DIR//%/%%}\"/stdout.rank%t.log "
             "--error=\"${LOG_DIR//%/%%}\"/stderr.rank%t.log "
             "bash -c 'exec singularity exec") in script
+
+
+def test_one_launch_replaces_the_configs_resources(tmp_path):
+    cfg = batch_settings(tmp_path)
+    before = copy.deepcopy(cfg["SLURM_CONFIGS"])
+    (job,) = run_sweep(jobfns.train, [{}], mode="sss", config=cfg, partition="big mem",
+                       time_in_mins="2:00:00", mem="64g", account="lab", qos="high",
+                       constraint="a100|h100", n_cpus_per_task=8)
+    script = (Path(job.launch_info["backend"]["batch_dir"]) / f"{job.id}.sbatch").read_text()
+    for line in ('--partition="big mem"', "--time=120", "--mem=64G", '--account="lab"',
+                 '--qos="high"', '--constraint="a100|h100"', "--cpus-per-task=8"):
+        assert f"#SBATCH {line}\n" in script
+    assert cfg["SLURM_CONFIGS"] == before  # for this launch only
+
+
+@pytest.mark.parametrize("option, problem", [
+    (dict(mem="lots"), "mem must be an amount sbatch reads"),
+    (dict(partition=""), "partition must be a non-empty string"),
+    (dict(qos=3), "qos must be a non-empty string"),
+    (dict(n_cpus_per_task=0), "n_cpus_per_task must be at least 1"),
+    (dict(time_in_mins="soon"), "time_in_mins must be a positive number"),
+])
+def test_a_launchs_bad_resource_is_refused_before_anything_is_made(tmp_path, option, problem):
+    cfg = batch_settings(tmp_path)
+    with pytest.raises(LaunchError, match=problem):
+        run_sweep(jobfns.train, [{}], mode="sss", config=cfg, **option)
+    assert not (tmp_path / "logs").exists()
 
 
 def _fake_run(answers):

@@ -17,28 +17,38 @@ from easylaunch.modes.slurm import scheduler as slurm
 from easylaunch.modes.slurm.scheduler import Resources
 from easylaunch.request import LaunchRequest
 
+# Options of one launch that replace a SLURM_CONFIGS field (option -> field).
+RESOURCE_OPTIONS = {"time_in_mins": "time_in_mins", "partition": "partition", "mem": "mem",
+                    "account": "account_name", "qos": "qos", "constraint": "constraint",
+                    "n_cpus_per_task": "n_cpus_per_task"}
+
 
 class SlurmBase(ScheduledMode):
     """Tracking and cancelling through Slurm; subclasses decide how jobs are made.
 
     Options ``n_nodes``, ``n_gpus`` (per node) and ``tasks_per_node`` (default: the GPUs per
     node, else 1) make a run multi-process: its function runs on every rank through srun.
-    ``time_in_mins`` (minutes or a Slurm time) replaces the config's limit for one launch.
+    ``time_in_mins`` (minutes or a Slurm time), ``partition``, ``mem``, ``account``, ``qos``,
+    ``constraint`` and ``n_cpus_per_task`` replace the config's values for one launch (checked
+    as SLURM_CONFIGS is).
     """
 
     scheduler = "Slurm"
     submit_tool = "sbatch"
     job_id_key = "slurm_job_id"
     other_ways = ", or use mode='sss' to write job scripts to copy"
-    options = {"n_nodes": None, "n_gpus": None, "tasks_per_node": None, "time_in_mins": None,
-               "cluster": None}
+    options = {"n_nodes": None, "n_gpus": None, "tasks_per_node": None, "cluster": None,
+               **dict.fromkeys(RESOURCE_OPTIONS)}
 
     def resources(self, request: LaunchRequest) -> Resources:
-        """The checked SLURM_CONFIGS entry for this request, with the rank options applied."""
+        """The checked SLURM_CONFIGS entry for this request, with this launch's options
+        applied."""
         configs = self.settings.SLURM_CONFIGS
         name = request.slurm_config_name or ("gpu" if request.use_gpu else "cpu")
-        overrides = {k: self.opts[k] for k in ("n_nodes", "n_gpus", "time_in_mins")
-                     if self.opts.get(k) is not None}
+        overrides = {field: self.opts[option]
+                     for option, field in {"n_nodes": "n_nodes", "n_gpus": "n_gpus",
+                                           **RESOURCE_OPTIONS}.items()
+                     if self.opts.get(option) is not None}
         if name in configs and overrides:
             configs = {**configs, name: {**configs[name], **overrides}}
         res = slurm.resolve_resources(configs, name, request.use_gpu)

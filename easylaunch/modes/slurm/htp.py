@@ -20,6 +20,7 @@ from easylaunch.jobs import Job
 from easylaunch.modes.jobscript import StartLine, bundle_pythonpath, start_line, task_line
 from easylaunch.modes.slurm import packer
 from easylaunch.modes.slurm import scheduler as slurm
+from easylaunch.modes.slurm.base import RESOURCE_OPTIONS
 from easylaunch.modes.slurm.batch import (
     JOB_IDS,
     SUBMIT,
@@ -57,7 +58,7 @@ class HtpMode(BatchMode):
 
     name = "htp"
     restarts = True
-    options = {"time_in_mins": None, "cluster": None}  # one process per run: no rank options
+    options = {**dict.fromkeys(RESOURCE_OPTIONS), "cluster": None}  # (one process a run)
 
     def check(self, request: LaunchRequest) -> None:
         super().check(request)

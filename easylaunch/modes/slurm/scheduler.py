@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from easylaunch.errors import LaunchError
 
 CONFIG_FIELDS = ("account_name", "partition", "n_gpus", "max_num_cores_per_node",
-                 "n_cpus_per_task", "time_in_mins", "n_nodes", "extra_flags", "gpu_string", "mem")
+                 "n_cpus_per_task", "time_in_mins", "n_nodes", "extra_flags", "gpu_string", "mem",
+                 "qos", "constraint")
 # Slurm's --time forms: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S.
 TIME_PATTERN = re.compile(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?")
 DEFAULT_MAX_ARRAY_SIZE = 1001
@@ -62,6 +63,8 @@ class Resources:
     max_cores_per_node: int | None = None
     gpu_type: str = ""  # gres type, as in --gres=gpu:TITAN:1
     mem: str | None = None  # --mem, e.g. "16G"
+    qos: str | None = None
+    constraint: str | None = None  # node features, e.g. "a100|h100"
 
 
 def resolve_resources(configs: dict, name: str | None, use_gpu: bool,
@@ -112,10 +115,17 @@ def resolve_resources(configs: dict, name: str | None, use_gpu: bool,
     if mem is not None and not amount:
         raise LaunchError(f"{where}: mem must be an amount sbatch reads (16000, \"16G\"), "
                           f"got {mem!r}")
-    return Resources(name, cfg.get("account_name"), cfg.get("partition"), ints["n_gpus"],
+    words = {}
+    for key in ("account_name", "partition", "qos", "constraint"):
+        value = cfg.get(key)
+        if value is not None and (not isinstance(value, str) or not value.strip()):
+            raise LaunchError(f"{where}: {key} must be a non-empty string, got {value!r}")
+        words[key] = value
+    return Resources(name, words["account_name"], words["partition"], ints["n_gpus"],
                      ints["n_cpus_per_task"], ints["time_in_mins"], nodes, n_tasks, extra,
                      ints["max_num_cores_per_node"], gpu_string.lstrip(":"),
-                     None if mem is None else amount[1] + amount[2].upper())
+                     None if mem is None else amount[1] + amount[2].upper(),
+                     words["qos"], words["constraint"])
 
 
 def time_minutes(value: object, what: str) -> int:
@@ -191,6 +201,10 @@ def sbatch_header(res: Resources, job_name: str, output: str, signal_seconds: in
         lines.append(_directive(f"--gres={gres}"))
     if res.mem:
         lines.append(_directive(f"--mem={res.mem}"))
+    if res.qos:
+        lines.append(_directive(f"--qos={_quoted(res.qos)}"))
+    if res.constraint:
+        lines.append(_directive(f"--constraint={_quoted(res.constraint)}"))
     if array is not None:
         lines.append(_directive(f"--array={array}"))
     if res.extra_flags.strip():
