@@ -15,12 +15,14 @@ from easylaunch.modes.slurm import direct as slurm_mode
 TESTS_DIR = Path(__file__).resolve().parent
 
 
-def test_a_sweep_is_one_job_array(slurm_cfg):
+def test_a_sweep_is_one_job_array(slurm_cfg, capsys):
     jobs = run_sweep(jobfns.train, [dict(learning_rate=i) for i in range(4)], mode="slurm",
                      exp_name="arr", config=slurm_cfg)
     ids = [j.launch_info["backend"]["slurm_job_id"] for j in jobs]
     array = ids[0].split("_")[0]
     assert ids == [f"{array}_{i}" for i in range(4)]
+    said = f"easylaunch slurm: 4 run(s) submitted as Slurm job {array} (an array of 4)\n"
+    assert said in capsys.readouterr().err
     assert [j.result(timeout=120)["lr"] for j in jobs] == [0, 1, 2, 3]
     assert all(j.info()["host"] for j in jobs)
 

@@ -329,6 +329,11 @@ class ArrayMode(ScheduledMode):
             up = Upload(request.log_root, root, root, shared, plain)
             answers = staging.upload(self.transport, up, then=submits).answers
         job_ids = self._job_ids(prepared.arrays, answers)
+        print(f"easylaunch {self.name}: {len(runs)} run(s) submitted as {self.scheduler} job"
+              f"{'s' * (len(job_ids) > 1)} " + ", ".join(
+                  job_id + (f" (an array of {len(array.runs)})" if len(array.runs) > 1 else "")
+                  for array, job_id in zip(prepared.arrays, job_ids, strict=True)),
+              file=sys.stderr)
         for array, job_id in zip(prepared.arrays, job_ids, strict=True):
             for index, run in enumerate(array.runs):
                 log_there = f"{root}/{run.log_dir.relative_to(request.log_root)}"
