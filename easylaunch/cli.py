@@ -157,7 +157,6 @@ def _print_rows(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
 
 
 def _ls(args: argparse.Namespace) -> int:
-
     registry = _registry(args)
     states = [s.strip() for group in args.state or [] for s in group.split(",") if s.strip()]
     unknown = sorted(set(states) - set(STATES))

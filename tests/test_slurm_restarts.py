@@ -66,16 +66,22 @@ def test_a_two_rank_run_requeues_at_its_time_limit(slurm_cfg):
     assert (job.log_dir / "stderr.rank1.log").exists()
 
 
-def test_preemption_signal_saves_and_resumes_at_once(slurm_cfg):
+@pytest.mark.parametrize("mode", ["slurm", "slurm_singularity"])
+def test_preemption_signal_saves_and_resumes_at_once(slurm_cfg, mode, request):
+    config = slurm_cfg
+    if mode == "slurm_singularity":  # the image has no sbatch: the job script resubmits
+        config = dict(slurm_cfg, SINGULARITY_IMAGE=str(request.getfixturevalue("stand_in")),
+                      SINGULARITY_PYTHON=sys.executable)
     job = run_experiment(jobfns.count_steps, variant={"steps": 30, "every": 1000,
                                                       "step_seconds": 0.2},
-                         mode="slurm", max_restarts=2, config=slurm_cfg)
+                         mode=mode, max_restarts=2, config=config)
     _slurm("scancel", "--full", "--signal=TERM", _started(job))
     result = job.result(timeout=120)
     (restart,) = job.info()["restarts"]
     assert restart["reason"] == "preempted"
     stopped_at = max(s for a, s in steps_done(job.log_dir) if a == 1)
     assert result["resumed_from"] == stopped_at  # the save at the notice: nothing redone
+    assert "the run goes on as job" in job.stderr_path.read_text()
 
 
 def test_slurms_own_requeue_is_taken_over_once(slurm_cfg):
@@ -123,19 +129,6 @@ def test_cancel_while_the_next_attempt_waits_ends_the_run(slurm_cfg):
 
 
 # -- runs in an image: it has no sbatch, so the job script submits the next attempt outside it
-
-def test_a_run_in_an_image_resumes_after_preemption(slurm_cfg, stand_in):
-    config = dict(slurm_cfg, SINGULARITY_IMAGE=str(stand_in), SINGULARITY_PYTHON=sys.executable)
-    job = run_experiment(jobfns.count_steps, variant={"steps": 30, "every": 1000,
-                                                      "step_seconds": 0.2},
-                         mode="slurm_singularity", max_restarts=2, config=config)
-    _slurm("scancel", "--full", "--signal=TERM", _started(job))
-    result = job.result(timeout=120)
-    (restart,) = job.info()["restarts"]
-    assert restart["reason"] == "preempted"
-    assert result["resumed_from"] == max(s for a, s in steps_done(job.log_dir) if a == 1)
-    assert "the run goes on as job" in job.stderr_path.read_text()
-
 
 def test_an_image_run_whose_runner_died_is_recorded_and_restarted_outside(slurm_cfg,
                                                                          stand_in):

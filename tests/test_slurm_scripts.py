@@ -339,8 +339,8 @@ def test_one_launch_replaces_the_configs_resources(tmp_path):
 
 @pytest.mark.parametrize("option, problem", [
     (dict(mem="lots"), "mem must be an amount sbatch reads"),
-    (dict(partition=""), "partition must be a non-empty string"),
-    (dict(qos=3), "qos must be a non-empty string"),
+    (dict(account=["lab"]), "account_name must be a string"),
+    (dict(qos=3), "qos must be a string"),
     (dict(n_cpus_per_task=0), "n_cpus_per_task must be at least 1"),
     (dict(time_in_mins="soon"), "time_in_mins must be a positive number"),
 ])

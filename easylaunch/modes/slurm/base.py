@@ -45,13 +45,20 @@ class SlurmBase(ScheduledMode):
         applied."""
         configs = self.settings.SLURM_CONFIGS
         name = request.slurm_config_name or ("gpu" if request.use_gpu else "cpu")
-        overrides = {field: self.opts[option]
-                     for option, field in {"n_nodes": "n_nodes", "n_gpus": "n_gpus",
-                                           **RESOURCE_OPTIONS}.items()
-                     if self.opts.get(option) is not None}
+        given = {option: (field, self.opts[option])
+                 for option, field in {"n_nodes": "n_nodes", "n_gpus": "n_gpus",
+                                       **RESOURCE_OPTIONS}.items()
+                 if self.opts.get(option) is not None}
+        overrides = dict(given.values())
         if name in configs and overrides:
             configs = {**configs, name: {**configs[name], **overrides}}
-        res = slurm.resolve_resources(configs, name, request.use_gpu)
+        try:
+            res = slurm.resolve_resources(configs, name, request.use_gpu)
+        except LaunchError as exc:
+            if not given:
+                raise
+            raise LaunchError(f"{exc} (with this launch's " + ", ".join(
+                f"{option}={value!r}" for option, (_, value) in given.items()) + ")") from None
         per_node = self.opts.get("tasks_per_node") or res.n_gpus or 1
         if not isinstance(per_node, int) or isinstance(per_node, bool) or per_node < 1:
             raise LaunchError(f"tasks_per_node must be a positive integer, got {per_node!r}")

@@ -37,7 +37,6 @@ POLL_SECONDS = 0.5
 KILL_AFTER_SECONDS = 10.0
 ENV_RERUN = "EASYLAUNCH_RERUN"  # tells the runner that a failed earlier attempt may be redone
 ENV_CONTINUE = "EASYLAUNCH_CONTINUE"  # set in an allocation that goes on with a stopped one's runs
-EXIT_RESTART = 5  # the runner's: the run ended queued for another attempt
 LEFT = (None, "queued", "running")  # task states an allocation that goes on takes up
 
 
@@ -203,7 +202,7 @@ class Packer:
         try:
             meta = self.runner.read_json(os.path.join(bundle, self.runner.BUNDLE_JSON))
             policy = self.runner.RestartPolicy.of(meta)
-            return self.runner.end_of_job(log_dir, code, policy) == EXIT_RESTART
+            return self.runner.end_of_job(log_dir, code, policy) == self.runner.EXIT_RESTART
         except (OSError, self.runner.DamagedRecord):
             return False
 

@@ -117,9 +117,9 @@ def resolve_resources(configs: dict, name: str | None, use_gpu: bool,
                           f"got {mem!r}")
     words = {}
     for key in ("account_name", "partition", "qos", "constraint"):
-        value = cfg.get(key)
-        if value is not None and (not isinstance(value, str) or not value.strip()):
-            raise LaunchError(f"{where}: {key} must be a non-empty string, got {value!r}")
+        value = cfg.get(key) or None  # ('' as doodad's configs write it: not set)
+        if value is not None and not isinstance(value, str):
+            raise LaunchError(f"{where}: {key} must be a string, got {value!r}")
         words[key] = value
     return Resources(name, words["account_name"], words["partition"], ints["n_gpus"],
                      ints["n_cpus_per_task"], ints["time_in_mins"], nodes, n_tasks, extra,
