@@ -17,7 +17,13 @@ from pathlib import Path
 from easylaunch import __version__
 from easylaunch.errors import EasyLaunchError
 from easylaunch.jobs import JobState
-from easylaunch.settings import USER_CONFIG_PATH, load_settings, write_template
+from easylaunch.settings import (
+    DEFAULTS,
+    USER_CONFIG_PATH,
+    load_settings,
+    where_found,
+    write_template,
+)
 
 STATUS_LOG_LINES = 100
 VALUE_CHARS = 2000  # longer values (a huge variant) are cut in `easylaunch status`
@@ -340,15 +346,19 @@ def _dist_launch(args: argparse.Namespace) -> int:
 
 def _init(args: argparse.Namespace) -> int:
     dest = write_template(args.path)
-    print(f"wrote {dest}; edit it, then launch (easylaunch reads it from there)")
+    print(f"wrote {dest} (the keys most users change; the others are named at its end); "
+          f"{where_found(dest)}")
     return 0
 
 
 def _config(args: argparse.Namespace) -> int:
     settings = load_settings(args.config)
-    print(f"# settings file: {settings.path or 'none found (all defaults)'}")
-    for key in sorted(settings):
-        print(f"{key} = {settings[key]!r}  # from {settings.sources[key]}")
+    changed = {key for key in settings if settings[key] != DEFAULTS.get(key)}
+    print(f"# settings file: {settings.path or 'none found (all defaults)'}; "
+          f"* marks the {len(changed)} value(s) that differ from the defaults")
+    for key in sorted(changed if args.changed else settings):
+        print(f"{'*' if key in changed else ' '} {key} = {settings[key]!r}  "
+              f"# from {settings.sources[key]}")
     return 0
 
 
@@ -363,12 +373,23 @@ def _doctor(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``easylaunch`` command."""
-    parser = argparse.ArgumentParser(prog="easylaunch", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="easylaunch", description="List, inspect, follow, cancel, resubmit and fetch the "
+        "runs easylaunch launched.", epilog="Exit codes: 0 done, 1 an error (a run not found, "
+        "a refused action), 2 a usage error, 130 interrupted, 141 the output's reader went "
+        "away.")
     parser.add_argument("--version", action="version", version=f"easylaunch {__version__}")
+    # --config goes before or after the command (its value, if given twice: the later one)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--config", default=argparse.SUPPRESS,
+                        help="settings file to read instead of the usual lookup")
     parser.add_argument("--config", help="settings file to read instead of the usual lookup")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    ls = sub.add_parser("ls", help="list runs, newest first")
+    def command(name: str, **kwargs) -> argparse.ArgumentParser:
+        return sub.add_parser(name, parents=[common], description=kwargs.get("help"), **kwargs)
+
+    ls = command("ls", help="list runs, newest first")
     ls.add_argument("--exp", help="only this experiment name")
     ls.add_argument("--mode", help="only this mode")
     ls.add_argument("--state", action="append",
@@ -378,12 +399,12 @@ def build_parser() -> argparse.ArgumentParser:
     ls.add_argument("--all", action="store_true", help="every matching run")
     ls.set_defaults(func=_ls)
 
-    status = sub.add_parser("status", aliases=["q"],
+    status = command("status", aliases=["q"],
                             help="refresh and show one run, with the end of its log")
     status.add_argument("id", help="run id, or a unique start or end of one")
     status.set_defaults(func=_status)
 
-    watch = sub.add_parser("watch", help="refresh open runs until all have ended: relaunches "
+    watch = command("watch", help="refresh open runs until all have ended: relaunches "
                            "interrupted cloud runs without their launcher (run it in tmux, "
                            "nohup or cron)")
     watch.add_argument("--exp", help="only this experiment name")
@@ -393,40 +414,42 @@ def build_parser() -> argparse.ArgumentParser:
     watch.add_argument("--once", action="store_true", help="look once and return (for cron)")
     watch.set_defaults(func=_watch)
 
-    logs = sub.add_parser("logs", help="print (or follow) a run's log")
+    logs = command("logs", help="print (or follow) a run's log")
     logs.add_argument("id", help="run id, or a unique start or end of one")
     logs.add_argument("-f", "--follow", action="store_true", help="follow until the run ends")
     logs.add_argument("-n", "--lines", type=count, help="only the last N lines")
     logs.add_argument("--stderr", action="store_true", help="stderr.log instead of stdout.log")
     logs.set_defaults(func=_logs)
 
-    cancel = sub.add_parser("cancel", aliases=["abort"], help="cancel runs")
+    cancel = command("cancel", aliases=["abort"], help="cancel runs")
     cancel.add_argument("ids", nargs="+", metavar="id",
                         help="run ids, or unique starts or ends of them")
     cancel.set_defaults(func=_cancel)
 
-    again = sub.add_parser("resubmit", help="run a run again (same bundle, new id)")
+    again = command("resubmit", help="run a run again (same bundle, new id)")
     again.add_argument("id", help="run id, or a unique start or end of one")
     again.set_defaults(func=_resubmit)
 
-    fetch = sub.add_parser("fetch", help="bring a remote run's logs and results here")
+    fetch = command("fetch", help="bring a remote run's logs and results here")
     fetch.add_argument("id", help="run id, or a unique start or end of one")
     fetch.set_defaults(func=_fetch)
 
-    init = sub.add_parser("init", help="write a private copy of the settings template")
+    init = command("init", help="write a short settings file (the keys most users change)")
     init.add_argument("path", nargs="?", default=str(USER_CONFIG_PATH),
                       help=f"where to write it (default: {USER_CONFIG_PATH})")
     init.set_defaults(func=_init)
 
-    config = sub.add_parser("config", help="print the effective settings and their sources")
+    config = command("config", help="print the effective settings and their sources")
+    config.add_argument("--changed", action="store_true",
+                        help="only the values that differ from the defaults")
     config.set_defaults(func=_config)
 
-    doctor = sub.add_parser("doctor", help="check a settings file (doodad's or ours): what "
+    doctor = command("doctor", help="check a settings file (doodad's or ours): what "
                             "each key means, what each mode lacks, which commands are here")
     doctor.add_argument("path", nargs="?", help="the settings file (default: the usual lookup)")
     doctor.set_defaults(func=_doctor)
 
-    dist = sub.add_parser("dist", help="multi-GPU / multi-node helpers for inside a job")
+    dist = command("dist", help="multi-GPU / multi-node helpers for inside a job")
     dist_sub = dist.add_subparsers(dest="dist_command", required=True, metavar="COMMAND")
     dist_sub.add_parser("info", help="scheduler, hosts and GPUs of this job").set_defaults(
         func=_dist_info)

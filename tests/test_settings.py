@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from easylaunch import SettingsError
-from easylaunch.settings import DEFAULTS, load_settings
+from easylaunch.settings import DEFAULTS, TEMPLATE_PATH, load_settings
 
 
 def _write(path: Path, text: str) -> Path:
@@ -69,25 +69,57 @@ def test_bad_data_mounts(entry, problem):
         load_settings({"NON_CODE_DIRS_TO_MOUNT": [entry]}).data_mounts()
 
 
-def test_init_writes_the_template_and_never_overwrites(tmp_path):
-    cmd = [sys.executable, "-m", "easylaunch.cli", "init"]
-    first = subprocess.run(cmd, capture_output=True, text=True)
+def _easylaunch(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "easylaunch.cli", *args], capture_output=True,
+                          text=True)
+
+
+def test_init_writes_a_short_file_and_never_overwrites(tmp_path):
+    first = _easylaunch("init")
     assert first.returncode == 0, first.stderr
     written = tmp_path / "home/.config/easylaunch/config.py"
-    assert "CODE_DIRS_TO_MOUNT" in written.read_text()
+    assert f"wrote {written}" in first.stdout and "easylaunch reads it from here" in first.stdout
+    text = written.read_text()
+    assert "CODE_DIRS_TO_MOUNT: list = []" in text and "SLURM_CONFIGS: dict = dict(" in text
+    assert "AWS_REGION" in text and "AWS_REGION:" not in text  # named, not copied
+    assert len(text.splitlines()) < 120 and str(TEMPLATE_PATH) in text
+    assert dict(load_settings(str(written))) == DEFAULTS  # every value as the defaults
     written.write_text("LOCAL_LOG_DIR = 'mine'\n")
-    second = subprocess.run(cmd, capture_output=True, text=True)
+    second = _easylaunch("init")
     assert second.returncode == 1
     assert "already exists" in second.stderr
     assert written.read_text() == "LOCAL_LOG_DIR = 'mine'\n"
 
 
-def test_config_command_shows_values_and_sources(tmp_path):
-    _write(tmp_path / "easylaunch_config.py", "LOCAL_LOG_DIR = '/data/logs'\n")
-    out = subprocess.run([sys.executable, "-m", "easylaunch.cli", "config"],
-                         capture_output=True, text=True, check=True).stdout
-    assert "LOCAL_LOG_DIR = '/data/logs'  # from easylaunch_config.py" in out
-    assert "CODE_DIRS_TO_MOUNT = []  # from default" in out
+def test_init_says_when_easylaunch_will_not_find_the_file(tmp_path):
+    elsewhere = _easylaunch("init", "mine.py")
+    assert elsewhere.returncode == 0, elsewhere.stderr
+    assert "does not look there" in elsewhere.stdout
+    assert "EASYLAUNCH_CONFIG=mine.py" in elsewhere.stdout
+    (tmp_path / "easylaunch_config.py").write_text("")
+    shadowed = _easylaunch("init")
+    assert "from here easylaunch reads easylaunch_config.py instead" in shadowed.stdout
+
+
+def test_config_command_shows_values_and_sources_and_marks_changes(tmp_path):
+    _write(tmp_path / "easylaunch_config.py", "LOCAL_LOG_DIR = '/data/logs'\nMAX_RESTARTS = 0\n")
+    out = _easylaunch("config").stdout
+    assert "\n* LOCAL_LOG_DIR = '/data/logs'  # from easylaunch_config.py\n" in out
+    assert "\n  MAX_RESTARTS = 0  # from easylaunch_config.py\n" in out  # as the default
+    assert "\n  CODE_DIRS_TO_MOUNT = []  # from default" in out
+    assert "* marks the 1 value(s) that differ" in out
+    changed = _easylaunch("config", "--changed").stdout.splitlines()
+    assert changed[1:] == ["* LOCAL_LOG_DIR = '/data/logs'  # from easylaunch_config.py"]
+
+
+def test_options_go_anywhere_and_the_help_reads_as_plain_text(tmp_path):
+    _write(tmp_path / "other.py", "LOCAL_LOG_DIR = '/other'\n")
+    for args in (("--config", "other.py", "config"), ("config", "--config", "other.py")):
+        out = _easylaunch(*args)
+        assert out.returncode == 0 and "LOCAL_LOG_DIR = '/other'" in out.stdout, out.stderr
+    for args in ((), ("ls",), ("config",), ("init",)):
+        shown = _easylaunch(*args, "--help").stdout
+        assert "--config" in shown and "``" not in shown
 
 
 def test_version_command():
