@@ -27,6 +27,7 @@ from easylaunch.bundle import (
     mark_submitted,
     new_run_id,
     remove_abandoned_partials,
+    sweep_of,
 )
 from easylaunch.doodad import split_call_keywords
 from easylaunch.errors import LaunchError
@@ -140,7 +141,7 @@ def _registry_row(run: Run) -> dict[str, Any]:
     launch = run.launch
     return {"id": run.run_id, "exp_name": run.exp_name, "mode": run.mode, "state": "queued",
             "log_dir": str(run.log_dir), "variant": _registry_variant(run.variant),
-            "host": launch["host"],
+            "host": launch["host"], "sweep": sweep_of(launch),
             "git_commit": next(iter(launch["git_commits"].values()), None),
             "resubmitted_from": launch.get("resubmitted_from")}
 
@@ -186,7 +187,25 @@ def run_sweep(
     settings for this launch (see ``easylaunch.checkpoint``).
     doodad's keywords work as doodad's did: ``region=`` sets AWS_REGION in ec2, one that doodad
     ignored in a mode (``time_in_mins`` in ec2) is ignored with a notice.
+    The runs make one sweep (``easylaunch ls`` groups them; ``--sweep`` selects them).
     """
+    return _launch(method_call, variants, exp_name, mode, prepend_date_to_exp_name, use_gpu,
+                   gpu_id, base_log_dir, slurm_config_name, config, max_restarts,
+                   restart_on_error, mode_options, sweep_id=None)
+
+
+# This process's sweeps of single launches: (exp_name, mode, log root) -> sweep id, so a
+# script's loop of run_experiment calls makes one sweep, as one run_sweep call would.
+_script_sweeps: dict[tuple[str, str, str], str] = {}
+
+
+def _launch(method_call: Callable[..., Any], variants: Iterable[Mapping | None], exp_name: str,
+            mode: str, prepend_date_to_exp_name: bool, use_gpu: bool, gpu_id: int | str | None,
+            base_log_dir: str | os.PathLike | None, slurm_config_name: str | None,
+            config: ConfigArg, max_restarts: int | None, restart_on_error: bool | None,
+            mode_options: dict[str, Any], sweep_id: str | None) -> list[Job]:
+    """:func:`run_sweep`, in the sweep ``sweep_id`` (None: a new one, this launch's;
+    "script": the one this process's earlier single launches of the experiment made)."""
     settings = load_settings(config)
     mode_cls = get_mode(mode)
     overrides, mode_options, ignored = split_call_keywords(mode, mode_options, mode_cls.options)
@@ -214,6 +233,9 @@ def run_sweep(
     if not isinstance(use_gpu, bool):
         raise LaunchError(f"use_gpu must be True or False, got {use_gpu!r}")
     root = Path(os.path.expanduser(os.fspath(base_log_dir or settings.LOCAL_LOG_DIR))).resolve()
+    launch_id = new_run_id()
+    if sweep_id == "script":
+        sweep_id = _script_sweeps.setdefault((exp_name, mode, str(root)), launch_id)
     request = LaunchRequest(
         method_call=method_call, variants=variants, exp_name=check_exp_name(exp_name),
         use_gpu=use_gpu, gpu_id=gpu_id, log_root=root, slurm_config_name=slurm_config_name,
@@ -247,7 +269,8 @@ def run_sweep(
                  "mode_options": mode_options, "use_gpu": use_gpu,
                  "gpu_id": gpu_id, "log_root": str(root), "slurm_config_name": slurm_config_name,
                  "prepend_date": prepend_date_to_exp_name},
-        launch_id=new_run_id(), extra_launch_info=mode_obj.launch_info(request),
+        launch_id=launch_id, sweep_id=sweep_id or launch_id,
+        extra_launch_info=mode_obj.launch_info(request),
         restart={"max_restarts": settings.MAX_RESTARTS, "on_error": settings.RESTART_ON_ERROR,
                  "grace_seconds": settings.CHECKPOINT_GRACE_SECONDS},
         blobs=bundle_blobs(root, function_bytes, settings.RUN_FOLDER_MODE)
@@ -281,12 +304,11 @@ def run_experiment(
     **mode_options: Any,
 ) -> Job:
     """Launch ``method_call(doodad_config, variant)`` once; same arguments as doodad's, and
-    ``max_restarts``/``restart_on_error`` as in :func:`run_sweep`."""
-    return run_sweep(
-        method_call, [variant], exp_name=exp_name, mode=mode,
-        prepend_date_to_exp_name=prepend_date_to_exp_name, use_gpu=use_gpu, gpu_id=gpu_id,
-        base_log_dir=base_log_dir, slurm_config_name=slurm_config_name, config=config,
-        max_restarts=max_restarts, restart_on_error=restart_on_error, **mode_options)[0]
+    ``max_restarts``/``restart_on_error`` as in :func:`run_sweep`. A script's launches of one
+    experiment in one mode make one sweep."""
+    return _launch(method_call, [variant], exp_name, mode, prepend_date_to_exp_name, use_gpu,
+                   gpu_id, base_log_dir, slurm_config_name, config, max_restarts,
+                   restart_on_error, mode_options, sweep_id="script")[0]
 
 
 def get_job(id_or_suffix: str, config: ConfigArg = None) -> Job:

@@ -108,6 +108,7 @@ class BundleSpec:
     runs_here: bool  # the mode runs the function in this process as soon as the run is made
     request: dict  # what resubmitting needs again: settings, mode options, GPU and log choices
     launch_id: str = ""  # names this launch's mark of submission (mark_submitted)
+    sweep_id: str = ""  # the sweep the runs belong to (default: this launch)
     extra_launch_info: dict = field(default_factory=dict)  # doodad's keys, from the mode
     blobs: dict[str, Path] = field(default_factory=dict)  # bundle file name -> stored once
     restart: dict = field(default_factory=dict)  # the runner's RestartPolicy, as bundle.json has it
@@ -170,6 +171,7 @@ def _launch_record(spec: BundleSpec, run_id: str, log_dir: Path, index: int) -> 
         "log_dir": str(log_dir),
         "sweep_index": index,
         "launch_id": spec.launch_id,
+        "sweep_id": spec.sweep_id or spec.launch_id,
         **_launcher_fields(time.time()),
         "script_name": spec.script_name,
         "git_commits": {g.directory: g.commit_hash for g in spec.git_infos},
@@ -302,6 +304,11 @@ def was_submitted(launch: dict) -> bool | None:
     return (Path(launch["request"]["log_root"]) / LAUNCH_STORE / launch["launch_id"]).exists()
 
 
+def sweep_of(launch: dict) -> str | None:
+    """The sweep a run's launch.json names (runs launched before sweeps: their launch)."""
+    return launch.get("sweep_id") or launch.get("launch_id")
+
+
 def clone_run(old_dir: Path, launch_id: str) -> Run:
     """A new run of an old run's bundle: same function, variant and code snapshots, new id.
 
@@ -321,7 +328,8 @@ def clone_run(old_dir: Path, launch_id: str) -> Run:
                     extra_launch_info=dict(old_meta["extra_launch_info"], run_id=run_id))
         write_json_atomic(str(tmp / BUNDLE_DIR / runner.BUNDLE_JSON), meta)
         launch = dict(old_launch, **_launcher_fields(now), run_id=run_id, log_dir=str(final),
-                      launch_id=launch_id, backend={}, resubmitted_from=old_launch["run_id"])
+                      launch_id=launch_id, backend={}, resubmitted_from=old_launch["run_id"],
+                      sweep_id=sweep_of(old_launch))
         write_json_atomic(str(tmp / LAUNCH_JSON), launch)
         write_json_atomic(str(tmp / runner.STATUS_JSON),
                           _queued_status(run_id, now, resubmitted_from=old_launch["run_id"]))

@@ -5,10 +5,12 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
+import dataclasses
 import datetime as dt
 import os
 import re
 import shlex
+import shutil
 import sqlite3
 import sys
 import time
@@ -98,18 +100,34 @@ STATES = [s.value for s in JobState]
 OPEN_STATES = [s.value for s in JobState if not s.terminal]
 
 
-def _refresh_together(registry, entries) -> tuple[dict[str, str], dict[str, int]]:
-    """Each run's state brought up to date (and written back), or what keeps it from being
-    read; a fault in one run never stops a listing. Each backend is asked once about all the
-    open runs launched with the same settings: one round trip to a remote cluster, not one
-    per run. Also returns the restart count of each run it refreshed."""
+def _ended_times(entry) -> dict:
+    """A finished run's start and end from its status.json, for a registry row that lacks
+    them (written before they were kept, or never refreshed since it ended)."""
+    from easylaunch import runner
+
+    try:
+        info = runner.read_json(str(Path(entry.log_dir) / runner.STATUS_JSON))
+    except (runner.DamagedRecord, OSError):
+        return {}
+    return {k: info[f"{k}_at"] for k in ("started", "ended")
+            if isinstance(info.get(f"{k}_at"), (int, float))}
+
+
+def _refresh_together(registry, entries) -> list:
+    """Each run as a refresh sees it now (``listing.Shown``), written back to the registry, or
+    what keeps it from being read; a fault in one run never stops a listing. Each backend is
+    asked once about all the open runs launched with the same settings: one round trip to a
+    remote cluster, not one per run."""
     from easylaunch.jobs import DamagedRecordError, Job
+    from easylaunch.listing import Shown
 
     shown = {entry.id: entry.state for entry in entries}
-    restarts: dict[str, int] = {}
+    seen: dict[str, dict] = {}  # run id -> registry fields a refresh saw
     groups: dict[tuple, list[Job]] = {}
     for entry in entries:
         if entry.state not in OPEN_STATES:
+            if entry.ended is None:
+                seen[entry.id] = _ended_times(entry)
             continue
         try:
             job = Job.from_run_dir(entry.log_dir)
@@ -133,63 +151,53 @@ def _refresh_together(registry, entries) -> tuple[dict[str, str], dict[str, int]
         for job in jobs:
             try:
                 shown[job.id] = job.status().value
-                restarts[job.id] = len(job.info().get("restarts", []))
+                info = job.info()
             except DamagedRecordError:
                 shown[job.id] = "unknown (its status.json is damaged)"
+                continue
             except (EasyLaunchError, OSError) as exc:
                 shown[job.id] = f"{shown[job.id]} ({_short(str(exc), 120)})"
+                continue
+            seen[job.id] = {"state": shown[job.id], "restarts": len(info.get("restarts", [])),
+                            "started": info.get("started_at"), "ended": info.get("ended_at"),
+                            "job_id": info.get("next_job_id") or info.get("job_id")}
     with contextlib.suppress(sqlite3.Error):  # the rows are a cache; a full disk keeps them old
-        registry.update_many((run_id, {"state": state, "restarts": restarts[run_id]})
-                             for run_id, state in shown.items()
-                             if state in STATES and run_id in restarts)
-    return shown, restarts
-
-
-LS_COLUMNS = ("ID", "EXPERIMENT", "MODE", "STATE", "LAUNCHED", "LOG DIR")
-
-
-def _print_rows(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
-    """Rows as aligned columns on a terminal; as tab-separated lines (tabs and newlines in
-    values made spaces) when the output goes to a file or a pipe, for scripts."""
-    if not sys.stdout.isatty():
-        plain = str.maketrans("\t\n\r", "   ")
-        sys.stdout.write("".join("\t".join(v.translate(plain) for v in row) + "\n"
-                                 for row in (header, *rows)))
-        return
-    widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header) - 1)]
-    lines = ["  ".join(v.ljust(w) for v, w in zip(row, widths, strict=False)) + "  " + row[-1]
-             for row in (header, *rows)]
-    sys.stdout.write("\033[1m" + lines[0] + "\033[0m\n" + "".join(f"{ln}\n" for ln in lines[1:]))
+        registry.update_many((run_id, {k: v for k, v in fields.items() if v is not None})
+                             for run_id, fields in seen.items() if fields)
+    return [Shown(dataclasses.replace(entry, **{k: v for k, v in seen.get(entry.id, {}).items()
+                                                if v is not None and k != "state"}),
+                  shown[entry.id], seen.get(entry.id, {}).get("restarts", entry.restarts))
+            for entry in entries]
 
 
 def _ls(args: argparse.Namespace) -> int:
+    from easylaunch import listing
+
     registry = _registry(args)
     states = [s.strip() for group in args.state or [] for s in group.split(",") if s.strip()]
     unknown = sorted(set(states) - set(STATES))
     if unknown:
         raise EasyLaunchError(f"--state {', '.join(unknown)}: not a state; states are "
                               f"{', '.join(STATES)}")
-    shown: dict[str, str] = {}
-    restarts: dict[str, int] = {}
+    filters = {"exp": args.exp, "mode": args.mode, "since": args.since, "sweep": args.sweep}
     if states:  # filter on states as they are now, not as the registry last saw them
-        stale, _ = registry.list(exp=args.exp, mode=args.mode, states=OPEN_STATES,
-                                 since=args.since)
-        shown, restarts = _refresh_together(registry, stale)
-    entries, total = registry.list(exp=args.exp, mode=args.mode, states=states or None,
-                                   since=args.since, limit=None if args.all else args.limit)
-    fresh, fresh_restarts = _refresh_together(registry, [e for e in entries if e.id not in shown])
-    shown.update(fresh)
-    restarts.update(fresh_restarts)
-    rows = []
-    for entry in entries:
-        state = shown[entry.id]
-        count = restarts.get(entry.id, entry.restarts)
-        if count:
-            state += f" ({count} restart{'s' * (count > 1)})"
-        rows.append((entry.id, entry.exp_name, entry.mode, state, _when(entry.created),
-                     entry.log_dir))
-    _print_rows(LS_COLUMNS, rows)
-    if len(entries) < total:
+        stale, _ = registry.list(**filters, states=OPEN_STATES)
+        _refresh_together(registry, stale)
+    entries, total = registry.list(**filters, states=states or None,
+                                   limit=None if args.all else args.limit)
+    shown = _refresh_together(registry, entries)
+    keys = [k for k in (args.variant or "").split(",") if k] if args.variant else None
+    now = time.time()
+    if sys.stdout.isatty():
+        lines = listing.grouped_lines(shown, keys, shutil.get_terminal_size().columns, now)
+    else:
+        lines = listing.tsv_lines(shown, keys or [], now)
+    sys.stdout.write("".join(f"{line}\n" for line in lines))
+    if not entries and any(v is not None for v in filters.values()):
+        names = registry.experiments()[:10]
+        print("no runs match those filters" + (f"; experiments: {', '.join(names)}"
+                                               if names else ""), file=sys.stderr)
+    elif len(entries) < total:
         print(f"showing the newest {len(entries)} of {total} runs; --limit N or --all for more",
               file=sys.stderr)
     return 0
@@ -202,8 +210,8 @@ def _watch(args: argparse.Namespace) -> int:
     said = ""
     while True:
         entries, _ = registry.list(exp=args.exp, mode=args.mode, states=OPEN_STATES)
-        shown, _ = _refresh_together(registry, entries)
-        counts = collections.Counter(state.split(" ", 1)[0] for state in shown.values())
+        shown = _refresh_together(registry, entries)
+        counts = collections.Counter(item.state.split(" ", 1)[0] for item in shown)
         still = sum(counts[state] for state in OPEN_STATES)
         line = f"{still} open run(s)" + (": " + ", ".join(
             f"{counts[state]} {state}" for state in OPEN_STATES if counts[state]) if still else "")
@@ -390,13 +398,17 @@ def build_parser() -> argparse.ArgumentParser:
         return sub.add_parser(name, parents=[common], description=kwargs.get("help"), **kwargs)
 
     ls = command("ls", help="list runs, newest first")
-    ls.add_argument("--exp", help="only this experiment name")
+    ls.add_argument("--exp", help="only this experiment (or, when none has that name, the "
+                    "experiments whose name holds it)")
+    ls.add_argument("--sweep", help="only this sweep (its id, or the start of it)")
     ls.add_argument("--mode", help="only this mode")
     ls.add_argument("--state", action="append",
                     help="only these states (repeat, or separate with commas)")
     ls.add_argument("--since", type=parse_since, help="only runs launched since (2h, 3d, date)")
     ls.add_argument("-n", "--limit", type=count, default=50, help="how many (default 50)")
     ls.add_argument("--all", action="store_true", help="every matching run")
+    ls.add_argument("--variant", metavar="KEYS", help="variant keys to show, comma-separated "
+                    "(nested: a.b); default on a terminal: those that differ within each sweep")
     ls.set_defaults(func=_ls)
 
     status = command("status", aliases=["q"],

@@ -19,20 +19,25 @@ from typing import Any
 
 from easylaunch.errors import EasyLaunchError
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 OPEN_WAIT_SECONDS = 30
 DEFAULT_PATH = "easylaunch/registry.sqlite3"
 COLUMNS = ("id", "exp_name", "mode", "state", "log_dir", "remote_log_dir", "backend", "variant",
-           "git_commit", "created", "updated", "resubmitted_from", "host", "restarts")
+           "git_commit", "created", "updated", "resubmitted_from", "host", "restarts", "sweep",
+           "started", "ended", "job_id")
+# What a refresh may change (the rest is written once, at launch).
+UPDATABLE = frozenset({"state", "backend", "remote_log_dir", "restarts", "started", "ended",
+                       "job_id"})
 _SCHEMA = f"""
 CREATE TABLE runs (
     id TEXT PRIMARY KEY, exp_name TEXT NOT NULL, mode TEXT NOT NULL, state TEXT NOT NULL,
     log_dir TEXT NOT NULL, remote_log_dir TEXT, backend TEXT NOT NULL DEFAULT '{{}}',
     variant TEXT NOT NULL DEFAULT '{{}}', git_commit TEXT, created REAL NOT NULL,
     updated REAL NOT NULL, resubmitted_from TEXT, host TEXT,
-    restarts INTEGER NOT NULL DEFAULT 0);
+    restarts INTEGER NOT NULL DEFAULT 0, sweep TEXT, started REAL, ended REAL, job_id TEXT);
 CREATE INDEX runs_by_created ON runs (created DESC);
 CREATE INDEX runs_by_exp ON runs (exp_name, created DESC);
+CREATE INDEX runs_by_sweep ON runs (sweep, created DESC);
 PRAGMA user_version = {SCHEMA_VERSION};
 """
 
@@ -63,6 +68,10 @@ class Entry:
     resubmitted_from: str | None
     host: str | None
     restarts: int  # attempts that ended in a restart
+    sweep: str | None  # the run_sweep (or a script's run_experiment calls) it belongs to
+    started: float | None  # its last attempt's start and end, as last seen
+    ended: float | None
+    job_id: str | None  # the scheduler's id (or instance) that runs it, as last seen
 
     @classmethod
     def from_row(cls, row: tuple) -> Entry:
@@ -150,8 +159,12 @@ class Registry:
                 for statement in _SCHEMA.strip().split(";"):
                     if statement.strip():
                         conn.execute(statement)
-            elif version == 1:  # (before restarts)
-                conn.execute("ALTER TABLE runs ADD COLUMN restarts INTEGER NOT NULL DEFAULT 0")
+            else:  # an older schema: add what it lacks
+                added = [*(["restarts INTEGER NOT NULL DEFAULT 0"] if version < 2 else []),
+                         "sweep TEXT", "started REAL", "ended REAL", "job_id TEXT"]
+                for column in added:
+                    conn.execute(f"ALTER TABLE runs ADD COLUMN {column}")
+                conn.execute("CREATE INDEX runs_by_sweep ON runs (sweep, created DESC)")
                 conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             conn.execute("COMMIT")
         except BaseException:
@@ -164,7 +177,8 @@ class Registry:
         rows = []
         for e in entries:
             e = {"remote_log_dir": None, "backend": {}, "variant": {}, "git_commit": None,
-                 "created": now, "resubmitted_from": None, "host": None, "restarts": 0, **e,
+                 "created": now, "resubmitted_from": None, "host": None, "restarts": 0,
+                 "sweep": None, "started": None, "ended": None, "job_id": None, **e,
                  "updated": now}
             e["backend"] = json.dumps(e["backend"], default=repr)
             e["variant"] = json.dumps(e["variant"], default=repr)
@@ -175,8 +189,7 @@ class Registry:
                 rows)
 
     def update(self, run_id: str, **fields: Any) -> None:
-        """Record a run's last known ``state``, ``restarts``, ``backend`` ids or
-        ``remote_log_dir``."""
+        """Record what was last seen of a run (the fields of UPDATABLE)."""
         self.update_many([(run_id, fields)])
 
     def update_many(self, changes: Iterable[tuple[str, dict[str, Any]]]) -> None:
@@ -184,7 +197,7 @@ class Registry:
         now = time.time()
         with self.db:
             for run_id, fields in changes:
-                unknown = set(fields) - {"state", "backend", "remote_log_dir", "restarts"}
+                unknown = set(fields) - UPDATABLE
                 if unknown:
                     raise ValueError(f"cannot update registry column(s) {sorted(unknown)}")
                 values = {k: json.dumps(v, default=repr) if k == "backend" else v
@@ -215,12 +228,20 @@ class Registry:
 
     def list(self, exp: str | None = None, mode: str | None = None,
              states: list[str] | None = None, since: float | None = None,
-             limit: int | None = None) -> tuple[list[Entry], int]:
-        """Runs newest first, filtered; also the number that matched before ``limit``."""
+             limit: int | None = None, sweep: str | None = None) -> tuple[list[Entry], int]:
+        """Runs newest first, filtered; also the number that matched before ``limit``.
+
+        ``exp`` is an experiment name, or (when no experiment has that name) a part of one;
+        ``sweep`` a sweep id or a unique start of one."""
         where, args = [], []
         if exp is not None:
-            where.append("exp_name = ?")
-            args.append(exp)
+            known = self.db.execute("SELECT 1 FROM runs WHERE exp_name = ? LIMIT 1",
+                                    (exp,)).fetchone()
+            where.append("exp_name = ?" if known else "exp_name LIKE ? ESCAPE '\\'")
+            args.append(exp if known else f"%{_escape_like(exp)}%")
+        if sweep is not None:
+            where.append("(sweep = ? OR sweep LIKE ? ESCAPE '\\')")
+            args.extend([sweep, _escape_like(sweep) + "%"])
         if mode is not None:
             where.append("mode = ?")
             args.append(mode)
@@ -236,6 +257,18 @@ class Registry:
         if limit is not None:
             query += f" LIMIT {int(limit)}"
         return [Entry.from_row(r) for r in self.db.execute(query, args)], total
+
+
+    def forget(self, run_ids: Iterable[str]) -> int:
+        """Delete these runs' rows (their folders are left alone); how many were deleted."""
+        with self.db:
+            return sum(self.db.execute("DELETE FROM runs WHERE id = ?", (run_id,)).rowcount
+                       for run_id in run_ids)
+
+    def experiments(self) -> list[str]:
+        """The experiment names of the registered runs, most recently launched first."""
+        return [r[0] for r in self.db.execute(
+            "SELECT exp_name FROM runs GROUP BY exp_name ORDER BY MAX(created) DESC")]
 
 
 def _escape_like(text: str) -> str:

@@ -62,26 +62,74 @@ def test_ls_shows_runs_newest_first_with_their_states(config_file):
     assert "showing the newest 1 of 2 runs" in limited.stderr  # (not in the lines for scripts)
 
 
-def test_ls_prints_tab_separated_lines_to_a_pipe_and_columns_to_a_terminal(config_file):
-    job = run_experiment(jobfns.train, exp_name="tsv", config=config_file)
-    job.wait(timeout=60)
-    header, row = cli(config_file, "ls").stdout.splitlines()
-    assert header.split("\t") == ["ID", "EXPERIMENT", "MODE", "STATE", "LAUNCHED", "LOG DIR"]
-    fields = row.split("\t")
-    assert fields[:4] == [job.id, "tsv", "local", "succeeded"] and fields[5] == str(job.log_dir)
-    out, terminal = os.openpty()  # a pseudo-terminal, as a user's shell has
+def _on_terminal(config_file, *args: str, columns: int = 80) -> str:
+    """What ``easylaunch ARGS`` shows on a pseudo-terminal ``columns`` wide, as a user's
+    shell has."""
+    out, terminal = os.openpty()
     proc = subprocess.run([sys.executable, "-m", "easylaunch.cli", "--config", config_file,
-                           "ls"], stdout=terminal, stderr=subprocess.PIPE, timeout=60)
+                           *args], stdout=terminal, stderr=subprocess.PIPE, timeout=60,
+                          env=dict(os.environ, COLUMNS=str(columns)))
     os.close(terminal)
     shown = b""
     with contextlib.suppress(OSError):
         while chunk := os.read(out, 65536):
             shown += chunk
     os.close(out)
-    assert proc.returncode == 0
-    lines = shown.decode().splitlines()
-    assert "\t" not in shown.decode() and lines[0].startswith("\x1b[1mID ")
-    assert lines[1].startswith(job.id) and lines[1].index("local") == lines[0].index("MODE") - 4
+    assert proc.returncode == 0, proc.stderr
+    return shown.decode().replace("\r\n", "\n")
+
+
+def test_ls_groups_sweeps_with_counts_and_the_keys_that_tell_runs_apart(config_file):
+    variants = [{"learning_rate": lr, "seed": 7, "net": {"depth": d}}
+                for lr, d in ((0.1, 2), (0.01, 2), (0.001, 3))]
+    sweep = run_sweep(jobfns.train, variants, exp_name="lr-sweep", config=config_file)
+    bad = run_sweep(jobfns.fail, [{"learning_rate": 9}], exp_name="lr-sweep",
+                    config=config_file)[0]
+    loop = [run_experiment(jobfns.train, variant={"learning_rate": i, "note": "x" * 200},
+                           exp_name="loop", config=config_file) for i in range(2)]
+    for job in [*sweep, bad, *loop]:
+        job.wait(timeout=60)
+    shown = _on_terminal(config_file, "ls").splitlines()
+    assert all(len(line) <= 80 for line in shown), shown
+    headings = [line for line in shown if " · sweep " in line]
+    assert len(headings) == 3  # the two run_experiment calls of one script make one sweep
+    assert any(h.startswith("lr-sweep") and h.endswith("3 runs: 3 succeeded") for h in headings)
+    assert any(h.startswith("lr-sweep") and h.endswith("1 run: 1 failed") for h in headings)
+    assert any(h.startswith("loop") and "2 runs: 2 succeeded" in h for h in headings)
+    columns = shown[shown.index(next(h for h in headings if "3 runs" in h)) + 1].split()
+    assert columns == ["ID", "STATE", "TIME", "learning_rate", "net.depth"]  # not seed
+    row = next(line for line in shown if line.strip().startswith(sweep[2].id)).split()
+    assert row[1:2] + row[3:] == ["succeeded", "0.001", "3"]
+    lines = cli(config_file, "ls", "--variant", "learning_rate,net.depth").stdout.splitlines()
+    assert lines[0].split("\t")[-3:] == ["JOB", "learning_rate", "net.depth"]
+    by_id = {line.split("\t")[0]: line.split("\t") for line in lines[1:]}
+    assert {by_id[j.id][6] for j in sweep} == {sweep[0].launch_info["sweep_id"]}
+    assert by_id[loop[0].id][6] == by_id[loop[1].id][6] != by_id[bad.id][6]
+    assert by_id[sweep[2].id][-2:] == ["0.001", "3"] and by_id[loop[0].id][-1] == ""
+    only = cli(config_file, "ls", "--sweep", by_id[bad.id][6][:6]).stdout.splitlines()
+    assert [line.split("\t")[0] for line in only[1:]] == [bad.id]
+
+
+def test_ls_matches_part_of_an_experiment_name_and_says_when_nothing_matches(config_file):
+    job = run_experiment(jobfns.train, exp_name="lr-sweep", config=config_file)
+    job.wait(timeout=60)
+    assert job.id in cli(config_file, "ls", "--exp", "sweep").stdout
+    nothing = cli(config_file, "ls", "--exp", "zzz")
+    assert nothing.stdout.splitlines()[1:] == []
+    assert "no runs match those filters; experiments: lr-sweep" in nothing.stderr
+
+
+def test_ls_prints_tab_separated_lines_to_a_pipe_and_columns_to_a_terminal(config_file):
+    job = run_experiment(jobfns.train, exp_name="tsv", config=config_file)
+    job.wait(timeout=60)
+    header, row = cli(config_file, "ls").stdout.splitlines()
+    assert header.split("\t") == ["ID", "EXPERIMENT", "MODE", "STATE", "LAUNCHED", "LOG DIR",
+                                  "SWEEP", "SECONDS", "JOB"]
+    fields = row.split("\t")
+    assert fields[:4] == [job.id, "tsv", "local", "succeeded"] and fields[5] == str(job.log_dir)
+    assert float(fields[7]) >= 0 and fields[8] == ""  # a local run has no scheduler job
+    shown = _on_terminal(config_file, "ls")
+    assert "\t" not in shown and job.id in shown and "tsv · sweep " in shown
 
 
 def test_watch_follows_open_runs_until_all_have_ended(config_file):

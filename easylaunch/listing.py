@@ -1,0 +1,153 @@
+"""How runs are shown: grouped by sweep for a terminal, one tab-separated line each for a pipe.
+
+Pure functions over registry entries (and the states a refresh just saw), shared by
+``easylaunch ls`` and whatever else lists runs.
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from easylaunch.registry import Entry
+
+# Backend fields that name what runs a run, by mode family (first one present wins).
+JOB_FIELDS = ("slurm_job_id", "pbs_job_id", "instance_id", "instance_name")
+STATE_ORDER = ("queued", "running", "succeeded", "failed", "timeout", "cancelled")
+VALUE_WIDTH = 14  # a variant value wider than this is cut on a terminal
+TSV_COLUMNS = ("ID", "EXPERIMENT", "MODE", "STATE", "LAUNCHED", "LOG DIR", "SWEEP", "SECONDS",
+               "JOB")
+
+
+@dataclass(frozen=True)
+class Shown:
+    """A run as listed: its registry entry with what a refresh just saw."""
+
+    entry: Entry
+    state: str  # may carry a note: "running (folder missing)"
+    restarts: int
+
+    @property
+    def state_text(self) -> str:
+        if not self.restarts:
+            return self.state
+        return f"{self.state} ({self.restarts} restart{'s' * (self.restarts > 1)})"
+
+
+def job_label(entry: Entry) -> str:
+    """The scheduler's job id (or the instance) that runs the run, or "" for local runs."""
+    if entry.job_id:
+        return entry.job_id
+    return next((str(entry.backend[f]) for f in JOB_FIELDS if entry.backend.get(f)), "")
+
+
+def flatten(variant: Mapping, prefix: str = "") -> dict[str, str]:
+    """Nested variant keys as ``a.b``, values as short text."""
+    flat: dict[str, str] = {}
+    for key, value in variant.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping) and value:
+            flat.update(flatten(value, f"{name}."))
+        else:
+            flat[name] = str(value)
+    return flat
+
+
+def differing_keys(variants: Sequence[Mapping]) -> list[str]:
+    """The (flattened) keys whose values are not the same in every variant, in first-seen
+    order: what tells the runs of a sweep apart."""
+    flat = [flatten(v) for v in variants]
+    keys = list(dict.fromkeys(k for f in flat for k in f))
+    return [k for k in keys if len({f.get(k) for f in flat}) > 1]
+
+
+def seconds_run(entry: Entry, now: float) -> float | None:
+    """How long the run's last attempt ran (so far, if it runs)."""
+    if entry.started is None:
+        return None
+    return (entry.ended or now) - entry.started
+
+
+def duration(seconds: float | None) -> str:
+    """``42s``, ``3m12s``, ``1h05m``, ``2d03h``; "-" when unknown."""
+    if seconds is None:
+        return "-"
+    s = int(max(seconds, 0))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
+
+
+def _when(timestamp: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(timestamp))
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[:max(width - 1, 0)] + "…"
+
+
+def counts(states: Sequence[str]) -> str:
+    """``4 succeeded, 1 failed, 1 running``: a sweep's runs by state (notes left out)."""
+    found = collections.Counter(s.split(" ", 1)[0] for s in states)
+    order = [s for s in STATE_ORDER if found[s]] + sorted(set(found) - set(STATE_ORDER))
+    return ", ".join(f"{found[s]} {s}" for s in order)
+
+
+def sweeps(shown: Sequence[Shown]) -> list[list[Shown]]:
+    """The runs grouped by sweep, groups and runs newest first (a run without a sweep, from
+    before sweeps, is its own)."""
+    groups: dict[str, list[Shown]] = {}
+    for item in shown:
+        groups.setdefault(item.entry.sweep or item.entry.id, []).append(item)
+    return list(groups.values())
+
+
+def grouped_lines(shown: Sequence[Shown], keys: Sequence[str] | None, width: int,
+                  now: float) -> list[str]:
+    """Lines for a terminal ``width`` wide: a heading per sweep (experiment, sweep id, mode,
+    launch time, counts by state), then a row per run: id, state, time run, job, and the
+    variant keys that differ within the sweep (``keys``: these instead)."""
+    lines = []
+    for group in sweeps(shown):
+        first = group[-1].entry
+        heading = (f"{first.exp_name} · sweep {(first.sweep or first.id)[:8]} · {first.mode} · "
+                   f"{_when(first.created)} · {len(group)} run{'s' * (len(group) > 1)}: "
+                   f"{counts([g.state for g in group])}")
+        lines.append(_cut(heading, width))
+        columns = list(keys) if keys is not None else \
+            differing_keys([g.entry.variant for g in group])
+        has_job = any(job_label(g.entry) for g in group)
+        header = ["ID", "STATE", "TIME", *(["JOB"] if has_job else []), *columns]
+        rows = [header]
+        for g in group:
+            values = flatten(g.entry.variant)
+            rows.append([g.entry.id, g.state_text, duration(seconds_run(g.entry, now)),
+                         *([job_label(g.entry) or "-"] if has_job else []),
+                         *(_cut(values.get(k, "-"), VALUE_WIDTH) for k in columns)])
+        widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+        for row in rows:
+            text = "  " + "  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True))
+            lines.append(_cut(text.rstrip(), width))
+    return lines
+
+
+def tsv_lines(shown: Sequence[Shown], keys: Sequence[str], now: float) -> list[str]:
+    """One tab-separated line per run (a header first), for scripts: the columns of
+    TSV_COLUMNS, then one per variant key in ``keys``. Tabs and newlines inside values become
+    spaces."""
+    plain = str.maketrans("\t\n\r", "   ")
+    rows = [[*TSV_COLUMNS, *keys]]
+    for g in shown:
+        e, values = g.entry, flatten(g.entry.variant)
+        run_for = seconds_run(e, now)
+        rows.append([e.id, e.exp_name, e.mode, g.state_text, time.strftime(
+            "%Y-%m-%d %H:%M:%S", time.localtime(e.created)), e.log_dir, e.sweep or e.id,
+            "" if run_for is None else f"{run_for:.0f}", job_label(e),
+            *(values.get(k, "") for k in keys)])
+    return ["\t".join(v.translate(plain) for v in row) for row in rows]
