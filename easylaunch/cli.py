@@ -284,12 +284,70 @@ def _logs(args: argparse.Namespace) -> int:
         job.mode.wait_for_change(job, 0.2)  # each mode's own pace of asking its backend
 
 
+SHOWN_BEFORE_ASKING = 20  # runs listed before a bulk action asks
+
+
+def _selected(registry, args: argparse.Namespace) -> tuple[list, int]:
+    """The registry entries an action touches: the ids given, or the runs the filters select
+    (``--state`` as the runs are now); also how many ids could not be found (each said)."""
+    filters = {"exp": args.exp, "mode": args.mode, "since": args.since, "sweep": args.sweep}
+    states = [s.strip() for group in args.state or [] for s in group.split(",") if s.strip()]
+    if args.ids and (states or any(v is not None for v in filters.values())):
+        raise EasyLaunchError("give run ids, or select runs with filters, not both")
+    if args.ids:
+        found, missing = [], 0
+        for part in args.ids:
+            try:
+                found.append(registry.find(part))
+            except EasyLaunchError as exc:
+                print(f"easylaunch: error: {part}: {exc}", file=sys.stderr)
+                missing += 1
+        return list({e.id: e for e in found}.values()), missing
+    if not states and all(v is None for v in filters.values()):
+        raise EasyLaunchError("give run ids, or select runs with --exp, --sweep, --state, "
+                              "--mode or --since")
+    unknown = sorted(set(states) - set(STATES))
+    if unknown:
+        raise EasyLaunchError(f"--state {', '.join(unknown)}: not a state; states are "
+                              f"{', '.join(STATES)}")
+    if states:  # as the runs are now, not as the registry last saw them
+        _refresh_together(registry, registry.list(**filters, states=OPEN_STATES)[0])
+    return registry.list(**filters, states=states or None)[0], 0
+
+
+def _go_ahead(action: str, entries: list, args: argparse.Namespace) -> bool:
+    """Show the runs some filters selected for an action and, on a terminal, ask once
+    (``--yes``: don't). Runs named by id are acted on as named."""
+    if not entries:
+        print(f"no runs to {action}")
+        return False
+    if args.ids:
+        return True
+    print(f"{action} {len(entries)} run(s):")
+    for entry in entries[:SHOWN_BEFORE_ASKING]:
+        print(f"  {entry.id}  {entry.exp_name}  {entry.mode}  {entry.state}")
+    if len(entries) > SHOWN_BEFORE_ASKING:
+        print(f"  and {len(entries) - SHOWN_BEFORE_ASKING} more")
+    if args.yes or not sys.stdin.isatty():
+        return True
+    try:
+        answer = input(f"{action} them? [y/N] ")
+    except EOFError:
+        answer = ""
+    if answer.strip().lower() in ("y", "yes"):
+        return True
+    print("nothing done")
+    return False
+
+
 def _cancel(args: argparse.Namespace) -> int:
     registry = _registry(args)
-    failures = 0
-    for run_id in args.ids:
+    entries, failures = _selected(registry, args)
+    if not _go_ahead("cancel", entries, args):
+        return 1 if failures else 0
+    for entry in entries:
         try:
-            job = _job_for(registry, registry.find(run_id))
+            job = _job_for(registry, entry)
             if job.status().terminal:
                 print(f"{job.id}: already {job.status()}")
                 continue
@@ -298,7 +356,7 @@ def _cancel(args: argparse.Namespace) -> int:
             registry.update(job.id, state=state.value)
             print(f"{job.id}: {state}")
         except EasyLaunchError as exc:
-            print(f"easylaunch: error: {run_id}: {exc}", file=sys.stderr)
+            print(f"easylaunch: error: {entry.id}: {exc}", file=sys.stderr)
             failures += 1
     return 1 if failures else 0
 
@@ -306,9 +364,41 @@ def _cancel(args: argparse.Namespace) -> int:
 def _resubmit(args: argparse.Namespace) -> int:
     from easylaunch.api import resubmit
 
-    job = resubmit(args.id, config=args.config)
-    print(f"resubmitted {args.id} as {job.id}: {job.log_dir}")
-    return 0
+    registry = _registry(args)
+    entries, failures = _selected(registry, args)
+    if not _go_ahead("resubmit", entries, args):
+        return 1 if failures else 0
+    for entry in entries:
+        try:
+            job = resubmit(entry.id, config=args.config)
+            print(f"resubmitted {entry.id} as {job.id}: {job.log_dir}")
+        except EasyLaunchError as exc:
+            print(f"easylaunch: error: {entry.id}: {exc}", file=sys.stderr)
+            failures += 1
+    return 1 if failures else 0
+
+
+def _forget(args: argparse.Namespace) -> int:
+    """Drop runs from the registry (``--purge``: delete their run folders too); runs still
+    open are refused (cancel them first)."""
+    registry = _registry(args)
+    entries, failures = _selected(registry, args)
+    still = [e for e in _refresh_together(registry, entries) if e.state in OPEN_STATES]
+    if still:
+        raise EasyLaunchError(f"{len(still)} of these runs are still {still[0].state} "
+                              f"({', '.join(s.entry.id for s in still[:5])}): cancel them first")
+    action = "forget and delete the folders of" if args.purge else "forget"
+    if args.purge and not args.yes and not (sys.stdin.isatty() and not args.ids):
+        raise EasyLaunchError("--purge deletes run folders: add --yes (or select the runs "
+                              "with filters on a terminal, where it asks first)")
+    if not _go_ahead(action, entries, args):
+        return 1 if failures else 0
+    for entry in entries:
+        if args.purge and Path(entry.log_dir).is_dir():
+            shutil.rmtree(entry.log_dir)
+    gone = registry.forget(e.id for e in entries)
+    print(f"forgot {gone} run(s)" + (" and deleted their folders" if args.purge else ""))
+    return 1 if failures else 0
 
 
 def _fetch(args: argparse.Namespace) -> int:
@@ -394,8 +484,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--config", help="settings file to read instead of the usual lookup")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def command(name: str, **kwargs) -> argparse.ArgumentParser:
-        return sub.add_parser(name, parents=[common], description=kwargs.get("help"), **kwargs)
+    def command(name: str, parents: tuple = (), **kwargs) -> argparse.ArgumentParser:
+        return sub.add_parser(name, parents=[common, *parents], description=kwargs.get("help"),
+                              **kwargs)
 
     ls = command("ls", help="list runs, newest first")
     ls.add_argument("--exp", help="only this experiment (or, when none has that name, the "
@@ -433,14 +524,34 @@ def build_parser() -> argparse.ArgumentParser:
     logs.add_argument("--stderr", action="store_true", help="stderr.log instead of stdout.log")
     logs.set_defaults(func=_logs)
 
-    cancel = command("cancel", aliases=["abort"], help="cancel runs")
-    cancel.add_argument("ids", nargs="+", metavar="id",
-                        help="run ids, or unique starts or ends of them")
+    # what cancel, resubmit and forget act on: ids, or the runs some filters select
+    selection = argparse.ArgumentParser(add_help=False)
+    selection.add_argument("ids", nargs="*", metavar="id",
+                           help="run ids, or unique starts or ends of them")
+    selection.add_argument("--exp", help="the runs of this experiment (or of those whose name "
+                           "holds it)")
+    selection.add_argument("--sweep", help="the runs of this sweep (its id or its start)")
+    selection.add_argument("--state", action="append",
+                           help=f"the runs in these states (comma-separated: {', '.join(STATES)})")
+    selection.add_argument("--mode", help="the runs of this mode")
+    selection.add_argument("--since", type=parse_since, help="the runs launched since (2h, 3d, "
+                           "a date)")
+    selection.add_argument("-y", "--yes", action="store_true",
+                           help="do not ask on a terminal before acting on several runs")
+
+    cancel = command("cancel", aliases=["abort"], parents=[selection],
+                     help="cancel runs (a cancelled run is never restarted)")
     cancel.set_defaults(func=_cancel)
 
-    again = command("resubmit", help="run a run again (same bundle, new id)")
-    again.add_argument("id", help="run id, or a unique start or end of one")
+    again = command("resubmit", parents=[selection],
+                    help="run runs again (same bundle and settings, new ids, same sweep)")
     again.set_defaults(func=_resubmit)
+
+    forget = command("forget", aliases=["rm"], parents=[selection],
+                     help="drop ended runs from the registry (their folders stay)")
+    forget.add_argument("--purge", action="store_true",
+                        help="delete their run folders too (asks first)")
+    forget.set_defaults(func=_forget)
 
     fetch = command("fetch", help="bring a remote run's logs and results here")
     fetch.add_argument("id", help="run id, or a unique start or end of one")

@@ -132,6 +132,75 @@ def test_ls_prints_tab_separated_lines_to_a_pipe_and_columns_to_a_terminal(confi
     assert "\t" not in shown and job.id in shown and "tsv · sweep " in shown
 
 
+def _answering(config_file, answer: str, *args: str) -> subprocess.CompletedProcess:
+    """``easylaunch ARGS`` with a terminal on stdin that types ``answer``."""
+    typist, terminal = os.openpty()
+    os.write(typist, answer.encode())
+    proc = subprocess.run([sys.executable, "-m", "easylaunch.cli", "--config", config_file,
+                           *args], stdin=terminal, capture_output=True, text=True, timeout=120)
+    os.close(terminal), os.close(typist)
+    return proc
+
+
+def test_bulk_cancel_shows_the_selection_and_asks_once_on_a_terminal(config_file):
+    slow = [run_experiment(jobfns.sleep_a_while, variant={"seconds": 300}, exp_name="slow",
+                           config=config_file) for _ in range(2)]
+    other = run_experiment(jobfns.sleep_a_while, variant={"seconds": 300}, exp_name="other",
+                           config=config_file)
+    try:
+        refused = _answering(config_file, "n\n", "cancel", "--exp", "slow")
+        assert "cancel 2 run(s):" in refused.stdout and "nothing done" in refused.stdout
+        assert all(j.status() is not JobState.CANCELLED for j in slow)
+        done = _answering(config_file, "y\n", "cancel", "--exp", "slow", "--state", "running")
+        assert done.returncode == 0 and done.stdout.count(": cancelled") == 2, done.stdout
+        assert [j.status() for j in slow] == [JobState.CANCELLED] * 2
+        assert other.status() is not JobState.CANCELLED
+        usage = cli(config_file, "cancel", check=False)
+        assert usage.returncode == 1 and "give run ids, or select runs with" in usage.stderr
+    finally:
+        other.cancel()
+
+
+def test_failed_runs_of_a_sweep_are_resubmitted_together_into_the_same_sweep(config_file):
+    jobs = run_sweep(jobfns.fail_unless_exists, [{"path": "/"}, {"path": "/nonexistent-1"},
+                                                 {"path": "/nonexistent-2"}],
+                     exp_name="flaky", config=config_file)
+    for job in jobs:
+        job.wait(timeout=60)
+    sweep = jobs[0].launch_info["sweep_id"]
+    out = cli(config_file, "resubmit", "--sweep", sweep, "--state", "failed")  # (a pipe: no ask)
+    assert "resubmit 2 run(s):" in out.stdout and out.stdout.count("resubmitted ") == 2
+    again = [get_job(line.split()[3].rstrip(":"), config=config_file)
+             for line in out.stdout.splitlines() if line.startswith("resubmitted ")]
+    assert {j.launch_info["resubmitted_from"] for j in again} == {jobs[1].id, jobs[2].id}
+    assert {j.launch_info["sweep_id"] for j in again} == {sweep}
+    for job in again:
+        job.wait(timeout=60)
+    listed = cli(config_file, "ls", "--sweep", sweep).stdout.splitlines()
+    assert len(listed) == 1 + 5
+
+
+def test_forget_drops_ended_runs_and_purge_deletes_their_folders(config_file):
+    done = [run_experiment(jobfns.train, exp_name="old", config=config_file) for _ in range(2)]
+    for job in done:
+        job.wait(timeout=60)
+    running = run_experiment(jobfns.sleep_a_while, variant={"seconds": 300}, exp_name="old",
+                             config=config_file)
+    try:
+        busy = cli(config_file, "forget", "--exp", "old", check=False)
+        assert busy.returncode == 1 and "still running" in busy.stderr and "cancel them first" \
+            in busy.stderr
+        kept = cli(config_file, "rm", done[0].id)
+        assert "forgot 1 run(s)" in kept.stdout and done[0].log_dir.is_dir()
+        assert done[0].id not in cli(config_file, "ls").stdout
+        unasked = cli(config_file, "forget", "--purge", done[1].id, check=False)
+        assert unasked.returncode == 1 and "--yes" in unasked.stderr and done[1].log_dir.is_dir()
+        purged = cli(config_file, "forget", "--purge", "--yes", done[1].id)
+        assert "deleted their folders" in purged.stdout and not done[1].log_dir.exists()
+    finally:
+        running.cancel()
+
+
 def test_watch_follows_open_runs_until_all_have_ended(config_file):
     jobs = [run_experiment(jobfns.sleep_a_while, variant={"seconds": s}, exp_name="w",
                            config=config_file) for s in (1, 3)]
