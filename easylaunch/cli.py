@@ -231,7 +231,9 @@ def _status(args: argparse.Namespace) -> int:
     info, launch = job.info(), job.launch_info
     rows = [
         ("id", job.id), ("experiment", job.exp_name), ("mode", job.mode.name),
-        ("state", info.get("state")), ("launched", _when(launch.get("launched_at"))),
+        ("state", info.get("state")),
+        ("waiting for", job.mode.waiting_reason(job) if info.get("state") == "queued" else None),
+        ("launched", _when(launch.get("launched_at"))),
         ("started", _when(info.get("started_at"))), ("ended", _when(info.get("ended_at"))),
         ("exit code", info.get("exit_code")), ("signal", info.get("signal")),
         ("attempt", info.get("attempt") if info.get("restarts") else None),

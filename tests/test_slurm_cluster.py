@@ -1,5 +1,8 @@
 """Real jobs on the local one-node Slurm cluster (started by scripts/slurm-up.sh)."""
 
+import os
+import re
+import shutil
 import subprocess
 import sys
 import time
@@ -37,6 +40,52 @@ def test_a_launch_sets_its_own_partition_memory_and_time(slurm_cfg):
         assert "MinMemoryNode=200M" in shown, shown
     finally:
         job.cancel()
+
+
+def test_status_says_why_a_queued_run_waits(slurm_cfg, tmp_path):
+    blocker = subprocess.run(["sbatch", "--parsable", "--ntasks=1",
+                              f"--cpus-per-task={os.cpu_count()}", "--output=/dev/null",
+                              "--wrap=sleep 120"], capture_output=True, text=True,
+                             check=True).stdout.strip()
+    assert wait_for(lambda: subprocess.run(["squeue", "-h", "-o", "%T", "-j", blocker],
+                                           capture_output=True, text=True).stdout.strip()
+                    == "RUNNING", 60)
+    job = run_experiment(jobfns.train, mode="slurm", config=slurm_cfg)
+    try:
+        settings = tmp_path / "settings.py"
+        settings.write_text(f"LOCAL_LOG_DIR = {slurm_cfg['LOCAL_LOG_DIR']!r}\n")
+
+        def shown() -> str:
+            return subprocess.run([sys.executable, "-m", "easylaunch.cli", "status", job.id,
+                                   "--config", str(settings)], capture_output=True, text=True,
+                                  check=True).stdout
+
+        # (until slurmctld's next pass has looked at the new job, its reason is "None")
+        assert wait_for(lambda: re.search(r"waiting for:\s+(Resources|Priority)", shown()), 30)
+        assert "state:            queued" in shown()
+    finally:
+        subprocess.run(["scancel", blocker])
+        job.cancel()
+
+
+def test_a_cancel_that_meets_a_busy_controller_is_asked_again(slurm_cfg, tmp_path,
+                                                             monkeypatch):
+    """scancel fails once as a busy slurmctld makes it fail; the cancel still lands."""
+    flaky = tmp_path / "flaky"
+    flaky.mkdir()
+    (flaky / "scancel").write_text(
+        "#!/bin/sh\necho call >> \"$0.calls\"\n"
+        "if [ $(wc -l < \"$0.calls\") -eq 1 ]; then\n"
+        "  echo 'scancel: error: Socket timed out on send/recv operation' >&2; exit 1\nfi\n"
+        f"exec {shutil.which('scancel')} \"$@\"\n")
+    (flaky / "scancel").chmod(0o755)
+    job = run_experiment(jobfns.sleep_a_while, variant={"seconds": 300}, mode="slurm",
+                         config=slurm_cfg)
+    assert wait_for(lambda: job.status() is JobState.RUNNING, 60)
+    monkeypatch.setenv("PATH", f"{flaky}:{os.environ['PATH']}")
+    job.cancel()
+    assert job.wait(timeout=60) is JobState.CANCELLED
+    assert (flaky / "scancel.calls").read_text().count("call") == 2
 
 
 def test_arrays_are_split_at_max_array_size(slurm_cfg, monkeypatch):

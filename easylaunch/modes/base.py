@@ -64,6 +64,10 @@ class Mode(ABC):
         """Stop a run that has not ended."""
         raise NotImplementedError(f"mode {self.name!r} cannot cancel runs")
 
+    def waiting_reason(self, job: Job) -> str | None:
+        """Why a queued run has not started, as the backend says (None: unknown)."""
+        return None
+
     def remote_log_dir(self, run: Run) -> str | None:
         """Where the run writes its logs when that is not its local folder (for the registry)."""
         return None

@@ -11,9 +11,11 @@ Each scheduler supplies only its commands and their parsing (pure functions in i
 from __future__ import annotations
 
 import functools
+import re
 import shlex
 import subprocess
 import sys
+import time
 from abc import abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,6 +47,12 @@ def array_chunks(count: int, max_len: int) -> list[range]:
     """Split ``count`` runs into arrays of at most ``max_len`` elements."""
     size = max(1, max_len)
     return [range(start, min(start + size, count)) for start in range(0, count, size)]
+
+
+# Scheduler answers that say "not now" rather than "no": asked again after these pauses.
+TRANSIENT = re.compile(r"timed out|try again|temporarily unavailable|Unable to contact|"
+                       r"Connection refused|Socket|busy|Communications error", re.IGNORECASE)
+RETRY_DELAYS = (0.5, 1.0, 2.0)
 
 
 class ScheduledMode(HostedMode):
@@ -130,6 +138,7 @@ class ScheduledMode(HostedMode):
         return BackendQuery(self.state_ops(by_id), functools.partial(self._settle_all, by_id))
 
     def _settle_all(self, by_id: dict[str, list[Job]], answers: list[dict]) -> None:
+        answers = self.retried(self.state_ops(by_id), answers)
         states = self.states(by_id, [completed(a) for a in answers])
         for job_id, group in by_id.items():
             for job in group:
@@ -177,10 +186,27 @@ class ScheduledMode(HostedMode):
                               f"machine; cancel it on the cluster")
         self._stop(job, job_id)
 
+    def retried(self, ops: list[dict], answers: list[dict]) -> list[dict]:
+        """``answers`` to ``ops`` (scheduler commands, asked once already), with those that
+        failed for a passing reason (the controller busy or out of reach) asked again, after
+        RETRY_DELAYS. Never used for submitting, which must not happen twice."""
+        answers = list(answers)
+        for delay in RETRY_DELAYS:
+            again = [i for i, a in enumerate(answers)
+                     if a.get("rc") not in (0, None) and TRANSIENT.search(a.get("err", ""))]
+            if not again:
+                break
+            time.sleep(delay)
+            for i, answer in zip(again, self.transport.probe([ops[i] for i in again]),
+                                 strict=True):
+                answers[i] = answer
+        return answers
+
     def _stop(self, job: Job, job_id: str) -> None:
         """Note the cancel in the run's record and stop its job in the same round trip."""
         argv = self.cancel_command(job_id)
-        out = completed(self.request_cancel(job, {"op": "run", "argv": argv})[0])
+        op = {"op": "run", "argv": argv}
+        out = completed(self.retried([op], self.request_cancel(job, op))[0])
         if out.returncode != 0:
             raise LaunchError(f"{shlex.join(argv)} failed on {self.transport.where}: "
                               f"{(out.stderr or out.stdout).strip()}")

@@ -11,6 +11,7 @@ from pathlib import Path
 from easylaunch import launchers
 from easylaunch.errors import LaunchError
 from easylaunch.jobs import Job
+from easylaunch.modes.hosted import completed
 from easylaunch.modes.jobscript import on_every_rank
 from easylaunch.modes.scheduled import ClusterFacts, ScheduledMode
 from easylaunch.modes.slurm import scheduler as slurm
@@ -104,6 +105,15 @@ class SlurmBase(ScheduledMode):
 
     def cancel_command(self, job_id: str) -> list[str]:
         return slurm.scancel_command(job_id)
+
+    def waiting_reason(self, job: Job) -> str | None:
+        """squeue's reason a queued job waits (Resources, Priority, Dependency, ...)."""
+        job_id = self.job_id(job)
+        if job_id is None:
+            return None
+        op = {"op": "run", "argv": slurm.reason_command(job_id)}
+        out = completed(self.retried([op], self.transport.probe([op]))[0])
+        return slurm.parse_reason(out.stdout) if out.returncode == 0 else None
 
     def scheduler_output(self, job: Job) -> str | None:
         output = job.launch_info["backend"].get("slurm_output")

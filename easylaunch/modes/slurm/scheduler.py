@@ -280,6 +280,17 @@ def parse_sacct(stdout: str) -> dict[str, str]:
     return states
 
 
+def reason_command(job_id: str) -> list[str]:
+    """squeue's reason for one job or array task (``None`` once it runs)."""
+    return ["squeue", "--noheader", "--array", "--format=%r", "--jobs", job_id]
+
+
+def parse_reason(stdout: str) -> str | None:
+    """The reason :func:`reason_command` printed; None when there is none."""
+    reason = stdout.strip().splitlines()[0].strip() if stdout.strip() else ""
+    return None if reason in ("", "None") else reason
+
+
 def scancel_command(job_id: str) -> list[str]:
     """scancel one job or one array task (``123_4``), never the whole array by accident."""
     return ["scancel", job_id]
