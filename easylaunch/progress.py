@@ -36,17 +36,26 @@ def track(items: Sequence[T], description: str) -> Iterator[T]:
             advance(1)
 
 
+def _counts(states: Iterable[str]) -> str:
+    from easylaunch.listing import counts
+
+    return counts(list(states))
+
+
 def wait_all(jobs: Iterable[Job], timeout: float | None = None,
              refresh_every: float = 2.0) -> list[JobState]:
-    """Wait for every job (with a progress bar on a terminal); return their states.
+    """Wait for every job; return their states. On a terminal a bar shows how many runs are
+    in each state, and a one-line summary stays when it ends.
 
     The runs' own records are read often; backends (squeue, process tables) are asked at most
     every ``refresh_every`` seconds, once per mode for all the jobs still open.
     """
     jobs = list(jobs)
-    deadline = None if timeout is None else time.monotonic() + timeout
-    pending, last_refresh = list(jobs), time.monotonic()
-    with bar(len(jobs), "waiting for runs") as advance:
+    started = time.monotonic()
+    deadline = None if timeout is None else started + timeout
+    pending, last_refresh = list(jobs), started
+    states = {job.id: job.recorded_state() for job in jobs}
+    with state_bar(len(jobs), "runs") as show:
         while pending and (deadline is None or time.monotonic() < deadline):
             if time.monotonic() - last_refresh >= refresh_every:
                 by_mode: dict[int, list[Job]] = {}
@@ -55,9 +64,31 @@ def wait_all(jobs: Iterable[Job], timeout: float | None = None,
                 for group in by_mode.values():
                     group[0].mode.refresh_many(group)
                 last_refresh = time.monotonic()
-            still = [j for j in pending if not j.recorded_state().terminal]
-            advance(len(pending) - len(still))
-            if still:  # a full scan reads every open run's record: not more than twice a second
-                still[0].mode.wait_for_change(still[0], 0.5)
-            pending = still
-    return [j.status() for j in jobs]
+            for job in pending:
+                states[job.id] = job.recorded_state()
+            pending = [j for j in pending if not states[j.id].terminal]
+            show(len(jobs) - len(pending), _counts(s.value for s in states.values()))
+            if pending:  # a full scan reads every open run's record: not more than twice a second
+                pending[0].mode.wait_for_change(pending[0], 0.5)
+    final = [j.status() for j in jobs]
+    if len(jobs) > 1 and sys.stderr.isatty():
+        print(f"{len(jobs)} runs: {_counts(s.value for s in final)} (waited "
+              f"{time.monotonic() - started:.0f} s)", file=sys.stderr)
+    return final
+
+
+@contextlib.contextmanager
+def state_bar(total: int, description: str) -> Iterator[Callable[[int, str], None]]:
+    """Yield ``show(done, counts)``: a bar of ``total`` runs with counts by state on a
+    terminal for 2+ runs (elapsed time, no jumpy estimate), else a no-op."""
+    if total < 2 or not sys.stderr.isatty():
+        yield lambda done, counts: None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TextColumn("{task.fields[counts]}"), TimeElapsedColumn())
+    with Progress(*columns, console=Console(stderr=True), transient=True) as progress:
+        task = progress.add_task(description, total=total, counts="")
+        yield lambda done, counts: progress.update(task, completed=done, counts=counts)

@@ -201,6 +201,30 @@ def test_forget_drops_ended_runs_and_purge_deletes_their_folders(config_file):
         running.cancel()
 
 
+def test_waiting_for_a_sweep_shows_counts_by_state_and_leaves_a_summary(config_file):
+    script = textwrap.dedent(f"""
+        import jobfns
+        from easylaunch import run_sweep, wait_all
+        jobs = run_sweep(jobfns.fail_unless_exists, [{{"path": "/"}}, {{"path": "/"}},
+                         {{"path": "/nonexistent"}}], config={config_file!r})
+        wait_all(jobs)
+    """)
+    out, terminal = os.openpty()
+    proc = subprocess.run([sys.executable, "-c", script], stderr=terminal, timeout=120,
+                          env=dict(os.environ, PYTHONPATH=str(Path(jobfns.__file__).parent),
+                                   COLUMNS="100"))
+    os.close(terminal)
+    shown = b""
+    with contextlib.suppress(OSError):
+        while chunk := os.read(out, 65536):
+            shown += chunk
+    os.close(out)
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", shown.decode())
+    assert proc.returncode == 0
+    assert re.search(r"runs .*3/3 2 succeeded, 1 failed", text), text  # the bar's last frame
+    assert re.search(r"[\r\n]3 runs: 2 succeeded, 1 failed \(waited \d+ s\)", text), text
+
+
 def test_watch_follows_open_runs_until_all_have_ended(config_file):
     jobs = [run_experiment(jobfns.sleep_a_while, variant={"seconds": s}, exp_name="w",
                            config=config_file) for s in (1, 3)]
