@@ -118,6 +118,7 @@ def _refresh_together(registry, entries) -> list:
     what keeps it from being read; a fault in one run never stops a listing. Each backend is
     asked once about all the open runs launched with the same settings: one round trip to a
     remote cluster, not one per run."""
+    from easylaunch import notify
     from easylaunch.jobs import DamagedRecordError, Job
     from easylaunch.listing import Shown
 
@@ -164,6 +165,8 @@ def _refresh_together(registry, entries) -> list:
     with contextlib.suppress(sqlite3.Error):  # the rows are a cache; a full disk keeps them old
         registry.update_many((run_id, {k: v for k, v in fields.items() if v is not None})
                              for run_id, fields in seen.items() if fields)
+        notify.tell_ends(registry, [job for jobs in groups.values() for job in jobs],
+                         {entry.id: entry.state for entry in entries})
     return [Shown(dataclasses.replace(entry, **{k: v for k, v in seen.get(entry.id, {}).items()
                                                 if v is not None and k != "state"}),
                   shown[entry.id], seen.get(entry.id, {}).get("restarts", entry.restarts))

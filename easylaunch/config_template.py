@@ -56,6 +56,23 @@ RESTART_ON_ERROR: bool = False
 CHECKPOINT_GRACE_SECONDS: float = 20.0
 
 # ---------------------------------------------------------------------------------------------
+# Notifications
+# ---------------------------------------------------------------------------------------------
+
+# Told when a sweep's last run ends, with a short JSON summary (experiment, sweep, counts by
+# state, the failed runs and their errors), by whichever easylaunch process sees it first:
+# wait_all() in the launching script, `easylaunch watch`, `easylaunch ls`. Each end is told
+# once (a delivery that fails is said on stderr). NOTIFY_COMMAND: a command (an argv list, or
+# a string split as a shell would, never run by a shell) that gets the JSON on its stdin.
+# NOTIFY_WEBHOOK: an http(s) URL that gets it as a JSON POST (a Slack or ntfy webhook; the URL
+# is never printed, it may hold a token).
+NOTIFY_COMMAND: str | list | None = None
+NOTIFY_WEBHOOK: str | None = None
+
+# Also tell each failed run as it fails (its id, experiment and error), not only the sweep end.
+NOTIFY_FAILED_RUNS: bool = False
+
+# ---------------------------------------------------------------------------------------------
 # Local modes (here_no_doodad, local)
 # ---------------------------------------------------------------------------------------------
 

@@ -55,6 +55,7 @@ def wait_all(jobs: Iterable[Job], timeout: float | None = None,
     deadline = None if timeout is None else started + timeout
     pending, last_refresh = list(jobs), started
     states = {job.id: job.recorded_state() for job in jobs}
+    before = list(states.values())
     with state_bar(len(jobs), "runs") as show:
         while pending and (deadline is None or time.monotonic() < deadline):
             if time.monotonic() - last_refresh >= refresh_every:
@@ -71,10 +72,31 @@ def wait_all(jobs: Iterable[Job], timeout: float | None = None,
             if pending:  # a full scan reads every open run's record: not more than twice a second
                 pending[0].mode.wait_for_change(pending[0], 0.5)
     final = [j.status() for j in jobs]
+    _record_and_tell(jobs, {job.id: state.value for job, state in zip(
+        jobs, before, strict=True)})
     if len(jobs) > 1 and sys.stderr.isatty():
         print(f"{len(jobs)} runs: {_counts(s.value for s in final)} (waited "
               f"{time.monotonic() - started:.0f} s)", file=sys.stderr)
     return final
+
+
+def _record_and_tell(jobs: list[Job], before: dict[str, str]) -> None:
+    """Write the runs' states to their registry and tell the ends they brought (NOTIFY_*)."""
+    import sqlite3
+
+    from easylaunch import notify
+    from easylaunch.errors import EasyLaunchError
+    from easylaunch.registry import open_registry
+
+    by_registry: dict[str, list[Job]] = {}
+    for job in jobs:
+        by_registry.setdefault(job.mode.settings.REGISTRY_PATH or "", []).append(job)
+    for path, group in by_registry.items():
+        with contextlib.suppress(sqlite3.Error, EasyLaunchError, OSError):
+            registry = open_registry(path or None)
+            registry.update_many((job.id, {"state": job.recorded_state().value})
+                                 for job in group)
+            notify.tell_ends(registry, group, before)
 
 
 @contextlib.contextmanager

@@ -38,6 +38,7 @@ CREATE TABLE runs (
 CREATE INDEX runs_by_created ON runs (created DESC);
 CREATE INDEX runs_by_exp ON runs (exp_name, created DESC);
 CREATE INDEX runs_by_sweep ON runs (sweep, created DESC);
+CREATE TABLE notices (key TEXT PRIMARY KEY, at REAL NOT NULL);
 PRAGMA user_version = {SCHEMA_VERSION};
 """
 
@@ -151,6 +152,8 @@ class Registry:
         conn.execute("BEGIN IMMEDIATE")
         try:
             tables = conn.execute("SELECT name FROM sqlite_master WHERE type='table'").fetchall()
+            # (read again under the lock: another process may have made or upgraded it while
+            # this one waited, and then nothing is left to do)
             version = conn.execute("PRAGMA user_version").fetchone()[0]
             if version == 0 and tables:
                 raise self._fail("holds tables but no schema version: it was written by an "
@@ -159,12 +162,13 @@ class Registry:
                 for statement in _SCHEMA.strip().split(";"):
                     if statement.strip():
                         conn.execute(statement)
-            else:  # an older schema: add what it lacks
+            elif version < SCHEMA_VERSION:  # an older schema: add what it lacks
                 added = [*(["restarts INTEGER NOT NULL DEFAULT 0"] if version < 2 else []),
                          "sweep TEXT", "started REAL", "ended REAL", "job_id TEXT"]
                 for column in added:
                     conn.execute(f"ALTER TABLE runs ADD COLUMN {column}")
                 conn.execute("CREATE INDEX runs_by_sweep ON runs (sweep, created DESC)")
+                conn.execute("CREATE TABLE notices (key TEXT PRIMARY KEY, at REAL NOT NULL)")
                 conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             conn.execute("COMMIT")
         except BaseException:
@@ -264,6 +268,13 @@ class Registry:
         with self.db:
             return sum(self.db.execute("DELETE FROM runs WHERE id = ?", (run_id,)).rowcount
                        for run_id in run_ids)
+
+    def claim(self, key: str) -> bool:
+        """Take ``key`` (a notice to send) for this process: True for the first caller only,
+        of every process sharing the registry."""
+        with self.db:
+            return self.db.execute("INSERT OR IGNORE INTO notices (key, at) VALUES (?, ?)",
+                                   (key, time.time())).rowcount == 1
 
     def experiments(self) -> list[str]:
         """The experiment names of the registered runs, most recently launched first."""
