@@ -189,7 +189,7 @@ def _ls(args: argparse.Namespace) -> int:
     entries, total = registry.list(**filters, states=states or None,
                                    limit=None if args.all else args.limit)
     shown = _refresh_together(registry, entries)
-    keys = [k for k in (args.variant or "").split(",") if k] if args.variant else None
+    keys = [k for k in args.variant.split(",") if k] if args.variant else None
     now = time.time()
     if sys.stdout.isatty():
         lines = listing.grouped_lines(shown, keys, shutil.get_terminal_size().columns, now)
@@ -508,13 +508,13 @@ def build_parser() -> argparse.ArgumentParser:
     ls.set_defaults(func=_ls)
 
     status = command("status", aliases=["q"],
-                            help="refresh and show one run, with the end of its log")
+                     help="refresh and show one run, with the end of its log")
     status.add_argument("id", help="run id, or a unique start or end of one")
     status.set_defaults(func=_status)
 
     watch = command("watch", help="refresh open runs until all have ended: relaunches "
-                           "interrupted cloud runs without their launcher (run it in tmux, "
-                           "nohup or cron)")
+                    "interrupted cloud runs without their launcher, tells ended sweeps (run it "
+                    "in tmux, nohup or cron)")
     watch.add_argument("--exp", help="only this experiment name")
     watch.add_argument("--mode", help="only this mode")
     watch.add_argument("--interval", type=float, default=30.0,
@@ -572,8 +572,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="only the values that differ from the defaults")
     config.set_defaults(func=_config)
 
-    doctor = command("doctor", help="check a settings file (doodad's or ours): what "
-                            "each key means, what each mode lacks, which commands are here")
+    doctor = command("doctor", help="check a settings file (doodad's or ours): what each key "
+                     "means, what each mode lacks, which commands are here")
     doctor.add_argument("path", nargs="?", help="the settings file (default: the usual lookup)")
     doctor.set_defaults(func=_doctor)
 
