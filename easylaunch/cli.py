@@ -345,24 +345,34 @@ def _go_ahead(action: str, entries: list, args: argparse.Namespace) -> bool:
     return False
 
 
-def _cancel(args: argparse.Namespace) -> int:
-    registry = _registry(args)
-    entries, failures = _selected(registry, args)
-    if not _go_ahead("cancel", entries, args):
-        return 1 if failures else 0
+def _for_each(entries: list, act) -> int:
+    """``act(entry)`` for each run; a failure is said and the others go on. How many failed."""
+    failures = 0
     for entry in entries:
         try:
-            job = _job_for(registry, entry)
-            if job.status().terminal:
-                print(f"{job.id}: already {job.status()}")
-                continue
-            job.cancel()
-            state = job.wait(timeout=60)
-            registry.update(job.id, state=state.value)
-            print(f"{job.id}: {state}")
+            act(entry)
         except EasyLaunchError as exc:
             print(f"easylaunch: error: {entry.id}: {exc}", file=sys.stderr)
             failures += 1
+    return failures
+
+
+def _cancel(args: argparse.Namespace) -> int:
+    registry = _registry(args)
+    entries, failures = _selected(registry, args)
+
+    def cancel(entry) -> None:
+        job = _job_for(registry, entry)
+        if job.status().terminal:
+            print(f"{job.id}: already {job.status()}")
+            return
+        job.cancel()
+        state = job.wait(timeout=60)
+        registry.update(job.id, state=state.value)
+        print(f"{job.id}: {state}")
+
+    if _go_ahead("cancel", entries, args):
+        failures += _for_each(entries, cancel)
     return 1 if failures else 0
 
 
@@ -371,15 +381,13 @@ def _resubmit(args: argparse.Namespace) -> int:
 
     registry = _registry(args)
     entries, failures = _selected(registry, args)
-    if not _go_ahead("resubmit", entries, args):
-        return 1 if failures else 0
-    for entry in entries:
-        try:
-            job = resubmit(entry.id, config=args.config)
-            print(f"resubmitted {entry.id} as {job.id}: {job.log_dir}")
-        except EasyLaunchError as exc:
-            print(f"easylaunch: error: {entry.id}: {exc}", file=sys.stderr)
-            failures += 1
+
+    def again(entry) -> None:
+        job = resubmit(entry.id, config=args.config)
+        print(f"resubmitted {entry.id} as {job.id}: {job.log_dir}")
+
+    if _go_ahead("resubmit", entries, args):
+        failures += _for_each(entries, again)
     return 1 if failures else 0
 
 

@@ -112,3 +112,13 @@ def batch_cfg(slurm_cfg, stand_in, tmp_path):
                 SSS_PYTHON=sys.executable, SSS_SCRIPT_PATH=str(tmp_path / "seed.sh"),
                 CODE_DIRS_TO_MOUNT=[dict(local_dir=str(TESTS_DIR),
                                          mount_point=str(tmp_path / "in-container/code"))])
+
+
+def settings_file(tmp_path, **values) -> str:
+    """A settings file of the test's own folders (logs, registry), with ``values`` added."""
+    path = tmp_path / "settings.py"
+    path.write_text(f"LOCAL_LOG_DIR = {str(tmp_path / 'logs')!r}\n"
+                    f"CODE_DIRS_TO_MOUNT = [{str(TESTS_DIR)!r}]\n"
+                    f"REGISTRY_PATH = {str(tmp_path / 'registry.sqlite3')!r}\n"
+                    + "".join(f"{k} = {v!r}\n" for k, v in values.items()))
+    return str(path)

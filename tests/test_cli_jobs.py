@@ -12,6 +12,7 @@ from pathlib import Path
 
 import jobfns
 import pytest
+from conftest import settings_file
 from helpers import alive, run_pids, wait_for
 
 from easylaunch import JobState, RegistryError, get_job, run_experiment, run_sweep
@@ -22,13 +23,7 @@ TESTS_DIR = Path(__file__).resolve().parent
 
 @pytest.fixture
 def config_file(tmp_path):
-    path = tmp_path / "settings.py"
-    path.write_text(textwrap.dedent(f"""
-        LOCAL_LOG_DIR = {str(tmp_path / 'logs')!r}
-        CODE_DIRS_TO_MOUNT = [{str(TESTS_DIR)!r}]
-        REGISTRY_PATH = {str(tmp_path / 'registry.sqlite3')!r}
-    """))
-    return str(path)
+    return settings_file(tmp_path)
 
 
 def cli(config_file, *args, check=True):
@@ -70,13 +65,18 @@ def _on_terminal(config_file, *args: str, columns: int = 80) -> str:
                            *args], stdout=terminal, stderr=subprocess.PIPE, timeout=60,
                           env=dict(os.environ, COLUMNS=str(columns)))
     os.close(terminal)
-    shown = b""
-    with contextlib.suppress(OSError):
-        while chunk := os.read(out, 65536):
-            shown += chunk
-    os.close(out)
     assert proc.returncode == 0, proc.stderr
-    return shown.decode().replace("\r\n", "\n")
+    return _read_all(out).replace("\r\n", "\n")
+
+
+def _read_all(fd: int) -> str:
+    """Everything a pseudo-terminal's other end wrote (its writer has ended); closes it."""
+    shown = b""
+    with contextlib.suppress(OSError):  # (EIO once the writer's end is closed)
+        while chunk := os.read(fd, 65536):
+            shown += chunk
+    os.close(fd)
+    return shown.decode()
 
 
 def test_ls_groups_sweeps_with_counts_and_the_keys_that_tell_runs_apart(config_file):
@@ -214,12 +214,7 @@ def test_waiting_for_a_sweep_shows_counts_by_state_and_leaves_a_summary(config_f
                           env=dict(os.environ, PYTHONPATH=str(Path(jobfns.__file__).parent),
                                    COLUMNS="100"))
     os.close(terminal)
-    shown = b""
-    with contextlib.suppress(OSError):
-        while chunk := os.read(out, 65536):
-            shown += chunk
-    os.close(out)
-    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", shown.decode())
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", _read_all(out))
     assert proc.returncode == 0
     assert re.search(r"runs .*3/3 2 succeeded, 1 failed", text), text  # the bar's last frame
     assert re.search(r"[\r\n]3 runs: 2 succeeded, 1 failed \(waited \d+ s\)", text), text

@@ -5,12 +5,12 @@ import http.server
 import json
 import subprocess
 import sys
-import textwrap
 import threading
 from pathlib import Path
 
 import jobfns
 import pytest
+from conftest import settings_file
 from helpers import wait_for
 
 from easylaunch import run_sweep, wait_all
@@ -39,16 +39,6 @@ def hook():
     server.shutdown()
 
 
-def _settings(tmp_path, **values) -> str:
-    path = tmp_path / "settings.py"
-    path.write_text(textwrap.dedent(f"""
-        LOCAL_LOG_DIR = {str(tmp_path / 'logs')!r}
-        CODE_DIRS_TO_MOUNT = [{str(TESTS_DIR)!r}]
-        REGISTRY_PATH = {str(tmp_path / 'registry.sqlite3')!r}
-    """) + "".join(f"{k} = {v!r}\n" for k, v in values.items()))
-    return str(path)
-
-
 def _cli(config: str, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "easylaunch.cli", "--config", config, *args],
                           capture_output=True, text=True, timeout=120)
@@ -59,7 +49,7 @@ def test_the_end_of_a_sweep_is_told_once_to_the_webhook_and_the_command(tmp_path
     told = tmp_path / "told.jsonl"
     command = [sys.executable, "-c", f"import sys; open({str(told)!r}, 'a').write("
                "sys.stdin.read() + '\\n')"]
-    config = _settings(tmp_path, NOTIFY_WEBHOOK=url, NOTIFY_COMMAND=command,
+    config = settings_file(tmp_path, NOTIFY_WEBHOOK=url, NOTIFY_COMMAND=command,
                        NOTIFY_FAILED_RUNS=True)
     jobs = run_sweep(jobfns.fail_unless_exists, [{"path": "/"}, {"path": "/nonexistent"},
                                                  {"path": "/"}], exp_name="told", config=config)
@@ -80,7 +70,7 @@ def test_the_end_of_a_sweep_is_told_once_to_the_webhook_and_the_command(tmp_path
 
 def test_a_watcher_tells_the_end_when_no_script_waits(tmp_path, hook):
     url, received = hook
-    config = _settings(tmp_path, NOTIFY_WEBHOOK=url)
+    config = settings_file(tmp_path, NOTIFY_WEBHOOK=url)
     jobs = run_sweep(jobfns.sleep_a_while, [{"seconds": 1}, {"seconds": 2}], exp_name="w",
                      config=config)
     watchers = [subprocess.Popen([sys.executable, "-m", "easylaunch.cli", "--config", config,
@@ -94,7 +84,7 @@ def test_a_watcher_tells_the_end_when_no_script_waits(tmp_path, hook):
 
 
 def test_a_webhook_that_fails_is_said_without_its_url(tmp_path):
-    config = _settings(tmp_path, NOTIFY_WEBHOOK="http://127.0.0.1:9/hook/SECRET-TOKEN")
+    config = settings_file(tmp_path, NOTIFY_WEBHOOK="http://127.0.0.1:9/hook/SECRET-TOKEN")
     (job,) = run_sweep(jobfns.train, [{}], exp_name="unheard", config=config)
     job.wait(timeout=60)
     listed = _cli(config, "ls")  # (nothing listens on the discard port)
