@@ -104,13 +104,15 @@ def _ended_times(entry) -> dict:
     """A finished run's start and end from its status.json, for a registry row that lacks
     them (written before they were kept, or never refreshed since it ended)."""
     from easylaunch import runner
+    from easylaunch.registry import NO_TIME
 
     try:
-        info = runner.read_json(str(Path(entry.log_dir) / runner.STATUS_JSON))
+        info = runner.read_json(os.path.join(entry.log_dir, runner.STATUS_JSON))
     except (runner.DamagedRecord, OSError):
-        return {}
-    return {k: info[f"{k}_at"] for k in ("started", "ended")
-            if isinstance(info.get(f"{k}_at"), (int, float))}
+        info = {}
+    times = {k: info[f"{k}_at"] for k in ("started", "ended")
+             if isinstance(info.get(f"{k}_at"), (int, float))}
+    return {"ended": NO_TIME, **times}  # (looked once: a record without times is not read again)
 
 
 def _refresh_together(registry, entries) -> list:
@@ -167,10 +169,14 @@ def _refresh_together(registry, entries) -> list:
                              for run_id, fields in seen.items() if fields)
         notify.tell_ends(registry, [job for jobs in groups.values() for job in jobs],
                          {entry.id: entry.state for entry in entries})
-    return [Shown(dataclasses.replace(entry, **{k: v for k, v in seen.get(entry.id, {}).items()
-                                                if v is not None and k != "state"}),
-                  shown[entry.id], seen.get(entry.id, {}).get("restarts", entry.restarts))
-            for entry in entries]
+    listed = []
+    for entry in entries:
+        fields = {k: v for k, v in seen.get(entry.id, {}).items() if v is not None}
+        restarts = fields.pop("restarts", entry.restarts)
+        fields.pop("state", None)
+        listed.append(Shown(dataclasses.replace(entry, **fields) if fields else entry,
+                            shown[entry.id], restarts))
+    return listed
 
 
 def _ls(args: argparse.Namespace) -> int:

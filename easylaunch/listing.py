@@ -65,7 +65,9 @@ def differing_keys(variants: Sequence[Mapping]) -> list[str]:
 
 def seconds_run(entry: Entry, now: float) -> float | None:
     """How long the run's last attempt ran (so far, if it runs)."""
-    if entry.started is None:
+    if entry.started is None or entry.started < 0:
+        return None
+    if entry.ended is not None and entry.ended < 0:  # (ended, but its record had no time)
         return None
     return (entry.ended or now) - entry.started
 

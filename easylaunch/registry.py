@@ -21,6 +21,7 @@ from easylaunch.errors import EasyLaunchError
 
 SCHEMA_VERSION = 3
 OPEN_WAIT_SECONDS = 30
+NO_TIME = -1.0  # a time a run's record was read for and did not have
 DEFAULT_PATH = "easylaunch/registry.sqlite3"
 COLUMNS = ("id", "exp_name", "mode", "state", "log_dir", "remote_log_dir", "backend", "variant",
            "git_commit", "created", "updated", "resubmitted_from", "host", "restarts", "sweep",
@@ -71,7 +72,7 @@ class Entry:
     restarts: int  # attempts that ended in a restart
     sweep: str | None  # the run_sweep (or a script's run_experiment calls) it belongs to
     started: float | None  # its last attempt's start and end, as last seen
-    ended: float | None
+    ended: float | None  # (NO_TIME: its record, read, had none)
     job_id: str | None  # the scheduler's id (or instance) that runs it, as last seen
 
     @classmethod
