@@ -55,7 +55,7 @@ def wait_all(jobs: Iterable[Job], timeout: float | None = None,
     deadline = None if timeout is None else started + timeout
     pending, last_refresh = list(jobs), started
     states = {job.id: job.recorded_state() for job in jobs}
-    before = list(states.values())
+    before = {run_id: state.value for run_id, state in states.items()}
     with state_bar(len(jobs), "runs") as show:
         while pending and (deadline is None or time.monotonic() < deadline):
             if time.monotonic() - last_refresh >= refresh_every:
@@ -72,8 +72,7 @@ def wait_all(jobs: Iterable[Job], timeout: float | None = None,
             if pending:  # a full scan reads every open run's record: not more than twice a second
                 pending[0].mode.wait_for_change(pending[0], 0.5)
     final = [j.status() for j in jobs]
-    _record_and_tell(jobs, {job.id: state.value for job, state in zip(
-        jobs, before, strict=True)})
+    _record_and_tell(jobs, before)
     if len(jobs) > 1 and sys.stderr.isatty():
         print(f"{len(jobs)} runs: {_counts(s.value for s in final)} (waited "
               f"{time.monotonic() - started:.0f} s)", file=sys.stderr)
