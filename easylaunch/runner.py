@@ -845,6 +845,24 @@ def _resubmission(script: str) -> tuple[list[str], Any]:
             lambda out: f"{out.strip().split(';')[0]}_{index}")
 
 
+def submit_from_job(argv: list[str], cwd: str | None = None,
+                    **env: str) -> tuple[str, str | None]:
+    """Run a submit command (sbatch, qsub) from inside a job, with ``env`` added and without
+    this job's own scheduler values (they would bend the new job's resources): (its output,
+    what went wrong or None)."""
+    env = {**{k: v for k, v in os.environ.items()
+              if not k.startswith(("SLURM_", "SBATCH_", "PBS_")) and k != ENV_ENTRY}, **env}
+    try:
+        out = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60,
+                             cwd=cwd)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return "", repr(exc)
+    if out.returncode == 0 and out.stdout.strip():
+        return out.stdout, None
+    return out.stdout, (out.stderr or out.stdout).strip() or \
+        f"{argv[0]} exited with {out.returncode}"
+
+
 def resubmit_self(log_dir: str) -> None:
     """Start the next attempt of a run queued again by this job, where the job script says how
     (ENV_RESUBMIT_SCRIPT: submit the script again for this entry, which keeps the run id and
@@ -853,19 +871,16 @@ def resubmit_self(log_dir: str) -> None:
     script = os.environ.get(ENV_RESUBMIT_SCRIPT)
     if not script:
         return
-    # (this job's own scheduler values would bend the new job's resources)
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("SLURM_", "SBATCH_", "PBS_")) and k != ENV_ENTRY}
     argv = [script]
     try:
         argv, job_of = _resubmission(script)
-        out = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60,
-                             cwd=os.path.dirname(script) or None)  # (PBS writes its output there)
-        job = job_of(out.stdout)
-        problem = None if out.returncode == 0 and out.stdout.strip() and " " not in job else \
-            (out.stderr or out.stdout).strip() or f"{argv[0]} exited with {out.returncode}"
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        problem = repr(exc)
+    except OSError as exc:  # (the PBS script's copy could not be written)
+        out, problem = "", repr(exc)
+    else:  # (PBS writes the job's output where it is submitted from)
+        out, problem = submit_from_job(argv, cwd=os.path.dirname(script) or None)
+    job = job_of(out) if problem is None else ""
+    if problem is None and " " in job:
+        problem = f"{argv[0]} printed no job id: {out.strip()!r}"
     if problem is not None:
         give_up_restart(log_dir, f"{' '.join(argv)}: {problem}")
         return
@@ -909,30 +924,27 @@ def _record_end(log_dir: str, returncode: int, policy: RestartPolicy) -> None:
             record_lost_end(log_dir, returncode, policy=policy)
 
 
-def end_of_job(log_dir: str, returncode: int, policy: RestartPolicy) -> int:
-    """What a job does once the run's process ended (``returncode``): record an end the run
-    could not record itself, and submit the next attempt of a run queued again. Returns the
-    job's exit code: EXIT_RESTART when the run goes on.
-
-    The supervising runner calls it; so does a job script whose runs start in a container
-    (``--after-exit``), outside it, where the scheduler's commands are."""
-    _record_end(log_dir, returncode, policy)
-    if _queued_by_this_job(log_dir):
+def _job_exit(log_dir: str, returncode: int, queued: dict | None) -> int:
+    """Submit the next attempt of a run this job ``queued`` again; the job's exit code:
+    EXIT_RESTART when the run goes on."""
+    if queued:
         resubmit_self(log_dir)
         return EXIT_RESTART
     return 128 - returncode if returncode < 0 else returncode
 
 
-RESTART_IN_PLACE = ("lost", "error")  # ends a job outlives: its next attempt starts in it
+def end_of_job(log_dir: str, returncode: int, policy: RestartPolicy) -> int:
+    """What a job does once the run's process ended (``returncode``): record an end the run
+    could not record itself, and submit the next attempt of a run queued again. Returns the
+    job's exit code: EXIT_RESTART when the run goes on.
 
-
-def _restarts_here(log_dir: str, returncode: int, policy: RestartPolicy) -> bool:
-    """Whether the run's next attempt starts in this job, at once, instead of waiting in the
-    queue again: its attempt ended to restart for a reason the job outlives (its process
-    lost, an exception)."""
+    A job script whose runs start in a container calls it (``--after-exit``), outside the
+    container, where the scheduler's commands are; so does the packer."""
     _record_end(log_dir, returncode, policy)
-    status = _queued_by_this_job(log_dir)
-    return status is not None and status["restarts"][-1]["reason"] in RESTART_IN_PLACE
+    return _job_exit(log_dir, returncode, _queued_by_this_job(log_dir))
+
+
+RESTART_IN_PLACE = ("lost", "error")  # ends a job outlives: its next attempt starts in it
 
 
 # Signals a supervising runner passes on to the run (stop, Ctrl-C, time-limit warnings).
@@ -973,8 +985,13 @@ def run_supervised(bundle_dir: str, log_dir: str | None = None) -> int:
         if child[0] == 0:
             return run_bundle(bundle_dir, log_dir)  # the child ends as an interpreter would
         returncode = os.waitstatus_to_exitcode(os.waitpid(child[0], 0)[1])
-        if signalled or rank_info()[2] != 1 or not _restarts_here(log_dir, returncode, policy):
-            return end_of_job(log_dir, returncode, policy)
+        _record_end(log_dir, returncode, policy)
+        queued = _queued_by_this_job(log_dir)
+        # an end the job outlives (its process lost, an exception): the next attempt starts
+        # in it at once, instead of waiting in the queue again
+        if signalled or rank_info()[2] != 1 or not queued or \
+                queued["restarts"][-1]["reason"] not in RESTART_IN_PLACE:
+            return _job_exit(log_dir, returncode, queued)
         print("easylaunch runner: the next attempt starts in this same job", file=sys.stderr)
 
 

@@ -135,10 +135,12 @@ class ScheduledMode(HostedMode):
         by_id = self._open_ids(jobs)
         if not by_id:
             return NO_QUERY
-        return BackendQuery(self.state_ops(by_id), functools.partial(self._settle_all, by_id))
+        ops = self.state_ops(by_id)
+        return BackendQuery(ops, functools.partial(self._settle_all, by_id, ops))
 
-    def _settle_all(self, by_id: dict[str, list[Job]], answers: list[dict]) -> None:
-        answers = self.retried(self.state_ops(by_id), answers)
+    def _settle_all(self, by_id: dict[str, list[Job]], ops: list[dict],
+                    answers: list[dict]) -> None:
+        answers = self.retried(ops, answers)
         states = self.states(by_id, [completed(a) for a in answers])
         for job_id, group in by_id.items():
             for job in group:

@@ -319,20 +319,16 @@ class Packer:
         """Submit the allocation's script again for the runs left (stopped by a signal, never
         started), and point their records at the new job; a run that cannot go on ends as
         its last attempt would have without a restart."""
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SBATCH_"))}
-        env[ENV_CONTINUE] = "1"
+        if self.runner is None:  # (--resubmit comes with --runs and --runner)
+            return
         argv = ["sbatch", "--parsable", self.resubmit]
-        try:
-            out = subprocess.run(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                 universal_newlines=True, timeout=60)
-            job = out.stdout.strip().split(";")[0]
-            problem = None if out.returncode == 0 and job.isdigit() else \
-                (out.stderr or out.stdout).strip() or "sbatch exited with {}".format(out.returncode)
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            problem = repr(exc)
+        out, problem = self.runner.submit_from_job(argv, **{ENV_CONTINUE: "1"})
+        job = out.strip().split(";")[0]
+        if problem is None and not job.isdigit():
+            problem = "sbatch printed no job id: {!r}".format(out.strip())
         for index in left:
-            log_dir = self.runs[index][1] if self.runs else None
-            if self.runner is None or log_dir is None or not os.path.isdir(log_dir):
+            log_dir = self.runs[index][1]
+            if not os.path.isdir(log_dir):
                 continue
             if problem is None:
                 self.runner.update_status(log_dir, next_job_id=job)
