@@ -4,21 +4,18 @@ from __future__ import annotations
 
 import argparse
 import collections
-import contextlib
-import dataclasses
 import datetime as dt
 import os
 import re
 import shlex
 import shutil
-import sqlite3
 import sys
 import time
 from pathlib import Path
 
 from easylaunch import __version__
 from easylaunch.errors import EasyLaunchError
-from easylaunch.jobs import JobState
+from easylaunch.refresh import OPEN_STATES, STATES, job_for, refresh_entries, short
 from easylaunch.settings import (
     DEFAULTS,
     USER_CONFIG_PATH,
@@ -37,25 +34,6 @@ def _registry(args: argparse.Namespace):
     from easylaunch.registry import open_registry
 
     return open_registry(load_settings(args.config).REGISTRY_PATH)
-
-
-def _job_for(registry, entry):
-    """The live Job of a registry entry, its state refreshed and written back."""
-    from easylaunch.jobs import Job
-
-    job = Job.from_run_dir(entry.log_dir)
-    state = job.status().value
-    if state != entry.state:
-        with contextlib.suppress(sqlite3.Error):  # the row is a cache; a full disk keeps it old
-            registry.update(entry.id, state=state)
-    return job
-
-
-def _short(text: str, limit: int) -> str:
-    """``text`` cut to ``limit`` characters, saying how much was left out."""
-    if len(text) <= limit:
-        return text
-    return f"{text[:limit]}... ({len(text) - limit} more characters)"
 
 
 def count(text: str) -> int:
@@ -96,89 +74,6 @@ def _tail(path: Path, lines: int | None) -> str:
         return ""
 
 
-STATES = [s.value for s in JobState]
-OPEN_STATES = [s.value for s in JobState if not s.terminal]
-
-
-def _ended_times(entry) -> dict:
-    """A finished run's start and end from its status.json, for a registry row that lacks
-    them (written before they were kept, or never refreshed since it ended)."""
-    from easylaunch import runner
-    from easylaunch.registry import NO_TIME
-
-    try:
-        info = runner.read_json(os.path.join(entry.log_dir, runner.STATUS_JSON))
-    except (runner.DamagedRecord, OSError):
-        info = {}
-    times = {k: info[f"{k}_at"] for k in ("started", "ended")
-             if isinstance(info.get(f"{k}_at"), (int, float))}
-    return {"ended": NO_TIME, **times}  # (looked once: a record without times is not read again)
-
-
-def _refresh_together(registry, entries) -> list:
-    """Each run as a refresh sees it now (``listing.Shown``), written back to the registry, or
-    what keeps it from being read; a fault in one run never stops a listing. Each backend is
-    asked once about all the open runs launched with the same settings: one round trip to a
-    remote cluster, not one per run."""
-    from easylaunch import notify
-    from easylaunch.jobs import DamagedRecordError, Job
-    from easylaunch.listing import Shown
-
-    shown = {entry.id: entry.state for entry in entries}
-    seen: dict[str, dict] = {}  # run id -> registry fields a refresh saw
-    groups: dict[tuple, list[Job]] = {}
-    for entry in entries:
-        if entry.state not in OPEN_STATES:
-            if entry.ended is None:
-                seen[entry.id] = _ended_times(entry)
-            continue
-        try:
-            job = Job.from_run_dir(entry.log_dir)
-            job.resolve_unsubmitted()
-        except DamagedRecordError:
-            shown[entry.id] = "unknown (its status.json is damaged)"
-            continue
-        except (EasyLaunchError, OSError) as exc:
-            why = "folder missing" if not Path(entry.log_dir).is_dir() else _short(str(exc), 120)
-            shown[entry.id] = f"{entry.state} ({why})"
-            continue
-        request = job.launch_info.get("request") or {}
-        key = (job.mode.name, request.get("settings_file"),
-               repr(sorted((request.get("mode_options") or {}).items())))
-        if groups.get(key):
-            job.mode = groups[key][0].mode  # one mode (and connection) per group
-        groups.setdefault(key, []).append(job)
-    for jobs in groups.values():
-        with contextlib.suppress(EasyLaunchError, OSError):
-            jobs[0].mode.refresh_many(jobs)
-        for job in jobs:
-            try:
-                shown[job.id] = job.status().value
-                info = job.info()
-            except DamagedRecordError:
-                shown[job.id] = "unknown (its status.json is damaged)"
-                continue
-            except (EasyLaunchError, OSError) as exc:
-                shown[job.id] = f"{shown[job.id]} ({_short(str(exc), 120)})"
-                continue
-            seen[job.id] = {"state": shown[job.id], "restarts": len(info.get("restarts", [])),
-                            "started": info.get("started_at"), "ended": info.get("ended_at"),
-                            "job_id": info.get("next_job_id") or info.get("job_id")}
-    with contextlib.suppress(sqlite3.Error):  # the rows are a cache; a full disk keeps them old
-        registry.update_many((run_id, {k: v for k, v in fields.items() if v is not None})
-                             for run_id, fields in seen.items() if fields)
-        notify.tell_ends(registry, [job for jobs in groups.values() for job in jobs],
-                         {entry.id: entry.state for entry in entries})
-    listed = []
-    for entry in entries:
-        fields = {k: v for k, v in seen.get(entry.id, {}).items() if v is not None}
-        restarts = fields.pop("restarts", entry.restarts)
-        fields.pop("state", None)
-        listed.append(Shown(dataclasses.replace(entry, **fields) if fields else entry,
-                            shown[entry.id], restarts))
-    return listed
-
-
 def _ls(args: argparse.Namespace) -> int:
     from easylaunch import listing
 
@@ -191,10 +86,10 @@ def _ls(args: argparse.Namespace) -> int:
     filters = {"exp": args.exp, "mode": args.mode, "since": args.since, "sweep": args.sweep}
     if states:  # filter on states as they are now, not as the registry last saw them
         stale, _ = registry.list(**filters, states=OPEN_STATES)
-        _refresh_together(registry, stale)
+        refresh_entries(registry, stale)
     entries, total = registry.list(**filters, states=states or None,
                                    limit=None if args.all else args.limit)
-    shown = _refresh_together(registry, entries)
+    shown = refresh_entries(registry, entries)
     keys = [k for k in args.variant.split(",") if k] if args.variant else None
     now = time.time()
     if sys.stdout.isatty():
@@ -219,7 +114,7 @@ def _watch(args: argparse.Namespace) -> int:
     said = ""
     while True:
         entries, _ = registry.list(exp=args.exp, mode=args.mode, states=OPEN_STATES)
-        shown = _refresh_together(registry, entries)
+        shown = refresh_entries(registry, entries)
         counts = collections.Counter(item.state.split(" ", 1)[0] for item in shown)
         still = sum(counts[state] for state in OPEN_STATES)
         line = f"{still} open run(s)" + (": " + ", ".join(
@@ -235,7 +130,7 @@ def _watch(args: argparse.Namespace) -> int:
 def _status(args: argparse.Namespace) -> int:
     registry = _registry(args)
     entry = registry.find(args.id)
-    job = _job_for(registry, entry)
+    job = job_for(registry, entry)
     job.mode.sync_logs(job)
     info, launch = job.info(), job.launch_info
     rows = [
@@ -254,7 +149,7 @@ def _status(args: argparse.Namespace) -> int:
     ]
     for name, value in rows:
         if value not in (None, "", {}, "-"):
-            print(f"{name + ':':18}{_short(str(value), VALUE_CHARS)}")
+            print(f"{name + ':':18}{short(str(value), VALUE_CHARS)}")
     if info.get("error"):
         print(f"\nerror:\n{info['error'].rstrip()}")
     print(f"\n--- last {STATUS_LOG_LINES} lines of {job.stdout_path} ---")
@@ -272,7 +167,7 @@ def _restarts(restarts: list[dict]) -> str | None:
 
 def _logs(args: argparse.Namespace) -> int:
     registry = _registry(args)
-    job = _job_for(registry, registry.find(args.id))
+    job = job_for(registry, registry.find(args.id))
     job.mode.sync_logs(job)
     path = job.stderr_path if args.stderr else job.stdout_path
     sys.stdout.write(_tail(path, args.lines))
@@ -322,7 +217,7 @@ def _selected(registry, args: argparse.Namespace) -> tuple[list, int]:
         raise EasyLaunchError(f"--state {', '.join(unknown)}: not a state; states are "
                               f"{', '.join(STATES)}")
     if states:  # as the runs are now, not as the registry last saw them
-        _refresh_together(registry, registry.list(**filters, states=OPEN_STATES)[0])
+        refresh_entries(registry, registry.list(**filters, states=OPEN_STATES)[0])
     return registry.list(**filters, states=states or None)[0], 0
 
 
@@ -368,7 +263,7 @@ def _cancel(args: argparse.Namespace) -> int:
     entries, failures = _selected(registry, args)
 
     def cancel(entry) -> None:
-        job = _job_for(registry, entry)
+        job = job_for(registry, entry)
         if job.status().terminal:
             print(f"{job.id}: already {job.status()}")
             return
@@ -402,7 +297,7 @@ def _forget(args: argparse.Namespace) -> int:
     open are refused (cancel them first)."""
     registry = _registry(args)
     entries, failures = _selected(registry, args)
-    still = [e for e in _refresh_together(registry, entries) if e.state in OPEN_STATES]
+    still = [e for e in refresh_entries(registry, entries) if e.state in OPEN_STATES]
     if still:
         raise EasyLaunchError(f"{len(still)} of these runs are still {still[0].state} "
                               f"({', '.join(s.entry.id for s in still[:5])}): cancel them first")
@@ -422,7 +317,7 @@ def _forget(args: argparse.Namespace) -> int:
 
 def _fetch(args: argparse.Namespace) -> int:
     registry = _registry(args)
-    job = _job_for(registry, registry.find(args.id))
+    job = job_for(registry, registry.find(args.id))
     print(job.mode.fetch(job))
     return 0
 
