@@ -383,6 +383,18 @@ def _doctor(args: argparse.Namespace) -> int:
     return 1 if any(f.level == "error" for f in findings) else 0
 
 
+def _plot(args: argparse.Namespace) -> int:
+    from easylaunch.results.plot import plot_command
+
+    return plot_command(args)
+
+
+def _ui(args: argparse.Namespace) -> int:
+    from easylaunch.dashboard.server import serve_command
+
+    return serve_command(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``easylaunch`` command."""
     parser = argparse.ArgumentParser(
@@ -480,6 +492,29 @@ def build_parser() -> argparse.ArgumentParser:
     config.add_argument("--changed", action="store_true",
                         help="only the values that differ from the defaults")
     config.set_defaults(func=_config)
+
+    plot = command("plot", help="learning curves of a sweep's runs as a PNG, grouped by a "
+                   "variant key (mean and spread across the rest, e.g. seeds)")
+    plot.add_argument("selection", nargs="+", metavar="EXP|SWEEP|ID",
+                      help="an experiment name (or part of one), a sweep id, or run ids")
+    plot.add_argument("--metric", required=True, help="the metric to plot (e.g. loss)")
+    plot.add_argument("--by", metavar="KEY", help="the variant key that groups the curves "
+                      "(nested: a.b)")
+    plot.add_argument("--x", default="step", help="the x axis: step (default) or time")
+    plot.add_argument("-o", "--out", help="the PNG to write (default: <metric>-by-<key>.png "
+                      "here)")
+    plot.set_defaults(func=_plot)
+
+    ui = command("ui", help="a web dashboard of the runs, on 127.0.0.1")
+    ui.add_argument("--host", default="127.0.0.1",
+                    help="the address to listen on (default 127.0.0.1)")
+    ui.add_argument("--port", type=count, default=8765, help="the port (default 8765; 0: any "
+                    "free one)")
+    ui.add_argument("--allow-remote", action="store_true", help="allow a --host other than "
+                    "loopback: anyone who reaches it sees your runs (a token still guards "
+                    "actions)")
+    ui.add_argument("--open", action="store_true", help="open it in a web browser")
+    ui.set_defaults(func=_ui)
 
     doctor = command("doctor", help="check a settings file (doodad's or ours): what each key "
                      "means, what each mode lacks, which commands are here")
