@@ -6,11 +6,13 @@ leaves anything behind.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
 import re
 import sys
+import tempfile
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -37,6 +39,7 @@ from easylaunch.modes import get_mode, restarting_modes
 from easylaunch.modes.base import Mode
 from easylaunch.notices import notice
 from easylaunch.payload import pickle_payload, warn_if_large
+from easylaunch.preview import Preview, dry_run_by_default, show
 from easylaunch.progress import track
 from easylaunch.registry import Registry, open_registry
 from easylaunch.request import LaunchRequest
@@ -177,8 +180,9 @@ def run_sweep(
     config: ConfigArg = None,
     max_restarts: int | None = None,
     restart_on_error: bool | None = None,
+    dry_run: bool | None = None,
     **mode_options: Any,
-) -> list[Job]:
+) -> list[Job] | Preview:
     """Launch ``method_call(doodad_config, variant)`` once per variant; return their Jobs.
 
     Modes that can, turn the whole sweep into one submission. ``config`` is a settings file
@@ -188,10 +192,13 @@ def run_sweep(
     doodad's keywords work as doodad's did: ``region=`` sets AWS_REGION in ec2, one that doodad
     ignored in a mode (``time_in_mins`` in ec2) is ignored with a notice.
     The runs make one sweep (``easylaunch ls`` groups them; ``--sweep`` selects them).
+    ``dry_run=True`` (or ``easylaunch preview SCRIPT``) checks the launch and prints and
+    returns a :class:`~easylaunch.preview.Preview` of what it would write and run, instead of
+    launching anything.
     """
     return _launch(method_call, variants, exp_name, mode, prepend_date_to_exp_name, use_gpu,
                    gpu_id, base_log_dir, slurm_config_name, config, max_restarts,
-                   restart_on_error, mode_options, sweep_id=None)
+                   restart_on_error, dry_run, mode_options, sweep_id=None)
 
 
 # This process's sweeps of single launches: (exp_name, mode, log root) -> sweep id, so a
@@ -203,7 +210,8 @@ def _launch(method_call: Callable[..., Any], variants: Iterable[Mapping | None],
             mode: str, prepend_date_to_exp_name: bool, use_gpu: bool, gpu_id: int | str | None,
             base_log_dir: str | os.PathLike | None, slurm_config_name: str | None,
             config: ConfigArg, max_restarts: int | None, restart_on_error: bool | None,
-            mode_options: dict[str, Any], sweep_id: str | None) -> list[Job]:
+            dry_run: bool | None, mode_options: dict[str, Any],
+            sweep_id: str | None) -> list[Job] | Preview:
     """:func:`run_sweep`, in the sweep ``sweep_id`` (None: a new one, this launch's;
     "script": the one this process's earlier single launches of the experiment made)."""
     settings = load_settings(config)
@@ -216,12 +224,14 @@ def _launch(method_call: Callable[..., Any], variants: Iterable[Mapping | None],
                       if value is not None})
     if overrides:
         settings = override(settings, overrides, f"run_experiment keywords of mode {mode!r}")
-    mode_obj = mode_cls(settings, mode_options)
+    mode_obj = mode_cls.create(settings, mode_options)
     if settings.MAX_RESTARTS and not mode_obj.restarts:
         raise LaunchError(f"mode {mode!r} cannot restart runs (max_restarts="
                           f"{settings.MAX_RESTARTS}); modes that can: "
                           f"{', '.join(restarting_modes())}. Pass max_restarts=0 here")
-    registry = _registry(settings)  # a broken registry fails here, before anything is made
+    dry_run = dry_run_by_default() if dry_run is None else dry_run
+    if not dry_run:  # a broken registry fails here, before anything is made
+        registry = _registry(settings)
     if not callable(method_call):
         raise LaunchError(f"method_call must be a function, got {type(method_call).__name__}")
     if isinstance(variants, (Mapping, str)) or not isinstance(variants, Iterable):
@@ -234,7 +244,7 @@ def _launch(method_call: Callable[..., Any], variants: Iterable[Mapping | None],
         raise LaunchError(f"use_gpu must be True or False, got {use_gpu!r}")
     root = Path(os.path.expanduser(os.fspath(base_log_dir or settings.LOCAL_LOG_DIR))).resolve()
     launch_id = new_run_id()
-    if sweep_id == "script":
+    if sweep_id == "script" and not dry_run:
         sweep_id = _script_sweeps.setdefault((exp_name, mode, str(root)), launch_id)
     request = LaunchRequest(
         method_call=method_call, variants=variants, exp_name=check_exp_name(exp_name),
@@ -253,28 +263,42 @@ def _launch(method_call: Callable[..., Any], variants: Iterable[Mapping | None],
     else:
         function_bytes, variant_bytes = b"", [b""] * len(variants)
     mode_obj.check(request)
-    if mode_obj.needs_bundle:
-        make_store(root / SNAPSHOT_STORE, settings.RUN_FOLDER_MODE)
-    snapshots = [
-        snapshot(m.local_dir, root / SNAPSHOT_STORE, settings.CODE_SNAPSHOT_EXCLUDES,
-                 settings.CODE_SNAPSHOT_MAX_MB, skip_dirs={str(root)})
-        for m in code_mounts] if mode_obj.needs_bundle else []
-    spec = BundleSpec(
-        root=root, exp_name=request.exp_name, mode=mode, function_bytes=function_bytes,
-        use_gpu=use_gpu, gpu_id=gpu_id, prepend_date=prepend_date_to_exp_name,
-        git_infos=git_infos(m.local_dir for m in code_mounts), snapshots=snapshots,
-        script_name=request.script_name, write_bundle=mode_obj.needs_bundle,
-        runs_here=not mode_obj.needs_bundle,
-        request={"settings_file": str(save_settings(settings, root / SETTINGS_STORE)),
-                 "mode_options": mode_options, "use_gpu": use_gpu,
-                 "gpu_id": gpu_id, "log_root": str(root), "slurm_config_name": slurm_config_name,
-                 "prepend_date": prepend_date_to_exp_name},
-        launch_id=launch_id, sweep_id=sweep_id or launch_id,
-        extra_launch_info=mode_obj.launch_info(request),
-        restart={"max_restarts": settings.MAX_RESTARTS, "on_error": settings.RESTART_ON_ERROR,
-                 "grace_seconds": settings.CHECKPOINT_GRACE_SECONDS},
-        blobs=bundle_blobs(root, function_bytes, settings.RUN_FOLDER_MODE)
-        if mode_obj.needs_bundle else {}, folder_mode=settings.RUN_FOLDER_MODE)
+
+    def bundle_spec(folder: Path) -> BundleSpec:
+        """What every run of this launch shares, with its stores in ``folder``."""
+        if mode_obj.needs_bundle:
+            make_store(folder / SNAPSHOT_STORE, settings.RUN_FOLDER_MODE)
+        snapshots = [
+            snapshot(m.local_dir, folder / SNAPSHOT_STORE, settings.CODE_SNAPSHOT_EXCLUDES,
+                     settings.CODE_SNAPSHOT_MAX_MB, skip_dirs={str(root)})
+            for m in code_mounts] if mode_obj.needs_bundle else []
+        return BundleSpec(
+            root=folder, exp_name=request.exp_name, mode=mode, function_bytes=function_bytes,
+            use_gpu=use_gpu, gpu_id=gpu_id, prepend_date=prepend_date_to_exp_name,
+            git_infos=git_infos(m.local_dir for m in code_mounts), snapshots=snapshots,
+            script_name=request.script_name, write_bundle=mode_obj.needs_bundle,
+            runs_here=not mode_obj.needs_bundle,
+            request={"settings_file": str(save_settings(settings, folder / SETTINGS_STORE)),
+                     "mode_options": mode_options, "use_gpu": use_gpu, "gpu_id": gpu_id,
+                     "log_root": str(folder), "slurm_config_name": slurm_config_name,
+                     "prepend_date": prepend_date_to_exp_name},
+            launch_id=launch_id, sweep_id=sweep_id or launch_id,
+            extra_launch_info=mode_obj.launch_info(request),
+            restart={"max_restarts": settings.MAX_RESTARTS,
+                     "on_error": settings.RESTART_ON_ERROR,
+                     "grace_seconds": settings.CHECKPOINT_GRACE_SECONDS},
+            blobs=bundle_blobs(folder, function_bytes, settings.RUN_FOLDER_MODE)
+            if mode_obj.needs_bundle else {}, folder_mode=settings.RUN_FOLDER_MODE)
+
+    if dry_run:
+        with tempfile.TemporaryDirectory(prefix="easylaunch-dry-run-") as folder:
+            spec = bundle_spec(Path(folder))
+            runs = [create_run(spec, variant, data, i) for i, (variant, data) in
+                    enumerate(zip(variants, variant_bytes, strict=True))]
+            staged = dataclasses.replace(request, log_root=Path(folder))
+            shown = mode_obj.preview(staged, runs, mode_obj.prepare(staged, runs))
+        return show(shown.replace_path(folder, str(root)))
+    spec = bundle_spec(root)
     remove_abandoned_partials(root)
     runs: list[Run] = []
     try:
@@ -301,14 +325,16 @@ def run_experiment(
     config: ConfigArg = None,
     max_restarts: int | None = None,
     restart_on_error: bool | None = None,
+    dry_run: bool | None = None,
     **mode_options: Any,
-) -> Job:
+) -> Job | Preview:
     """Launch ``method_call(doodad_config, variant)`` once; same arguments as doodad's, and
-    ``max_restarts``/``restart_on_error`` as in :func:`run_sweep`. A script's launches of one
-    experiment in one mode make one sweep."""
-    return _launch(method_call, [variant], exp_name, mode, prepend_date_to_exp_name, use_gpu,
-                   gpu_id, base_log_dir, slurm_config_name, config, max_restarts,
-                   restart_on_error, mode_options, sweep_id="script")[0]
+    ``max_restarts``/``restart_on_error``/``dry_run`` as in :func:`run_sweep`. A script's
+    launches of one experiment in one mode make one sweep."""
+    launched = _launch(method_call, [variant], exp_name, mode, prepend_date_to_exp_name,
+                       use_gpu, gpu_id, base_log_dir, slurm_config_name, config, max_restarts,
+                       restart_on_error, dry_run, mode_options, sweep_id="script")
+    return launched if isinstance(launched, Preview) else launched[0]
 
 
 def get_job(id_or_suffix: str, config: ConfigArg = None) -> Job:

@@ -18,6 +18,7 @@ from easylaunch.errors import EasyLaunchError
 from easylaunch.refresh import OPEN_STATES, STATES, job_for, refresh_entries, short
 from easylaunch.settings import (
     DEFAULTS,
+    ENV_CONFIG,
     USER_CONFIG_PATH,
     load_settings,
     where_found,
@@ -389,6 +390,35 @@ def _plot(args: argparse.Namespace) -> int:
     return plot_command(args)
 
 
+def _preview(args: argparse.Namespace) -> int:
+    """Run a launch script with every launch a dry run (``easylaunch preview``)."""
+    import runpy
+
+    from easylaunch import preview
+
+    if not os.path.isfile(args.script):
+        raise EasyLaunchError(f"{args.script}: no such script")
+    os.environ[preview.ENV_DRY_RUN] = "1"
+    if args.config:
+        os.environ[ENV_CONFIG] = args.config  # the script's launches read it too
+    sys.argv = [args.script, *args.args]
+    try:
+        runpy.run_path(args.script, run_name="__main__")
+    except SystemExit as exc:
+        if exc.code not in (None, 0):
+            raise
+    except Exception as exc:  # noqa: BLE001 - e.g. job.wait() on what a dry run returned
+        if not preview.shown():
+            raise
+        print(f"easylaunch preview: the script stopped after {preview.shown()} dry run(s) "
+              f"({type(exc).__name__}: {exc}); a dry run returns a Preview, not Jobs",
+              file=sys.stderr)
+    if not preview.shown():
+        print(f"easylaunch preview: {args.script} launched nothing", file=sys.stderr)
+        return 1
+    return 0
+
+
 def _ui(args: argparse.Namespace) -> int:
     from easylaunch.dashboard.server import serve_command
 
@@ -492,6 +522,13 @@ def build_parser() -> argparse.ArgumentParser:
     config.add_argument("--changed", action="store_true",
                         help="only the values that differ from the defaults")
     config.set_defaults(func=_config)
+
+    preview = command("preview", help="run a launch script with every launch a dry run: "
+                      "print the scripts, commands and resources it would submit, and "
+                      "submit, register and keep nothing")
+    preview.add_argument("script", help="the launch script (python file)")
+    preview.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
+    preview.set_defaults(func=_preview)
 
     plot = command("plot", help="learning curves of a sweep's runs as a PNG, grouped by a "
                    "variant key (mean and spread across the rest, e.g. seeds)")

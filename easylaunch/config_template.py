@@ -90,6 +90,12 @@ LOCAL_PYTHON: str | None = None
 # Seconds a cancelled ``local`` run gets between SIGTERM and SIGKILL.
 LOCAL_CANCEL_GRACE_SECONDS: float = 5.0
 
+# True: ``local`` runs outlive the launching script (``detach=True`` of run_experiment, for one
+# launch). A small supervisor process starts them, at most max_parallel at once; they are
+# tracked, followed and cancelled from any later process (easylaunch ls / logs / cancel).
+# False: the launching script waits for its runs at exit, and takes them with it if killed.
+LOCAL_DETACH: bool = False
+
 # Permissions of run folders and of the stores beside them (.blobs holds pickled functions):
 # 0o700 keeps them private to you; 0o750 shares them read-only with your group (e.g. a lab on
 # a shared cluster file system). The registry and saved settings are always private (0o600).

@@ -82,8 +82,8 @@ class Job:
             raise EasyLaunchError(f"{log_dir} is not an easylaunch run folder "
                                   f"(no {bundle.LAUNCH_JSON})")
         saved = launch.get("request") or {}
-        mode = get_mode(launch["mode"])(launch_settings(saved.get("settings_file")),
-                                        saved.get("mode_options") or {})
+        mode = get_mode(launch["mode"]).create(launch_settings(saved.get("settings_file")),
+                                               saved.get("mode_options") or {})
         return cls(launch["run_id"], launch["exp_name"], log_dir, mode)
 
     @property

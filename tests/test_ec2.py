@@ -512,3 +512,17 @@ def test_the_boot_script_quotes_what_it_is_given_and_stays_short(tmp_path):
     with pytest.raises(LaunchError, match="shorten the pip requirements list"):
         cloud.boot_script(cloud.BootSpec(**dict(spec.__dict__,
                                                 pip_requirements=("numpy",) * 2000)))
+
+
+def test_a_dry_run_counts_instances_prices_spot_and_starts_nothing(ec2_cfg, aws, exp):
+    shown = run_sweep(jobfns.train, [dict(seed=s) for s in range(5)], mode="ec2", exp_name=exp,
+                      config=dict(ec2_cfg, AWS_SPOT_PRICE=0.25), num_exps_per_instance=2,
+                      dry_run=True)
+    assert shown.runs == 5 and shown.where == f"ec2 {REGION}"
+    assert shown.resources["instances"] == 3 and shown.resources["runs per instance"] == 2
+    assert shown.resources["price"] == "at most $0.75/hour (3 x $0.25)"
+    (boot,) = shown.files.values()
+    assert boot.startswith("#!") and aws.bucket in boot
+    assert KEYS[0] not in str(shown) and KEYS[1] not in str(shown)  # no credentials shown
+    assert not instances_of(aws, exp) and not s3_keys(aws)
+    assert not (Path(ec2_cfg["LOCAL_LOG_DIR"]) / exp).exists()

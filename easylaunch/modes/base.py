@@ -13,6 +13,7 @@ from easylaunch.settings import Settings
 if TYPE_CHECKING:
     from easylaunch.bundle import Run
     from easylaunch.jobs import Job
+    from easylaunch.preview import Preview
     from easylaunch.request import LaunchRequest
 
 
@@ -33,6 +34,12 @@ class Mode(ABC):
         self.settings = settings
         self.opts = {**self.options, **mode_options}
 
+    @classmethod
+    def create(cls, settings: Settings, mode_options: dict[str, Any]) -> Mode:
+        """The mode object for a launch with these settings and options (a mode whose options
+        choose another way to run returns that mode's object)."""
+        return cls(settings, mode_options)
+
     def check(self, request: LaunchRequest) -> None:
         """Refuse a request this mode cannot run, before anything is made (no side effects)."""
 
@@ -43,6 +50,10 @@ class Mode(ABC):
     @abstractmethod
     def submit(self, request: LaunchRequest, runs: list[Run], prepared: Any) -> list[Job]:
         """Start the prepared runs and return their Jobs."""
+
+    @abstractmethod
+    def preview(self, request: LaunchRequest, runs: list[Run], prepared: Any) -> Preview:
+        """What :meth:`submit` would write and run for ``prepared`` (a dry run)."""
 
     def launch_info(self, request: LaunchRequest) -> dict[str, str]:
         """What doodad put in ``extra_launch_info`` for this mode (instance type, image)."""

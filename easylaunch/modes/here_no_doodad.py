@@ -12,6 +12,7 @@ from easylaunch import processes, runner
 from easylaunch.bundle import Run
 from easylaunch.jobs import Job
 from easylaunch.modes.base import Mode
+from easylaunch.preview import Preview
 from easylaunch.request import LaunchRequest
 
 
@@ -79,6 +80,10 @@ class HereNoDoodadMode(Mode):
                       f"record is in {run.log_dir}", file=sys.stderr)
             jobs.append(job)
         return jobs
+
+    def preview(self, request: LaunchRequest, runs: list[Run], prepared: list[Any]) -> Preview:
+        return Preview(self.name, len(runs), "this process", notes=[
+            "each run calls the function in this process, one after another"])
 
     def refresh(self, job: Job) -> None:
         """A run left unfinished by a launching process that has since died failed."""

@@ -20,14 +20,19 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from easylaunch import hosts, runner
 from easylaunch.bundle import BUNDLE_DIR, LAUNCH_JSON, STDERR_LOG, STDOUT_LOG, Run
 from easylaunch.errors import LaunchError
+from easylaunch.hosts import staging
+from easylaunch.hosts.staging import Upload, bundle_items
 from easylaunch.hosts.transport import HostError, Transport, checked
 from easylaunch.jobs import Job
 from easylaunch.modes.base import Mode
+
+if TYPE_CHECKING:
+    from easylaunch.request import LaunchRequest
 
 MIRRORED = (runner.STATUS_JSON, runner.RESULT_PKL)
 KEPT_HERE = (BUNDLE_DIR, LAUNCH_JSON)  # sent there, never brought back (launch.json grows here)
@@ -100,6 +105,19 @@ class HostedMode(Mode):
                 raise LaunchError(f"{t.python} on {t.where} has no cloudpickle; install it "
                                   "there (pip install cloudpickle)")
         return folder_there["path"], answers
+
+    def stage(self, request: LaunchRequest, runs: list[Run], root: str, then: list[dict],
+              shared: list[str], plain: list[str]) -> list[dict]:
+        """Make the runs' bundles and this launch's files (``shared``: stored once per content,
+        ``plain``: this launch's own; paths relative to the log root) present in ``root``
+        there, then run the far-side ops ``then`` in the same round trip; their answers.
+        On this machine with ``root`` the log root itself, everything is in place already."""
+        if self.transport.is_local and root == str(request.log_root):
+            return checked(self.transport.probe(then), self.transport.where)
+        bundles, own = bundle_items(request.log_root, runs)
+        return staging.upload(self.transport, Upload(request.log_root, root, root,
+                                                     bundles + shared, own + plain),
+                              then=then).answers
 
     # -- where the run's files are ------------------------------------------------------------
 

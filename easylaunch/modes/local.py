@@ -16,6 +16,7 @@ import atexit
 import contextlib
 import functools
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -32,9 +33,10 @@ from easylaunch.gpus import local_gpu_ids
 from easylaunch.jobs import Job
 from easylaunch.modes.base import Mode
 from easylaunch.notices import notice
+from easylaunch.preview import Preview
 from easylaunch.progress import bar
 from easylaunch.request import LaunchRequest
-from easylaunch.settings import Mount
+from easylaunch.settings import Mount, Settings
 
 
 @dataclass(frozen=True)
@@ -237,15 +239,33 @@ class LocalMode(Mode):
 
     name = "local"
     restarts = True  # the supervising thread starts the run's next attempt
-    options = {"max_parallel": None, "skip_wait": None}  # skip_wait=False: doodad's blocking
+    # skip_wait=False: doodad's blocking; detach=True: runs outlive the launcher (LOCAL_DETACH)
+    options = {"max_parallel": None, "skip_wait": None, "detach": None}
     links_data_mounts = True  # container modes bind them instead
+
+    @classmethod
+    def create(cls, settings: Settings, mode_options: dict[str, Any]) -> Mode:
+        """Runs in this process's care, or (``detach``) under a supervisor of their own."""
+        detach = mode_options.get("detach")
+        if detach not in (None, True, False):
+            raise LaunchError(f"detach must be True or False, got {detach!r}")
+        if detach and cls is not LocalMode:
+            raise LaunchError(f"mode {cls.name!r} cannot detach its runs; detach=True works "
+                              "in mode 'local'")
+        if cls is LocalMode and (settings.LOCAL_DETACH if detach is None else detach):
+            from easylaunch.modes.local_detached import DetachedLocalMode
+
+            return DetachedLocalMode(settings, mode_options)
+        return cls(settings, mode_options)
 
     @functools.cached_property
     def _gpus(self) -> list[str]:
         """This machine's GPUs, asked once per launch (nvidia-smi can take seconds)."""
         return local_gpu_ids(self.settings.LOCAL_GPU_IDS)
 
-    def _python(self) -> str:
+    @property
+    def runs_python(self) -> str:
+        """LOCAL_PYTHON, or the Python of the launching script."""
         python = self.settings.LOCAL_PYTHON or sys.executable
         return shutil.which(python) or python
 
@@ -262,7 +282,7 @@ class LocalMode(Mode):
             if request.gpu_id is not None and str(request.gpu_id) not in gpus:
                 raise LaunchError(f"gpu_id={request.gpu_id!r} is not one of this machine's "
                                   f"GPUs ({', '.join(gpus)})")
-        python = self._python()
+        python = self.runs_python
         if shutil.which(python) is None:
             raise LaunchError(f"LOCAL_PYTHON={python!r} is not an executable "
                               "(a path, or a name on PATH)")
@@ -270,7 +290,7 @@ class LocalMode(Mode):
     def prepare(self, request: LaunchRequest, runs: list[Run]) -> list[LocalCommand]:
         commands = []
         launcher = f"{os.getpid()}:{runner.process_start_time(os.getpid())}"
-        python = self._python()
+        python = self.runs_python
         inherited = [os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []
         for run in runs:
             pythonpath = [str(d) for d in run.code_dirs] + inherited
@@ -281,12 +301,24 @@ class LocalMode(Mode):
                 cwd=os.getcwd()))
         return commands
 
+    def _cap(self, gpus: list[str]) -> int:
+        """Runs at once: max_parallel, else one per GPU used, else one per CPU."""
+        return self.opts["max_parallel"] or len(gpus) or os.cpu_count() or 1
+
+    def preview(self, request: LaunchRequest, runs: list[Run],
+                prepared: list[LocalCommand]) -> Preview:
+        gpus = self._gpus if request.use_gpu else []
+        return Preview(self.name, len(runs), "this machine", commands=[
+            f"cd {shlex.quote(c.cwd)} && env {shlex.join(f'{k}={v}' for k, v in c.env.items())}"
+            f" {shlex.join(c.argv)}" for c in prepared],
+            resources={"runs at once": self._cap(gpus), "GPUs": ", ".join(gpus) or "none"})
+
     def submit(self, request: LaunchRequest, runs: list[Run],
                prepared: list[LocalCommand]) -> list[Job]:
         for mount in self.settings.data_mounts() if self.links_data_mounts else []:
             _link_data_mount(mount)
         gpus = self._gpus if request.use_gpu else []
-        cap = self.opts["max_parallel"] or len(gpus) or os.cpu_count() or 1
+        cap = self._cap(gpus)
         with _registry_lock:
             slots = _slots.setdefault((cap, tuple(gpus)), _Slots(cap, gpus))
         pinned = str(request.gpu_id) if request.use_gpu and request.gpu_id is not None else None

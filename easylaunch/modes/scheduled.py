@@ -24,11 +24,10 @@ from typing import Any, ClassVar
 from easylaunch import envpack, runner
 from easylaunch.bundle import STDERR_LOG, Run
 from easylaunch.errors import LaunchError
-from easylaunch.hosts import staging
-from easylaunch.hosts.staging import Upload, bundle_items
 from easylaunch.jobs import Job
 from easylaunch.modes.hosted import NO_QUERY, BackendQuery, HostedMode, completed
 from easylaunch.modes.jobscript import StartLine, broadcast_env, bundle_pythonpath, start_line
+from easylaunch.preview import Preview, op_line, resource_fields
 from easylaunch.request import LaunchRequest
 from easylaunch.runner import write_bytes_atomic
 
@@ -339,23 +338,27 @@ class ArrayMode(ScheduledMode):
             arrays.append(ArrayJob(script, there(script), text, members))
         return ArrayPlan(arrays, env)
 
+    def preview(self, request: LaunchRequest, runs: list[Run], prepared: ArrayPlan) -> Preview:
+        notes = [] if prepared.env is None else [
+            f"packs the environment {prepared.env.prefix} into {prepared.env.archive} first"]
+        return Preview(
+            self.name, len(runs), self.transport.where,
+            {a.script_there: a.text for a in prepared.arrays},
+            [op_line(self.submit_op(a.script_there)) for a in prepared.arrays],
+            resource_fields(self.resources(request)), notes)
+
     def submit(self, request: LaunchRequest, runs: list[Run], prepared: ArrayPlan) -> list[Job]:
         if prepared.env is not None:
             envpack.pack_env(prepared.env.prefix, prepared.env.archive)
         for array in prepared.arrays:
             array.script.parent.mkdir(parents=True, exist_ok=True)
             write_bytes_atomic(str(array.script), array.text.encode())
-        submits = [self.submit_op(a.script_there) for a in prepared.arrays]
         root = self.facts.root
-        if self.transport.is_local and root == str(request.log_root):
-            answers = self.transport.probe(submits)  # everything is in place already
-        else:
-            shared, plain = bundle_items(request.log_root, runs)
-            if prepared.env is not None:
-                shared.append(str(prepared.env.archive.relative_to(request.log_root)))
-            plain += [str(a.script.relative_to(request.log_root)) for a in prepared.arrays]
-            up = Upload(request.log_root, root, root, shared, plain)
-            answers = staging.upload(self.transport, up, then=submits).answers
+        answers = self.stage(
+            request, runs, root, [self.submit_op(a.script_there) for a in prepared.arrays],
+            [] if prepared.env is None else [str(prepared.env.archive.relative_to(
+                request.log_root))],
+            [str(a.script.relative_to(request.log_root)) for a in prepared.arrays])
         job_ids = self._job_ids(prepared.arrays, answers)
         print(f"easylaunch {self.name}: {len(runs)} run(s) submitted as {self.scheduler} job"
               f"{'s' * (len(job_ids) > 1)} " + ", ".join(

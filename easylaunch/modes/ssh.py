@@ -18,12 +18,11 @@ from pathlib import Path
 
 from easylaunch.bundle import BLOB_STORE, RUNNER_FILE, Run, blob_name, store_blob
 from easylaunch.errors import LaunchError
-from easylaunch.hosts import staging
-from easylaunch.hosts.staging import Upload, bundle_items
 from easylaunch.jobs import Job
 from easylaunch.modes.hosted import NO_QUERY, BackendQuery, HostedMode, completed
 from easylaunch.modes.jobscript import StartLine, bundle_pythonpath, start_line, task_line
 from easylaunch.modes.slurm import packer
+from easylaunch.preview import Preview
 from easylaunch.request import LaunchRequest
 from easylaunch.runner import write_bytes_atomic
 
@@ -56,13 +55,21 @@ class SshMode(HostedMode):
         if not self.host_name():
             raise LaunchError("mode 'ssh' needs a machine: pass cluster='NAME' (a CLUSTERS name "
                               "or user@host) or ssh_host=, or set SSH_DEFAULT_HOST")
+        self.check_packer(request)
+
+    def host_gpus(self, nvidia_smi: dict) -> list[str]:
+        """The GPUs of the host, from the answer to :data:`GPU_QUERY` there."""
+        return completed(nvidia_smi).stdout.split() if nvidia_smi["rc"] == 0 else []
+
+    def check_packer(self, request: LaunchRequest) -> None:
+        """Whether the host can take the launch: its folder, Python and GPUs."""
         cap = self.opts["max_parallel"]
         if cap is not None and (not isinstance(cap, int) or isinstance(cap, bool) or cap < 1):
             raise LaunchError(f"max_parallel must be a positive integer, got {cap!r}")
         self.root, (gpus,) = self.check_host(
             self.transport.log_dir or str(request.log_root), True,
             {"op": "run", "argv": GPU_QUERY})
-        found = completed(gpus).stdout.split() if completed(gpus).returncode == 0 else []
+        found = self.host_gpus(gpus)
         if request.use_gpu and not found:
             raise LaunchError(f"use_gpu=True but nvidia-smi lists no GPU on "
                               f"{self.transport.where}; pass use_gpu=False")
@@ -98,17 +105,25 @@ class SshMode(HostedMode):
             "runs.tsv": "".join(f"{b}\t{lg}\n" for b, lg in pairs)}, argv,
             f"{pack}/packer.log")
 
+    def preview(self, request: LaunchRequest, runs: list[Run], prepared: Pack) -> Preview:
+        pack = os.path.dirname(prepared.log)
+        return Preview(self.name, len(runs), self.transport.where,
+                       {f"{pack}/{name}": text for name, text in prepared.files.items()},
+                       [f"{shlex.join(prepared.argv)} >> {shlex.quote(prepared.log)} 2>&1 "
+                        "(detached)"],
+                       {"runs at once": prepared.argv[prepared.argv.index("--workers") + 1],
+                        "GPUs": ", ".join(self.gpus) or "none"})
+
     def submit(self, request: LaunchRequest, runs: list[Run], prepared: Pack) -> list[Job]:
         prepared.local_dir.mkdir(parents=True)
         for name, text in prepared.files.items():
             write_bytes_atomic(str(prepared.local_dir / name), text.encode())
         packer_blob = store_blob(request.log_root, "packer.py", _PACKER)
-        shared, plain = bundle_items(request.log_root, runs)
-        shared.append(str(packer_blob.relative_to(request.log_root)))
-        plain.append(str(prepared.local_dir.relative_to(request.log_root)))
-        (started,) = staging.upload(self.transport, Upload(
-            request.log_root, self.root, self.root, shared, plain), then=[
-            {"op": "detach", "argv": prepared.argv, "log": prepared.log}]).answers
+        (started,) = self.stage(
+            request, runs, self.root, [{"op": "detach", "argv": prepared.argv,
+                                        "log": prepared.log}],
+            [str(packer_blob.relative_to(request.log_root))],
+            [str(prepared.local_dir.relative_to(request.log_root))])
         state_dir = str(Path(prepared.log).parent / "task-state")
         for index, run in enumerate(runs):
             run.record_backend(

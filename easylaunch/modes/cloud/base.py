@@ -29,6 +29,7 @@ from easylaunch.modes.base import Mode
 from easylaunch.modes.cloud import relaunch
 from easylaunch.modes.cloud import transfer as cloud
 from easylaunch.modes.cloud.instance_agent import AGENT_JSON, CANCEL_SUFFIX, Store
+from easylaunch.preview import Preview
 from easylaunch.request import LaunchRequest
 
 AGENT_POLL_SECONDS = 5.0  # how often the agent looks at statuses, cancels and notices
@@ -212,6 +213,28 @@ class CloudMode(Mode):
     def agent_region(self, target: Target) -> str:
         """The region the agent's storage client uses (none by default)."""
         return ""
+
+    def hourly_price(self, target: Target) -> float | None:
+        """The most one instance of ``target`` costs an hour, where the settings say it (a spot
+        maximum); None where only the cloud's price list knows."""
+        return None
+
+    def preview(self, request: LaunchRequest, runs: list[Run], prepared: CloudPlan) -> Preview:
+        target = prepared.target
+        count = sum(len(batch.instances) for batch in prepared.batches)
+        objects = [*prepared.shared, *prepared.bundles, *(b.manifest for b in prepared.batches)]
+        price = self.hourly_price(target)
+        return Preview(
+            self.name, len(runs), f"{self.name} {target.location}",
+            {f"boot script (user-data) of batch {i}": batch.boot_script
+             for i, batch in enumerate(prepared.batches, start=1)},
+            [], {"instances": count, "runs per instance": self.per_instance(),
+                 "machine type": target.machine_type, "image": target.image,
+                 "market": target.market,
+                 "price": f"at most ${price * count:.2f}/hour ({count} x ${price})" if price
+                 else "not at hand here (see the cloud's price list for this machine type)"},
+            [f"uploads up to {len(objects)} objects ({sum(len(o.data) for o in objects) / 1e6:.2f}"
+             f" MB) to {target.bucket}/{target.prefix} (those stored already are skipped)"])
 
     def submit(self, request: LaunchRequest, runs: list[Run], prepared: CloudPlan) -> list[Job]:
         target = prepared.target

@@ -181,6 +181,9 @@ class Ec2Mode(CloudMode):
                 raise LaunchError(f"{setting}: {value!r} is not known in region {target.location}; "
                                   "fix the setting (each region has its own ids)")
 
+    def hourly_price(self, target: Ec2Target) -> float | None:
+        return target.spot_price
+
     def run_instances_args(self, request: LaunchRequest, target: Ec2Target,
                            batch: Batch) -> dict:
         """The run_instances arguments of one batch."""

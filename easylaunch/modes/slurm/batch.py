@@ -31,6 +31,7 @@ from easylaunch.jobs import Job
 from easylaunch.modes.jobscript import Container
 from easylaunch.modes.slurm import scheduler as slurm
 from easylaunch.modes.slurm.base import SlurmBase
+from easylaunch.preview import Preview, resource_fields
 from easylaunch.request import LaunchRequest
 from easylaunch.runner import write_bytes_atomic
 from easylaunch.settings import Mount
@@ -188,6 +189,16 @@ class BatchMode(SlurmBase):
         """What launch.json records about run ``index`` of the batch."""
         return {"batch_dir": str(layout.local_dir), "cluster_batch_dir": layout.cluster_dir,
                 "job_log_dir": layout.log_dirs[index]}
+
+    def preview(self, request: LaunchRequest, runs: list[Run], prepared: BatchPlan) -> Preview:
+        layout = prepared.layout
+        by_hand = self.grows_batches()
+        return Preview(
+            self.name, len(runs), self.transport.where,
+            {str(layout.local_dir / rel): text for rel, text in prepared.files.items()},
+            [] if by_hand else [f"bash {shlex.quote(f'{layout.cluster_dir}/{SUBMIT}')}"],
+            resource_fields(self.resources(request)),
+            [prepared.note.rstrip("\n")] if by_hand else [])
 
     def submit(self, request: LaunchRequest, runs: list[Run], prepared: BatchPlan) -> list[Job]:
         layout = prepared.layout

@@ -1,0 +1,90 @@
+"""What a launch would do, shown without doing it: ``dry_run=True`` and ``easylaunch preview``.
+
+A dry run checks the launch as a real one does (settings, variants, pickling, the mode's
+checks, which ask a cluster over SSH too), builds its run bundles in a temporary folder, asks
+the mode to prepare them, and shows what the mode would write and run: job scripts, commands,
+resources, instance counts. It submits, registers and keeps nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from dataclasses import dataclass, field, fields, is_dataclass
+from typing import Any
+
+ENV_DRY_RUN = "EASYLAUNCH_DRY_RUN"  # "1": every launch of this process is a dry run
+
+
+_shown = 0  # dry runs this process has shown
+
+
+def dry_run_by_default() -> bool:
+    """Whether launches that do not say are dry runs (``easylaunch preview`` sets this)."""
+    return os.environ.get(ENV_DRY_RUN) == "1"
+
+
+def show(preview: Preview) -> Preview:
+    """Print ``preview`` (a dry run's outcome) and count it."""
+    global _shown
+    _shown += 1
+    print(preview, end="", flush=True)
+    return preview
+
+
+def shown() -> int:
+    """How many dry runs this process has shown."""
+    return _shown
+
+
+def resource_fields(resources: Any) -> dict[str, Any]:
+    """A resources dataclass as the fields that are set (no None, empty or zero-length)."""
+    assert is_dataclass(resources)
+    return {f.name: value for f in fields(resources)
+            if (value := getattr(resources, f.name)) not in (None, "")}
+
+
+def op_line(op: dict) -> str:
+    """A far-side ``run`` op as the command line it runs (in its folder, if it names one)."""
+    line = shlex.join(op["argv"])
+    return f"cd {shlex.quote(op['cwd'])} && {line}" if op.get("cwd") else line
+
+
+@dataclass
+class Preview:
+    """What one launch would write and run."""
+
+    mode: str
+    runs: int
+    where: str  # "this machine", "cluster gpu-box", "EC2 us-east-1"
+    files: dict[str, str] = field(default_factory=dict)  # path -> text, as written there
+    commands: list[str] = field(default_factory=list)  # command lines, as they would run
+    resources: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def replace_path(self, old: str, new: str) -> Preview:
+        """This preview with the folder ``old`` named ``new`` everywhere (a dry run builds its
+        bundles in a temporary folder that stands for the log root)."""
+        def swap(text: str) -> str:
+            return text.replace(old, new)
+
+        return Preview(self.mode, self.runs, self.where,
+                       {swap(path): swap(text) for path, text in self.files.items()},
+                       [swap(c) for c in self.commands],
+                       {k: swap(v) if isinstance(v, str) else v
+                        for k, v in self.resources.items()},
+                       [swap(n) for n in self.notes])
+
+    def __str__(self) -> str:
+        lines = [f"dry run: {self.runs} run(s) in mode {self.mode!r} on {self.where}; nothing "
+                 "was submitted, registered or kept"]
+        if self.resources:
+            lines.append("resources:")
+            lines += [f"  {key}: {value}" for key, value in self.resources.items()]
+        for path, text in self.files.items():
+            lines += [f"--- would write {path}", text.rstrip("\n")]
+        if self.commands:
+            lines.append("would run:")
+            lines += [f"  {command}" for command in self.commands]
+        lines += self.notes
+        return "\n".join(lines) + "\n"
