@@ -1,0 +1,106 @@
+"""The dashboard's Starlette app: pages, the JSON the pages poll, and the actions (POST)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from urllib.parse import urlencode
+
+import jinja2
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.templating import Jinja2Templates
+
+from easylaunch import __version__
+from easylaunch.dashboard import views
+from easylaunch.dashboard.security import TOKEN_HEADER, Guard
+from easylaunch.errors import EasyLaunchError
+from easylaunch.modes import MODES
+from easylaunch.registry import NoSuchJob, open_registry
+from easylaunch.settings import ConfigArg, load_settings
+
+HERE = Path(__file__).resolve().parent
+POLL_SECONDS = 3  # how often pages ask for states and log lines
+
+
+def create_app(config: ConfigArg, token: str, port: int,
+               hosts: frozenset[str] | None) -> Starlette:
+    """The dashboard over the registry that ``config`` names, guarded by ``token`` (see
+    :class:`~easylaunch.dashboard.security.Guard`)."""
+    registry = open_registry(load_settings(config).REGISTRY_PATH)
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True,
+                             undefined=jinja2.StrictUndefined)
+    templates = Jinja2Templates(env=env)
+    common = {"token": token, "token_header": TOKEN_HEADER, "version": __version__,
+              "poll_ms": POLL_SECONDS * 1000}
+
+    def page(request: Request, name: str, status: int = 200, **context) -> Response:
+        return templates.TemplateResponse(request, name, {**common, **context},
+                                          status_code=status)
+
+    def runs(request: Request) -> Response:
+        error, rows, total, page_no = None, [], 0, 1
+        try:
+            filters = views.Filters.parse(request.query_params)
+            page_no = max(int(request.query_params.get("page") or 1), 1)
+            rows, total = views.runs_page(registry, filters, page_no)
+        except (EasyLaunchError, ValueError) as exc:
+            filters, error = views.Filters(), str(exc)
+        pages = max(math.ceil(total / views.PER_PAGE), 1)
+
+        def page_url(number: int) -> str:
+            return "/?" + urlencode({**filters.params(), "page": number})
+
+        return page(request, "runs.html", status=400 if error else 200, rows=rows,
+                    total=total, page_no=page_no, pages=pages, page_url=page_url,
+                    per_page=views.PER_PAGE, filters=filters, error=error, modes=list(MODES),
+                    states=views.STATES, experiments=registry.experiments())
+
+    def run(request: Request) -> Response:
+        return page(request, "run.html", run=views.run_view(registry, request.path_params["id"]))
+
+    def states(request: Request) -> Response:
+        ids = [i for i in request.query_params.get("ids", "").split(",") if i]
+        return JSONResponse(views.live_states(registry, ids))
+
+    def log(request: Request) -> Response:
+        try:
+            offset = int(request.query_params.get("offset", -1))
+        except ValueError:
+            raise EasyLaunchError("offset: a whole number of bytes") from None
+        chunk = views.log_chunk(registry, request.path_params["id"],
+                                request.query_params.get("stream", "stdout"), offset)
+        return JSONResponse(vars(chunk))
+
+    def cancel(request: Request) -> Response:
+        return JSONResponse({"state": views.cancel_run(registry, request.path_params["id"])})
+
+    def resubmit(request: Request) -> Response:
+        new = views.resubmit_run(registry, request.path_params["id"], config)
+        return JSONResponse({"id": new, "url": f"/run/{new}"})
+
+    def failed(request: Request, exc: Exception) -> Response:
+        status = 404 if isinstance(exc, NoSuchJob) else \
+            exc.status_code if isinstance(exc, HTTPException) else 400
+        message = exc.detail if isinstance(exc, HTTPException) else str(exc)
+        if request.url.path.startswith("/api/"):
+            return JSONResponse({"error": message}, status_code=status)
+        return page(request, "error.html", status=status, message=message)
+
+    routes = [
+        Route("/", runs),
+        Route("/run/{id}", run),
+        Route("/api/states", states),
+        Route("/api/runs/{id}/log", log),
+        Route("/api/runs/{id}/cancel", cancel, methods=["POST"]),
+        Route("/api/runs/{id}/resubmit", resubmit, methods=["POST"]),
+        Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
+    ]
+    return Starlette(routes=routes,
+                     middleware=[Middleware(Guard, token=token, port=port, hosts=hosts)],
+                     exception_handlers={EasyLaunchError: failed, HTTPException: failed})

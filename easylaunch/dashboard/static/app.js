@@ -1,0 +1,139 @@
+// easylaunch ui: live states, following logs, the Cancel and Resubmit actions, sortable tables.
+// Whatever comes from runs (states, log lines) enters the page as text (textContent or text
+// nodes), never as HTML.
+"use strict";
+
+(function () {
+  const meta = (name) => document.querySelector(`meta[name="${name}"]`).content;
+  const token = meta("easylaunch-token");
+  const tokenHeader = meta("easylaunch-token-header");
+  const pollMs = Number(meta("easylaunch-poll-ms"));
+
+  async function getJSON(url) {
+    const answer = await fetch(url, { credentials: "same-origin", cache: "no-store" });
+    const body = await answer.json();
+    if (!answer.ok) throw new Error(body.error || `${answer.status}`);
+    return body;
+  }
+
+  // One run's state (and time run, job) in whatever element holds it ([data-run]).
+  function showState(holder, seen) {
+    const cell = holder.querySelector('[data-field="state"]');
+    cell.textContent = seen.state;
+    cell.className = "state state-" + seen.state.split(" ")[0];
+    for (const field of ["duration", "job"]) {
+      const other = holder.querySelector(`[data-field="${field}"]`);
+      if (other && seen[field] !== undefined) other.textContent = seen[field];
+    }
+    if (!seen.open) {
+      delete holder.dataset.open;
+      const cancel = holder.querySelector('button[data-action="cancel"]');
+      if (cancel) cancel.disabled = true;
+    }
+  }
+
+  // Ask for the states of the open runs shown every few seconds, until none is open.
+  function followStates() {
+    async function tick() {
+      const open = [...document.querySelectorAll("[data-run][data-open]")];
+      if (!open.length) return;
+      try {
+        const ids = open.map((holder) => holder.dataset.run).join(",");
+        const states = await getJSON("/api/states?ids=" + encodeURIComponent(ids));
+        for (const holder of open) {
+          if (states[holder.dataset.run]) showState(holder, states[holder.dataset.run]);
+        }
+      } catch (err) {
+        // (the server may be restarting: ask again next time)
+      }
+      setTimeout(tick, pollMs);
+    }
+    setTimeout(tick, pollMs);
+  }
+
+  // Show the end of a log, then what the run adds to it, until the run has ended.
+  function followLog(pre) {
+    const stream = pre.dataset.log;
+    const note = document.querySelector(`[data-note="${stream}"]`);
+    let offset = -1;
+    async function tick() {
+      let chunk;
+      try {
+        chunk = await getJSON(`${pre.dataset.url}?stream=${stream}&offset=${offset}`);
+      } catch (err) {
+        note.textContent = `(not read: ${err.message})`;
+        setTimeout(tick, pollMs);
+        return;
+      }
+      if (chunk.text) {
+        const atEnd = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
+        pre.append(document.createTextNode(chunk.text));
+        if (atEnd) pre.scrollTop = pre.scrollHeight;
+      }
+      offset = chunk.offset;
+      if (chunk.open || chunk.text) {
+        note.textContent = chunk.open ? "(following)" : "";
+        setTimeout(tick, chunk.text ? 250 : pollMs);
+      } else {
+        note.textContent = pre.textContent ? "(the run has ended)" : "(empty)";
+      }
+    }
+    tick();
+  }
+
+  // Cancel / Resubmit: a POST carrying the token, after the user confirms.
+  function actions(button) {
+    button.addEventListener("click", async () => {
+      if (!window.confirm(button.dataset.confirm)) return;
+      const holder = button.closest("[data-run]");
+      const said = holder.querySelector(".action-result");
+      const action = button.dataset.action;
+      button.disabled = true;
+      said.textContent = action === "cancel" ? "cancelling…" : "resubmitting…";
+      try {
+        const answer = await fetch(
+          `/api/runs/${encodeURIComponent(holder.dataset.run)}/${action}`,
+          { method: "POST", credentials: "same-origin", headers: { [tokenHeader]: token } });
+        const body = await answer.json();
+        if (!answer.ok) throw new Error(body.error || `${answer.status}`);
+        if (body.url) {
+          window.location.assign(body.url);
+          return;
+        }
+        said.textContent = "";
+        showState(holder, { state: body.state, open: false });
+      } catch (err) {
+        said.textContent = `${action} failed: ${err.message}`;
+        button.disabled = false;
+      }
+    });
+  }
+
+  // Click a header to sort by its column (numbers as numbers), again to reverse.
+  function sortable(table) {
+    const headers = [...table.tHead.rows[0].cells];
+    headers.forEach((th, column) => th.addEventListener("click", () => {
+      const order = th.getAttribute("aria-sort") === "ascending" ? "descending" : "ascending";
+      headers.forEach((other) => other.removeAttribute("aria-sort"));
+      th.setAttribute("aria-sort", order);
+      const value = (row) => row.cells[column].textContent.trim();
+      const number = (text) => (text === "" ? NaN : Number(text));
+      const rows = [...table.tBodies[0].rows].sort((a, b) => {
+        const [x, y] = [value(a), value(b)];
+        const [nx, ny] = [number(x), number(y)];
+        const sign = order === "ascending" ? 1 : -1;
+        if (!isNaN(nx) && !isNaN(ny)) return sign * (nx - ny);
+        if (isNaN(nx) !== isNaN(ny)) return isNaN(nx) ? 1 : -1;  // numbers before the rest
+        return sign * x.localeCompare(y, undefined, { numeric: true });
+      });
+      table.tBodies[0].append(...rows);
+    }));
+  }
+
+  document.addEventListener("DOMContentLoaded", () => {
+    followStates();
+    document.querySelectorAll("pre[data-log]").forEach(followLog);
+    document.querySelectorAll("button[data-action]").forEach(actions);
+    document.querySelectorAll("table.sortable").forEach(sortable);
+  });
+})();

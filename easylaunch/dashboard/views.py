@@ -1,0 +1,261 @@
+"""What the dashboard's pages show, as plain data: registry entries refreshed and laid out, run
+folders read, actions taken. No web framework here; these build on the functions
+``easylaunch ls``, ``status``, ``logs``, ``cancel`` and ``resubmit`` use.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from easylaunch import bundle, listing, runner
+from easylaunch.errors import EasyLaunchError
+from easylaunch.modes import MODES
+from easylaunch.refresh import OPEN_STATES, STATES, job_for, refresh_entries
+from easylaunch.registry import Entry, NoSuchJob, Registry
+from easylaunch.settings import ConfigArg
+
+PER_PAGE = 50
+MAX_IDS = 200  # runs one state poll may ask about
+CANCEL_WAIT_SECONDS = 15
+LOG_TAIL_BYTES = 64 * 1024  # the first read of a log: its end
+LOG_CHUNK_BYTES = 256 * 1024  # each later read, at most
+DIFF_BYTES = 512 * 1024  # a git diff shown, at most
+LOG_STREAMS = {"stdout": bundle.STDOUT_LOG, "stderr": bundle.STDERR_LOG}
+
+
+@dataclass(frozen=True)
+class Filters:
+    """The runs page's filters, as typed (``since``: an age such as 2h, or a date)."""
+
+    exp: str | None = None
+    mode: str | None = None
+    state: str | None = None
+    since: str | None = None
+    sweep: str | None = None
+
+    @classmethod
+    def parse(cls, params: Mapping[str, str]) -> Filters:
+        """Filters from query parameters (empty ones left out); a bad value raises
+        EasyLaunchError saying what is allowed."""
+        values = {k: params[k].strip() or None for k in ("exp", "mode", "state", "since", "sweep")
+                  if k in params}
+        filters = cls(**values)
+        if filters.state is not None and filters.state not in STATES:
+            raise EasyLaunchError(f"state {filters.state!r}: states are {', '.join(STATES)}")
+        if filters.mode is not None and filters.mode not in MODES:
+            raise EasyLaunchError(f"mode {filters.mode!r}: modes are {', '.join(MODES)}")
+        filters.query()  # (a bad --since says so here)
+        return filters
+
+    def query(self) -> dict:
+        """Keyword arguments of ``Registry.list``."""
+        from easylaunch.cli import parse_since
+
+        try:
+            since = parse_since(self.since) if self.since else None
+        except argparse.ArgumentTypeError as exc:
+            raise EasyLaunchError(str(exc).replace("--since", "since")) from None
+        return {"exp": self.exp, "mode": self.mode, "since": since, "sweep": self.sweep,
+                "states": [self.state] if self.state else None}
+
+    def params(self) -> dict[str, str]:
+        """The filters set, as query parameters (for links to other pages)."""
+        return {k: v for k, v in vars(self).items() if v}
+
+
+@dataclass(frozen=True)
+class Row:
+    """One run as a table row shows it."""
+
+    id: str
+    exp_name: str
+    sweep: str
+    mode: str
+    state: str  # with notes: "succeeded (2 restarts)"
+    open: bool
+    launched: str
+    duration: str
+    job: str
+    variant: str  # the variant keys that tell it from the other runs of its sweep shown
+
+
+def when(timestamp: float | None) -> str:
+    """A Unix time as local ``YYYY-mm-dd HH:MM:SS``; "-" for none."""
+    if not timestamp or timestamp < 0:
+        return "-"
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(timestamp))
+
+
+def is_open(state: str) -> bool:
+    """True while a run (its state text, notes and all) may still change."""
+    return state.split(" ", 1)[0] in OPEN_STATES
+
+
+def _rows(shown: Sequence[listing.Shown], now: float) -> list[Row]:
+    rows = {}
+    for group in listing.sweeps(shown):
+        variants = [g.entry.variant for g in group]
+        keys = listing.differing_keys(variants) if len(group) > 1 else None
+        for g in group:
+            e, values = g.entry, listing.flatten(g.entry.variant)
+            rows[e.id] = Row(e.id, e.exp_name, e.sweep or e.id, e.mode, g.state_text,
+                             is_open(g.state), when(e.created),
+                             listing.duration(listing.seconds_run(e, now)),
+                             listing.job_label(e), "  ".join(
+                                 f"{k}={values[k]}" for k in (keys or values) if k in values))
+    return [rows[g.entry.id] for g in shown]
+
+
+def runs_page(registry: Registry, filters: Filters, page: int) -> tuple[list[Row], int]:
+    """Page ``page`` (from 1) of the runs the filters select, newest first, with the number
+    that matched. Only the runs on the page are refreshed (the open ones ask their backend)."""
+    entries, total = registry.list(**filters.query(), limit=page * PER_PAGE)
+    shown = refresh_entries(registry, entries[(page - 1) * PER_PAGE:])
+    return _rows(shown, time.time()), total
+
+
+def live_states(registry: Registry, ids: Sequence[str]) -> dict[str, dict]:
+    """The runs ``ids`` refreshed: state text, whether still open, time run, job; ids not in
+    the registry are left out."""
+    entries = []
+    for run_id in list(dict.fromkeys(ids))[:MAX_IDS]:
+        try:
+            entries.append(registry.find(run_id))
+        except NoSuchJob:
+            continue
+    now = time.time()
+    return {s.entry.id: {"state": s.state_text, "open": is_open(s.state),
+                         "duration": listing.duration(listing.seconds_run(s.entry, now)),
+                         "job": listing.job_label(s.entry)}
+            for s in refresh_entries(registry, entries)}
+
+
+@dataclass(frozen=True)
+class RunView:
+    """One run's page: what the registry, status.json, launch.json and git/ hold."""
+
+    entry: Entry
+    state: str
+    open: bool
+    facts: list[tuple[str, str]]
+    error: str | None
+    variant: str  # as JSON
+    commits: list[tuple[str, str]]  # code folder, commit
+    diffs: list[tuple[str, str]]  # file name, text
+
+
+def _read_record(path: Path) -> dict:
+    try:
+        return runner.read_json(str(path))
+    except (runner.DamagedRecord, OSError) as exc:
+        return {"damaged_record": str(exc)}
+
+
+def _read_text(path: Path, limit: int) -> str:
+    with open(path, "rb") as f:
+        data = f.read(limit + 1)
+    text = data[:limit].decode(errors="replace")
+    if len(data) > limit:
+        text += f"\n... (cut at {limit // 1024} KB; the whole file is {path})\n"
+    return text
+
+
+def run_view(registry: Registry, run_id: str) -> RunView:
+    """The run ``run_id`` (an id, or its unique start or end), refreshed."""
+    shown = refresh_entries(registry, [registry.find(run_id)])[0]
+    e, folder = shown.entry, Path(shown.entry.log_dir)
+    info = _read_record(folder / runner.STATUS_JSON)
+    launch = _read_record(folder / bundle.LAUNCH_JSON)
+    command = launch.get("command_line")
+    backend = launch.get("backend") or e.backend
+    facts = [
+        ("mode", e.mode), ("host", info.get("host") or launch.get("host") or e.host),
+        ("user", launch.get("user")), ("launched", when(e.created)),
+        ("started", when(info.get("started_at"))), ("ended", when(info.get("ended_at"))),
+        ("ran for", listing.duration(listing.seconds_run(e, time.time()))),
+        ("exit code", info.get("exit_code")), ("signal", info.get("signal")),
+        ("attempt", info.get("attempt") if info.get("restarts") else None),
+        ("job", listing.job_label(e)),
+        ("backend", ", ".join(f"{k}={v}" for k, v in backend.items() if v is not None)),
+        ("command line", shlex.join(command) if isinstance(command, list) else command),
+        ("working directory", launch.get("cwd")), ("python", launch.get("python")),
+        ("log dir", e.log_dir), ("record", info.get("damaged_record")),
+    ]
+    variant = _read_record(folder / bundle.VARIANT_JSON) or e.variant
+    git = folder / bundle.GIT_DIR
+    diffs = [(p.name, _read_text(p, DIFF_BYTES)) for p in sorted(git.glob("*.diff"))] \
+        if git.is_dir() else []
+    return RunView(e, shown.state_text, is_open(shown.state),
+                   [(k, str(v)) for k, v in facts if v not in (None, "", "-")],
+                   info.get("error"), json.dumps(variant, indent=2, default=repr),
+                   sorted((launch.get("git_commits") or {}).items()), diffs)
+
+
+@dataclass(frozen=True)
+class LogChunk:
+    """Text of a log from some offset, the offset to ask from next, and whether the run may
+    still write more."""
+
+    text: str
+    offset: int
+    open: bool
+
+
+def read_log(path: Path, offset: int) -> tuple[str, int]:
+    """The text of ``path`` from byte ``offset`` (negative: its last LOG_TAIL_BYTES, from a
+    line start) and the offset after it. A read that stops short of the end stops after a
+    whole line, so no character is cut in two; a file that shrank is read again from 0."""
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if offset < 0:
+                offset = max(size - LOG_TAIL_BYTES, 0)
+                if offset:
+                    f.seek(offset - 1)
+                    offset += len(f.readline()) - 1  # (to the start of the next line)
+            elif offset > size:
+                offset = 0
+            f.seek(offset)
+            data = f.read(LOG_CHUNK_BYTES)
+    except FileNotFoundError:
+        return "", 0
+    if offset + len(data) < size and b"\n" in data:
+        data = data[:data.rindex(b"\n") + 1]
+    return data.decode(errors="replace"), offset + len(data)
+
+
+def log_chunk(registry: Registry, run_id: str, stream: str, offset: int) -> LogChunk:
+    """What ``easylaunch logs -f`` shows next of a run's ``stream`` (stdout or stderr)."""
+    if stream not in LOG_STREAMS:
+        raise EasyLaunchError(f"no log {stream!r}: logs are {', '.join(LOG_STREAMS)}")
+    job = job_for(registry, registry.find(run_id))
+    still = not job.status().terminal  # (before the read: a run's last lines come before its end)
+    job.mode.sync_logs(job)
+    text, offset = read_log(job.mode.log_file(job, LOG_STREAMS[stream]), offset)
+    return LogChunk(text, offset, still)
+
+
+def cancel_run(registry: Registry, run_id: str) -> str:
+    """Cancel a run as ``easylaunch cancel`` does; its state after (up to
+    CANCEL_WAIT_SECONDS)."""
+    job = job_for(registry, registry.find(run_id))
+    if job.status().terminal:
+        return job.status().value
+    job.cancel()
+    state = job.wait(timeout=CANCEL_WAIT_SECONDS)
+    registry.update(job.id, state=state.value)
+    return state.value
+
+
+def resubmit_run(registry: Registry, run_id: str, config: ConfigArg) -> str:
+    """Run a run again as ``easylaunch resubmit`` does; the new run's id."""
+    from easylaunch.api import resubmit
+
+    return resubmit(registry.find(run_id).id, config=config).id
