@@ -1,0 +1,255 @@
+"""The web dashboard (`easylaunch ui`), driven as a user would: the real command serving a real
+registry, Debian's headless Chromium through selenium, and httpx for what a browser would not
+send. Screenshots go to $EASYLAUNCH_ARTIFACTS (else the test's tmp_path)."""
+
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import jobfns
+import pytest
+from conftest import settings_file
+from helpers import alive, run_pids, wait_for
+from selenium import webdriver
+from selenium.common.exceptions import NoAlertPresentException
+from selenium.webdriver.chrome.options import Options
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import WebDriverWait
+
+from easylaunch import JobState, run_experiment, run_sweep
+from easylaunch.dashboard import views
+from easylaunch.errors import EasyLaunchError
+from easylaunch.registry import Registry
+
+CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
+CHROME_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                "--disable-background-networking", "--disable-component-update",
+                "--disable-sync", "--no-first-run", "--window-size=1400,1000")
+SCRIPT = "<script>alert(1)</script>"
+
+
+def start_chromium(profile: Path) -> webdriver.Chrome:
+    """Headless Chromium from Debian's packages (selenium is given the driver: it downloads
+    nothing)."""
+    options = Options()
+    options.binary_location = CHROMIUM
+    for flag in (*CHROME_FLAGS, f"--user-data-dir={profile}"):
+        options.add_argument(flag)
+    return webdriver.Chrome(options=options, service=Service(CHROMEDRIVER))
+
+
+@dataclass
+class Dashboard:
+    """A running `easylaunch ui`: its URL with the token, and its settings file."""
+
+    proc: subprocess.Popen
+    url: str  # http://127.0.0.1:PORT/?token=...
+    config: str
+
+    @property
+    def base(self) -> str:
+        return self.url.split("/?", 1)[0]
+
+    @property
+    def port(self) -> str:
+        return self.base.rsplit(":", 1)[1]
+
+    @property
+    def token(self) -> str:
+        return self.url.rsplit("token=", 1)[1]
+
+    def client(self) -> httpx.Client:
+        """An HTTP client holding the dashboard's cookie, as a browser that opened the URL."""
+        client = httpx.Client(base_url=self.base, timeout=30)
+        client.cookies.set(f"easylaunch-ui-{self.port}", self.token)
+        return client
+
+
+def ui(config: str, *args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "easylaunch.cli", "--config", config, "ui",
+                             *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+@pytest.fixture(scope="module")
+def dashboard(tmp_path_factory):
+    """`easylaunch ui --port 0` over a registry of this module's own."""
+    config = settings_file(tmp_path_factory.mktemp("dashboard"))
+    proc = ui(config, "--port", "0")
+    line = proc.stdout.readline()
+    assert line.startswith("easylaunch ui: http://127.0.0.1:"), line + proc.stderr.read()
+    yield Dashboard(proc, line.split()[2], config)
+    proc.terminate()
+    # (uvicorn ends by the signal it stopped for)
+    assert proc.wait(timeout=30) in (0, -signal.SIGTERM), proc.stderr.read()
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    driver = start_chromium(tmp_path_factory.mktemp("chromium-profile"))
+    yield driver
+    driver.quit()
+
+
+@pytest.fixture
+def artifacts(tmp_path) -> Path:
+    folder = Path(os.environ.get("EASYLAUNCH_ARTIFACTS") or tmp_path)
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def wait_until(driver, predicate, timeout: float = 15):
+    return WebDriverWait(driver, timeout, poll_frequency=0.1).until(predicate)
+
+
+def no_alert(driver) -> bool:
+    try:
+        driver.switch_to.alert  # noqa: B018 - raises while no alert is open
+    except NoAlertPresentException:
+        return True
+    return False
+
+
+def open_page(driver, dashboard: Dashboard, path: str) -> None:
+    """Open ``path`` (the first visit brings the token, which the dashboard keeps as a
+    cookie) and wait for it to be complete."""
+    if not driver.get_cookies():
+        driver.get(dashboard.url)
+    driver.get(dashboard.base + path)
+    wait_until(driver, lambda d: d.execute_script("return document.readyState") == "complete")
+
+
+def test_runs_page_lists_a_sweep_and_a_run_shows_its_logs_as_text(dashboard, browser,
+                                                                   artifacts):
+    jobs = run_sweep(jobfns.train, [dict(learning_rate=SCRIPT, seed=1),
+                                    dict(learning_rate=0.01, seed=1)],
+                     exp_name="dash-sweep", config=dashboard.config)
+    failed = run_experiment(jobfns.fail, exp_name="dash-fail", variant=dict(learning_rate=SCRIPT),
+                            config=dashboard.config)
+    for job in (*jobs, failed):
+        job.wait(timeout=60)
+    open_page(browser, dashboard, "/")
+    rows = {tr.get_attribute("data-run"): tr
+            for tr in browser.find_elements(By.CSS_SELECTOR, "table.runs tbody tr")}
+    assert {j.id for j in (*jobs, failed)} <= set(rows)
+    row = rows[jobs[0].id].text
+    assert "dash-sweep" in row and "succeeded" in row and "local" in row
+    assert f"learning_rate={SCRIPT}" in row  # the key that differs within the sweep, as text
+    assert "seed" not in row  # (the same in both runs)
+    assert "failed" in rows[failed.id].text
+    browser.save_screenshot(str(artifacts / "dashboard-runs.png"))
+
+    open_page(browser, dashboard, f"/run/{jobs[0].id}")
+    stdout = browser.find_element(By.CSS_SELECTOR, 'pre[data-log="stdout"]')
+    wait_until(browser, lambda d: "logs to" in stdout.text)
+    assert f"lr {SCRIPT} logs to {jobs[0].log_dir}" in stdout.text
+    assert no_alert(browser)
+    assert not browser.find_elements(By.CSS_SELECTOR, "pre script")  # text, not an element
+    assert browser.find_element(By.CSS_SELECTOR, "[data-field=state]").text == "succeeded"
+    assert SCRIPT in browser.find_element(By.CSS_SELECTOR, "pre.variant-json").text
+    assert str(jobs[0].log_dir) in browser.find_element(By.CSS_SELECTOR, "table.facts").text
+
+    open_page(browser, dashboard, f"/run/{failed.id}")
+    stderr = browser.find_element(By.CSS_SELECTOR, 'pre[data-log="stderr"]')
+    wait_until(browser, lambda d: "ValueError" in stderr.text)
+    assert f"bad learning rate {SCRIPT}" in stderr.text
+    assert f"bad learning rate {SCRIPT}" in browser.find_element(By.CSS_SELECTOR,
+                                                                 "pre.error-text").text
+    assert no_alert(browser)
+    browser.save_screenshot(str(artifacts / "dashboard-run.png"))
+
+
+def test_a_followed_log_and_state_change_without_reloading(dashboard, browser):
+    job = run_experiment(jobfns.print_slowly, exp_name="dash-follow", variant=dict(lines=15),
+                         config=dashboard.config)
+    assert wait_for(lambda: job.status() is JobState.RUNNING)
+    open_page(browser, dashboard, f"/run/{job.id}")
+    browser.execute_script("document.body.dataset.loadedOnce = '1'")  # gone if it reloads
+    stdout = browser.find_element(By.CSS_SELECTOR, 'pre[data-log="stdout"]')
+    wait_until(browser, lambda d: "line 14" in stdout.text)
+    assert stdout.text.splitlines() == [f"line {i}" for i in range(15)]
+    state = browser.find_element(By.CSS_SELECTOR, "[data-field=state]")
+    wait_until(browser, lambda d: state.text == "succeeded")
+    assert browser.execute_script("return document.body.dataset.loadedOnce") == "1"
+
+
+def test_cancel_and_resubmit_from_the_run_page(dashboard, browser):
+    job = run_experiment(jobfns.sleep_with_child, exp_name="dash-cancel",
+                         config=dashboard.config)
+    pids = run_pids(job.log_dir)
+    open_page(browser, dashboard, f"/run/{job.id}")
+    browser.find_element(By.CSS_SELECTOR, 'button[data-action="cancel"]').click()
+    browser.switch_to.alert.accept()
+    state = browser.find_element(By.CSS_SELECTOR, "[data-field=state]")
+    wait_until(browser, lambda d: state.text == "cancelled", timeout=30)
+    assert job.wait(timeout=30) is JobState.CANCELLED
+    assert wait_for(lambda: not any(alive(p) for p in pids))
+
+    done = run_experiment(jobfns.train, exp_name="dash-again", variant=dict(learning_rate=3),
+                          config=dashboard.config)
+    done.wait(timeout=60)
+    open_page(browser, dashboard, f"/run/{done.id}")
+    browser.find_element(By.CSS_SELECTOR, 'button[data-action="resubmit"]').click()
+    browser.switch_to.alert.accept()
+    wait_until(browser, lambda d: "/run/" in d.current_url and done.id not in d.current_url)
+    state = browser.find_element(By.CSS_SELECTOR, "[data-field=state]")
+    wait_until(browser, lambda d: state.text == "succeeded", timeout=30)
+    assert "resubmitted from" in browser.find_element(By.CSS_SELECTOR, "table.facts").text
+
+
+def test_actions_need_the_token_and_the_dashboards_own_origin(dashboard):
+    job = run_experiment(jobfns.sleep_with_child, exp_name="dash-guard",
+                         config=dashboard.config)
+    run_pids(job.log_dir)
+    cancel = f"/api/runs/{job.id}/cancel"
+    token = {"X-EasyLaunch-Token": dashboard.token}
+    with dashboard.client() as client, httpx.Client(base_url=dashboard.base) as stranger:
+        assert stranger.get("/").status_code == 403  # no token, no page
+        assert stranger.post(cancel, headers=token).status_code == 403
+        assert client.post(cancel).status_code == 403  # the cookie alone
+        assert client.post(cancel, headers={"X-EasyLaunch-Token": "guess"}).status_code == 403
+        assert client.post(cancel, headers={**token, "Origin": "http://evil.example"}
+                           ).status_code == 403
+        assert client.post(cancel, headers={**token, "Sec-Fetch-Site": "cross-site"}
+                           ).status_code == 403
+        assert client.get(cancel).status_code == 405  # GET never acts
+        rebound = client.get("/", headers={"Host": f"evil.example:{dashboard.port}"})
+        assert rebound.status_code == 400  # DNS rebinding: a name that is not ours
+        assert job.status() is JobState.RUNNING  # none of that changed anything
+        page = client.get("/")
+        assert page.status_code == 200
+        assert "script-src 'self'" in page.headers["content-security-policy"]
+        assert "frame-ancestors 'none'" in page.headers["content-security-policy"]
+        assert page.headers["x-content-type-options"] == "nosniff"
+        answer = client.post(cancel, headers={**token, "Origin": dashboard.base})
+        assert answer.status_code == 200 and answer.json() == {"state": "cancelled"}
+    assert job.status() is JobState.CANCELLED
+
+
+def test_listening_beyond_loopback_needs_allow_remote(tmp_path):
+    proc = ui(settings_file(tmp_path), "--host", "0.0.0.0", "--port", "0")
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 1 and out == ""
+    assert "not a loopback address" in err and "--allow-remote" in err and "Traceback" not in err
+
+
+def test_pages_hold_the_runs_a_filter_selects(tmp_path):
+    registry = Registry(tmp_path / "registry.sqlite3")
+    registry.add(dict(id=f"{i:08x}", exp_name=f"exp-{i % 3}", mode="local",
+                      state=("succeeded", "failed")[i % 2], log_dir=str(tmp_path / f"r{i}"),
+                      variant={"lr": i, "seed": 0}, created=1e9 + i, sweep="s")
+                 for i in range(120))
+    rows, total = views.runs_page(registry, views.Filters(), 3)
+    assert total == 120 and [r.id for r in rows] == [f"{i:08x}" for i in range(19, -1, -1)]
+    assert rows[0].variant == "lr=19"  # (seed is the same in every run of the sweep)
+    rows, total = views.runs_page(registry, views.Filters.parse({"exp": "exp-1",
+                                                                "state": "failed"}), 1)
+    assert total == 20 and {r.exp_name for r in rows} == {"exp-1"}
+    with pytest.raises(EasyLaunchError, match="states are"):
+        views.Filters.parse({"state": "done"})
+    with pytest.raises(EasyLaunchError, match="since 'yesterday'"):
+        views.Filters.parse({"since": "yesterday"})
