@@ -11,7 +11,8 @@ from easylaunch.errors import (
 from easylaunch.jobs import Job, JobState
 from easylaunch.progress import wait_all
 from easylaunch.registry import NoSuchJob, RegistryError
-from easylaunch.runner import DoodadConfig, GitInfo
+from easylaunch.results import load_histories, load_sweep, plot_sweep
+from easylaunch.runner import DoodadConfig, GitInfo, log_metrics
 
 __version__ = "0.1.0"
 
@@ -28,6 +29,10 @@ __all__ = [
     "RegistryError",
     "SettingsError",
     "get_job",
+    "load_histories",
+    "load_sweep",
+    "log_metrics",
+    "plot_sweep",
     "resubmit",
     "run_experiment",
     "run_sweep",

@@ -12,8 +12,10 @@ the bundle format by construction.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
+import numbers
 import os
 import pickle
 import re
@@ -509,9 +511,192 @@ CHECKPOINT_API = {"save": save_checkpoint, "load": load_checkpoint,
                   "Stopped": Stopped}
 
 
-def _provide_checkpoint_module() -> None:
-    """Make ``easylaunch.checkpoint`` importable where easylaunch is not installed (cloud
-    instances), so functions that use it load and run there."""
+# -- metrics: what the run's function logs (``easylaunch.log_metrics``) -------------------------
+# One JSON object a line in <run folder>/metrics.jsonl: {"step": ..., "time": ..., name: value}.
+# Lines are buffered and written whole, with O_APPEND, by rank 0 alone: when the buffer passes
+# METRICS_FLUSH_BYTES, its oldest line is METRICS_FLUSH_SECONDS old (checked on each call and by
+# a background thread), the run's function returns or raises, and the process exits. A crash
+# mid-write can leave a last line cut short: readers skip it, and the next writer ends it first.
+
+METRICS_JSONL = "metrics.jsonl"
+ENV_METRICS_FILE = "EASYLAUNCH_METRICS_FILE"  # set by the runner for the function's call
+METRICS_FLUSH_BYTES = 64 * 1024
+METRICS_FLUSH_SECONDS = 2.0
+_metric_keys: dict[str, str] = {}  # name -> its JSON text, checked once
+
+
+def _metric_key(name: str) -> str:
+    key = _metric_keys.get(name)
+    if key is None:
+        if name == "time":
+            raise TypeError("log_metrics: 'time' is each line's own time; give the metric "
+                             "another name")
+        key = _metric_keys[name] = json.dumps(name)
+    return key
+
+
+def _metric_value(name: str, value: Any) -> str:
+    """``value`` as JSON: a number, NaN as null, infinities as +-1e999 (still JSON; Python and
+    JavaScript read it back as infinite). Anything but a real number is a TypeError."""
+    if type(value) is not float:
+        if isinstance(value, numbers.Integral):  # (int, bool, numpy integers)
+            return int.__repr__(int(value))
+        if not isinstance(value, numbers.Real):
+            hint = " (a tensor or array: log its .item())" if hasattr(value, "item") else ""
+            raise TypeError(f"log_metrics: {name}= must be a number, not a "
+                            f"{type(value).__name__}{hint}")
+        value = float(value)
+    if value - value == 0:  # finite
+        return float.__repr__(value)
+    return "null" if value != value else ("1e999" if value > 0 else "-1e999")
+
+
+class _MetricsFile:
+    """The buffered lines of one metrics file; a process of a rank other than 0 drops them."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.writes = rank_info()[0] == 0
+        self.lines: list[str] = []
+        self.size = 0
+        self.oldest = 0.0
+        self.fd: int | None = None
+
+    def add(self, line: str, now: float) -> None:
+        if not self.writes:
+            return
+        if not self.lines:
+            self.oldest = now
+        self.lines.append(line)
+        self.size += len(line)
+        if self.size >= METRICS_FLUSH_BYTES or now - self.oldest >= METRICS_FLUSH_SECONDS:
+            self.flush()
+
+    def flush(self) -> None:
+        """Append the buffered lines; a failed write (a full disk) drops them, says so once
+        and leaves the run going."""
+        if not self.lines:
+            return
+        data = memoryview("".join(self.lines).encode())
+        count = len(self.lines)
+        self.lines.clear()
+        self.size = 0
+        try:
+            if self.fd is None:
+                self.fd = self._open()
+            while data:
+                data = data[os.write(self.fd, data):]
+        except BaseException as exc:  # (a stop signal, too, may cut the write short)
+            self.close()  # opened again next time, ending the line this write may have cut
+            if not isinstance(exc, OSError):
+                raise
+            print(f"easylaunch: {count} line(s) of metrics could not be written to "
+                  f"{self.path}: {exc}", file=sys.stderr)
+
+    def _open(self) -> int:
+        """Open for appending; a last line cut short (a crash mid-write) is ended first, so
+        it spoils no line after it."""
+        os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o666)
+        size = os.fstat(fd).st_size
+        if size and os.pread(fd, 1, size - 1) != b"\n":
+            os.write(fd, b"\n")
+        return fd
+
+    def close(self) -> None:
+        if self.fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self.fd)
+            self.fd = None
+
+
+_metrics_files: dict[str, _MetricsFile] = {}
+_metrics_lock = threading.Lock()
+_metrics_flusher: list[threading.Thread] = []  # the background flusher, once started
+
+
+def log_metrics(step: int | float | None = None, **values: float) -> None:
+    """Record metric values (``log_metrics(step=epoch, loss=0.3, acc=0.9)``) as one line of
+    ``metrics.jsonl`` in the run's folder (outside a run: ``./metrics.jsonl``).
+
+    Cheap enough to call every step: lines are buffered and written in batches (at the
+    latest every 2 s, and when the function returns or raises). Values must be numbers
+    (a TypeError names the one that is not); NaN is written as null. In a run of several
+    ranks, rank 0 writes and the others' calls are dropped. ``step`` None leaves the step to
+    the readers: the line's place in the file.
+    """
+    if not values:
+        raise TypeError("log_metrics: give at least one value, e.g. log_metrics(loss=0.3)")
+    now = time.time()
+    head = "null" if step is None else _metric_value("step", step)
+    line = "".join([f'{{"step": {head}, "time": {float.__repr__(now)}',
+                    *[f", {_metric_key(k)}: {_metric_value(k, v)}" for k, v in values.items()],
+                    "}\n"])
+    path = os.environ.get(ENV_METRICS_FILE) or os.path.abspath(METRICS_JSONL)
+    with _metrics_lock:
+        target = _metrics_files.get(path)
+        if target is None:
+            target = _metrics_files[path] = _MetricsFile(path)
+            if not _metrics_flusher:
+                _metrics_flusher.append(threading.Thread(
+                    target=_flush_periodically, name="easylaunch-metrics", daemon=True))
+                _metrics_flusher[0].start()
+        target.add(line, now)
+
+
+def flush_metrics() -> None:
+    """Write every metrics line this process still holds."""
+    with _metrics_lock:
+        for target in _metrics_files.values():
+            target.flush()
+
+
+def _flush_periodically() -> None:
+    while True:
+        time.sleep(METRICS_FLUSH_SECONDS)
+        flush_metrics()
+
+
+def _forget_metrics() -> None:
+    """In a forked child: the parent's buffered lines are the parent's to write."""
+    global _metrics_lock
+    _metrics_lock = threading.Lock()
+    for target in _metrics_files.values():
+        target.close()
+    _metrics_files.clear()
+    _metrics_flusher.clear()
+
+
+atexit.register(flush_metrics)
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_metrics)
+
+
+@contextlib.contextmanager
+def _metrics_into(log_dir: str):
+    """Point log_metrics at the run's folder while its function runs; write out every line it
+    logged before the run's end is recorded, in this copy of these helpers and in an installed
+    easylaunch's, should the function have imported that one."""
+    before = os.environ.get(ENV_METRICS_FILE)
+    os.environ[ENV_METRICS_FILE] = os.path.join(log_dir, METRICS_JSONL)
+    try:
+        yield
+    finally:
+        for copy in {sys.modules.get(__name__), sys.modules.get("easylaunch.runner")} - {None}:
+            getattr(copy, "flush_metrics", flush_metrics)()
+        if before is None:
+            os.environ.pop(ENV_METRICS_FILE, None)
+        else:
+            os.environ[ENV_METRICS_FILE] = before
+
+
+# ``easylaunch``'s own names for the helpers a run's function calls (beside easylaunch.checkpoint).
+PACKAGE_API = {"log_metrics": log_metrics, "flush_metrics": flush_metrics}
+
+
+def _provide_easylaunch_module() -> None:
+    """Make ``easylaunch.checkpoint`` and ``easylaunch.log_metrics`` importable where easylaunch
+    is not installed (cloud instances), so functions that use them load and run there."""
     import importlib.util
     import types
 
@@ -519,6 +704,7 @@ def _provide_checkpoint_module() -> None:
         return
     package = types.ModuleType("easylaunch")
     package.__path__ = []
+    package.__dict__.update(PACKAGE_API)
     module = types.ModuleType("easylaunch.checkpoint")
     module.__dict__.update(CHECKPOINT_API)
     package.checkpoint = module
@@ -635,7 +821,8 @@ def call_and_record(fn: Any, config: DoodadConfig, variant: Any, log_dir: str,
     KeyboardInterrupt is recorded as a cancellation and raised again.
     """
     try:
-        value = fn(config, variant)
+        with _metrics_into(log_dir):
+            value = fn(config, variant)
         _end_grace()  # (it returned after a stop notice: its result is recorded, not cut short)
     except KeyboardInterrupt:
         name = signal_name(signal.SIGINT)
@@ -698,7 +885,7 @@ def run_bundle(bundle_dir: str, log_dir: str | None = None) -> int:
     policy = RestartPolicy.of(meta)
     _handle_stops(log_dir, policy)
     os.environ[ENV_CHECKPOINT_DIR] = os.path.join(log_dir, CHECKPOINT_DIR)
-    _provide_checkpoint_module()
+    _provide_easylaunch_module()
     if rank_info()[0] != 0:
         return _run_other_rank(bundle_dir, meta, log_dir)
     if os.environ.get(ENV_PARENT_PID):

@@ -209,3 +209,17 @@ def steps_done(log_dir) -> list[tuple[int, int]]:
     if not path.exists():
         return []
     return [tuple(map(int, line.split())) for line in path.read_text().splitlines()]
+
+
+def log_curve(doodad_config, variant):
+    """Log ``steps`` points of loss (falling, offset by the seed) and acc with
+    easylaunch.log_metrics; return whether any line was on disk before the function ended
+    (they are buffered) and a dict result."""
+    from easylaunch import log_metrics
+
+    steps = variant.get("steps", 5)
+    for step in range(steps):
+        log_metrics(step=step, loss=variant["lr"] * (steps - step) + variant.get("seed", 0),
+                    acc=step / steps)
+    on_disk = os.path.exists(os.path.join(doodad_config.base_log_dir, "metrics.jsonl"))
+    return {"on_disk_before_end": on_disk, "steps": steps, "lr": variant["lr"]}

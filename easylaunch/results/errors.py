@@ -1,0 +1,35 @@
+"""What reading and plotting results can refuse, and the optional packages they need."""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+from easylaunch.errors import EasyLaunchError
+
+
+class MissingExtra(EasyLaunchError, ImportError):
+    """An optional package is not installed; the message names the extra that brings it."""
+
+
+class NoSuchMetric(EasyLaunchError, LookupError):
+    """The selected runs hold no values of that metric; the message lists those they hold."""
+
+
+class NoSuchKey(EasyLaunchError, LookupError):
+    """No selected run's variant has that key; the message lists the keys there are."""
+
+
+def need(module: str, extra: str, why: str) -> ModuleType:
+    """Import ``module``, or say which extra of easylaunch brings it."""
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise MissingExtra(f"{module.split('.')[0]} is needed {why}: "
+                           f"pip install 'easylaunch[{extra}]'") from None
+
+
+def choices(names: list[str], limit: int = 30) -> str:
+    """``a, b, c`` (the first ``limit``, saying how many more), or "none"."""
+    shown = ", ".join(names[:limit]) or "none"
+    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")

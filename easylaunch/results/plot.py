@@ -1,0 +1,129 @@
+"""Learning curves of a sweep's runs: ``plot_sweep`` and the ``easylaunch plot`` command.
+
+The runs are grouped by one variant key; each group is drawn as the mean across its runs (the
+other keys: seeds, mostly) at each step, with the band from the lowest to the highest run
+shaded. The figure is drawn without pyplot (safe from any thread, no window) and written as a
+PNG; the command also shows it where a display and a GUI backend exist.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+from collections.abc import Hashable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from easylaunch.errors import EasyLaunchError
+from easylaunch.results.errors import NoSuchKey, choices, need
+from easylaunch.results.sweep import POINT_COLUMNS, Selection, load_histories
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from easylaunch.settings import ConfigArg
+
+X_AXES = ("step", "time")
+NOT_SET = "(not set)"  # the group of runs whose variant lacks the key
+
+
+def _curves(points: pd.DataFrame, by: str | None, x: str) -> dict[str, pd.DataFrame]:
+    """Per group label: ``x``, the mean, min and max across runs at each step, and the number
+    of runs. A step logged twice in a run (an attempt that redid it) counts once, as logged
+    last; ``x="time"`` places each step at the runs' mean seconds since their first value."""
+    last = points.groupby(["run_id", "step"], sort=False).nth(-1)
+    last = last.assign(x=last["step"] if x == "step" else
+                       last["time"] - last.groupby("run_id")["time"].transform("min"))
+    keys = last[by].map(lambda v: v if isinstance(v, Hashable) else repr(v)) if by else None
+    groups = {}
+    for value, group in last.groupby(keys if by else [0] * len(last), dropna=False, sort=False):
+        curve = group.groupby("step").agg(x=("x", "mean"), mean=("value", "mean"),
+                                          low=("value", "min"), high=("value", "max"))
+        groups[value] = (curve, group["run_id"].nunique())
+    try:
+        order = sorted(groups, key=lambda v: (v != v, v))  # (NaN: the key not set, last)
+    except TypeError:
+        order = sorted(groups, key=str)
+    labelled = {}
+    for value in order:
+        curve, runs = groups[value]
+        labelled[_label(by, value, runs)] = curve
+    return labelled
+
+
+def _label(by: str | None, value: object, runs: int) -> str:
+    shown = NOT_SET if value != value else value  # (NaN: not set)
+    runs_text = f"{runs} run{'s' * (runs != 1)}"
+    return f"{by}={shown} ({runs_text})" if by else f"all ({runs_text})"
+
+
+def _default_out(metric: str, by: str | None) -> Path:
+    name = f"{metric}-by-{by}" if by else metric
+    return Path(re.sub(r"[^\w.=-]+", "_", name).strip("_") + ".png")
+
+
+def plot_sweep(selection: Selection, metric: str, by: str | None = None, x: str = "step",
+               out: str | os.PathLike | None = None,
+               config: ConfigArg = None) -> Path:
+    """Draw ``metric`` of the selected runs (as :func:`load_sweep` selects them) against
+    ``x`` (``step``, or ``time``: seconds since each run's first value), one curve per value
+    of the variant key ``by`` (nested: ``opt.lr``; None: one curve of all runs): the mean
+    across the group's runs with their min-max band shaded. Writes a PNG to ``out`` (default:
+    ``<metric>-by-<by>.png`` here) and returns its path. A metric or key the runs lack raises
+    :class:`NoSuchMetric` / :class:`NoSuchKey`, listing those there are."""
+    if x not in X_AXES:
+        raise EasyLaunchError(f"x={x!r}: plot against {' or '.join(X_AXES)}")
+    need("matplotlib", "results", "to plot")
+    from matplotlib.figure import Figure
+
+    points = load_histories(selection, metrics=[metric], config=config)
+    keys = [c for c in points.columns if c not in POINT_COLUMNS]
+    if by is not None and by not in keys:
+        raise NoSuchKey(f"--by {by!r} is no variant key of these runs; keys: {choices(keys)}")
+    if x == "time" and points["time"].isna().all():
+        raise EasyLaunchError(f"{metric} was logged without times (progress.csv records none): "
+                              "plot it against step")
+    if x == "time":
+        points = points[points["time"].notna()]
+    figure = Figure(figsize=(8, 5), layout="constrained")
+    axes = figure.subplots()
+    for label, curve in _curves(points, by, x).items():
+        line, = axes.plot(curve["x"], curve["mean"], label=label)
+        axes.fill_between(curve["x"], curve["low"], curve["high"], color=line.get_color(),
+                          alpha=0.2, linewidth=0)
+    chosen = selection if isinstance(selection, str) else " ".join(selection)
+    axes.set_title(f"{metric}: {chosen}\nmean across runs, shaded from min to max")
+    axes.set_xlabel("step" if x == "step" else "seconds since the run's first value")
+    axes.set_ylabel(metric)
+    axes.grid(alpha=0.3)
+    axes.legend(title=by)
+    path = Path(out) if out is not None else _default_out(metric, by)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=100)
+    return path.resolve()
+
+
+def _show(path: Path) -> None:
+    """Show the PNG in a window where a display exists and a GUI backend loads."""
+    if not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
+        return
+    import matplotlib.pyplot as plt
+
+    if plt.get_backend().lower() == "agg":  # (pyplot's choice when no GUI toolkit works)
+        return
+    image = plt.imread(path)
+    height, width = image.shape[:2]
+    figure = plt.figure(figsize=(width / 100, height / 100), dpi=100)
+    figure.figimage(image)
+    plt.show()
+
+
+def plot_command(args: argparse.Namespace) -> int:
+    """``easylaunch plot``: write the PNG, say where, and show it where a display exists."""
+    path = plot_sweep(args.selection, args.metric, by=args.by, x=args.x, out=args.out,
+                      config=args.config)
+    print(f"wrote {path}")
+    if not args.no_show:
+        _show(path)
+    return 0

@@ -1,0 +1,227 @@
+"""A sweep's runs as pandas tables: one row per run (:func:`load_sweep`) and the metric
+histories in long form (:func:`load_histories`).
+
+They read what the CLI reads: the registry picks the runs, ``refresh_entries`` brings their
+states up to date (as ``easylaunch ls`` does), and each run's folder holds its record, result and
+metrics. Runs whose files live elsewhere are read from what their mode brings back: see
+:func:`metrics_folder`.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from easylaunch import runner
+from easylaunch.errors import EasyLaunchError
+from easylaunch.registry import NoSuchJob
+from easylaunch.results.errors import NoSuchMetric, choices, need
+from easylaunch.results.readers import PROGRESS_CSV, SOURCES, read_run
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from easylaunch.listing import Shown
+    from easylaunch.registry import Entry, Registry
+    from easylaunch.settings import ConfigArg
+
+Selection = str | Sequence[str]
+RUN_COLUMNS = ("run_id", "exp_name", "sweep", "mode", "state", "note", "restarts", "runtime_s",
+               "host", "job_id", "log_dir")
+POINT_COLUMNS = ("run_id", "source", "metric", "step", "time", "value")
+
+
+class Run(NamedTuple):
+    """A selected run as a refresh saw it, and the folder its metric files are read from."""
+
+    shown: Shown
+    folder: Path
+
+
+def select(registry: Registry, selection: Selection) -> list[Entry]:
+    """The runs ``selection`` names, newest first: an experiment name, a sweep id (or its
+    start), a run id (or a unique start or end), a part of an experiment name, tried in that
+    order; or a list of these (the runs of all of them)."""
+    parts = [selection] if isinstance(selection, str) else list(selection)
+    if not parts:
+        raise NoSuchJob("give an experiment name, a sweep id or run ids")
+    found: dict[str, Entry] = {}
+    for part in parts:
+        found.update((e.id, e) for e in _select_one(registry, part))
+    return sorted(found.values(), key=lambda e: e.created, reverse=True)
+
+
+def _select_one(registry: Registry, part: str) -> list[Entry]:
+    if part in registry.experiments():
+        return registry.list(exp=part)[0]
+    in_sweep = registry.list(sweep=part)[0]
+    if in_sweep:
+        return in_sweep
+    try:
+        return [registry.find(part)]
+    except NoSuchJob as exc:
+        as_run = exc
+    in_exp = registry.list(exp=part)[0]
+    if in_exp:
+        return in_exp
+    raise NoSuchJob(f"{part!r} is no experiment, sweep or run ({as_run}); experiments: "
+                    f"{choices(registry.experiments(), 10)}")
+
+
+def metrics_folder(shown: Shown, fetch: bool) -> Path:
+    """Where a run's metric files are read from here: its own folder, or, for a run whose
+    files live elsewhere (``remote_log_dir``), what its mode brings back. ``fetch``: the whole
+    run folder, as ``easylaunch fetch`` does; else its metric files as the mode has them (a
+    cloud run's last sync to the bucket; the folder a cluster's job writes, where the file
+    system is shared; a remote cluster's runs come back whole when they end)."""
+    from easylaunch.jobs import Job
+
+    here = Path(shown.entry.log_dir)
+    if shown.entry.remote_log_dir is None:
+        return here
+    try:
+        job = Job.from_run_dir(here)
+        if fetch:
+            job.fetch()
+            return here
+        paths = [job.mode.log_file(job, name) for name in (runner.METRICS_JSONL, PROGRESS_CSV)]
+    except (EasyLaunchError, OSError) as exc:
+        warnings.warn(f"run {shown.entry.id}: its metrics could not be brought here ({exc}); "
+                      "reading what its folder holds", stacklevel=3)
+        return here
+    return next((p.parent for p in paths if p.exists()), here)
+
+
+def runs_of(selection: Selection, fetch: bool = False, config: ConfigArg = None) -> list[Run]:
+    """The selected runs, refreshed (states written back to the registry), with the folders
+    their metrics are read from."""
+    from easylaunch.refresh import refresh_entries
+    from easylaunch.registry import open_registry
+    from easylaunch.settings import load_settings
+
+    registry = open_registry(load_settings(config).REGISTRY_PATH)
+    shown = refresh_entries(registry, select(registry, selection))
+    return [Run(s, metrics_folder(s, fetch)) for s in shown]
+
+
+def _variant(entry: Entry) -> dict:
+    """The run's variant: the registry's copy, or variant.json for one too large for it."""
+    from easylaunch.api import LARGE_VARIANT_KEY
+    from easylaunch.bundle import VARIANT_JSON
+
+    if LARGE_VARIANT_KEY not in entry.variant:
+        return entry.variant
+    try:
+        return runner.read_json(str(Path(entry.log_dir) / VARIANT_JSON))
+    except (runner.DamagedRecord, OSError):
+        return entry.variant
+
+
+def _flat(records: list[dict], prefix: str, taken: Sequence[str]) -> pd.DataFrame:
+    """Nested dicts as columns ``<prefix>a.b``; a name in ``taken`` gets ``variant.``."""
+    pd = need("pandas", "results", "to load results")
+    table = pd.json_normalize(records, sep=".").add_prefix(prefix)
+    return table.rename(columns={c: f"variant.{c}" for c in table.columns if c in taken})
+
+
+def _points(runs: list[Run]) -> pd.DataFrame:
+    pd = need("pandas", "results", "to load results")
+    rows = [(run.shown.entry.id, *point) for run in runs for point in read_run(run.folder)]
+    return pd.DataFrame(rows, columns=list(POINT_COLUMNS)).astype(
+        {"run_id": str, "source": str, "metric": str, "step": float, "time": float,
+         "value": float})
+
+
+def last_values(points: pd.DataFrame) -> pd.DataFrame:
+    """Each run's last value (at its largest step; of equal steps, the last written) of each
+    metric, as columns ``metric.<name>``; a name found in several formats is taken from the
+    first of SOURCES."""
+    if points.empty:
+        return points[[]].set_index(points["run_id"])
+    rank = points["source"].map({s: i for i, s in enumerate(SOURCES)})
+    first = points[rank == rank.groupby([points["run_id"], points["metric"]]).transform("min")]
+    last = first.sort_values("step", kind="stable").groupby(["run_id", "metric"]).nth(-1)
+    table = last.pivot(index="run_id", columns="metric", values="value")
+    return table.add_prefix("metric.").rename_axis(columns=None)
+
+
+def _result(log_dir: str, run_id: str) -> Any:
+    """The run's return value from result.pkl (None: none, or it failed)."""
+    import cloudpickle
+
+    try:
+        with open(Path(log_dir) / runner.RESULT_PKL, "rb") as f:
+            outcome = cloudpickle.load(f)
+    except FileNotFoundError:
+        return None
+    except Exception as exc:  # noqa: BLE001 - a result this process cannot unpickle
+        warnings.warn(f"run {run_id}: its result cannot be loaded here ({exc!r})", stacklevel=3)
+        return None
+    return outcome[1] if outcome[0] == "success" else None
+
+
+def _run_row(shown: Shown, now: float) -> dict:
+    from easylaunch.listing import job_label, seconds_run
+
+    entry = shown.entry
+    try:
+        status = runner.read_json(str(Path(entry.log_dir) / runner.STATUS_JSON))
+    except (runner.DamagedRecord, OSError):
+        status = {}
+    state, _, note = shown.state.partition(" ")
+    return {"run_id": entry.id, "exp_name": entry.exp_name, "sweep": entry.sweep or entry.id,
+            "mode": entry.mode, "state": state, "note": note.strip("()") or None,
+            "restarts": shown.restarts, "runtime_s": seconds_run(entry, now),
+            "host": status.get("host"), "job_id": job_label(entry) or None,
+            "log_dir": entry.log_dir}
+
+
+def load_sweep(selection: Selection, *, fetch: bool = False,
+               config: ConfigArg = None) -> pd.DataFrame:
+    """One row per selected run (newest first): ``run_id, exp_name, sweep, mode, state, note``
+    (what keeps a state from being read, else None), ``restarts, runtime_s, host`` (where its
+    last attempt ran), ``job_id, log_dir``, the variant's keys (nested ones as ``opt.lr``; one
+    named like a column above as ``variant.<key>``), the result (a dict's keys as
+    ``result.<key>``, another value as ``result``; None while there is none) and the last value
+    of each metric (``metric.<name>``).
+
+    ``selection``: an experiment name (or part of one), a sweep id (or its start), run ids.
+    ``fetch``: bring the whole folder of each run whose files live elsewhere first (as
+    ``easylaunch fetch``). ``config``: a settings file or dict, as for ``run_experiment``.
+    """
+    pd = need("pandas", "results", "to load results")
+    runs = runs_of(selection, fetch, config)
+    now = time.time()
+    table = pd.DataFrame([_run_row(r.shown, now) for r in runs], columns=list(RUN_COLUMNS))
+    variants = _flat([_variant(r.shown.entry) for r in runs], "", RUN_COLUMNS)
+    values = [_result(r.shown.entry.log_dir, r.shown.entry.id) for r in runs]
+    results = _flat([v if isinstance(v, dict) else {} for v in values], "result.", ())
+    if any(v is not None and not isinstance(v, dict) for v in values):
+        results.insert(0, "result", [None if isinstance(v, dict) else v for v in values])
+    table = pd.concat([table, variants, results], axis=1)
+    metrics = last_values(_points(runs))
+    return table.join(metrics, on="run_id") if len(metrics.columns) else table
+
+
+def load_histories(selection: Selection, *, metrics: Sequence[str] | None = None,
+                   fetch: bool = False, config: ConfigArg = None) -> pd.DataFrame:
+    """The metric histories of the selected runs, one row per value: ``run_id, source``
+    (metrics.jsonl, progress.csv or tensorboard), ``metric, step, time`` (Unix time; NaN
+    where the format records none) and ``value``, in the order written, then the run's variant
+    keys as in :func:`load_sweep`. ``metrics``: only these (a name no run has raises
+    :class:`NoSuchMetric`, listing those there are). Other arguments as for load_sweep."""
+    need("pandas", "results", "to load results")
+    runs = runs_of(selection, fetch, config)
+    points = _points(runs)
+    if metrics is not None:
+        missing = [m for m in metrics if m not in set(points["metric"])]
+        if missing:
+            raise NoSuchMetric(f"no run of {selection!r} logged {', '.join(missing)}; metrics "
+                               f"there: {choices(sorted(set(points['metric'])))}")
+        points = points[points["metric"].isin(metrics)].reset_index(drop=True)
+    variants = _flat([_variant(r.shown.entry) for r in runs], "", POINT_COLUMNS)
+    variants.insert(0, "run_id", [r.shown.entry.id for r in runs])
+    return points.merge(variants, on="run_id", how="left")
