@@ -2,6 +2,7 @@
 registry, Debian's headless Chromium through selenium, and httpx for what a browser would not
 send. Screenshots go to $EASYLAUNCH_ARTIFACTS (else the test's tmp_path)."""
 
+import json
 import os
 import signal
 import subprocess
@@ -161,6 +162,51 @@ def test_runs_page_lists_a_sweep_and_a_run_shows_its_logs_as_text(dashboard, bro
                                                                  "pre.error-text").text
     assert no_alert(browser)
     browser.save_screenshot(str(artifacts / "dashboard-run.png"))
+
+
+def write_metrics(job, lines: list[dict]) -> None:
+    """A run's metrics.jsonl, as easylaunch.log_metrics writes it."""
+    (job.log_dir / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+
+
+def test_a_sweeps_results_sort_and_plot_and_a_run_charts_its_metrics(dashboard, browser,
+                                                                     artifacts):
+    variants = [dict(learning_rate=lr, seed=seed) for lr in (0.1, 0.01) for seed in (0, 1)]
+    jobs = run_sweep(jobfns.train, variants, exp_name="dash-results", config=dashboard.config)
+    for job, v in zip(jobs, variants, strict=True):
+        job.wait(timeout=60)
+        write_metrics(job, [{"step": s, "time": 1.7e9 + s, "loss": v["learning_rate"] * (5 - s)
+                             + v["seed"], "acc": s / 4} for s in range(5)])
+    sweep = jobs[0].launch_info["sweep_id"]
+    open_page(browser, dashboard, f"/sweep/{sweep}")
+    headers = [th.text for th in browser.find_elements(By.CSS_SELECTOR, "table.results th")]
+    assert {"run_id", "state", "learning_rate", "seed", "result.loss", "metric.loss",
+            "metric.acc"} <= set(headers)
+    column = headers.index("metric.loss")
+
+    def losses() -> list[float]:
+        return [float(tr.find_elements(By.TAG_NAME, "td")[column].text)
+                for tr in browser.find_elements(By.CSS_SELECTOR, "table.results tbody tr")]
+
+    assert sorted(losses()) == [0.01, 0.1, 1.01, 1.1]  # each run's last value (step 4)
+    browser.find_elements(By.CSS_SELECTOR, "table.results th")[column].click()
+    assert losses() == [0.01, 0.1, 1.01, 1.1]
+    browser.find_elements(By.CSS_SELECTOR, "table.results th")[column].click()
+    assert losses() == [1.1, 1.01, 0.1, 0.01]
+    plots = browser.find_elements(By.CSS_SELECTOR, ".plots img")
+    assert {img.get_attribute("data-metric") for img in plots} == {"loss", "acc"}
+    assert "by=learning_rate" in plots[0].get_attribute("src")
+    wait_until(browser, lambda d: all(d.execute_script(
+        "return arguments[0].complete && arguments[0].naturalWidth", img) > 0 for img in plots))
+    browser.save_screenshot(str(artifacts / "dashboard-sweep.png"))
+
+    open_page(browser, dashboard, f"/run/{jobs[0].id}")
+    charts = {f.get_attribute("data-metric"): f
+              for f in browser.find_elements(By.CSS_SELECTOR, "figure.chart")}
+    assert set(charts) == {"loss", "acc"}
+    assert len(charts["loss"].find_elements(By.CSS_SELECTOR, "svg circle.point")) == 5
+    assert "last 0.1" in charts["loss"].text
+    browser.save_screenshot(str(artifacts / "dashboard-run-metrics.png"))
 
 
 def test_a_followed_log_and_state_change_without_reloading(dashboard, browser):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import tempfile
 from pathlib import Path
 from urllib.parse import urlencode
 
@@ -22,6 +23,7 @@ from easylaunch.dashboard.security import TOKEN_HEADER, Guard
 from easylaunch.errors import EasyLaunchError
 from easylaunch.modes import MODES
 from easylaunch.registry import NoSuchJob, open_registry
+from easylaunch.results.plot import plot_sweep
 from easylaunch.settings import ConfigArg, load_settings
 
 HERE = Path(__file__).resolve().parent
@@ -64,6 +66,27 @@ def create_app(config: ConfigArg, token: str, port: int,
     def run(request: Request) -> Response:
         return page(request, "run.html", run=views.run_view(registry, request.path_params["id"]))
 
+    def sweep_id(request: Request) -> str:
+        sweep = request.path_params["id"]
+        if not registry.list(sweep=sweep, limit=1)[1]:
+            raise NoSuchJob(f"no sweep id is or starts with {sweep!r}")
+        return sweep
+
+    def sweep(request: Request) -> Response:
+        view = views.sweep_view(sweep_id(request), config)
+        by = request.query_params.get("by")
+        by = by if by in view.keys else (view.keys[0] if view.keys else None)
+        plot_query = {metric: urlencode({"metric": metric, **({"by": by} if by else {})})
+                      for metric in view.metrics}
+        return page(request, "sweep.html", sweep=view, by=by, plot_query=plot_query)
+
+    def plot(request: Request) -> Response:
+        by = request.query_params.get("by") or None
+        with tempfile.TemporaryDirectory() as folder:
+            path = plot_sweep(sweep_id(request), request.query_params.get("metric", ""), by=by,
+                              out=Path(folder) / "plot.png", config=config)
+            return Response(path.read_bytes(), media_type="image/png")
+
     def states(request: Request) -> Response:
         ids = [i for i in request.query_params.get("ids", "").split(",") if i]
         return JSONResponse(views.live_states(registry, ids))
@@ -95,6 +118,8 @@ def create_app(config: ConfigArg, token: str, port: int,
     routes = [
         Route("/", runs),
         Route("/run/{id}", run),
+        Route("/sweep/{id}", sweep),
+        Route("/sweep/{id}/plot.png", plot),
         Route("/api/states", states),
         Route("/api/runs/{id}/log", log),
         Route("/api/runs/{id}/cancel", cancel, methods=["POST"]),

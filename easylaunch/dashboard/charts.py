@@ -4,8 +4,10 @@ and no script; a template draws a :class:`Chart` as an ``<svg>``."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+
+from easylaunch.results.readers import SOURCES, Point
 
 WIDTH, HEIGHT = 420, 220
 LEFT, RIGHT, TOP, BOTTOM = 60, 12, 12, 30  # margins around the plot area
@@ -77,3 +79,19 @@ def line_chart(title: str, xs: Sequence[float], ys: Sequence[float]) -> Chart | 
         x_ticks=[(px(t), label(t)) for t in nice_ticks(x_lo, x_hi)],
         y_ticks=[(py(t), label(t)) for t in nice_ticks(y_lo, y_hi)],
         points=len(points), last=label(pairs[-1][1]))
+
+
+def metric_charts(points: Iterable[Point]) -> list[Chart]:
+    """A chart per metric of a run's points, against the step, in the order first logged; a
+    name found in several formats is taken from the first of SOURCES (as ``load_sweep``
+    does)."""
+    found: dict[str, dict[str, list[Point]]] = {}  # metric -> source -> its points
+    for point in points:
+        found.setdefault(point.metric, {}).setdefault(point.source, []).append(point)
+    charts = []
+    for metric, sources in found.items():
+        series = sources[min(sources, key=SOURCES.index)]
+        chart = line_chart(metric, [p.step for p in series], [p.value for p in series])
+        if chart is not None:
+            charts.append(chart)
+    return charts

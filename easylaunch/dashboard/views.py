@@ -15,10 +15,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from easylaunch import bundle, listing, runner
+from easylaunch.dashboard.charts import Chart, metric_charts
 from easylaunch.errors import EasyLaunchError
 from easylaunch.modes import MODES
 from easylaunch.refresh import OPEN_STATES, STATES, job_for, refresh_entries
 from easylaunch.registry import Entry, NoSuchJob, Registry
+from easylaunch.results.readers import read_run
+from easylaunch.results.sweep import RUN_COLUMNS, load_sweep, metrics_folder
 from easylaunch.settings import ConfigArg
 
 PER_PAGE = 50
@@ -149,6 +152,7 @@ class RunView:
     variant: str  # as JSON
     commits: list[tuple[str, str]]  # code folder, commit
     diffs: list[tuple[str, str]]  # file name, text
+    charts: list[Chart]  # one per metric it logged
 
 
 def _read_record(path: Path) -> dict:
@@ -195,7 +199,8 @@ def run_view(registry: Registry, run_id: str) -> RunView:
     return RunView(e, shown.state_text, is_open(shown.state),
                    [(k, str(v)) for k, v in facts if v not in (None, "", "-")],
                    info.get("error"), json.dumps(variant, indent=2, default=repr),
-                   sorted((launch.get("git_commits") or {}).items()), diffs)
+                   sorted((launch.get("git_commits") or {}).items()), diffs,
+                   metric_charts(read_run(metrics_folder(shown, fetch=False))))
 
 
 @dataclass(frozen=True)
@@ -240,6 +245,49 @@ def log_chunk(registry: Registry, run_id: str, stream: str, offset: int) -> LogC
     job.mode.sync_logs(job)
     text, offset = read_log(job.mode.log_file(job, LOG_STREAMS[stream]), offset)
     return LogChunk(text, offset, still)
+
+
+SWEEP_COLUMNS = ("run_id", "state", "note", "restarts", "runtime_s", "job_id")  # shown first
+
+
+@dataclass(frozen=True)
+class SweepView:
+    """A sweep's results table (``load_sweep``): column names, rows of text (the run id
+    first), the metrics it holds and the variant keys that differ, to group plots by."""
+
+    sweep: str
+    exp_name: str
+    counts: str
+    columns: list[str]
+    rows: list[list[str]]
+    metrics: list[str]
+    keys: list[str]
+
+
+def cell(value: object) -> str:
+    """A table value as text: numbers short, missing values empty."""
+    import pandas as pd
+
+    if value is None or (pd.api.types.is_scalar(value) and pd.isna(value)):
+        return ""
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return str(value)
+
+
+def sweep_view(sweep: str, config: ConfigArg) -> SweepView:
+    """The runs of ``sweep`` (its id or start) as ``load_sweep`` reads them, newest first."""
+    full = load_sweep(sweep, config=config)
+    variant = [c for c in full.columns if c not in RUN_COLUMNS
+               and not c.startswith(("result", "metric."))]
+    table = full[[*SWEEP_COLUMNS, *(c for c in full.columns if c not in RUN_COLUMNS)]]
+    table = table.dropna(axis=1, how="all")  # (a note or job id no run has)
+    return SweepView(
+        sweep=full["sweep"].iloc[0], exp_name=", ".join(full["exp_name"].unique()),
+        counts=listing.counts(list(full["state"])), columns=list(table.columns),
+        rows=[[cell(v) for v in row] for row in table.itertuples(index=False)],
+        metrics=[c.removeprefix("metric.") for c in table.columns if c.startswith("metric.")],
+        keys=[c for c in variant if full[c].astype(str).nunique() > 1])
 
 
 def cancel_run(registry: Registry, run_id: str) -> str:
