@@ -1,0 +1,199 @@
+"""easylaunch.log_metrics (the runner's metrics writer) and the readers of run folders'
+metrics: metrics.jsonl, rlkit's progress.csv, TensorBoard event files."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import jobfns
+import pytest
+from helpers import wait_for
+
+from easylaunch import log_metrics, run_experiment
+from easylaunch import runner as runner_module
+from easylaunch.results import readers
+from easylaunch.results.readers import Point, read_metrics_jsonl, read_progress_csv, read_run
+from easylaunch.runner import ENV_METRICS_FILE, flush_metrics
+
+
+@pytest.fixture
+def here(tmp_path, monkeypatch):
+    """Outside a run, in a folder of the test's own: log_metrics writes ./metrics.jsonl."""
+    for name in (ENV_METRICS_FILE, "RANK", "LOCAL_RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path / "metrics.jsonl"
+
+
+def lines(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_a_local_run_logs_buffered_lines_that_are_on_disk_when_it_ends(cfg):
+    job = run_experiment(jobfns.log_curve, variant={"lr": 0.1, "steps": 4}, config=cfg)
+    result = job.result(timeout=60)
+    assert result["on_disk_before_end"] is False  # buffered while the function ran
+    logged = lines(job.log_dir / "metrics.jsonl")  # written before the run's end was recorded
+    assert [line["step"] for line in logged] == [0, 1, 2, 3]
+    assert [set(line) for line in logged] == [{"step", "time", "loss", "acc"}] * 4
+    assert logged[0]["loss"] == pytest.approx(0.4) and logged[3]["acc"] == 0.75
+    assert all(abs(line["time"] - time.time()) < 120 for line in logged)
+
+
+def test_here_no_doodad_logs_into_the_run_folder_and_leaves_this_process_as_it_was(cfg, here):
+    job = run_experiment(jobfns.log_curve, variant={"lr": 1, "steps": 2}, config=cfg,
+                         mode="here_no_doodad")
+    assert len(lines(job.log_dir / "metrics.jsonl")) == 2
+    assert ENV_METRICS_FILE not in os.environ
+    log_metrics(x=1)
+    flush_metrics()
+    assert lines(here)[0]["x"] == 1
+
+
+def test_outside_a_run_it_writes_metrics_jsonl_here_with_nan_as_null(here):
+    np = pytest.importorskip("numpy")
+    log_metrics(step=0, loss=0.5, nan=math.nan, up=math.inf, down=-math.inf, ok=True,
+                f32=np.float32(0.25), i64=np.int64(7))
+    log_metrics(loss=0.25)
+    assert not here.exists()  # still buffered
+    flush_metrics()
+    first, second = lines(here)
+    assert first == {"step": 0, "time": first["time"], "loss": 0.5, "nan": None,
+                     "up": math.inf, "down": -math.inf, "ok": 1, "f32": 0.25, "i64": 7}
+    assert second["step"] is None and second["loss"] == 0.25
+    # a line without a step is placed at its line number
+    assert [(p.metric, p.step) for p in read_metrics_jsonl(here)][-1] == ("loss", 1.0)
+    assert math.isnan(next(p.value for p in read_metrics_jsonl(here) if p.metric == "nan"))
+
+
+def test_a_value_that_is_not_a_number_is_a_type_error_naming_its_key(here):
+    with pytest.raises(TypeError, match="loss= must be a number, not a str"):
+        log_metrics(step=1, acc=0.5, loss="low")
+    with pytest.raises(TypeError, match=r"weights= must be a number, not a list"):
+        log_metrics(weights=[1, 2])
+    with pytest.raises(TypeError, match=r"step= must be a number"):
+        log_metrics(step="one", loss=1)
+    with pytest.raises(TypeError, match="at least one value"):
+        log_metrics(step=3)
+    with pytest.raises(TypeError, match="'time' is each line's own time"):
+        log_metrics(time=3.5)
+    torch = pytest.importorskip("torch")
+    with pytest.raises(TypeError, match=r"not a Tensor \(a tensor or array: log its .item\(\)\)"):
+        log_metrics(loss=torch.tensor([0.5, 0.25]))
+    flush_metrics()
+    assert not here.exists()  # no half line of a refused call
+
+
+def test_only_rank_0_writes(here, monkeypatch):
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    log_metrics(step=0, loss=1.0)
+    with pytest.raises(TypeError, match="loss="):  # other ranks check values all the same
+        log_metrics(loss=None)
+    flush_metrics()
+    assert not here.exists()
+    rank0 = here.parent / "rank0"
+    rank0.mkdir()
+    monkeypatch.chdir(rank0)
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    log_metrics(step=0, loss=1.0)
+    flush_metrics()
+    assert lines(rank0 / "metrics.jsonl")[0]["loss"] == 1.0
+
+
+def test_a_line_cut_short_is_skipped_and_ended_by_the_next_writer(here):
+    here.write_text('{"step": 0, "time": 1.0, "loss": 3}\n{"step": 1, "time": 2.0, "loss": 2}\n'
+                    '{"step": 2, "time": 3.0, "lo')  # a crash mid-write
+    assert read_metrics_jsonl(here) == [Point("metrics.jsonl", "loss", 0.0, 1.0, 3.0),
+                                        Point("metrics.jsonl", "loss", 1.0, 2.0, 2.0)]
+    log_metrics(step=2, loss=1)  # the run's next attempt
+    flush_metrics()
+    assert [p.value for p in read_metrics_jsonl(here)] == [3.0, 2.0, 1.0]
+    assert here.read_text().splitlines()[2] == '{"step": 2, "time": 3.0, "lo'
+
+
+def test_the_buffer_is_written_past_its_size_and_after_a_quiet_while(here):
+    log_metrics(step=0, loss=1.0)
+    assert not here.exists()
+    assert wait_for(here.exists, runner_module.METRICS_FLUSH_SECONDS + 3)  # the flush thread
+    for step in range(runner_module.METRICS_FLUSH_BYTES // 40):
+        log_metrics(step=step, loss=0.5)
+    assert here.stat().st_size > runner_module.METRICS_FLUSH_BYTES // 2
+
+
+def test_log_metrics_works_where_easylaunch_is_not_installed(cfg, tmp_path):
+    """The runner gives a function that imports easylaunch.log_metrics its own helpers."""
+    from test_bundle import _standalone_python
+
+    job = run_experiment(jobfns.log_curve, variant={"lr": 0.5, "steps": 3}, config=cfg)
+    job.wait(timeout=60)
+    python, env = _standalone_python(tmp_path)
+    env["PYTHONPATH"] += os.pathsep + str(next((job.log_dir / "bundle" / "code").iterdir()))
+    out_dir = tmp_path / "out"
+    proc = subprocess.run(python + [str(job.log_dir / "bundle/runner.py"),
+                                    str(job.log_dir / "bundle"), "--log-dir", str(out_dir)],
+                          env=env, capture_output=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert [line["step"] for line in lines(out_dir / "metrics.jsonl")] == [0, 1, 2]
+
+
+# -- readers ------------------------------------------------------------------------------------
+
+# What rlkit's logger.dump_tabular writes: sorted keys, one row per epoch, "Epoch" among them.
+RLKIT_CSV = """\
+Epoch,evaluation/Average Returns,exploration/num steps total,time/epoch (s),trainer/QF1 Loss
+0,-1203.5,1000,4.1,12.5
+1,-840.25,2000,3.9,8.0
+2,-512.0,3000,4.0,nan
+3,-301.5,4000,4.2,"""
+
+
+def test_progress_csv_as_rlkit_writes_it(tmp_path):
+    path = tmp_path / "progress.csv"
+    path.write_text(RLKIT_CSV + "\n4,-120.0,50")  # a row being written: left out
+    points = read_progress_csv(path)
+    returns = [(p.step, p.value) for p in points if p.metric == "evaluation/Average Returns"]
+    assert returns == [(0.0, -1203.5), (1.0, -840.25), (2.0, -512.0), (3.0, -301.5)]
+    assert {p.metric for p in points} == {"evaluation/Average Returns", "time/epoch (s)",
+                                          "exploration/num steps total", "trainer/QF1 Loss"}
+    loss = [p.value for p in points if p.metric == "trainer/QF1 Loss"]
+    assert loss[:2] == [12.5, 8.0] and math.isnan(loss[2]) and len(loss) == 3  # "" left out
+    assert all(p.source == "progress.csv" and math.isnan(p.time) for p in points)
+    path.write_text("loss,acc\n0.5,0.1\n0.25,0.2\n")  # no epoch column: the row's number
+    assert [(p.metric, p.step) for p in read_progress_csv(path)] == [
+        ("loss", 0.0), ("acc", 0.0), ("loss", 1.0), ("acc", 1.0)]
+
+
+def test_tensorboard_event_files_anywhere_in_the_run_folder(tmp_path):
+    pytest.importorskip("tensorboard")
+    from torch.utils.tensorboard import SummaryWriter
+
+    writer = SummaryWriter(log_dir=str(tmp_path / "tb" / "train"))
+    for step in range(3):
+        writer.add_scalar("loss", 1.0 / (step + 1), step)
+        writer.add_scalar("reward", float(step * 10), step, new_style=True)
+    writer.close()
+    (tmp_path / "metrics.jsonl").write_text('{"step": 0, "time": 1.5, "loss": 9}\n')
+    points = list(read_run(tmp_path))
+    assert points[0] == Point("metrics.jsonl", "loss", 0.0, 1.5, 9.0)
+    board = {(p.metric, p.step): p.value for p in points if p.source == "tensorboard"}
+    assert board == {("loss", 0.0): 1.0, ("loss", 1.0): 0.5, ("loss", 2.0): pytest.approx(1 / 3),
+                     ("reward", 0.0): 0.0, ("reward", 1.0): 10.0, ("reward", 2.0): 20.0}
+    assert all(p.time > 1e9 for p in points if p.source == "tensorboard")
+
+
+def test_event_files_without_the_tensorboard_package_are_passed_over_saying_why(
+        tmp_path, monkeypatch):
+    (tmp_path / "events.out.tfevents.1.host").write_bytes(b"")
+    (tmp_path / "metrics.jsonl").write_text('{"step": 0, "time": 1.5, "loss": 9}\n')
+    monkeypatch.setitem(sys.modules, "tensorboard.backend.event_processing.event_accumulator",
+                        None)
+    with pytest.warns(UserWarning, match=r"pip install 'easylaunch\[tensorboard\]'"):
+        points = list(read_run(tmp_path))
+    assert [p.metric for p in points] == ["loss"]
+    assert readers.event_folders(tmp_path) == [tmp_path]
