@@ -277,10 +277,44 @@ def test_actions_need_the_token_and_the_dashboards_own_origin(dashboard):
 
 
 def test_listening_beyond_loopback_needs_allow_remote(tmp_path):
-    proc = ui(settings_file(tmp_path), "--host", "0.0.0.0", "--port", "0")
+    config = settings_file(tmp_path)
+    proc = ui(config, "--host", "0.0.0.0", "--port", "0")
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 1 and out == ""
     assert "not a loopback address" in err and "--allow-remote" in err and "Traceback" not in err
+    proc = ui(config, "--host", "0.0.0.0", "--port", "0", "--allow-remote")
+    try:
+        assert "?token=" in proc.stdout.readline()
+    finally:
+        proc.terminate()
+    assert "warning: listening on 0.0.0.0, not loopback" in proc.communicate(timeout=30)[1]
+
+
+def test_without_the_ui_extra_it_says_what_to_install(monkeypatch):
+    from easylaunch.dashboard import server
+
+    find_spec = server.importlib.util.find_spec
+    monkeypatch.setattr(server.importlib.util, "find_spec",
+                        lambda name: None if name == "uvicorn" else find_spec(name))
+    with pytest.raises(EasyLaunchError, match=r"needs uvicorn: pip install 'easylaunch\[ui\]'"):
+        server.serve_command(server.argparse.Namespace(host="127.0.0.1", port=0))
+
+
+def test_a_log_is_read_from_its_end_then_on_in_whole_lines(tmp_path):
+    log = tmp_path / "stdout.log"
+    lines = [f"line {i} é\n" for i in range(20_000)]
+    log.write_text("".join(lines))
+    text, offset = views.read_log(log, -1)  # the end, from the start of a line
+    assert text.startswith("line ") and lines[-1] in text
+    assert len(text.encode()) <= views.LOG_TAIL_BYTES and offset == log.stat().st_size
+    with log.open("a") as f:
+        f.write("more\nhalf")
+    assert views.read_log(log, offset) == ("more\nhalf", offset + 9)
+    whole, stop = views.read_log(log, 0)  # a read that stops short ends with a whole line
+    assert len(whole.encode()) <= views.LOG_CHUNK_BYTES and whole.endswith("é\n")
+    assert stop == len(whole.encode())
+    log.write_text("new\n")  # (the file started again)
+    assert views.read_log(log, offset) == ("new\n", 4)
 
 
 def test_pages_hold_the_runs_a_filter_selects(tmp_path):
@@ -295,6 +329,8 @@ def test_pages_hold_the_runs_a_filter_selects(tmp_path):
     rows, total = views.runs_page(registry, views.Filters.parse({"exp": "exp-1",
                                                                 "state": "failed"}), 1)
     assert total == 20 and {r.exp_name for r in rows} == {"exp-1"}
+    with pytest.raises(EasyLaunchError, match="a page number"):
+        views.page_number("0")
     with pytest.raises(EasyLaunchError, match="states are"):
         views.Filters.parse({"state": "done"})
     with pytest.raises(EasyLaunchError, match="since 'yesterday'"):

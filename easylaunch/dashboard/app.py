@@ -49,9 +49,9 @@ def create_app(config: ConfigArg, token: str, port: int,
         error, rows, total, page_no = None, [], 0, 1
         try:
             filters = views.Filters.parse(request.query_params)
-            page_no = max(int(request.query_params.get("page") or 1), 1)
+            page_no = views.page_number(request.query_params.get("page"))
             rows, total = views.runs_page(registry, filters, page_no)
-        except (EasyLaunchError, ValueError) as exc:
+        except EasyLaunchError as exc:
             filters, error = views.Filters(), str(exc)
         pages = max(math.ceil(total / views.PER_PAGE), 1)
 

@@ -116,6 +116,17 @@ def _rows(shown: Sequence[listing.Shown], now: float) -> list[Row]:
     return [rows[g.entry.id] for g in shown]
 
 
+def page_number(text: str | None) -> int:
+    """A ``page`` query parameter as a page number (none: 1)."""
+    try:
+        number = int(text or 1)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise EasyLaunchError(f"page {text!r}: a page number (1, 2, ...)")
+    return number
+
+
 def runs_page(registry: Registry, filters: Filters, page: int) -> tuple[list[Row], int]:
     """Page ``page`` (from 1) of the runs the filters select, newest first, with the number
     that matched. Only the runs on the page are refreshed (the open ones ask their backend)."""
@@ -296,7 +307,10 @@ def cancel_run(registry: Registry, run_id: str) -> str:
     job = job_for(registry, registry.find(run_id))
     if job.status().terminal:
         return job.status().value
-    job.cancel()
+    try:
+        job.cancel()
+    except NotImplementedError as exc:  # (a mode that cannot)
+        raise EasyLaunchError(str(exc)) from None
     state = job.wait(timeout=CANCEL_WAIT_SECONDS)
     registry.update(job.id, state=state.value)
     return state.value

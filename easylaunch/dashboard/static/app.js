@@ -9,10 +9,13 @@
   const tokenHeader = meta("easylaunch-token-header");
   const pollMs = Number(meta("easylaunch-poll-ms"));
 
+  // The JSON a GET answers; an answer that is not OK throws its error with its status (a
+  // failed connection throws without one).
   async function getJSON(url) {
     const answer = await fetch(url, { credentials: "same-origin", cache: "no-store" });
     const body = await answer.json();
-    if (!answer.ok) throw new Error(body.error || `${answer.status}`);
+    if (!answer.ok) throw Object.assign(new Error(body.error || `${answer.status}`),
+                                        { status: answer.status });
     return body;
   }
 
@@ -62,7 +65,7 @@
         chunk = await getJSON(`${pre.dataset.url}?stream=${stream}&offset=${offset}`);
       } catch (err) {
         note.textContent = `(not read: ${err.message})`;
-        setTimeout(tick, pollMs);
+        if (!err.status) setTimeout(tick, pollMs);  // (the server may be restarting)
         return;
       }
       if (chunk.text) {
