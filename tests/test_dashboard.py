@@ -209,15 +209,24 @@ def test_a_sweeps_results_sort_and_plot_and_a_run_charts_its_metrics(dashboard, 
     browser.save_screenshot(str(artifacts / "dashboard-run-metrics.png"))
 
 
-def test_a_followed_log_and_state_change_without_reloading(dashboard, browser):
-    job = run_experiment(jobfns.print_slowly, exp_name="dash-follow", variant=dict(lines=15),
-                         config=dashboard.config)
-    assert wait_for(lambda: job.status() is JobState.RUNNING)
-    open_page(browser, dashboard, f"/run/{job.id}")
+def test_states_and_a_followed_log_change_without_reloading(dashboard, browser):
+    short, long = run_sweep(jobfns.print_slowly, [dict(lines=5), dict(lines=40)],
+                            exp_name="dash-follow", config=dashboard.config)
+    assert wait_for(lambda: long.status() is JobState.RUNNING)
+    open_page(browser, dashboard, "/?exp=dash-follow")
     browser.execute_script("document.body.dataset.loadedOnce = '1'")  # gone if it reloads
+    row = browser.find_element(By.CSS_SELECTOR, f'tr[data-run="{short.id}"]')
+    assert row.get_attribute("data-open") == "1"
+    state = row.find_element(By.CSS_SELECTOR, "[data-field=state]")
+    wait_until(browser, lambda d: state.text == "succeeded")
+    assert browser.execute_script("return document.body.dataset.loadedOnce") == "1"
+
+    assert long.status() is JobState.RUNNING
+    open_page(browser, dashboard, f"/run/{long.id}")
+    browser.execute_script("document.body.dataset.loadedOnce = '1'")
     stdout = browser.find_element(By.CSS_SELECTOR, 'pre[data-log="stdout"]')
-    wait_until(browser, lambda d: "line 14" in stdout.text)
-    assert stdout.text.splitlines() == [f"line {i}" for i in range(15)]
+    wait_until(browser, lambda d: "line 39" in stdout.text)
+    assert stdout.text.splitlines() == [f"line {i}" for i in range(40)]
     state = browser.find_element(By.CSS_SELECTOR, "[data-field=state]")
     wait_until(browser, lambda d: state.text == "succeeded")
     assert browser.execute_script("return document.body.dataset.loadedOnce") == "1"
