@@ -46,13 +46,13 @@ def create_app(config: ConfigArg, token: str, port: int,
                                           status_code=status)
 
     def runs(request: Request) -> Response:
+        filters = views.Filters.of(request.query_params)
         error, rows, total, page_no = None, [], 0, 1
         try:
-            filters = views.Filters.parse(request.query_params)
             page_no = views.page_number(request.query_params.get("page"))
             rows, total = views.runs_page(registry, filters, page_no)
         except EasyLaunchError as exc:
-            filters, error = views.Filters(), str(exc)
+            error = str(exc)
         pages = max(math.ceil(total / views.PER_PAGE), 1)
 
         def page_url(number: int) -> str:

@@ -44,23 +44,20 @@ class Filters:
     sweep: str | None = None
 
     @classmethod
-    def parse(cls, params: Mapping[str, str]) -> Filters:
-        """Filters from query parameters (empty ones left out); a bad value raises
-        EasyLaunchError saying what is allowed."""
-        values = {k: params[k].strip() or None for k in ("exp", "mode", "state", "since", "sweep")
-                  if k in params}
-        filters = cls(**values)
-        if filters.state is not None and filters.state not in STATES:
-            raise EasyLaunchError(f"state {filters.state!r}: states are {', '.join(STATES)}")
-        if filters.mode is not None and filters.mode not in MODES:
-            raise EasyLaunchError(f"mode {filters.mode!r}: modes are {', '.join(MODES)}")
-        filters.query()  # (a bad --since says so here)
-        return filters
+    def of(cls, params: Mapping[str, str]) -> Filters:
+        """The filters in some query parameters (empty ones left out), unchecked."""
+        return cls(**{k: params[k].strip() or None
+                      for k in ("exp", "mode", "state", "since", "sweep") if k in params})
 
     def query(self) -> dict:
-        """Keyword arguments of ``Registry.list``."""
+        """Keyword arguments of ``Registry.list``; a bad value raises EasyLaunchError saying
+        what is allowed."""
         from easylaunch.cli import parse_since
 
+        if self.state is not None and self.state not in STATES:
+            raise EasyLaunchError(f"state {self.state!r}: states are {', '.join(STATES)}")
+        if self.mode is not None and self.mode not in MODES:
+            raise EasyLaunchError(f"mode {self.mode!r}: modes are {', '.join(MODES)}")
         try:
             since = parse_since(self.since) if self.since else None
         except argparse.ArgumentTypeError as exc:
@@ -101,18 +98,24 @@ def is_open(state: str) -> bool:
     return state.split(" ", 1)[0] in OPEN_STATES
 
 
+def _variant_text(values: Mapping[str, str], keys: Sequence[str]) -> str:
+    """``lr=0.001  seed=2``: those of ``keys`` a flattened variant has."""
+    return "  ".join(f"{k}={values[k]}" for k in keys if k in values)
+
+
 def _rows(shown: Sequence[listing.Shown], now: float) -> list[Row]:
+    """Table rows; a run's variant shows the keys that differ within its sweep on the page
+    (all its keys when it is alone there)."""
     rows = {}
     for group in listing.sweeps(shown):
-        variants = [g.entry.variant for g in group]
-        keys = listing.differing_keys(variants) if len(group) > 1 else None
+        keys = listing.differing_keys([g.entry.variant for g in group]) if len(group) > 1 \
+            else None
         for g in group:
             e, values = g.entry, listing.flatten(g.entry.variant)
             rows[e.id] = Row(e.id, e.exp_name, e.sweep or e.id, e.mode, g.state_text,
                              is_open(g.state), when(e.created),
                              listing.duration(listing.seconds_run(e, now)),
-                             listing.job_label(e), "  ".join(
-                                 f"{k}={values[k]}" for k in (keys or values) if k in values))
+                             listing.job_label(e), _variant_text(values, keys or list(values)))
     return [rows[g.entry.id] for g in shown]
 
 
