@@ -209,7 +209,7 @@ def test_a_sweeps_results_sort_and_plot_and_a_run_charts_its_metrics(dashboard, 
     browser.save_screenshot(str(artifacts / "dashboard-run-metrics.png"))
 
 
-def test_states_and_a_followed_log_change_without_reloading(dashboard, browser):
+def test_states_logs_and_charts_follow_runs_without_reloading(dashboard, browser):
     short, long = run_sweep(jobfns.print_slowly, [dict(lines=5), dict(lines=40)],
                             exp_name="dash-follow", config=dashboard.config)
     assert wait_for(lambda: long.status() is JobState.RUNNING)
@@ -224,6 +224,10 @@ def test_states_and_a_followed_log_change_without_reloading(dashboard, browser):
     assert long.status() is JobState.RUNNING
     open_page(browser, dashboard, f"/run/{long.id}")
     browser.execute_script("document.body.dataset.loadedOnce = '1'")
+    assert not browser.find_elements(By.CSS_SELECTOR, "figure.chart")
+    write_metrics(long, [{"step": s, "loss": 1 / (s + 1)} for s in range(3)])
+    chart = wait_until(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "figure.chart"))[0]
+    assert len(chart.find_elements(By.CSS_SELECTOR, "circle.point")) == 3
     stdout = browser.find_element(By.CSS_SELECTOR, 'pre[data-log="stdout"]')
     wait_until(browser, lambda d: "line 39" in stdout.text)
     assert stdout.text.splitlines() == [f"line {i}" for i in range(40)]

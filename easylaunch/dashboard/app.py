@@ -28,6 +28,7 @@ from easylaunch.settings import ConfigArg, load_settings
 
 HERE = Path(__file__).resolve().parent
 POLL_SECONDS = 3  # how often pages ask for states and log lines
+CHARTS_POLL_SECONDS = 5  # and for an open run's charts (its metric files are read whole)
 
 
 def create_app(config: ConfigArg, token: str, port: int,
@@ -39,7 +40,7 @@ def create_app(config: ConfigArg, token: str, port: int,
                              undefined=jinja2.StrictUndefined)
     templates = Jinja2Templates(env=env)
     common = {"token": token, "token_header": TOKEN_HEADER, "version": __version__,
-              "poll_ms": POLL_SECONDS * 1000}
+              "poll_ms": POLL_SECONDS * 1000, "charts_poll_ms": CHARTS_POLL_SECONDS * 1000}
 
     def page(request: Request, name: str, status: int = 200, **context) -> Response:
         return templates.TemplateResponse(request, name, {**common, **context},
@@ -65,6 +66,11 @@ def create_app(config: ConfigArg, token: str, port: int,
 
     def run(request: Request) -> Response:
         return page(request, "run.html", run=views.run_view(registry, request.path_params["id"]))
+
+    def charts(request: Request) -> Response:
+        run_id = request.path_params["id"]
+        found, still = views.run_charts(registry, run_id)
+        return page(request, "charts.html", charts=found, open=still, run_id=run_id)
 
     def sweep_id(request: Request) -> str:
         sweep = request.path_params["id"]
@@ -118,6 +124,7 @@ def create_app(config: ConfigArg, token: str, port: int,
     routes = [
         Route("/", runs),
         Route("/run/{id}", run),
+        Route("/run/{id}/charts", charts),
         Route("/sweep/{id}", sweep),
         Route("/sweep/{id}/plot.png", plot),
         Route("/api/states", states),

@@ -214,7 +214,18 @@ def run_view(registry: Registry, run_id: str) -> RunView:
                    [(k, str(v)) for k, v in facts if v not in (None, "", "-")],
                    info.get("error"), json.dumps(variant, indent=2, default=repr),
                    sorted((launch.get("git_commits") or {}).items()), diffs,
-                   metric_charts(read_run(metrics_folder(shown, fetch=False))))
+                   charts_of(shown))
+
+
+def charts_of(shown: listing.Shown) -> list[Chart]:
+    """A chart per metric the run logged, read from where ``load_sweep`` reads them."""
+    return metric_charts(read_run(metrics_folder(shown, fetch=False)))
+
+
+def run_charts(registry: Registry, run_id: str) -> tuple[list[Chart], bool]:
+    """The run's charts as they are now, and whether it is still open."""
+    shown = refresh_entries(registry, [registry.find(run_id)])[0]
+    return charts_of(shown), is_open(shown.state)
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@
   const token = meta("easylaunch-token");
   const tokenHeader = meta("easylaunch-token-header");
   const pollMs = Number(meta("easylaunch-poll-ms"));
+  const chartsPollMs = Number(meta("easylaunch-charts-poll-ms"));
 
   // The JSON a GET answers; an answer that is not OK throws its error with its status (a
   // failed connection throws without one).
@@ -84,6 +85,24 @@
     tick();
   }
 
+  // An open run's charts, drawn again by the server every so often: its markup (escaped
+  // there, parsed inert here) replaces theirs, until the run has ended.
+  function followCharts(charts) {
+    setTimeout(async () => {
+      try {
+        const answer = await fetch(charts.dataset.url, { credentials: "same-origin" });
+        if (!answer.ok) return;
+        const page = new DOMParser().parseFromString(await answer.text(), "text/html");
+        const fresh = document.importNode(page.querySelector("[data-charts]"), true);
+        charts.replaceWith(fresh);
+        charts = fresh;
+      } catch (err) {
+        // (the server may be restarting: ask again next time)
+      }
+      if (charts.dataset.url) followCharts(charts);
+    }, chartsPollMs);
+  }
+
   // Cancel / Resubmit: a POST carrying the token, after the user confirms.
   function actions(button) {
     button.addEventListener("click", async () => {
@@ -136,6 +155,7 @@
   document.addEventListener("DOMContentLoaded", () => {
     followStates();
     document.querySelectorAll("pre[data-log]").forEach(followLog);
+    document.querySelectorAll("[data-charts][data-url]").forEach(followCharts);
     document.querySelectorAll("button[data-action]").forEach(actions);
     document.querySelectorAll("table.sortable").forEach(sortable);
   });
