@@ -403,3 +403,12 @@ def test_an_interactive_launch_says_what_starts_and_asks_once(gcp_cfg, gcp, comp
     assert "2 n1-standard-4 preemptible instance(s) will start in us-central1-a for 3 run(s)" \
         in capsys.readouterr().err
     assert len(asked) == 1 and not instances_of(compute, "ask") and not gcs_keys(gcp)
+
+
+def test_a_dry_run_counts_preemptible_instances_and_starts_nothing(gcp_cfg, gcp, compute, exp):
+    shown = run_sweep(jobfns.train, [dict(seed=s) for s in range(3)], mode="gcp", exp_name=exp,
+                      config=dict(gcp_cfg, GCP_PREEMPTIBLE=True), dry_run=True)
+    assert shown.resources["instances"] == 3 and shown.resources["market"] == "preemptible"
+    assert shown.resources["price"].startswith("not at hand")  # no spot maximum to bound it
+    assert len(shown.files) == 1 and "agent" in next(iter(shown.files.values()))
+    assert not instances_of(compute, exp) and not gcs_keys(gcp)
