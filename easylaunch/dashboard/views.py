@@ -76,7 +76,7 @@ class Row:
 
     id: str
     exp_name: str
-    sweep: str
+    sweep: str  # ("": a run from before sweeps)
     mode: str
     state: str  # with notes: "succeeded (2 restarts)"
     open: bool
@@ -112,7 +112,7 @@ def _rows(shown: Sequence[listing.Shown], now: float) -> list[Row]:
             else None
         for g in group:
             e, values = g.entry, listing.flatten(g.entry.variant)
-            rows[e.id] = Row(e.id, e.exp_name, e.sweep or e.id, e.mode, g.state_text,
+            rows[e.id] = Row(e.id, e.exp_name, e.sweep or "", e.mode, g.state_text,
                              is_open(g.state), when(e.created),
                              listing.duration(listing.seconds_run(e, now)),
                              listing.job_label(e), _variant_text(values, keys or list(values)))
