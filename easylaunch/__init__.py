@@ -12,7 +12,7 @@ from easylaunch.jobs import Job, JobState
 from easylaunch.progress import wait_all
 from easylaunch.registry import NoSuchJob, RegistryError
 from easylaunch.results import load_histories, load_sweep, plot_sweep
-from easylaunch.runner import DoodadConfig, GitInfo, log_metrics
+from easylaunch.runner import DoodadConfig, GitInfo, flush_metrics, log_metrics
 
 __version__ = "0.1.0"
 
@@ -28,6 +28,7 @@ __all__ = [
     "NoSuchJob",
     "RegistryError",
     "SettingsError",
+    "flush_metrics",
     "get_job",
     "load_histories",
     "load_sweep",

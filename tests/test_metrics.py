@@ -13,11 +13,12 @@ import jobfns
 import pytest
 from helpers import wait_for
 
+import easylaunch
 from easylaunch import log_metrics, run_experiment
 from easylaunch import runner as runner_module
 from easylaunch.results import readers
 from easylaunch.results.readers import Point, read_metrics_jsonl, read_progress_csv, read_run
-from easylaunch.runner import ENV_METRICS_FILE, flush_metrics
+from easylaunch.runner import ENV_METRICS_FILE, PACKAGE_API, flush_metrics
 
 
 @pytest.fixture
@@ -140,6 +141,7 @@ def test_log_metrics_works_where_easylaunch_is_not_installed(cfg, tmp_path):
                           env=env, capture_output=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert [line["step"] for line in lines(out_dir / "metrics.jsonl")] == [0, 1, 2]
+    assert {n: getattr(easylaunch, n) for n in PACKAGE_API} == PACKAGE_API  # the same names
 
 
 # -- readers ------------------------------------------------------------------------------------
