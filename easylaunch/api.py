@@ -343,8 +343,10 @@ def get_job(id_or_suffix: str, config: ConfigArg = None) -> Job:
     return Job.from_run_dir(entry.log_dir)
 
 
-def resubmit(id_or_suffix: str, config: ConfigArg = None) -> Job:
-    """Run a registered run again: same bundle, code snapshot and settings, a new run id."""
+def resubmit(id_or_suffix: str, config: ConfigArg = None, detach: bool | None = None) -> Job:
+    """Run a registered run again: same bundle, code snapshot and settings, a new run id.
+    ``detach`` (mode ``local``) replaces the run's own choice: True, the new run outlives
+    this process."""
     registry = _registry(load_settings(config))
     old = Job.from_run_dir(registry.find(id_or_suffix).log_dir)
     if not old.mode.needs_bundle:
@@ -355,7 +357,11 @@ def resubmit(id_or_suffix: str, config: ConfigArg = None) -> Job:
         raise LaunchError(f"run {old.id} cannot be resubmitted as launched: its saved settings "
                           f"{saved['settings_file']} are gone; launch its script again instead")
     mode_obj = old.mode  # built from the launch's saved settings and mode options
-    run = clone_run(old.log_dir, new_run_id())
+    options = None
+    if detach is not None:
+        options = {**(saved.get("mode_options") or {}), "detach": detach}
+        mode_obj = get_mode(old.mode.name).create(old.mode.settings, options)
+    run = clone_run(old.log_dir, new_run_id(), options)
     registry.add([_registry_row(run)])
     request = LaunchRequest.of_launch(run.launch, [run.variant])
     try:

@@ -309,8 +309,9 @@ def sweep_of(launch: dict) -> str | None:
     return launch.get("sweep_id") or launch.get("launch_id")
 
 
-def clone_run(old_dir: Path, launch_id: str) -> Run:
-    """A new run of an old run's bundle: same function, variant and code snapshots, new id.
+def clone_run(old_dir: Path, launch_id: str, mode_options: dict | None = None) -> Run:
+    """A new run of an old run's bundle: same function, variant and code snapshots, new id
+    (and ``mode_options`` in place of the old run's, when given).
 
     The new folder sits beside the old one and links to the same snapshots.
     """
@@ -327,9 +328,11 @@ def clone_run(old_dir: Path, launch_id: str) -> Run:
         meta = dict(old_meta, run_id=run_id, log_dir=str(final),
                     extra_launch_info=dict(old_meta["extra_launch_info"], run_id=run_id))
         write_json_atomic(str(tmp / BUNDLE_DIR / runner.BUNDLE_JSON), meta)
+        request = old_launch["request"] if mode_options is None else \
+            dict(old_launch["request"], mode_options=mode_options)
         launch = dict(old_launch, **_launcher_fields(now), run_id=run_id, log_dir=str(final),
                       launch_id=launch_id, backend={}, resubmitted_from=old_launch["run_id"],
-                      sweep_id=sweep_of(old_launch))
+                      sweep_id=sweep_of(old_launch), request=request)
         write_json_atomic(str(tmp / LAUNCH_JSON), launch)
         write_json_atomic(str(tmp / runner.STATUS_JSON),
                           _queued_status(run_id, now, resubmitted_from=old_launch["run_id"]))

@@ -15,7 +15,14 @@ from pathlib import Path
 
 from easylaunch import __version__
 from easylaunch.errors import EasyLaunchError
-from easylaunch.refresh import OPEN_STATES, STATES, job_for, refresh_entries, short
+from easylaunch.refresh import (
+    OPEN_STATES,
+    STATES,
+    cancel_entry,
+    job_for,
+    refresh_entries,
+    short,
+)
 from easylaunch.settings import (
     DEFAULTS,
     ENV_CONFIG,
@@ -26,6 +33,7 @@ from easylaunch.settings import (
 )
 
 STATUS_LOG_LINES = 100
+CANCEL_WAIT_SECONDS = 60  # how long `cancel` waits for a run to end
 VALUE_CHARS = 2000  # longer values (a huge variant) are cut in `easylaunch status`
 _SINCE = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -264,14 +272,8 @@ def _cancel(args: argparse.Namespace) -> int:
     entries, failures = _selected(registry, args)
 
     def cancel(entry) -> None:
-        job = job_for(registry, entry)
-        if job.status().terminal:
-            print(f"{job.id}: already {job.status()}")
-            return
-        job.cancel()
-        state = job.wait(timeout=60)
-        registry.update(job.id, state=state.value)
-        print(f"{job.id}: {state}")
+        state, was_open = cancel_entry(registry, entry, CANCEL_WAIT_SECONDS)
+        print(f"{entry.id}: {state}" if was_open else f"{entry.id}: already {state}")
 
     if _go_ahead("cancel", entries, args):
         failures += _for_each(entries, cancel)
@@ -285,7 +287,8 @@ def _resubmit(args: argparse.Namespace) -> int:
     entries, failures = _selected(registry, args)
 
     def again(entry) -> None:
-        job = resubmit(entry.id, config=args.config)
+        job = resubmit(entry.id, config=args.config,
+                       detach=True if args.detach and entry.mode == "local" else None)
         print(f"resubmitted {entry.id} as {job.id}: {job.log_dir}")
 
     if _go_ahead("resubmit", entries, args):
@@ -501,6 +504,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     again = command("resubmit", parents=[selection],
                     help="run runs again (same bundle and settings, new ids, same sweep)")
+    again.add_argument("--detach", action="store_true", help="local runs go on after this "
+                       "command returns (else it waits for them, as their launching script did)")
     again.set_defaults(func=_resubmit)
 
     forget = command("forget", aliases=["rm"], parents=[selection],
@@ -537,19 +542,25 @@ def build_parser() -> argparse.ArgumentParser:
     plot.add_argument("--metric", required=True, help="the metric to plot (e.g. loss)")
     plot.add_argument("--by", metavar="KEY", help="the variant key that groups the curves "
                       "(nested: a.b)")
-    plot.add_argument("--x", default="step", help="the x axis: step (default) or time")
+    plot.add_argument("--x", default="step", choices=["step", "time"],
+                      help="the x axis: step (default) or time (seconds since each run's "
+                      "first value)")
     plot.add_argument("-o", "--out", help="the PNG to write (default: <metric>-by-<key>.png "
                       "here)")
+    plot.add_argument("--no-show", action="store_true",
+                      help="only write the PNG (by default it is also shown where a display "
+                      "exists)")
     plot.set_defaults(func=_plot)
 
-    ui = command("ui", help="a web dashboard of the runs, on 127.0.0.1")
+    ui = command("ui", help="a web dashboard of the runs, on 127.0.0.1; prints its URL, "
+                 "whose token opens it")
     ui.add_argument("--host", default="127.0.0.1",
                     help="the address to listen on (default 127.0.0.1)")
     ui.add_argument("--port", type=count, default=8765, help="the port (default 8765; 0: any "
                     "free one)")
     ui.add_argument("--allow-remote", action="store_true", help="allow a --host other than "
-                    "loopback: anyone who reaches it sees your runs (a token still guards "
-                    "actions)")
+                    "loopback: whoever reaches it and has the URL (its token) can see and act "
+                    "on your runs, unencrypted")
     ui.add_argument("--open", action="store_true", help="open it in a web browser")
     ui.set_defaults(func=_ui)
 

@@ -46,6 +46,19 @@ def job_for(registry: Registry, entry: Entry) -> Job:
     return job
 
 
+def cancel_entry(registry: Registry, entry: Entry, timeout: float) -> tuple[JobState, bool]:
+    """Cancel a registered run and wait up to ``timeout`` seconds for it to end; its state
+    then, and whether it was still open (False: it had ended, nothing was done)."""
+    job = job_for(registry, entry)
+    state = job.status()
+    if state.terminal:
+        return state, False
+    job.cancel()
+    state = job.wait(timeout=timeout)
+    registry.update(job.id, state=state.value)
+    return state, True
+
+
 def ended_times(entry: Entry) -> dict:
     """A finished run's start and end from its status.json, for a registry row that lacks
     them (written before they were kept, or never refreshed since it ended)."""

@@ -233,8 +233,10 @@ class Registry:
 
     def list(self, exp: str | None = None, mode: str | None = None,
              states: list[str] | None = None, since: float | None = None,
-             limit: int | None = None, sweep: str | None = None) -> tuple[list[Entry], int]:
-        """Runs newest first, filtered; also the number that matched before ``limit``.
+             limit: int | None = None, sweep: str | None = None,
+             offset: int = 0) -> tuple[list[Entry], int]:
+        """Runs newest first, filtered, from the ``offset``-th on; also the number that matched
+        before ``limit`` and ``offset``.
 
         ``exp`` is an experiment name, or (when no experiment has that name) a part of one;
         ``sweep`` a sweep id or a unique start of one."""
@@ -259,8 +261,8 @@ class Registry:
         clause = f" WHERE {' AND '.join(where)}" if where else ""
         total = self.db.execute(f"SELECT COUNT(*) FROM runs{clause}", args).fetchone()[0]
         query = f"SELECT {', '.join(COLUMNS)} FROM runs{clause} ORDER BY created DESC"
-        if limit is not None:
-            query += f" LIMIT {int(limit)}"
+        if limit is not None or offset:
+            query += f" LIMIT {-1 if limit is None else int(limit)} OFFSET {int(offset)}"
         return [Entry.from_row(r) for r in self.db.execute(query, args)], total
 
 

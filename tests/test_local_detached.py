@@ -97,3 +97,18 @@ def test_detach_is_checked_before_anything_is_made(cfg, tmp_path, mode, detach, 
     with pytest.raises(LaunchError, match=problem):
         run_experiment(jobfns.train, mode=mode, config=cfg, detach=detach)
     assert not (tmp_path / "logs").exists()
+
+
+def test_resubmit_detach_returns_while_the_new_run_goes_on(tmp_path):
+    config = settings_file(tmp_path)
+    first = run_experiment(jobfns.wait_for_release, variant=dict(tag="r"), config=config)
+    (first.log_dir / jobfns.RELEASE).touch()
+    assert first.wait(timeout=30) is JobState.SUCCEEDED
+    said = cli(config, "resubmit", "--detach", first.id)  # returns: the run is not its child
+    new_dir = Path(said.split(": ", 1)[1].strip())
+    again = Job.from_run_dir(new_dir)
+    assert again.launch_info["request"]["mode_options"]["detach"] is True
+    assert wait_for(lambda: (new_dir / "progress.txt").exists(), 30)
+    assert again.status() is JobState.RUNNING
+    (new_dir / jobfns.RELEASE).touch()
+    assert again.wait(timeout=30) is JobState.SUCCEEDED and again.result()["tag"] == "r"

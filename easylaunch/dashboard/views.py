@@ -18,7 +18,7 @@ from easylaunch import bundle, listing, runner
 from easylaunch.dashboard.charts import Chart, metric_charts
 from easylaunch.errors import EasyLaunchError
 from easylaunch.modes import MODES
-from easylaunch.refresh import OPEN_STATES, STATES, job_for, refresh_entries
+from easylaunch.refresh import OPEN_STATES, STATES, cancel_entry, job_for, refresh_entries
 from easylaunch.registry import Entry, NoSuchJob, Registry
 from easylaunch.results.readers import read_run
 from easylaunch.results.sweep import RUN_COLUMNS, load_sweep, metrics_folder
@@ -133,8 +133,9 @@ def page_number(text: str | None) -> int:
 def runs_page(registry: Registry, filters: Filters, page: int) -> tuple[list[Row], int]:
     """Page ``page`` (from 1) of the runs the filters select, newest first, with the number
     that matched. Only the runs on the page are refreshed (the open ones ask their backend)."""
-    entries, total = registry.list(**filters.query(), limit=page * PER_PAGE)
-    shown = refresh_entries(registry, entries[(page - 1) * PER_PAGE:])
+    entries, total = registry.list(**filters.query(), limit=PER_PAGE,
+                                   offset=(page - 1) * PER_PAGE)
+    shown = refresh_entries(registry, entries)
     return _rows(shown, time.time()), total
 
 
@@ -318,20 +319,17 @@ def sweep_view(sweep: str, config: ConfigArg) -> SweepView:
 def cancel_run(registry: Registry, run_id: str) -> str:
     """Cancel a run as ``easylaunch cancel`` does; its state after (up to
     CANCEL_WAIT_SECONDS)."""
-    job = job_for(registry, registry.find(run_id))
-    if job.status().terminal:
-        return job.status().value
     try:
-        job.cancel()
+        state, _ = cancel_entry(registry, registry.find(run_id), CANCEL_WAIT_SECONDS)
     except NotImplementedError as exc:  # (a mode that cannot)
         raise EasyLaunchError(str(exc)) from None
-    state = job.wait(timeout=CANCEL_WAIT_SECONDS)
-    registry.update(job.id, state=state.value)
     return state.value
 
 
 def resubmit_run(registry: Registry, run_id: str, config: ConfigArg) -> str:
-    """Run a run again as ``easylaunch resubmit`` does; the new run's id."""
+    """Run a run again as ``easylaunch resubmit --detach`` does (a local run outlives the
+    dashboard); the new run's id."""
     from easylaunch.api import resubmit
 
-    return resubmit(registry.find(run_id).id, config=config).id
+    entry = registry.find(run_id)
+    return resubmit(entry.id, config=config, detach=True if entry.mode == "local" else None).id
