@@ -16,12 +16,10 @@ import argparse
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
-from pathlib import Path
 
 import httpx
-from bench_registry import fill
+from bench_registry import filled_settings
 from selenium import webdriver
 from selenium.webdriver.chrome.options import Options
 from selenium.webdriver.chrome.service import Service
@@ -72,18 +70,14 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=10_000)
     parser.add_argument("--rounds", type=int, default=15)
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        registry = Path(tmp) / "registry.sqlite3"
-        fill(registry, args.runs)
-        config = Path(tmp) / "settings.py"
-        config.write_text(f"REGISTRY_PATH = {str(registry)!r}\nLOCAL_LOG_DIR = {tmp!r}\n")
+    with filled_settings(args.runs) as config:
         server = subprocess.Popen([sys.executable, "-m", "easylaunch.cli", "--config",
                                    str(config), "ui", "--port", "0"], stdout=subprocess.PIPE,
                                   text=True)
         url = server.stdout.readline().split()[2]
         base, token = url.split("/?token=")
         pages = {"first page": "/", "page 150": "/?page=150", "filtered": "/?exp=exp-3&page=2"}
-        driver = chromium(str(Path(tmp) / "profile"))
+        driver = chromium(str(config.parent / "profile"))
         try:
             client = httpx.Client(base_url=base, timeout=60)
             client.cookies.set(f"easylaunch-ui-{base.rsplit(':', 1)[1]}", token)

@@ -9,11 +9,13 @@ Usage: python bench/bench_registry.py [--runs N] [--repeats N]
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from easylaunch.registry import Registry
@@ -28,6 +30,18 @@ def fill(path: Path, runs: int) -> None:
         for i in range(runs))
 
 
+@contextlib.contextmanager
+def filled_settings(runs: int) -> Iterator[Path]:
+    """A settings file naming a temporary registry of ``runs`` runs (and a temporary log
+    folder beside it), removed afterwards."""
+    with tempfile.TemporaryDirectory() as tmp:
+        fill(Path(tmp) / "registry.sqlite3", runs)
+        config = Path(tmp) / "settings.py"
+        config.write_text(f"REGISTRY_PATH = {str(Path(tmp) / 'registry.sqlite3')!r}\n"
+                          f"LOCAL_LOG_DIR = {tmp!r}\n")
+        yield config
+
+
 def timed(argv: list[str]) -> float:
     t = time.perf_counter()
     subprocess.run(argv, check=True, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
@@ -39,11 +53,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=10_000)
     parser.add_argument("--repeats", type=int, default=15)
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        registry = Path(tmp) / "registry.sqlite3"
-        fill(registry, args.runs)
-        config = Path(tmp) / "settings.py"
-        config.write_text(f"REGISTRY_PATH = {str(registry)!r}\n")
+    with filled_settings(args.runs) as config:
         base = [sys.executable, "-m", "easylaunch.cli"]
         times: dict[str, list[float]] = {"--version": [], "ls": [], "ls --all": []}
         for _ in range(args.repeats):
