@@ -244,8 +244,9 @@ def _launch(method_call: Callable[..., Any], variants: Iterable[Mapping | None],
         raise LaunchError(f"use_gpu must be True or False, got {use_gpu!r}")
     root = Path(os.path.expanduser(os.fspath(base_log_dir or settings.LOCAL_LOG_DIR))).resolve()
     launch_id = new_run_id()
-    if sweep_id == "script" and not dry_run:
-        sweep_id = _script_sweeps.setdefault((exp_name, mode, str(root)), launch_id)
+    if sweep_id == "script":  # (a dry run joins no sweep of this process)
+        sweep_id = launch_id if dry_run else \
+            _script_sweeps.setdefault((exp_name, mode, str(root)), launch_id)
     request = LaunchRequest(
         method_call=method_call, variants=variants, exp_name=check_exp_name(exp_name),
         use_gpu=use_gpu, gpu_id=gpu_id, log_root=root, slurm_config_name=slurm_config_name,

@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import os
 import shlex
-from dataclasses import dataclass, field, fields, is_dataclass
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 ENV_DRY_RUN = "EASYLAUNCH_DRY_RUN"  # "1": every launch of this process is a dry run
-
-
 _shown = 0  # dry runs this process has shown
 
 
@@ -38,8 +36,7 @@ def shown() -> int:
 
 
 def resource_fields(resources: Any) -> dict[str, Any]:
-    """A resources dataclass as the fields that are set (no None, empty or zero-length)."""
-    assert is_dataclass(resources)
+    """A resources dataclass as a dict of the fields that are set (not None or "")."""
     return {f.name: value for f in fields(resources)
             if (value := getattr(resources, f.name)) not in (None, "")}
 
@@ -56,7 +53,7 @@ class Preview:
 
     mode: str
     runs: int
-    where: str  # "this machine", "cluster gpu-box", "EC2 us-east-1"
+    where: str  # "this machine", "cluster 'gpu-box' (user@host)", "ec2 us-east-1"
     files: dict[str, str] = field(default_factory=dict)  # path -> text, as written there
     commands: list[str] = field(default_factory=list)  # command lines, as they would run
     resources: dict[str, Any] = field(default_factory=dict)
