@@ -7,6 +7,7 @@ refreshed whenever a command looks at the run.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sqlite3
@@ -112,7 +113,13 @@ class Registry:
     def _open(self) -> sqlite3.Connection:
         self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         try:  # private to its user, whatever the umask (SQLite's -wal and -shm files follow)
-            os.close(os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600))
+            if not self.path.exists():  # (no connection of this process can hold it open)
+                with contextlib.suppress(FileExistsError):  # another process made it meanwhile
+                    os.close(os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600))
+            # Never open and close the file itself once it exists: closing any descriptor of
+            # it drops the locks of every connection this process holds on it (POSIX), and
+            # the next process to close the registry would then fold away and delete the
+            # write-ahead log this process still uses.
             if self.path.stat().st_mode & 0o077:
                 os.chmod(self.path, 0o600)
         except OSError as exc:

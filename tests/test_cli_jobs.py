@@ -403,3 +403,30 @@ def test_a_registry_of_the_previous_schema_is_upgraded(config_file, tmp_path):
     (entry,) = open_registry(str(path)).list()[0]
     assert entry.id == "abcd1234" and entry.restarts == 0
     assert "abcd1234" in cli(config_file, "ls").stdout
+
+
+def test_a_registry_used_from_several_threads_stays_shared_with_other_processes(tmp_path):
+    """A long-running process (the dashboard) opens a connection per thread; that must not
+    drop its locks, or another process folds away the write-ahead log it still writes to."""
+    import threading
+
+    path = tmp_path / "registry.sqlite3"
+    registry = Registry(path)
+
+    def add(run_id: str) -> None:
+        registry.add([dict(id=run_id, exp_name="e", mode="local", state="succeeded",
+                           log_dir="/x")])
+
+    def elsewhere(code: str) -> str:
+        return subprocess.run([sys.executable, "-c", "import sys; from easylaunch.registry "
+                               "import Registry; r = Registry(sys.argv[1]); " + code,
+                               str(path)], capture_output=True, text=True, check=True).stdout
+
+    add("00000001")
+    thread = threading.Thread(target=registry.list)  # a second thread's own connection
+    thread.start()
+    thread.join()
+    elsewhere("r.forget(['00000001'])")
+    add("00000003")
+    assert [e.id for e in registry.list()[0]] == ["00000003"]
+    assert elsewhere("print(*[e.id for e in r.list()[0]])").split() == ["00000003"]
