@@ -77,7 +77,11 @@ class Job:
         from easylaunch.settings import launch_settings
 
         log_dir = Path(log_dir)
-        launch = runner.read_json(str(log_dir / bundle.LAUNCH_JSON))
+        try:
+            launch = runner.read_json(str(log_dir / bundle.LAUNCH_JSON))
+        except runner.DamagedRecord as exc:
+            raise EasyLaunchError(f"its {bundle.LAUNCH_JSON} is damaged, so the run cannot "
+                                  f"be tracked or acted on ({exc})") from None
         if not launch:
             raise EasyLaunchError(f"{log_dir} is not an easylaunch run folder "
                                   f"(no {bundle.LAUNCH_JSON})")

@@ -69,9 +69,16 @@ def ended_times(entry: Entry) -> dict:
         info = runner.read_json(os.path.join(entry.log_dir, runner.STATUS_JSON))
     except (runner.DamagedRecord, OSError):
         info = {}
-    times = {k: info[f"{k}_at"] for k in ("started", "ended")
-             if isinstance(info.get(f"{k}_at"), (int, float))}
-    return {"ended": NO_TIME, **times}  # (looked once: a record without times is not read again)
+    # (NO_TIME: looked once, so a record without times is not read again)
+    return {"ended": NO_TIME, **_times(info)}
+
+
+def _times(info: dict) -> dict:
+    """A status.json's start and end, as the registry's ``started`` and ``ended`` (only
+    numbers: a hand-edited record must not spoil every listing)."""
+    return {k: info[f"{k}_at"] for k in ("started", "ended")
+            if isinstance(info.get(f"{k}_at"), (int, float))
+            and not isinstance(info.get(f"{k}_at"), bool)}
 
 
 def refresh_entries(registry: Registry, entries: Sequence[Entry]) -> list[Shown]:
@@ -121,7 +128,7 @@ def refresh_entries(registry: Registry, entries: Sequence[Entry]) -> list[Shown]
                 shown[job.id] = f"{shown[job.id]} ({short(str(exc), 120)})"
                 continue
             seen[job.id] = {"state": shown[job.id], "restarts": len(info.get("restarts", [])),
-                            "started": info.get("started_at"), "ended": info.get("ended_at"),
+                            **_times(info),
                             "job_id": info.get("next_job_id") or info.get("job_id")}
     with contextlib.suppress(sqlite3.Error):  # the rows are a cache; a full disk keeps them old
         registry.update_many((run_id, {k: v for k, v in fields.items() if v is not None})

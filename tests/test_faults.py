@@ -165,6 +165,30 @@ def test_a_damaged_status_is_reported_for_that_run_alone(tmp_path):
     assert damaged.wait(timeout=60) is JobState.CANCELLED
 
 
+def test_a_damaged_launch_record_or_bad_times_spoil_no_listing(tmp_path):
+    config = settings_file(tmp_path, tmp_path / "logs")
+    good, damaged, odd = run_sweep(jobfns.sleep_a_while, [{"seconds": 0}, {"seconds": 30},
+                                                         {"seconds": 30}],
+                                   exp_name="damaged", config=config)
+    assert good.wait(timeout=60) is JobState.SUCCEEDED
+    assert wait_for(lambda: odd.info().get("state") == "running", 30)
+    (damaged.log_dir / "launch.json").write_text("{")  # an open run: ls asks its backend
+    record = json.loads((odd.log_dir / "status.json").read_text())
+    (odd.log_dir / "status.json").write_text(json.dumps(dict(record, started_at="today")))
+    for _ in range(2):  # (the second reads what the first wrote back to the registry)
+        listing = cli(config, "ls")
+        assert listing.returncode == 0 and "Traceback" not in listing.stderr, listing.stderr
+        rows = {line.split("\t")[0]: line.split("\t") for line in listing.stdout.splitlines()}
+        assert "launch.json is damaged" in rows[damaged.id][3]
+        assert rows[good.id][3] == "succeeded" and rows[odd.id][3] == "running"
+    shown = cli(config, "status", damaged.id)
+    assert shown.returncode == 1 and "launch.json is damaged" in shown.stderr
+    assert "Traceback" not in shown.stderr
+    for job in (odd, damaged):  # (this process still holds them, launch.json or not)
+        job.cancel()
+    assert odd.wait(timeout=60) is JobState.CANCELLED
+
+
 def test_status_and_result_are_flushed_to_disk(tmp_path, monkeypatch):
     synced = []
     real = os.fsync
