@@ -17,29 +17,20 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import httpx
 from bench_registry import filled_settings
 from selenium import webdriver
-from selenium.webdriver.chrome.options import Options
-from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.support.ui import WebDriverWait
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from test_dashboard import start_chromium  # noqa: E402 - the tests' Chromium, started alike
 
 RENDERED = ("return document.readyState === 'complete' && "
             "document.querySelectorAll('table.runs tbody tr').length > 0")
 NAVIGATION = ("const n = performance.getEntriesByType('navigation')[0]; "
               "return [n.responseStart - n.startTime, n.loadEventEnd - n.startTime];")
-
-
-def chromium(profile: str) -> webdriver.Chrome:
-    options = Options()
-    options.binary_location = "/usr/bin/chromium"
-    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                 "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--no-first-run", "--window-size=1400,1000",
-                 f"--user-data-dir={profile}"):
-        options.add_argument(flag)
-    return webdriver.Chrome(options=options, service=Service("/usr/bin/chromedriver"))
 
 
 def first_byte(client: httpx.Client, path: str) -> tuple[float, float]:
@@ -77,7 +68,7 @@ def main() -> None:
         url = server.stdout.readline().split()[2]
         base, token = url.split("/?token=")
         pages = {"first page": "/", "page 150": "/?page=150", "filtered": "/?exp=exp-3&page=2"}
-        driver = chromium(str(config.parent / "profile"))
+        driver = start_chromium(config.parent / "profile")
         try:
             client = httpx.Client(base_url=base, timeout=60)
             client.cookies.set(f"easylaunch-ui-{base.rsplit(':', 1)[1]}", token)

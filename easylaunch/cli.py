@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import argparse
 import collections
-import datetime as dt
 import os
-import re
 import shlex
 import shutil
 import sys
 import time
 from pathlib import Path
 
-from easylaunch import __version__
+from easylaunch import __version__, listing
 from easylaunch.errors import EasyLaunchError
 from easylaunch.refresh import (
     OPEN_STATES,
@@ -35,8 +33,6 @@ from easylaunch.settings import (
 STATUS_LOG_LINES = 100
 CANCEL_WAIT_SECONDS = 60  # how long `cancel` waits for a run to end
 VALUE_CHARS = 2000  # longer values (a huge variant) are cut in `easylaunch status`
-_SINCE = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
-_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
 def _registry(args: argparse.Namespace):
@@ -57,20 +53,12 @@ def count(text: str) -> int:
 
 
 def parse_since(text: str) -> float:
-    """``30m``, ``2h``, ``3d``, ``1w`` ago, or an ISO date/time, as a Unix time."""
-    match = _SINCE.fullmatch(text.strip())
-    if match:
-        return time.time() - float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+    """The ``--since`` argument: :func:`easylaunch.listing.parse_since`, its error said as
+    argparse says one."""
     try:
-        return dt.datetime.fromisoformat(text).timestamp()
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"--since {text!r}: use an age like 30m, 2h, 3d, 1w or a date like 2026-11-20"
-        ) from None
-
-
-def _when(timestamp: float | None) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(timestamp)) if timestamp else "-"
+        return listing.parse_since(text)
+    except EasyLaunchError as exc:
+        raise argparse.ArgumentTypeError(f"--since {exc}") from None
 
 
 def _tail(path: Path, lines: int | None) -> str:
@@ -84,8 +72,6 @@ def _tail(path: Path, lines: int | None) -> str:
 
 
 def _ls(args: argparse.Namespace) -> int:
-    from easylaunch import listing
-
     registry = _registry(args)
     states = [s.strip() for group in args.state or [] for s in group.split(",") if s.strip()]
     unknown = sorted(set(states) - set(STATES))
@@ -146,8 +132,9 @@ def _status(args: argparse.Namespace) -> int:
         ("id", job.id), ("experiment", job.exp_name), ("mode", job.mode.name),
         ("state", info.get("state")),
         ("waiting for", job.mode.waiting_reason(job) if info.get("state") == "queued" else None),
-        ("launched", _when(launch.get("launched_at"))),
-        ("started", _when(info.get("started_at"))), ("ended", _when(info.get("ended_at"))),
+        ("launched", listing.when(launch.get("launched_at"))),
+        ("started", listing.when(info.get("started_at"))),
+        ("ended", listing.when(info.get("ended_at"))),
         ("exit code", info.get("exit_code")), ("signal", info.get("signal")),
         ("attempt", info.get("attempt") if info.get("restarts") else None),
         ("restarts", _restarts(info.get("restarts", []))),
@@ -171,7 +158,7 @@ def _restarts(restarts: list[dict]) -> str | None:
     if not restarts:
         return None
     return f"{len(restarts)} (" + ", ".join(
-        f"{r.get('reason')} at {_when(r.get('ended_at'))}" for r in restarts) + ")"
+        f"{r.get('reason')} at {listing.when(r.get('ended_at'))}" for r in restarts) + ")"
 
 
 def _logs(args: argparse.Namespace) -> int:

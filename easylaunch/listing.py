@@ -7,10 +7,13 @@ Pure functions over registry entries (and the states a refresh just saw), shared
 from __future__ import annotations
 
 import collections
+import datetime as dt
+import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from easylaunch.errors import EasyLaunchError
 from easylaunch.registry import Entry
 
 # Backend fields that name what runs a run, by mode family (first one present wins).
@@ -19,6 +22,8 @@ STATE_ORDER = ("queued", "running", "succeeded", "failed", "timeout", "cancelled
 VALUE_WIDTH = 14  # a variant value wider than this is cut on a terminal
 TSV_COLUMNS = ("ID", "EXPERIMENT", "MODE", "STATE", "LAUNCHED", "LOG DIR", "SWEEP", "SECONDS",
                "JOB")
+_AGE = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
 @dataclass(frozen=True)
@@ -86,8 +91,26 @@ def duration(seconds: float | None) -> str:
     return f"{s // 86400}d{s % 86400 // 3600:02d}h"
 
 
-def _when(timestamp: float) -> str:
-    return time.strftime("%Y-%m-%d %H:%M", time.localtime(timestamp))
+def when(timestamp: float | None, seconds: bool = True) -> str:
+    """A Unix time as local ``YYYY-mm-dd HH:MM:SS`` (``seconds`` False: ``HH:MM``); "-" for
+    none."""
+    if not timestamp or timestamp < 0:
+        return "-"
+    return time.strftime("%Y-%m-%d %H:%M:%S" if seconds else "%Y-%m-%d %H:%M",
+                         time.localtime(timestamp))
+
+
+def parse_since(text: str) -> float:
+    """``30m``, ``2h``, ``3d``, ``1w`` ago, or an ISO date/time, as a Unix time; anything else
+    raises EasyLaunchError saying what is allowed."""
+    match = _AGE.fullmatch(text.strip())
+    if match:
+        return time.time() - float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+    try:
+        return dt.datetime.fromisoformat(text).timestamp()
+    except ValueError:
+        raise EasyLaunchError(f"{text!r}: use an age like 30m, 2h, 3d, 1w or a date like "
+                              "2026-11-20") from None
 
 
 def _cut(text: str, width: int) -> str:
@@ -119,8 +142,8 @@ def grouped_lines(shown: Sequence[Shown], keys: Sequence[str] | None, width: int
     for group in sweeps(shown):
         first = group[-1].entry
         heading = (f"{first.exp_name} · sweep {(first.sweep or first.id)[:8]} · {first.mode} · "
-                   f"{_when(first.created)} · {len(group)} run{'s' * (len(group) > 1)}: "
-                   f"{counts([g.state for g in group])}")
+                   f"{when(first.created, seconds=False)} · {len(group)} "
+                   f"run{'s' * (len(group) > 1)}: {counts([g.state for g in group])}")
         lines.append(_cut(heading, width))
         columns = list(keys) if keys is not None else \
             differing_keys([g.entry.variant for g in group])
@@ -148,8 +171,8 @@ def tsv_lines(shown: Sequence[Shown], keys: Sequence[str], now: float) -> list[s
     for g in shown:
         e, values = g.entry, flatten(g.entry.variant)
         run_for = seconds_run(e, now)
-        rows.append([e.id, e.exp_name, e.mode, g.state_text, time.strftime(
-            "%Y-%m-%d %H:%M:%S", time.localtime(e.created)), e.log_dir, e.sweep or e.id,
+        rows.append([e.id, e.exp_name, e.mode, g.state_text, when(e.created), e.log_dir,
+                     e.sweep or e.id,
             "" if run_for is None else f"{run_for:.0f}", job_label(e),
             *(values.get(k, "") for k in keys)])
     return ["\t".join(v.translate(plain) for v in row) for row in rows]

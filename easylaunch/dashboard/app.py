@@ -10,7 +10,6 @@ from urllib.parse import urlencode
 import jinja2
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Mount, Route
@@ -32,9 +31,10 @@ CHARTS_POLL_SECONDS = 5  # and for an open run's charts (its metric files are re
 
 
 def create_app(config: ConfigArg, token: str, port: int,
-               hosts: frozenset[str] | None) -> Starlette:
+               hosts: frozenset[str] | None) -> Guard:
     """The dashboard over the registry that ``config`` names, guarded by ``token`` (see
-    :class:`~easylaunch.dashboard.security.Guard`)."""
+    :class:`~easylaunch.dashboard.security.Guard`). The Guard wraps the whole app, so its
+    headers are on every answer, a crash's 500 included."""
     registry = open_registry(load_settings(config).REGISTRY_PATH)
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True,
                              undefined=jinja2.StrictUndefined)
@@ -73,10 +73,7 @@ def create_app(config: ConfigArg, token: str, port: int,
         return page(request, "charts.html", charts=found, open=still, run_id=run_id)
 
     def sweep_id(request: Request) -> str:
-        sweep = request.path_params["id"]
-        if not registry.list(sweep=sweep, limit=1)[1]:
-            raise NoSuchJob(f"no sweep id is or starts with {sweep!r}")
-        return sweep
+        return views.find_sweep(registry, request.path_params["id"])
 
     def sweep(request: Request) -> Response:
         view = views.sweep_view(sweep_id(request), config)
@@ -114,9 +111,12 @@ def create_app(config: ConfigArg, token: str, port: int,
         return JSONResponse({"id": new, "url": f"/run/{new}"})
 
     def failed(request: Request, exc: Exception) -> Response:
-        status = 404 if isinstance(exc, NoSuchJob) else \
-            exc.status_code if isinstance(exc, HTTPException) else 400
-        message = exc.detail if isinstance(exc, HTTPException) else str(exc)
+        if isinstance(exc, HTTPException):
+            status, message = exc.status_code, exc.detail
+        elif isinstance(exc, EasyLaunchError):
+            status, message = 404 if isinstance(exc, NoSuchJob) else 400, str(exc)
+        else:  # (a bug: the server's output shows the traceback)
+            status, message = 500, f"the dashboard failed: {type(exc).__name__}: {exc}"
         if request.url.path.startswith("/api/"):
             return JSONResponse({"error": message}, status_code=status)
         return page(request, "error.html", status=status, message=message)
@@ -133,6 +133,6 @@ def create_app(config: ConfigArg, token: str, port: int,
         Route("/api/runs/{id}/resubmit", resubmit, methods=["POST"]),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
-    return Starlette(routes=routes,
-                     middleware=[Middleware(Guard, token=token, port=port, hosts=hosts)],
-                     exception_handlers={EasyLaunchError: failed, HTTPException: failed})
+    app = Starlette(routes=routes, exception_handlers={
+        EasyLaunchError: failed, HTTPException: failed, Exception: failed})
+    return Guard(app, token=token, port=port, hosts=hosts)

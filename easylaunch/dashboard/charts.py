@@ -3,6 +3,7 @@ and no script; a template draws a :class:`Chart` as an ``<svg>``."""
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -17,7 +18,8 @@ MAX_MARKERS = 200  # a longer series is drawn as a line alone
 @dataclass(frozen=True)
 class Chart:
     """One metric's curve in a WIDTH x HEIGHT box: the polyline, its points as markers (short
-    series), axis ticks as (position, label), and the last value."""
+    series), axis ticks as (position, label), and the last value; or, for a series that could
+    not be drawn, why (``failed``)."""
 
     title: str
     line: str  # "x,y x,y ..." for <polyline points>
@@ -26,6 +28,7 @@ class Chart:
     y_ticks: list[tuple[float, str]]
     points: int
     last: str
+    failed: str | None = None
     width: int = WIDTH
     height: int = HEIGHT
     left: int = LEFT
@@ -34,20 +37,38 @@ class Chart:
     bottom: int = HEIGHT - BOTTOM
 
 
+def _share(value: float, lo: float, hi: float) -> float:
+    """Where ``value`` lies from ``lo`` (0) to ``hi`` (1); halves first, so that spans wider
+    than the largest float (-1e308 to 1e308) do not overflow."""
+    return (value / 2 - lo / 2) / (hi / 2 - lo / 2)
+
+
 def nice_ticks(lo: float, hi: float, count: int = 5) -> list[float]:
     """About ``count`` round values (1, 2 or 5 times a power of ten apart) within [lo, hi]."""
-    if hi <= lo:
-        return [lo]
-    raw = (hi - lo) / count
+    raw = hi / count - lo / count
+    if not (hi > lo and math.isfinite(raw) and raw > 0):  # (no span, or none a float holds)
+        return [lo] if math.isfinite(lo) else []
     power = 10.0 ** math.floor(math.log10(raw))
     step = next(m * power for m in (1, 2, 5, 10) if m * power >= raw)
     first = math.ceil(lo / step) * step
-    return [first + i * step for i in range(int((hi - first) / step + 1e-9) + 1)]
+    return [first + i * step for i in range(int(hi / step - first / step + 1e-9) + 1)]
 
 
 def label(value: float) -> str:
     """A short axis label: ``0.001``, ``2.5e+04``, ``120``."""
     return f"{value:.4g}"
+
+
+def thin(points: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The points of a line, sorted by x, that draw it as all of them do: in each pixel column
+    its first, lowest, highest and last (at most four a column, however long the series)."""
+    kept: list[tuple[float, float]] = []
+    for _, column in itertools.groupby(points, key=lambda p: int(p[0])):
+        group = list(column)
+        ys = [y for _, y in group]
+        picks = {0, ys.index(min(ys)), ys.index(max(ys)), len(group) - 1}
+        kept.extend(group[i] for i in sorted(picks))
+    return kept
 
 
 def line_chart(title: str, xs: Sequence[float], ys: Sequence[float]) -> Chart | None:
@@ -67,14 +88,14 @@ def line_chart(title: str, xs: Sequence[float], ys: Sequence[float]) -> Chart | 
     right, bottom = WIDTH - RIGHT, HEIGHT - BOTTOM
 
     def px(x: float) -> float:
-        return round(LEFT + (x - x_lo) / (x_hi - x_lo) * (right - LEFT), 1)
+        return round(LEFT + _share(x, x_lo, x_hi) * (right - LEFT), 1)
 
     def py(y: float) -> float:
-        return round(bottom - (y - y_lo) / (y_hi - y_lo) * (bottom - TOP), 1)
+        return round(bottom - _share(y, y_lo, y_hi) * (bottom - TOP), 1)
 
     points = [(px(x), py(y)) for x, y in pairs]
     return Chart(
-        title=title, line=" ".join(f"{x},{y}" for x, y in points),
+        title=title, line=" ".join(f"{x},{y}" for x, y in thin(points)),
         markers=points if len(points) <= MAX_MARKERS else [],
         x_ticks=[(px(t), label(t)) for t in nice_ticks(x_lo, x_hi)],
         y_ticks=[(py(t), label(t)) for t in nice_ticks(y_lo, y_hi)],
@@ -84,14 +105,19 @@ def line_chart(title: str, xs: Sequence[float], ys: Sequence[float]) -> Chart | 
 def metric_charts(points: Iterable[Point]) -> list[Chart]:
     """A chart per metric of a run's points, against the step, in the order first logged; a
     name found in several formats is taken from the first of SOURCES (as ``load_sweep``
-    does)."""
+    does). A series that cannot be drawn gets a chart saying why (the others, and the page,
+    still show)."""
     found: dict[str, dict[str, list[Point]]] = {}  # metric -> source -> its points
     for point in points:
         found.setdefault(point.metric, {}).setdefault(point.source, []).append(point)
     charts = []
     for metric, sources in found.items():
         series = sources[min(sources, key=SOURCES.index)]
-        chart = line_chart(metric, [p.step for p in series], [p.value for p in series])
+        try:
+            chart = line_chart(metric, [p.step for p in series], [p.value for p in series])
+        except Exception as exc:  # (one series that cannot be drawn must not hide the run)
+            chart = Chart(metric, "", [], [], [], len(series), "-",
+                          failed=f"{type(exc).__name__}: {exc}")
         if chart is not None:
             charts.append(chart)
     return charts

@@ -37,9 +37,16 @@ def new_token() -> str:
     return secrets.token_urlsafe(32)
 
 
-def loopback_hosts(port: int) -> frozenset[str]:
-    """The Host headers that name this machine's loopback address at ``port``."""
-    return frozenset(f"{name}:{port}" for name in ("127.0.0.1", "localhost", "[::1]"))
+def host_name(host: str) -> str:
+    """``host`` as a URL or a Host header names it: an IPv6 address in brackets."""
+    return f"[{host.strip('[]')}]" if ":" in host else host
+
+
+def loopback_hosts(host: str, port: int) -> frozenset[str]:
+    """The Host headers that name this machine's loopback address ``host`` (as --host gave
+    it: 127.0.0.2 too) at ``port``."""
+    names = ("127.0.0.1", "localhost", "[::1]", host_name(host))
+    return frozenset(f"{name}:{port}" for name in names)
 
 
 def _same(given: str | None, token: str) -> bool:
@@ -66,7 +73,10 @@ class Guard:
         query = request.query_params
         if request.method in SAFE_METHODS and _same(query.get(TOKEN_PARAM), self.token):
             rest = urlencode([(k, v) for k, v in query.multi_items() if k != TOKEN_PARAM])
-            answer = RedirectResponse(request.url.path + (f"?{rest}" if rest else ""), 303)
+            # (one leading slash: //evil.example/ would name another site; a backslash,
+            # which browsers read as a slash, is %5C in request.url)
+            path = "/" + request.url.path.lstrip("/")
+            answer = RedirectResponse(path + (f"?{rest}" if rest else ""), 303)
             answer.set_cookie(self.cookie, self.token, httponly=True, samesite="strict")
             return answer
         if not _same(request.cookies.get(self.cookie), self.token):

@@ -57,16 +57,15 @@ def serve_command(args: argparse.Namespace) -> int:
     import uvicorn
 
     from easylaunch.dashboard.app import create_app
-    from easylaunch.dashboard.security import loopback_hosts, new_token
+    from easylaunch.dashboard.security import host_name, loopback_hosts, new_token
 
     sock = bind(args.host, args.port)
     port = sock.getsockname()[1]
     token = new_token()
-    app = create_app(args.config, token, port, loopback_hosts(port) if loopback else None)
+    app = create_app(args.config, token, port,
+                     loopback_hosts(args.host, port) if loopback else None)
     shown_host = socket.gethostname() if args.host in ("0.0.0.0", "::") else args.host
-    if ":" in shown_host:
-        shown_host = f"[{shown_host.strip('[]')}]"
-    url = f"http://{shown_host}:{port}/?token={token}"
+    url = f"http://{host_name(shown_host)}:{port}/?token={token}"
     if not loopback:
         print(f"easylaunch ui: warning: listening on {args.host}, not loopback: anyone who "
               "can reach this port and gets the URL below can see your runs and act on them; "
@@ -74,6 +73,7 @@ def serve_command(args: argparse.Namespace) -> int:
     print(f"easylaunch ui: {url}  (Ctrl-C stops it)", flush=True)
     if args.open:
         webbrowser.open(url)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off",
+                                           proxy_headers=False))
     server.run(sockets=[sock])
     return 0

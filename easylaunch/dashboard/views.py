@@ -5,7 +5,7 @@ folders read, actions taken. No web framework here; these build on the functions
 
 from __future__ import annotations
 
-import argparse
+import contextlib
 import json
 import os
 import shlex
@@ -13,18 +13,22 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from easylaunch import bundle, listing, runner
 from easylaunch.dashboard.charts import Chart, metric_charts
 from easylaunch.errors import EasyLaunchError
+from easylaunch.jobs import DamagedRecordError
+from easylaunch.listing import when
 from easylaunch.modes import MODES
 from easylaunch.refresh import OPEN_STATES, STATES, cancel_entry, job_for, refresh_entries
 from easylaunch.registry import Entry, NoSuchJob, Registry
 from easylaunch.results.readers import read_run
-from easylaunch.results.sweep import RUN_COLUMNS, load_sweep, metrics_folder
+from easylaunch.results.sweep import RUN_COLUMNS, load_sweep, metrics_folder, variant_of
 from easylaunch.settings import ConfigArg
 
 PER_PAGE = 50
+MAX_PAGE = 10**9  # a larger page number is read as this one (past the end: no rows)
 MAX_IDS = 200  # runs one state poll may ask about
 CANCEL_WAIT_SECONDS = 15
 LOG_TAIL_BYTES = 64 * 1024  # the first read of a log: its end
@@ -52,16 +56,14 @@ class Filters:
     def query(self) -> dict:
         """Keyword arguments of ``Registry.list``; a bad value raises EasyLaunchError saying
         what is allowed."""
-        from easylaunch.cli import parse_since
-
         if self.state is not None and self.state not in STATES:
             raise EasyLaunchError(f"state {self.state!r}: states are {', '.join(STATES)}")
         if self.mode is not None and self.mode not in MODES:
             raise EasyLaunchError(f"mode {self.mode!r}: modes are {', '.join(MODES)}")
         try:
-            since = parse_since(self.since) if self.since else None
-        except argparse.ArgumentTypeError as exc:
-            raise EasyLaunchError(str(exc).replace("--since", "since")) from None
+            since = listing.parse_since(self.since) if self.since else None
+        except EasyLaunchError as exc:
+            raise EasyLaunchError(f"since {exc}") from None
         return {"exp": self.exp, "mode": self.mode, "since": since, "sweep": self.sweep,
                 "states": [self.state] if self.state else None}
 
@@ -84,13 +86,6 @@ class Row:
     duration: str
     job: str
     variant: str  # the variant keys that tell it from the other runs of its sweep shown
-
-
-def when(timestamp: float | None) -> str:
-    """A Unix time as local ``YYYY-mm-dd HH:MM:SS``; "-" for none."""
-    if not timestamp or timestamp < 0:
-        return "-"
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(timestamp))
 
 
 def is_open(state: str) -> bool:
@@ -120,14 +115,14 @@ def _rows(shown: Sequence[listing.Shown], now: float) -> list[Row]:
 
 
 def page_number(text: str | None) -> int:
-    """A ``page`` query parameter as a page number (none: 1)."""
+    """A ``page`` query parameter as a page number (none: 1; at most MAX_PAGE)."""
     try:
         number = int(text or 1)
     except ValueError:
         number = 0
     if number < 1:
         raise EasyLaunchError(f"page {text!r}: a page number (1, 2, ...)")
-    return number
+    return min(number, MAX_PAGE)
 
 
 def runs_page(registry: Registry, filters: Filters, page: int) -> tuple[list[Row], int]:
@@ -207,7 +202,7 @@ def run_view(registry: Registry, run_id: str) -> RunView:
         ("working directory", launch.get("cwd")), ("python", launch.get("python")),
         ("log dir", e.log_dir), ("record", info.get("damaged_record")),
     ]
-    variant = _read_record(folder / bundle.VARIANT_JSON) or e.variant
+    variant = variant_of(e)
     git = folder / bundle.GIT_DIR
     diffs = [(p.name, _read_text(p, DIFF_BYTES)) for p in sorted(git.glob("*.diff"))] \
         if git.is_dir() else []
@@ -239,26 +234,43 @@ class LogChunk:
     open: bool
 
 
+LINE_ENDS = (b"\n", b"\r")  # (a progress bar redraws its line after a carriage return)
+
+
+def _tail_start(f: BinaryIO, size: int) -> int:
+    """Where a log's last LOG_TAIL_BYTES are shown from: after their first line end, else (one
+    long line) at their first whole UTF-8 character."""
+    start = max(size - LOG_TAIL_BYTES, 0)
+    if not start:
+        return 0
+    f.seek(start - 1)
+    tail = f.read(size - start)  # (the byte before them, and all of them but the last)
+    ends = [i for i in (tail.find(end) for end in LINE_ENDS) if i >= 0]
+    if ends:
+        end = min(ends)
+        return start + end + (tail[end:end + 2] == b"\r\n")
+    return start + next((i for i, b in enumerate(tail[1:5]) if b & 0xC0 != 0x80), 0)
+
+
 def read_log(path: Path, offset: int) -> tuple[str, int]:
-    """The text of ``path`` from byte ``offset`` (negative: its last LOG_TAIL_BYTES, from a
-    line start) and the offset after it. A read that stops short of the end stops after a
-    whole line, so no character is cut in two; a file that shrank is read again from 0."""
+    """The text of ``path`` from byte ``offset`` (negative: its last LOG_TAIL_BYTES, see
+    :func:`_tail_start`) and the offset after it. A read that stops short of the end stops
+    after a line end (a newline or a carriage return), so no character is cut in two; a file
+    that shrank is read again from 0."""
     try:
         with open(path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
             if offset < 0:
-                offset = max(size - LOG_TAIL_BYTES, 0)
-                if offset:
-                    f.seek(offset - 1)
-                    offset += len(f.readline()) - 1  # (to the start of the next line)
+                offset = _tail_start(f, size)
             elif offset > size:
                 offset = 0
             f.seek(offset)
             data = f.read(LOG_CHUNK_BYTES)
     except FileNotFoundError:
         return "", 0
-    if offset + len(data) < size and b"\n" in data:
-        data = data[:data.rindex(b"\n") + 1]
+    last_end = max(data.rfind(end) for end in LINE_ENDS)
+    if offset + len(data) < size and last_end >= 0:
+        data = data[:last_end + 1]
     return data.decode(errors="replace"), offset + len(data)
 
 
@@ -266,11 +278,29 @@ def log_chunk(registry: Registry, run_id: str, stream: str, offset: int) -> LogC
     """What ``easylaunch logs -f`` shows next of a run's ``stream`` (stdout or stderr)."""
     if stream not in LOG_STREAMS:
         raise EasyLaunchError(f"no log {stream!r}: logs are {', '.join(LOG_STREAMS)}")
+    # its state before the read (a run's last lines come before its end), asked of the
+    # backend once, by job_for; a damaged record reads as open
     job = job_for(registry, registry.find(run_id))
-    still = not job.status().terminal  # (before the read: a run's last lines come before its end)
+    still = True
+    with contextlib.suppress(DamagedRecordError):
+        still = not job.recorded_state().terminal
     job.mode.sync_logs(job)
     text, offset = read_log(job.mode.log_file(job, LOG_STREAMS[stream]), offset)
     return LogChunk(text, offset, still)
+
+
+def find_sweep(registry: Registry, part: str) -> str:
+    """The one sweep id that is or starts with ``part``."""
+    found = list(dict.fromkeys(e.sweep for e in registry.list(sweep=part)[0]))
+    if part in found:
+        return part
+    if not found:
+        raise NoSuchJob(f"no sweep id is or starts with {part!r}")
+    if len(found) > 1:
+        more = " and more" if len(found) > 10 else ""
+        raise NoSuchJob(f"{part!r} matches several sweeps: {', '.join(found[:10])}{more}; "
+                        "give more characters")
+    return found[0]
 
 
 SWEEP_COLUMNS = ("run_id", "state", "note", "restarts", "runtime_s", "job_id")  # shown first

@@ -107,7 +107,7 @@ def runs_of(selection: Selection, fetch: bool = False, config: ConfigArg = None)
     return [Run(s, metrics_folder(s, fetch)) for s in shown]
 
 
-def _variant(entry: Entry) -> dict:
+def variant_of(entry: Entry) -> dict:
     """The run's variant: the registry's copy, or variant.json for one too large for it."""
     from easylaunch.api import LARGE_VARIANT_KEY
     from easylaunch.bundle import VARIANT_JSON
@@ -196,7 +196,7 @@ def load_sweep(selection: Selection, *, fetch: bool = False,
     runs = runs_of(selection, fetch, config)
     now = time.time()
     table = pd.DataFrame([_run_row(r.shown, now) for r in runs], columns=list(RUN_COLUMNS))
-    variants = _flat([_variant(r.shown.entry) for r in runs], "", RUN_COLUMNS)
+    variants = _flat([variant_of(r.shown.entry) for r in runs], "", RUN_COLUMNS)
     values = [_result(r.shown.entry.log_dir, r.shown.entry.id) for r in runs]
     results = _flat([v if isinstance(v, dict) else {} for v in values], "result.", ())
     if any(v is not None and not isinstance(v, dict) for v in values):
@@ -222,6 +222,6 @@ def load_histories(selection: Selection, *, metrics: Sequence[str] | None = None
             raise NoSuchMetric(f"no run of {selection!r} logged {', '.join(missing)}; metrics "
                                f"there: {choices(sorted(set(points['metric'])))}")
         points = points[points["metric"].isin(metrics)].reset_index(drop=True)
-    variants = _flat([_variant(r.shown.entry) for r in runs], "", POINT_COLUMNS)
+    variants = _flat([variant_of(r.shown.entry) for r in runs], "", POINT_COLUMNS)
     variants.insert(0, "run_id", [r.shown.entry.id for r in runs])
     return points.merge(variants, on="run_id", how="left")

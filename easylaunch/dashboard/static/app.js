@@ -9,6 +9,7 @@
   const tokenHeader = meta("easylaunch-token-header");
   const pollMs = Number(meta("easylaunch-poll-ms"));
   const chartsPollMs = Number(meta("easylaunch-charts-poll-ms"));
+  const LOG_KEEP_CHARS = 1 << 20;  // a log box keeps about its last 1 MB of text
 
   // The JSON a GET answers; an answer that is not OK throws its error with its status (a
   // failed connection throws without one).
@@ -55,7 +56,25 @@
     setTimeout(tick, pollMs);
   }
 
-  // Show the end of a log, then what the run adds to it, until the run has ended.
+  // Add text to a log box, dropping whole lines from its top past LOG_KEEP_CHARS.
+  function appendLog(pre, text) {
+    pre.append(document.createTextNode(text));
+    let extra = pre.textContent.length - LOG_KEEP_CHARS;
+    while (extra > 0 && pre.firstChild) {
+      const first = pre.firstChild;
+      if (first.length <= extra) {
+        extra -= first.length;
+        first.remove();
+      } else {
+        const lineEnd = first.data.indexOf("\n", extra - 1);
+        first.deleteData(0, lineEnd < 0 ? extra : lineEnd + 1);
+        extra = 0;
+      }
+    }
+  }
+
+  // Show the end of a log, then what the run adds to it, until the run has ended. A file
+  // that shrank (the server answers from an offset before the one asked) is shown anew.
   function followLog(pre) {
     const stream = pre.dataset.log;
     const note = document.querySelector(`[data-note="${stream}"]`);
@@ -69,9 +88,10 @@
         if (!err.status) setTimeout(tick, pollMs);  // (the server may be restarting)
         return;
       }
+      if (offset >= 0 && chunk.offset < offset) pre.textContent = "";  // (it shrank)
       if (chunk.text) {
         const atEnd = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
-        pre.append(document.createTextNode(chunk.text));
+        appendLog(pre, chunk.text);
         if (atEnd) pre.scrollTop = pre.scrollHeight;
       }
       offset = chunk.offset;
