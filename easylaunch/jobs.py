@@ -13,8 +13,6 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import cloudpickle
-
 from easylaunch import bundle, runner
 from easylaunch.errors import EasyLaunchError, JobCancelledError, JobFailedError
 
@@ -182,14 +180,13 @@ class Job:
         if state in (JobState.CANCELLED, JobState.TIMEOUT):
             raise JobCancelledError(f"run {self.id} ended as {state}: {info.get('error', '')}")
         try:
-            with open(self.log_dir / runner.RESULT_PKL, "rb") as f:
-                outcome = cloudpickle.load(f)
-        except FileNotFoundError:
-            raise JobFailedError(f"run {self.id} {state} without a result: "
-                                 f"{info.get('error', 'no error recorded')}") from None
+            outcome = runner.load_outcome(str(self.log_dir))
         except Exception as exc:  # noqa: BLE001 - a result this process cannot unpickle
             raise JobFailedError(f"run {self.id} {state}, but its result cannot be loaded "
                                  f"here ({exc!r}); error recorded: {info.get('error')}") from exc
+        if outcome is None:
+            raise JobFailedError(f"run {self.id} {state} without a result: "
+                                 f"{info.get('error', 'no error recorded')}")
         if outcome[0] == "success":
             return outcome[1]
         _, exc, tb_text = outcome

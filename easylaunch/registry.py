@@ -238,6 +238,19 @@ class Registry:
                             "give more characters")
         return Entry.from_row(rows[0])
 
+    def find_sweep(self, part: str) -> str:
+        """The one sweep id that is or starts with ``part``."""
+        found = list(dict.fromkeys(e.sweep for e in self.list(sweep=part)[0]))
+        if part in found:
+            return part
+        if not found:
+            raise NoSuchJob(f"no sweep id is or starts with {part!r}")
+        if len(found) > 1:
+            more = " and more" if len(found) > 10 else ""
+            raise NoSuchJob(f"{part!r} matches several sweeps: {', '.join(found[:10])}{more}; "
+                            "give more characters")
+        return found[0]
+
     def list(self, exp: str | None = None, mode: str | None = None,
              states: list[str] | None = None, since: float | None = None,
              limit: int | None = None, sweep: str | None = None,

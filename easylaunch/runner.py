@@ -535,11 +535,17 @@ def _metric_key(name: str) -> str:
     return key
 
 
+def _is_numpy_bool(value: Any) -> bool:
+    """A numpy bool (``np.bool_``: neither Integral nor Real), told without importing numpy."""
+    kind = type(value)
+    return kind.__module__ == "numpy" and kind.__name__ in ("bool", "bool_")
+
+
 def _metric_value(name: str, value: Any) -> str:
     """``value`` as JSON: a number, NaN as null, infinities as +-1e999 (still JSON; Python and
     JavaScript read it back as infinite). Anything but a real number is a TypeError."""
     if type(value) is not float:
-        if isinstance(value, numbers.Integral):  # (int, bool, numpy integers)
+        if isinstance(value, numbers.Integral) or _is_numpy_bool(value):  # (int, bool, numpy)
             return int.__repr__(int(value))
         if not isinstance(value, numbers.Real):
             hint = " (a tensor or array: log its .item())" if hasattr(value, "item") else ""
@@ -557,10 +563,11 @@ class _MetricsFile:
     def __init__(self, path: str) -> None:
         self.path = path
         self.writes = rank_info()[0] == 0
-        self.lines: list[str] = []
+        self.lines: list[str] = []  # (ASCII: json.dumps escapes the rest, so a char is a byte)
         self.size = 0
         self.oldest = 0.0
         self.fd: int | None = None
+        self.warned = False  # about a failed write (a full disk), said once
 
     def add(self, line: str, now: float) -> None:
         if not self.writes:
@@ -573,25 +580,39 @@ class _MetricsFile:
             self.flush()
 
     def flush(self) -> None:
-        """Append the buffered lines; a failed write (a full disk) drops them, says so once
-        and leaves the run going."""
+        """Append the buffered lines. A failed write (a full disk) drops them, says so once and
+        leaves the run going; a stop signal raised during the write keeps the lines it did not
+        write whole, for a later flush."""
         if not self.lines:
             return
         data = memoryview("".join(self.lines).encode())
-        count = len(self.lines)
-        self.lines.clear()
-        self.size = 0
+        written = 0
         try:
             if self.fd is None:
                 self.fd = self._open()
-            while data:
-                data = data[os.write(self.fd, data):]
-        except BaseException as exc:  # (a stop signal, too, may cut the write short)
+            while written < len(data):
+                written += os.write(self.fd, data[written:])
+        except BaseException as exc:
             self.close()  # opened again next time, ending the line this write may have cut
             if not isinstance(exc, OSError):
+                self._drop_written(written)
                 raise
-            print(f"easylaunch: {count} line(s) of metrics could not be written to "
-                  f"{self.path}: {exc}", file=sys.stderr)
+            if not self.warned:
+                self.warned = True
+                print(f"easylaunch: {len(self.lines)} line(s) of metrics could not be written "
+                      f"to {self.path}: {exc} (later failures to write it are not reported)",
+                      file=sys.stderr)
+        self._drop_written(len(data))
+
+    def _drop_written(self, written: int) -> None:
+        """Forget the lines of the first ``written`` bytes; a line written in part stays, to
+        be written whole after the line end :meth:`_open` adds."""
+        done = count = 0
+        while count < len(self.lines) and done + len(self.lines[count]) <= written:
+            done += len(self.lines[count])
+            count += 1
+        del self.lines[:count]
+        self.size -= done
 
     def _open(self) -> int:
         """Open for appending; a last line cut short (a crash mid-write) is ended first, so
@@ -612,7 +633,16 @@ class _MetricsFile:
 
 _metrics_files: dict[str, _MetricsFile] = {}
 _metrics_lock = threading.Lock()
-_metrics_flusher: list[threading.Thread] = []  # the background flusher, once started
+_metrics_flusher: threading.Thread | None = None  # the background flusher, once started
+
+
+def _start_flusher() -> None:
+    """Start the thread that writes lines waiting longer than METRICS_FLUSH_SECONDS."""
+    global _metrics_flusher
+    if _metrics_flusher is None:
+        _metrics_flusher = threading.Thread(target=_flush_periodically,
+                                            name="easylaunch-metrics", daemon=True)
+        _metrics_flusher.start()
 
 
 def log_metrics(step: int | float | None = None, **values: float) -> None:
@@ -637,10 +667,7 @@ def log_metrics(step: int | float | None = None, **values: float) -> None:
         target = _metrics_files.get(path)
         if target is None:
             target = _metrics_files[path] = _MetricsFile(path)
-            if not _metrics_flusher:
-                _metrics_flusher.append(threading.Thread(
-                    target=_flush_periodically, name="easylaunch-metrics", daemon=True))
-                _metrics_flusher[0].start()
+            _start_flusher()
         target.add(line, now)
 
 
@@ -651,6 +678,17 @@ def flush_metrics() -> None:
             target.flush()
 
 
+def close_metrics(path: str) -> None:
+    """Write out the lines held for the metrics file ``path``, close it and forget it (a
+    later line opens it again). Lines a stop signal kept from being written stay held."""
+    with _metrics_lock:
+        target = _metrics_files.get(path)
+        if target is not None:
+            target.flush()
+            target.close()
+            del _metrics_files[path]
+
+
 def _flush_periodically() -> None:
     while True:
         time.sleep(METRICS_FLUSH_SECONDS)
@@ -659,12 +697,12 @@ def _flush_periodically() -> None:
 
 def _forget_metrics() -> None:
     """In a forked child: the parent's buffered lines are the parent's to write."""
-    global _metrics_lock
+    global _metrics_lock, _metrics_flusher
     _metrics_lock = threading.Lock()
     for target in _metrics_files.values():
         target.close()
     _metrics_files.clear()
-    _metrics_flusher.clear()
+    _metrics_flusher = None
 
 
 atexit.register(flush_metrics)
@@ -675,19 +713,25 @@ if hasattr(os, "register_at_fork"):
 @contextlib.contextmanager
 def _metrics_into(log_dir: str):
     """Point log_metrics at the run's folder while its function runs; write out every line it
-    logged before the run's end is recorded, in this copy of these helpers and in an installed
-    easylaunch's, should the function have imported that one."""
+    logged before the run's end is recorded, and close the file, in this copy of these helpers
+    and in an installed easylaunch's, should the function have imported that one."""
     before = os.environ.get(ENV_METRICS_FILE)
-    os.environ[ENV_METRICS_FILE] = os.path.join(log_dir, METRICS_JSONL)
+    path = os.environ[ENV_METRICS_FILE] = os.path.join(log_dir, METRICS_JSONL)
     try:
         yield
     finally:
-        for copy in {sys.modules.get(__name__), sys.modules.get("easylaunch.runner")} - {None}:
-            getattr(copy, "flush_metrics", flush_metrics)()
-        if before is None:
-            os.environ.pop(ENV_METRICS_FILE, None)
-        else:
-            os.environ[ENV_METRICS_FILE] = before
+        copies = {sys.modules.get(__name__), sys.modules.get("easylaunch.runner")} - {None}
+        try:  # (a stop signal may cut a flush short: the environment is put back all the same)
+            for copy in copies:
+                if hasattr(copy, "close_metrics"):
+                    copy.close_metrics(path)
+                elif hasattr(copy, "flush_metrics"):  # (an older easylaunch's)
+                    copy.flush_metrics()
+        finally:
+            if before is None:
+                os.environ.pop(ENV_METRICS_FILE, None)
+            else:
+                os.environ[ENV_METRICS_FILE] = before
 
 
 # ``easylaunch``'s own names for the helpers a run's function calls (beside easylaunch.checkpoint).
@@ -790,6 +834,18 @@ def save_result(log_dir: str, value: Any) -> str | None:
                 f"written to {RESULT_PKL}: {exc}. Free space in {log_dir}, or return less "
                 "and write large outputs to files yourself")
     return None
+
+
+def load_outcome(log_dir: str) -> tuple | None:
+    """What result.pkl holds: ``("success", value)`` or ``("error", exception or None,
+    traceback text)``; None where there is none. Raises what unpickling it here raises."""
+    import cloudpickle
+
+    try:
+        with open(os.path.join(log_dir, RESULT_PKL), "rb") as f:
+            return cloudpickle.load(f)
+    except FileNotFoundError:
+        return None
 
 
 def save_error(log_dir: str, exc: BaseException, tb_text: str) -> None:

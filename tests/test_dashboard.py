@@ -472,12 +472,12 @@ def test_a_sweep_is_named_by_an_unambiguous_start(tmp_path):
     registry.add(dict(id=f"run{i}", exp_name="e", mode="local", state="succeeded",
                       log_dir=str(tmp_path / str(i)), variant={}, created=1e9 + i, sweep=sweep)
                  for i, sweep in enumerate(["feed0001", "feed0001", "feed0002"]))
-    assert views.find_sweep(registry, "feed0001") == "feed0001"
-    assert views.find_sweep(registry, "feed0002") == "feed0002"
+    assert registry.find_sweep("feed0001") == "feed0001"
+    assert registry.find_sweep("feed0002") == "feed0002"
     with pytest.raises(NoSuchJob, match="'feed' matches several sweeps: feed0002, feed0001"):
-        views.find_sweep(registry, "feed")
+        registry.find_sweep("feed")
     with pytest.raises(NoSuchJob, match="no sweep id is or starts with 'beef'"):
-        views.find_sweep(registry, "beef")
+        registry.find_sweep("beef")
 
 
 def test_a_damaged_variant_json_shows_the_registrys_variant(tmp_path):

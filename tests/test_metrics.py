@@ -14,7 +14,7 @@ import pytest
 from helpers import wait_for
 
 import easylaunch
-from easylaunch import log_metrics, run_experiment
+from easylaunch import log_metrics, run_experiment, run_sweep
 from easylaunch import runner as runner_module
 from easylaunch.results import readers
 from easylaunch.results.readers import Point, read_metrics_jsonl, read_progress_csv, read_run
@@ -56,15 +56,17 @@ def test_here_no_doodad_logs_into_the_run_folder_and_leaves_this_process_as_it_w
 
 
 def test_outside_a_run_it_writes_metrics_jsonl_here_with_nan_as_null(here):
-    np = pytest.importorskip("numpy")
+    import numpy as np
+
     log_metrics(step=0, loss=0.5, nan=math.nan, up=math.inf, down=-math.inf, ok=True,
-                f32=np.float32(0.25), i64=np.int64(7))
+                f32=np.float32(0.25), i64=np.int64(7), done=np.bool_(True))
     log_metrics(loss=0.25)
     assert not here.exists()  # still buffered
     flush_metrics()
     first, second = lines(here)
     assert first == {"step": 0, "time": first["time"], "loss": 0.5, "nan": None,
-                     "up": math.inf, "down": -math.inf, "ok": 1, "f32": 0.25, "i64": 7}
+                     "up": math.inf, "down": -math.inf, "ok": 1, "f32": 0.25, "i64": 7,
+                     "done": 1}
     assert second["step"] is None and second["loss"] == 0.25
     # a line without a step is placed at its line number
     assert [(p.metric, p.step) for p in read_metrics_jsonl(here)][-1] == ("loss", 1.0)
@@ -82,7 +84,8 @@ def test_a_value_that_is_not_a_number_is_a_type_error_naming_its_key(here):
         log_metrics(step=3)
     with pytest.raises(TypeError, match="'time' is each line's own time"):
         log_metrics(time=3.5)
-    torch = pytest.importorskip("torch")
+    import torch
+
     with pytest.raises(TypeError, match=r"not a Tensor \(a tensor or array: log its .item\(\)\)"):
         log_metrics(loss=torch.tensor([0.5, 0.25]))
     flush_metrics()
@@ -125,6 +128,69 @@ def test_the_buffer_is_written_past_its_size_and_after_a_quiet_while(here):
     for step in range(runner_module.METRICS_FLUSH_BYTES // 40):
         log_metrics(step=step, loss=0.5)
     assert here.stat().st_size > runner_module.METRICS_FLUSH_BYTES // 2
+
+
+def test_a_run_that_raises_has_its_lines_on_disk_when_it_ends(cfg, here):
+    def log_then_fail(doodad_config, variant):
+        from easylaunch import log_metrics
+
+        log_metrics(step=0, loss=2.0)
+        raise ValueError("diverged")
+
+    job = run_experiment(log_then_fail, variant={}, config=cfg, mode="here_no_doodad")
+    with pytest.raises(ValueError, match="diverged"):
+        job.result()
+    assert [line["loss"] for line in lines(job.log_dir / "metrics.jsonl")] == [2.0]
+
+
+def test_runs_in_this_process_close_their_metrics_files(cfg, here):
+    def fds() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    run_experiment(jobfns.log_curve, variant={"lr": 1, "steps": 1}, config=cfg,
+                   mode="here_no_doodad")  # (opens the registry and the like once)
+    before = fds()
+    jobs = run_sweep(jobfns.log_curve, [{"lr": lr, "steps": 2} for lr in range(30)],
+                     config=cfg, mode="here_no_doodad")
+    assert all(len(lines(j.log_dir / "metrics.jsonl")) == 2 for j in jobs)
+    assert fds() - before < 10
+    assert not {str(j.log_dir / "metrics.jsonl") for j in jobs} & set(
+        runner_module._metrics_files)
+
+
+def test_a_stop_during_the_last_flush_keeps_its_lines_and_puts_the_environment_back(
+        here, monkeypatch):
+    write = os.write
+
+    def stopped(fd, data):  # the stop signal's exception, raised during the write
+        monkeypatch.setattr(os, "write", write)
+        raise KeyboardInterrupt
+
+    run_dir = here.parent / "run"
+    with pytest.raises(KeyboardInterrupt), runner_module._metrics_into(str(run_dir)):
+        log_metrics(step=0, loss=1.0)
+        log_metrics(step=1, loss=0.5)
+        monkeypatch.setattr(os, "write", stopped)
+    assert ENV_METRICS_FILE not in os.environ
+    flush_metrics()  # (as at the process's exit)
+    assert [line["loss"] for line in lines(run_dir / "metrics.jsonl")] == [1.0, 0.5]
+
+
+def test_a_full_disk_is_reported_once_and_the_run_goes_on(here, monkeypatch, capsys):
+    def full(fd, data):
+        raise OSError(28, "No space left on device")
+
+    write = os.write
+    monkeypatch.setattr(os, "write", full)
+    for step in range(3):
+        log_metrics(step=step, loss=1.0)
+        flush_metrics()
+    monkeypatch.setattr(os, "write", write)
+    err = capsys.readouterr().err
+    assert err.count("could not be written") == 1 and "No space left on device" in err
+    log_metrics(step=3, loss=0.5)  # room again: later lines are written
+    flush_metrics()
+    assert [line["step"] for line in lines(here)] == [3]
 
 
 def test_log_metrics_works_where_easylaunch_is_not_installed(cfg, tmp_path):
@@ -172,7 +238,6 @@ def test_progress_csv_as_rlkit_writes_it(tmp_path):
 
 
 def test_tensorboard_event_files_anywhere_in_the_run_folder(tmp_path):
-    pytest.importorskip("tensorboard")
     from torch.utils.tensorboard import SummaryWriter
 
     writer = SummaryWriter(log_dir=str(tmp_path / "tb" / "train"))
@@ -180,22 +245,31 @@ def test_tensorboard_event_files_anywhere_in_the_run_folder(tmp_path):
         writer.add_scalar("loss", 1.0 / (step + 1), step)
         writer.add_scalar("reward", float(step * 10), step, new_style=True)
     writer.close()
-    (tmp_path / "metrics.jsonl").write_text('{"step": 0, "time": 1.5, "loss": 9}\n')
-    points = list(read_run(tmp_path))
-    assert points[0] == Point("metrics.jsonl", "loss", 0.0, 1.5, 9.0)
-    board = {(p.metric, p.step): p.value for p in points if p.source == "tensorboard"}
+    board = {(p.metric, p.step): p.value for p in read_run(tmp_path)}
     assert board == {("loss", 0.0): 1.0, ("loss", 1.0): 0.5, ("loss", 2.0): pytest.approx(1 / 3),
                      ("reward", 0.0): 0.0, ("reward", 1.0): 10.0, ("reward", 2.0): 20.0}
-    assert all(p.time > 1e9 for p in points if p.source == "tensorboard")
-
-
-def test_event_files_without_the_tensorboard_package_are_passed_over_saying_why(
-        tmp_path, monkeypatch):
-    (tmp_path / "events.out.tfevents.1.host").write_bytes(b"")
+    assert all(p.time > 1e9 and p.source == "tensorboard" for p in read_run(tmp_path))
+    only = list(read_run(tmp_path, metrics=["reward"]))  # only that tag's points are built
+    assert [(p.metric, p.value) for p in only] == [("reward", 0.0), ("reward", 10.0),
+                                                    ("reward", 20.0)]
+    # a metric found in several formats is taken from the first: metrics.jsonl here
     (tmp_path / "metrics.jsonl").write_text('{"step": 0, "time": 1.5, "loss": 9}\n')
+    (tmp_path / "progress.csv").write_text("Epoch,loss,reward\n0,7,8\n")
+    assert [(p.source, p.metric, p.value) for p in read_run(tmp_path)] == [
+        ("metrics.jsonl", "loss", 9.0), ("progress.csv", "reward", 8.0)]
+
+
+def test_event_files_without_the_tensorboard_package_are_passed_over_saying_why_once(
+        tmp_path, monkeypatch, recwarn):
+    monkeypatch.setattr(readers, "_warned_no_tensorboard", False)
+    runs = [tmp_path / "a", tmp_path / "b"]
+    for run in runs:
+        run.mkdir()
+        (run / "events.out.tfevents.1.host").write_bytes(b"")
+        (run / "metrics.jsonl").write_text('{"step": 0, "time": 1.5, "loss": 9}\n')
     monkeypatch.setitem(sys.modules, "tensorboard.backend.event_processing.event_accumulator",
                         None)
-    with pytest.warns(UserWarning, match=r"pip install 'easylaunch\[tensorboard\]'"):
-        points = list(read_run(tmp_path))
-    assert [p.metric for p in points] == ["loss"]
-    assert readers.event_folders(tmp_path) == [tmp_path]
+    assert [p.metric for run in runs for p in read_run(run)] == ["loss", "loss"]
+    assert len(recwarn) == 1  # once a process, not once a run
+    assert "pip install 'easylaunch[tensorboard]'" in str(recwarn[0].message)
+    assert readers.event_folders(runs[0]) == [runs[0]]

@@ -1,6 +1,7 @@
 """load_sweep, load_histories and plot_sweep (and ``easylaunch plot``) on real sweeps: local,
 the one-node Slurm cluster, and EC2 against moto with the instance played here."""
 
+import json
 import math
 
 import jobfns
@@ -18,7 +19,11 @@ from easylaunch import (
     wait_all,
 )
 from easylaunch.cli import main
-from easylaunch.results import NoSuchKey, NoSuchMetric
+from easylaunch.listing import Shown
+from easylaunch.registry import Registry
+from easylaunch.results import NoSuchKey, NoSuchMetric, plot
+from easylaunch.results.plot import _curves
+from easylaunch.results.sweep import metrics_folder, select
 
 STEPS = 4
 GRID = [dict(lr=lr, seed=seed, opt={"momentum": 0.9}) for lr in (0.1, 0.2) for seed in (0, 1)]
@@ -30,8 +35,8 @@ def last_loss(variant: dict) -> float:
 
 @pytest.fixture
 def local_sweep(tmp_path):
-    """A finished local sweep of log_curve runs (and a failing run and one returning a
-    tuple in the same experiment), with a settings file naming its registry."""
+    """A finished local sweep ("curves") of log_curve runs over GRID, and a settings file
+    naming its registry."""
     config = settings_file(tmp_path)
     jobs = run_sweep(jobfns.log_curve, [dict(v, steps=STEPS) for v in GRID], exp_name="curves",
                      mode="local", config=config)
@@ -95,7 +100,8 @@ def test_load_histories_is_a_long_table_with_the_variants_joined(local_sweep):
 
 
 def test_plot_sweep_writes_a_png_of_the_curves(local_sweep, tmp_path):
-    image = pytest.importorskip("matplotlib.image")
+    from matplotlib import image
+
     config, _ = local_sweep
     path = plot_sweep("curves", "loss", by="lr", config=config)
     assert path == tmp_path / "loss-by-lr.png"  # (the test runs in tmp_path)
@@ -123,6 +129,117 @@ def test_the_plot_command_says_where_the_png_is_and_why_it_cannot_draw(local_swe
     assert "keys: " in capsys.readouterr().err
     assert main(["plot", "no-such-exp", "--metric", "loss", "--config", config]) == 1
     assert "'no-such-exp' is no experiment, sweep or run" in capsys.readouterr().err
+
+
+def test_a_part_that_names_a_run_and_a_sweep_or_several_sweeps_is_refused(tmp_path):
+    registry = Registry(tmp_path / "registry.sqlite3")
+    registry.add(dict(id=run_id, exp_name=exp, mode="local", state="succeeded",
+                      log_dir=str(tmp_path / run_id), created=1e9 + i, sweep=sweep)
+                 for i, (run_id, exp, sweep) in enumerate([
+                     ("abcd1234", "e", "feed0001"), ("0000aaaa", "e", "feed0001"),
+                     ("1111bbbb", "e", "feed0002"), ("2222cccc", "f", "abcd9999")]))
+
+    def ids(part: str) -> list[str]:
+        return [e.id for e in select(registry, part)]
+
+    assert ids("feed0001") == ["0000aaaa", "abcd1234"]
+    assert ids("abcd1") == ["abcd1234"] and ids("abcd9") == ["2222cccc"]
+    with pytest.raises(NoSuchJob, match=r"'abcd' is the start of both run abcd1234 \(e\) and "
+                                        "sweep abcd9999: give more characters"):
+        select(registry, "abcd")
+    with pytest.raises(NoSuchJob, match="'feed' matches several sweeps: feed0002, feed0001; "
+                                        "give more characters"):
+        select(registry, "feed")
+    registry.add([dict(id="3333dddd", exp_name="abcd", mode="local", state="succeeded",
+                       log_dir=str(tmp_path), created=2e9)])
+    assert ids("abcd") == ["3333dddd"]  # an experiment's name comes first
+
+
+def test_a_metric_in_several_formats_is_read_from_the_first_everywhere(tmp_path, monkeypatch):
+    def two_formats(doodad_config, variant):
+        from torch.utils.tensorboard import SummaryWriter
+
+        from easylaunch import log_metrics
+
+        writer = SummaryWriter(log_dir=doodad_config.base_log_dir)
+        for step, loss in enumerate((10.0, 5.0)):
+            log_metrics(step=step, loss=loss)
+            writer.add_scalar("loss", loss * 10, step)
+            writer.add_scalar("reward", loss * 2, step)
+        writer.close()
+
+    config = settings_file(tmp_path)
+    run_experiment(two_formats, variant={}, exp_name="formats", mode="here_no_doodad",
+                   config=config).result()
+    table = load_sweep("formats", config=config)
+    assert table["metric.loss"].tolist() == [5.0] and table["metric.reward"].tolist() == [10.0]
+    history = load_histories("formats", config=config)
+    assert history[["source", "metric", "value"]].values.tolist() == [
+        ["metrics.jsonl", "loss", 10.0], ["metrics.jsonl", "loss", 5.0],
+        ["tensorboard", "reward", 20.0], ["tensorboard", "reward", 10.0]]
+    drawn = []
+    curves = plot._curves
+    monkeypatch.setattr(plot, "_curves",
+                        lambda points, by, x: drawn.append(points) or curves(points, by, x))
+    plot_sweep("formats", "loss", config=config)
+    assert drawn[0][["source", "value"]].values.tolist() == [["metrics.jsonl", 10.0],
+                                                             ["metrics.jsonl", 5.0]]
+
+
+def test_curves_are_each_groups_mean_min_and_max_at_each_step():
+    import pandas as pd
+
+    points = pd.DataFrame([  # run, lr, step, time, value
+        ("c", 0.2, 0, 300.0, 9.0), ("c", 0.2, 1, 301.0, 8.0),
+        ("c", 0.2, 1, 305.0, 7.0),  # step 1 again, by the attempt after a restart
+        ("a", 0.1, 0, 100.0, 4.0), ("a", 0.1, 1, 101.0, 2.0),
+        ("b", 0.1, 0, 200.0, 6.0), ("b", 0.1, 1, 202.0, 4.0),
+        ("d", math.nan, 0, 400.0, 1.0)], columns=["run_id", "lr", "step", "time", "value"])
+    curves = _curves(points, "lr", "step")
+    assert list(curves) == ["lr=0.1 (2 runs)", "lr=0.2 (1 run)", "lr=(not set) (1 run)"]
+    assert curves["lr=0.1 (2 runs)"].to_dict("list") == {
+        "x": [0.0, 1.0], "mean": [5.0, 3.0], "low": [4.0, 2.0], "high": [6.0, 4.0]}
+    assert curves["lr=0.2 (1 run)"]["mean"].tolist() == [9.0, 7.0]  # the step redone: last
+    assert curves["lr=(not set) (1 run)"]["mean"].tolist() == [1.0]
+    by_time = _curves(points, "lr", "time")  # the runs' mean seconds since their first value
+    assert by_time["lr=0.1 (2 runs)"]["x"].tolist() == [0.0, 1.5]
+    assert by_time["lr=0.2 (1 run)"]["x"].tolist() == [0.0, 5.0]
+    (label, curve), = _curves(points, None, "step").items()
+    assert label == "all (4 runs)" and curve["high"].tolist() == [9.0, 7.0]
+
+
+def test_variants_keep_empty_dicts_and_leave_out_what_cannot_be_read(tmp_path):
+    config = settings_file(tmp_path)
+    small = run_experiment(jobfns.double, variant={"x": 1, "opt": {}}, exp_name="v",
+                           mode="here_no_doodad", config=config)
+    large = run_experiment(jobfns.double, variant={"x": 2, "blob": "z" * 20_000},
+                           exp_name="v", mode="here_no_doodad", config=config)
+    (large.log_dir / "variant.json").write_text('{"x": 2, "blob": "zzz')  # (damaged)
+    with pytest.warns(UserWarning, match=rf"run {large.id}: its variant, too large for the "
+                                         r"registry, is left out \(.*variant.json is damaged"):
+        table = load_sweep("v", config=config).set_index("run_id")
+    assert table.loc[small.id, "opt"] == {} and table.loc[small.id, "x"] == 1  # as ls shows
+    assert math.isnan(table.loc[large.id, "x"])
+    assert not [c for c in table.columns if c.startswith("_large_variant")]
+
+
+def test_a_cluster_runs_metrics_are_read_where_its_job_writes_them(tmp_path):
+    """A shared file system: the job's folder is read, whatever formats it holds."""
+    here, there = tmp_path / "here", tmp_path / "scratch"
+    here.mkdir()
+    there.mkdir()
+    (here / "launch.json").write_text(json.dumps({
+        "run_id": "abcd1234", "exp_name": "e", "mode": "slurm", "request": {},
+        "backend": {"job_log_dir": str(there)}}))
+    (there / "events.out.tfevents.1.node").write_bytes(b"")  # (event files alone)
+    registry = Registry(tmp_path / "registry.sqlite3")
+    registry.add([dict(id="abcd1234", exp_name="e", mode="slurm", state="succeeded",
+                       log_dir=str(here), remote_log_dir=str(there), created=1e9)])
+    shown = Shown(registry.find("abcd1234"), "succeeded", 0)
+    assert metrics_folder(shown, fetch=False) == there
+    (there / "events.out.tfevents.1.node").unlink()
+    there.rmdir()  # (not reachable from here: the local copy)
+    assert metrics_folder(shown, fetch=False) == here
 
 
 def test_load_sweep_of_a_slurm_sweep(slurm_cfg):

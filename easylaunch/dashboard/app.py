@@ -73,7 +73,7 @@ def create_app(config: ConfigArg, token: str, port: int,
         return page(request, "charts.html", charts=found, open=still, run_id=run_id)
 
     def sweep_id(request: Request) -> str:
-        return views.find_sweep(registry, request.path_params["id"])
+        return registry.find_sweep(request.path_params["id"])
 
     def sweep(request: Request) -> Response:
         view = views.sweep_view(sweep_id(request), config)

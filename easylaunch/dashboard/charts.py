@@ -8,7 +8,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from easylaunch.results.readers import SOURCES, Point
+from easylaunch.results.readers import Point
 
 WIDTH, HEIGHT = 420, 220
 LEFT, RIGHT, TOP, BOTTOM = 60, 12, 12, 30  # margins around the plot area
@@ -103,16 +103,14 @@ def line_chart(title: str, xs: Sequence[float], ys: Sequence[float]) -> Chart | 
 
 
 def metric_charts(points: Iterable[Point]) -> list[Chart]:
-    """A chart per metric of a run's points, against the step, in the order first logged; a
-    name found in several formats is taken from the first of SOURCES (as ``load_sweep``
-    does). A series that cannot be drawn gets a chart saying why (the others, and the page,
-    still show)."""
-    found: dict[str, dict[str, list[Point]]] = {}  # metric -> source -> its points
+    """A chart per metric of a run's points (as ``read_run`` gives them: each metric's from
+    one format), against the step, in the order first logged. A series that cannot be drawn
+    gets a chart saying why (the others, and the page, still show)."""
+    found: dict[str, list[Point]] = {}  # metric -> its points
     for point in points:
-        found.setdefault(point.metric, {}).setdefault(point.source, []).append(point)
+        found.setdefault(point.metric, []).append(point)
     charts = []
-    for metric, sources in found.items():
-        series = sources[min(sources, key=SOURCES.index)]
+    for metric, series in found.items():
         try:
             chart = line_chart(metric, [p.step for p in series], [p.value for p in series])
         except Exception as exc:  # (one series that cannot be drawn must not hide the run)

@@ -289,20 +289,6 @@ def log_chunk(registry: Registry, run_id: str, stream: str, offset: int) -> LogC
     return LogChunk(text, offset, still)
 
 
-def find_sweep(registry: Registry, part: str) -> str:
-    """The one sweep id that is or starts with ``part``."""
-    found = list(dict.fromkeys(e.sweep for e in registry.list(sweep=part)[0]))
-    if part in found:
-        return part
-    if not found:
-        raise NoSuchJob(f"no sweep id is or starts with {part!r}")
-    if len(found) > 1:
-        more = " and more" if len(found) > 10 else ""
-        raise NoSuchJob(f"{part!r} matches several sweeps: {', '.join(found[:10])}{more}; "
-                        "give more characters")
-    return found[0]
-
-
 SWEEP_COLUMNS = ("run_id", "state", "note", "restarts", "runtime_s", "job_id")  # shown first
 
 

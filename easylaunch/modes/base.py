@@ -87,6 +87,10 @@ class Mode(ABC):
         """Where this run's log file ``name`` can be read from this machine."""
         return job.log_dir / name
 
+    def readable_folder(self, job: Job) -> Path:
+        """The folder this run's files (metrics, event files) are read from on this machine."""
+        return job.log_dir
+
     def sync_logs(self, job: Job) -> None:
         """Bring the run's logs up to date here, where it writes them elsewhere (default: it
         writes them here)."""

@@ -136,6 +136,12 @@ class HostedMode(Mode):
         there = Path(self._job_log_dir(job)) / name
         return there if self.transport.is_local and there.exists() else job.log_dir / name
 
+    def readable_folder(self, job: Job) -> Path:
+        """The folder the job writes, where it is readable here (a shared file system), else
+        the local copy."""
+        there = Path(self._job_log_dir(job))
+        return there if self.transport.is_local and there.is_dir() else job.log_dir
+
     def _mirrored(self, job: Job) -> bool:
         """Whether the job keeps its record somewhere other than its local folder."""
         return not self.transport.is_local or self._job_log_dir(job) != str(job.log_dir)

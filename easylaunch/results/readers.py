@@ -3,8 +3,9 @@
 Three formats: ``metrics.jsonl`` (``easylaunch.log_metrics``), ``progress.csv`` as rlkit writes
 it (a header row of names, one row per epoch) and TensorBoard event files
 (``events.out.tfevents.*``, anywhere in the folder; read with the ``tensorboard`` package,
-``pip install 'easylaunch[tensorboard]'``). A last line cut short (a run writing, or one that
-crashed mid-write) is left out, and so is any line that does not read.
+``pip install 'easylaunch[tensorboard]'``). A metric found in several formats is taken from
+the first of SOURCES. A last line cut short (a run writing, or one that crashed mid-write) is
+left out, and so is any line that does not read.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import json
 import math
 import os
 import warnings
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import NamedTuple
 
@@ -24,9 +25,12 @@ from easylaunch.results.errors import need
 from easylaunch.runner import CHECKPOINT_DIR, METRICS_JSONL
 
 PROGRESS_CSV = "progress.csv"
+TENSORBOARD = "tensorboard"  # the source of points read from event files
 EVENTS_PREFIX = "events.out.tfevents."
 CSV_STEP_COLUMNS = ("Epoch", "epoch")  # rlkit's names for the step, first found wins
-SOURCES = ("metrics.jsonl", "progress.csv", "tensorboard")  # in the order a name is taken from
+SOURCES = (METRICS_JSONL, PROGRESS_CSV, TENSORBOARD)  # in the order a name is taken from
+Metrics = Collection[str] | None  # the metric names to read (None: all)
+_warned_no_tensorboard = False  # (said once a process, not once a run)
 
 
 class Point(NamedTuple):
@@ -55,8 +59,9 @@ def _number(value: object) -> float | None:
     return None
 
 
-def read_metrics_jsonl(path: Path) -> list[Point]:
-    """The points of a ``metrics.jsonl``; a line without a step gets its line number."""
+def read_metrics_jsonl(path: Path, metrics: Metrics = None) -> list[Point]:
+    """The points of a ``metrics.jsonl`` (only ``metrics``, if given); a line without a step
+    gets its line number."""
     points = []
     for index, line in enumerate(_whole_lines(path)):
         try:
@@ -70,7 +75,8 @@ def read_metrics_jsonl(path: Path) -> list[Point]:
         step = float(index) if step is None or math.isnan(step) else step
         when = math.nan if when is None else when
         points.extend(Point(METRICS_JSONL, name, step, when, value)
-                      for name, value in ((n, _number(v)) for n, v in record.items())
+                      for name, value in ((n, _number(v)) for n, v in record.items()
+                                          if metrics is None or n in metrics)
                       if value is not None)
     return points
 
@@ -82,14 +88,17 @@ def _csv_number(text: str | None) -> float | None:
         return None
 
 
-def read_progress_csv(path: Path) -> list[Point]:
-    """The points of an rlkit ``progress.csv``: every numeric column, against the ``Epoch``
-    (or ``epoch``) column, else the row's number. It records no times (NaN)."""
+def read_progress_csv(path: Path, metrics: Metrics = None) -> list[Point]:
+    """The points of an rlkit ``progress.csv``: every numeric column (only ``metrics``, if
+    given), against the ``Epoch`` (or ``epoch``) column, else the row's number. It records no
+    times (NaN)."""
     rows = list(csv.reader(io.StringIO("\n".join(_whole_lines(path)))))
     if not rows:
         return []
     header, body = rows[0], [r for r in rows[1:] if len(r) == len(rows[0])]
     step_at = next((header.index(c) for c in CSV_STEP_COLUMNS if c in header), None)
+    wanted = {i for i, name in enumerate(header)
+              if i != step_at and (metrics is None or name in metrics)}
     points = []
     for index, row in enumerate(body):
         step = _csv_number(row[step_at]) if step_at is not None else None
@@ -97,14 +106,14 @@ def read_progress_csv(path: Path) -> list[Point]:
         points.extend(Point(PROGRESS_CSV, name, step, math.nan, value)
                       for i, (name, value) in enumerate(zip(header, map(_csv_number, row),
                                                             strict=True))
-                      if i != step_at and value is not None)
+                      if i in wanted and value is not None)
     return points
 
 
-def read_tensorboard(folder: Path) -> list[Point]:
-    """The scalars of the TensorBoard event files in ``folder`` (not below it): those written
-    as ``simple_value`` (torch's ``add_scalar``, tensorboardX) and one-value tensors
-    (``new_style=True``, TensorFlow 2)."""
+def read_tensorboard(folder: Path, metrics: Metrics = None) -> list[Point]:
+    """The scalars of the TensorBoard event files in ``folder`` (not below it; only the tags
+    in ``metrics``, if given): those written as ``simple_value`` (torch's ``add_scalar``,
+    tensorboardX) and one-value tensors (``new_style=True``, TensorFlow 2)."""
     accumulators = need("tensorboard.backend.event_processing.event_accumulator",
                         "tensorboard", "to read TensorBoard event files")
     tensor_util = need("tensorboard.util.tensor_util", "tensorboard",
@@ -112,14 +121,15 @@ def read_tensorboard(folder: Path) -> list[Point]:
     events = accumulators.EventAccumulator(str(folder), size_guidance={
         accumulators.SCALARS: 0, accumulators.TENSORS: 0})  # (0: keep every value)
     events.Reload()
-    tags = events.Tags()
-    points = [Point("tensorboard", tag, float(e.step), e.wall_time, e.value)
+    tags = {kind: [t for t in found if metrics is None or t in metrics]
+            for kind, found in events.Tags().items() if isinstance(found, list)}
+    points = [Point(TENSORBOARD, tag, float(e.step), e.wall_time, e.value)
               for tag in tags.get(accumulators.SCALARS, []) for e in events.Scalars(tag)]
     for tag in tags.get(accumulators.TENSORS, []):
         for e in events.Tensors(tag):
             array = tensor_util.make_ndarray(e.tensor_proto)
             if array.size == 1 and array.dtype.kind in "fiub":
-                points.append(Point("tensorboard", tag, float(e.step), e.wall_time,
+                points.append(Point(TENSORBOARD, tag, float(e.step), e.wall_time,
                                     float(array.reshape(-1)[0])))
     return points
 
@@ -136,16 +146,30 @@ def event_folders(run_dir: Path) -> list[Path]:
     return sorted(found)
 
 
-def read_run(run_dir: Path) -> Iterator[Point]:
-    """Every metric point in a run folder, from each format it holds. Event files found where
-    the tensorboard package is missing are passed over with a warning saying what to install."""
+def _all_points(run_dir: Path, metrics: Metrics) -> Iterator[Point]:
+    """The points of each format in ``run_dir``, in the order of SOURCES. Event files found
+    where the tensorboard package is missing are passed over with a warning (once a process)
+    saying what to install."""
+    global _warned_no_tensorboard
     for name, reader in ((METRICS_JSONL, read_metrics_jsonl), (PROGRESS_CSV, read_progress_csv)):
         path = run_dir / name
         if path.is_file():
-            yield from reader(path)
+            yield from reader(path, metrics)
     for folder in event_folders(run_dir):
         try:
-            yield from read_tensorboard(folder)
+            yield from read_tensorboard(folder, metrics)
         except ImportError as exc:
-            warnings.warn(f"{folder}: {exc}", stacklevel=2)
+            if not _warned_no_tensorboard:
+                _warned_no_tensorboard = True
+                warnings.warn(f"TensorBoard event files (first in {folder}) are passed over: "
+                              f"{exc}", stacklevel=3)
             return
+
+
+def read_run(run_dir: Path, metrics: Metrics = None) -> Iterator[Point]:
+    """The metric points in a run folder (only ``metrics``, if given), each metric's from the
+    first format of SOURCES that holds it."""
+    taken: dict[str, str] = {}  # metric -> the format it is taken from
+    for point in _all_points(run_dir, metrics):
+        if taken.setdefault(point.metric, point.source) == point.source:
+            yield point

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -19,7 +19,7 @@ from easylaunch import runner
 from easylaunch.errors import EasyLaunchError
 from easylaunch.registry import NoSuchJob
 from easylaunch.results.errors import NoSuchMetric, choices, need
-from easylaunch.results.readers import PROGRESS_CSV, SOURCES, read_run
+from easylaunch.results.readers import PROGRESS_CSV, Metrics, read_run
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -55,15 +55,22 @@ def select(registry: Registry, selection: Selection) -> list[Entry]:
 
 
 def _select_one(registry: Registry, part: str) -> list[Entry]:
+    """The runs of the experiment ``part``; else of the sweep or the run it names (both: an
+    error, as sweep and run ids look alike); else of the experiments it is a part of."""
     if part in registry.experiments():
         return registry.list(exp=part)[0]
-    in_sweep = registry.list(sweep=part)[0]
-    if in_sweep:
-        return in_sweep
     try:
-        return [registry.find(part)]
+        run: Entry | None = registry.find(part)
     except NoSuchJob as exc:
-        as_run = exc
+        run, as_run = None, exc
+    if registry.list(sweep=part, limit=0)[1]:  # (some sweep id is or starts with it)
+        sweep = registry.find_sweep(part)  # (several: an error listing them)
+        if run is not None:
+            raise NoSuchJob(f"{part!r} is the start of both run {run.id} ({run.exp_name}) and "
+                            f"sweep {sweep}: give more characters")
+        return registry.list(sweep=sweep)[0]
+    if run is not None:
+        return [run]
     in_exp = registry.list(exp=part)[0]
     if in_exp:
         return in_exp
@@ -74,9 +81,9 @@ def _select_one(registry: Registry, part: str) -> list[Entry]:
 def metrics_folder(shown: Shown, fetch: bool) -> Path:
     """Where a run's metric files are read from here: its own folder, or, for a run whose
     files live elsewhere (``remote_log_dir``), what its mode brings back. ``fetch``: the whole
-    run folder, as ``easylaunch fetch`` does; else its metric files as the mode has them (a
-    cloud run's last sync to the bucket; the folder a cluster's job writes, where the file
-    system is shared; a remote cluster's runs come back whole when they end)."""
+    run folder, as ``easylaunch fetch`` does; else the folder the mode reads it from (the one
+    a cluster's job writes, where the file system is shared; a remote cluster's runs come back
+    whole when they end), with a cloud run's metric files as last synced to the bucket."""
     from easylaunch.jobs import Job
 
     here = Path(shown.entry.log_dir)
@@ -87,12 +94,13 @@ def metrics_folder(shown: Shown, fetch: bool) -> Path:
         if fetch:
             job.fetch()
             return here
-        paths = [job.mode.log_file(job, name) for name in (runner.METRICS_JSONL, PROGRESS_CSV)]
+        for name in (runner.METRICS_JSONL, PROGRESS_CSV):
+            job.mode.log_file(job, name)  # (a cloud run's: copied here from the bucket)
+        return job.mode.readable_folder(job)
     except (EasyLaunchError, OSError) as exc:
         warnings.warn(f"run {shown.entry.id}: its metrics could not be brought here ({exc}); "
                       "reading what its folder holds", stacklevel=3)
         return here
-    return next((p.parent for p in paths if p.exists()), here)
 
 
 def runs_of(selection: Selection, fetch: bool = False, config: ConfigArg = None) -> list[Run]:
@@ -108,28 +116,49 @@ def runs_of(selection: Selection, fetch: bool = False, config: ConfigArg = None)
 
 
 def variant_of(entry: Entry) -> dict:
-    """The run's variant: the registry's copy, or variant.json for one too large for it."""
+    """The run's variant: the registry's copy, or variant.json for one too large for it (a
+    variant.json that cannot be read: an empty variant, with a warning saying why)."""
     from easylaunch.api import LARGE_VARIANT_KEY
     from easylaunch.bundle import VARIANT_JSON
 
     if LARGE_VARIANT_KEY not in entry.variant:
         return entry.variant
+    path = Path(entry.log_dir) / VARIANT_JSON
     try:
-        return runner.read_json(str(Path(entry.log_dir) / VARIANT_JSON))
-    except (runner.DamagedRecord, OSError):
-        return entry.variant
+        whole, why = runner.read_json(str(path)), f"{path} is missing"
+    except (runner.DamagedRecord, OSError) as exc:
+        whole, why = {}, str(exc)
+    if not whole:
+        warnings.warn(f"run {entry.id}: its variant, too large for the registry, is left out "
+                      f"({why})", stacklevel=2)
+    return whole
 
 
-def _flat(records: list[dict], prefix: str, taken: Sequence[str]) -> pd.DataFrame:
-    """Nested dicts as columns ``<prefix>a.b``; a name in ``taken`` gets ``variant.``."""
+def _flat(record: Mapping, prefix: str = "") -> dict[str, Any]:
+    """Nested keys as ``a.b`` (an empty mapping is a value, as ``easylaunch ls`` shows it)."""
+    found: dict[str, Any] = {}
+    for key, value in record.items():
+        if isinstance(value, Mapping) and value:
+            found.update(_flat(value, f"{prefix}{key}."))
+        else:
+            found[f"{prefix}{key}"] = value
+    return found
+
+
+def _table(records: list[Mapping], prefix: str, taken: Sequence[str]) -> pd.DataFrame:
+    """Records as columns ``<prefix>a.b`` (see :func:`_flat`); a name in ``taken`` gets
+    ``variant.``."""
     pd = need("pandas", "results", "to load results")
-    table = pd.json_normalize(records, sep=".").add_prefix(prefix)
+    table = pd.DataFrame([_flat(r, prefix) for r in records], index=range(len(records)))
     return table.rename(columns={c: f"variant.{c}" for c in table.columns if c in taken})
 
 
-def _points(runs: list[Run]) -> pd.DataFrame:
+def _points(runs: list[Run], metrics: Metrics = None) -> pd.DataFrame:
+    """The points of the runs (each metric's from its first format; only ``metrics``, if
+    given), a row each."""
     pd = need("pandas", "results", "to load results")
-    rows = [(run.shown.entry.id, *point) for run in runs for point in read_run(run.folder)]
+    rows = [(run.shown.entry.id, *point) for run in runs
+            for point in read_run(run.folder, metrics)]
     return pd.DataFrame(rows, columns=list(POINT_COLUMNS)).astype(
         {"run_id": str, "source": str, "metric": str, "step": float, "time": float,
          "value": float})
@@ -137,30 +166,22 @@ def _points(runs: list[Run]) -> pd.DataFrame:
 
 def last_values(points: pd.DataFrame) -> pd.DataFrame:
     """Each run's last value (at its largest step; of equal steps, the last written) of each
-    metric, as columns ``metric.<name>``; a name found in several formats is taken from the
-    first of SOURCES."""
+    metric, as columns ``metric.<name>``."""
     if points.empty:
         return points[[]].set_index(points["run_id"])
-    rank = points["source"].map({s: i for i, s in enumerate(SOURCES)})
-    first = points[rank == rank.groupby([points["run_id"], points["metric"]]).transform("min")]
-    last = first.sort_values("step", kind="stable").groupby(["run_id", "metric"]).nth(-1)
+    last = points.sort_values("step", kind="stable").groupby(["run_id", "metric"]).nth(-1)
     table = last.pivot(index="run_id", columns="metric", values="value")
     return table.add_prefix("metric.").rename_axis(columns=None)
 
 
 def _result(log_dir: str, run_id: str) -> Any:
     """The run's return value from result.pkl (None: none, or it failed)."""
-    import cloudpickle
-
     try:
-        with open(Path(log_dir) / runner.RESULT_PKL, "rb") as f:
-            outcome = cloudpickle.load(f)
-    except FileNotFoundError:
-        return None
+        outcome = runner.load_outcome(log_dir)
     except Exception as exc:  # noqa: BLE001 - a result this process cannot unpickle
         warnings.warn(f"run {run_id}: its result cannot be loaded here ({exc!r})", stacklevel=3)
         return None
-    return outcome[1] if outcome[0] == "success" else None
+    return outcome[1] if outcome is not None and outcome[0] == "success" else None
 
 
 def _run_row(shown: Shown, now: float) -> dict:
@@ -196,9 +217,9 @@ def load_sweep(selection: Selection, *, fetch: bool = False,
     runs = runs_of(selection, fetch, config)
     now = time.time()
     table = pd.DataFrame([_run_row(r.shown, now) for r in runs], columns=list(RUN_COLUMNS))
-    variants = _flat([variant_of(r.shown.entry) for r in runs], "", RUN_COLUMNS)
+    variants = _table([variant_of(r.shown.entry) for r in runs], "", RUN_COLUMNS)
     values = [_result(r.shown.entry.log_dir, r.shown.entry.id) for r in runs]
-    results = _flat([v if isinstance(v, dict) else {} for v in values], "result.", ())
+    results = _table([v if isinstance(v, dict) else {} for v in values], "result.", ())
     if any(v is not None and not isinstance(v, dict) for v in values):
         results.insert(0, "result", [None if isinstance(v, dict) else v for v in values])
     table = pd.concat([table, variants, results], axis=1)
@@ -215,13 +236,13 @@ def load_histories(selection: Selection, *, metrics: Sequence[str] | None = None
     :class:`NoSuchMetric`, listing those there are). Other arguments as for load_sweep."""
     need("pandas", "results", "to load results")
     runs = runs_of(selection, fetch, config)
-    points = _points(runs)
-    if metrics is not None:
-        missing = [m for m in metrics if m not in set(points["metric"])]
-        if missing:
-            raise NoSuchMetric(f"no run of {selection!r} logged {', '.join(missing)}; metrics "
-                               f"there: {choices(sorted(set(points['metric'])))}")
-        points = points[points["metric"].isin(metrics)].reset_index(drop=True)
-    variants = _flat([variant_of(r.shown.entry) for r in runs], "", POINT_COLUMNS)
+    points = _points(runs, metrics)
+    logged = set(points["metric"])
+    missing = [m for m in metrics or () if m not in logged]
+    if missing:
+        there = sorted(set(_points(runs)["metric"]))
+        raise NoSuchMetric(f"no run of {selection!r} logged {', '.join(missing)}; metrics "
+                           f"there: {choices(there)}")
+    variants = _table([variant_of(r.shown.entry) for r in runs], "", POINT_COLUMNS)
     variants.insert(0, "run_id", [r.shown.entry.id for r in runs])
     return points.merge(variants, on="run_id", how="left")
