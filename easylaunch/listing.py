@@ -12,6 +12,7 @@ import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from easylaunch.errors import EasyLaunchError
 from easylaunch.registry import Entry
@@ -48,16 +49,21 @@ def job_label(entry: Entry) -> str:
     return next((str(entry.backend[f]) for f in JOB_FIELDS if entry.backend.get(f)), "")
 
 
-def flatten(variant: Mapping, prefix: str = "") -> dict[str, str]:
-    """Nested variant keys as ``a.b``, values as short text."""
-    flat: dict[str, str] = {}
-    for key, value in variant.items():
+def flat_items(record: Mapping, prefix: str = "") -> dict[str, Any]:
+    """Nested keys as ``a.b`` with their values (an empty mapping is a value)."""
+    flat: dict[str, Any] = {}
+    for key, value in record.items():
         name = f"{prefix}{key}"
         if isinstance(value, Mapping) and value:
-            flat.update(flatten(value, f"{name}."))
+            flat.update(flat_items(value, f"{name}."))
         else:
-            flat[name] = str(value)
+            flat[name] = value
     return flat
+
+
+def flatten(variant: Mapping) -> dict[str, str]:
+    """Nested variant keys as ``a.b``, values as short text."""
+    return {key: str(value) for key, value in flat_items(variant).items()}
 
 
 def differing_keys(variants: Sequence[Mapping]) -> list[str]:

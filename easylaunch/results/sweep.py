@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from easylaunch import runner
 from easylaunch.errors import EasyLaunchError
+from easylaunch.listing import flat_items
 from easylaunch.registry import NoSuchJob
 from easylaunch.results.errors import NoSuchMetric, choices, need
 from easylaunch.results.readers import PROGRESS_CSV, Metrics, read_run
@@ -134,22 +135,11 @@ def variant_of(entry: Entry) -> dict:
     return whole
 
 
-def _flat(record: Mapping, prefix: str = "") -> dict[str, Any]:
-    """Nested keys as ``a.b`` (an empty mapping is a value, as ``easylaunch ls`` shows it)."""
-    found: dict[str, Any] = {}
-    for key, value in record.items():
-        if isinstance(value, Mapping) and value:
-            found.update(_flat(value, f"{prefix}{key}."))
-        else:
-            found[f"{prefix}{key}"] = value
-    return found
-
-
 def _table(records: list[Mapping], prefix: str, taken: Sequence[str]) -> pd.DataFrame:
-    """Records as columns ``<prefix>a.b`` (see :func:`_flat`); a name in ``taken`` gets
-    ``variant.``."""
+    """Records as columns ``<prefix>a.b`` (nested keys flattened as ``easylaunch ls`` shows
+    them); a name in ``taken`` gets ``variant.``."""
     pd = need("pandas", "results", "to load results")
-    table = pd.DataFrame([_flat(r, prefix) for r in records], index=range(len(records)))
+    table = pd.DataFrame([flat_items(r, prefix) for r in records], index=range(len(records)))
     return table.rename(columns={c: f"variant.{c}" for c in table.columns if c in taken})
 
 
