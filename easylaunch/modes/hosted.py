@@ -133,8 +133,8 @@ class HostedMode(Mode):
 
     def log_file(self, job: Job, name: str) -> Path:
         """The log where the job writes it when that is readable here, else the local copy."""
-        there = Path(self._job_log_dir(job)) / name
-        return there if self.transport.is_local and there.exists() else job.log_dir / name
+        there = self.readable_folder(job) / name
+        return there if there.exists() else job.log_dir / name
 
     def readable_folder(self, job: Job) -> Path:
         """The folder the job writes, where it is readable here (a shared file system), else
