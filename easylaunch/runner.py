@@ -723,10 +723,8 @@ def _metrics_into(log_dir: str):
         copies = {sys.modules.get(__name__), sys.modules.get("easylaunch.runner")} - {None}
         try:  # (a stop signal may cut a flush short: the environment is put back all the same)
             for copy in copies:
-                if hasattr(copy, "close_metrics"):
+                if hasattr(copy, "close_metrics"):  # (an easylaunch older than metrics: none)
                     copy.close_metrics(path)
-                elif hasattr(copy, "flush_metrics"):  # (an older easylaunch's)
-                    copy.flush_metrics()
         finally:
             if before is None:
                 os.environ.pop(ENV_METRICS_FILE, None)
