@@ -24,7 +24,7 @@ import boto3
 from moto.server import ThreadedMotoServer
 
 from easylaunch import run_sweep
-from easylaunch.modes.cloud.instance_agent import S3Store
+from easylaunch_job.cloud.stores import S3Store
 
 REPO = Path(__file__).resolve().parent.parent
 REGION = "us-east-1"

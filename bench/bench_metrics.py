@@ -18,19 +18,20 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from easylaunch import runner
+from easylaunch_job.environment import ENV_METRICS_FILE
+from easylaunch_job.metrics import flush_metrics
 
 
 def ways(folder: Path) -> dict[str, Callable[[int], None]]:
     """Each way of logging one step of (loss, acc, lr), as a function of the step count that
     logs that many steps and flushes."""
-    os.environ[runner.ENV_METRICS_FILE] = str(folder / "metrics.jsonl")
+    os.environ[ENV_METRICS_FILE] = str(folder / "metrics.jsonl")
     plain = open(folder / "plain.jsonl", "a")  # noqa: SIM115 - open for the whole benchmark
 
     def log_metrics(steps: int) -> None:
         for step in range(steps):
-            runner.log_metrics(step=step, loss=0.5 / (step + 1), acc=0.9, lr=1e-3)
-        runner.flush_metrics()
+            log_metrics(step=step, loss=0.5 / (step + 1), acc=0.9, lr=1e-3)
+        flush_metrics()
 
     def append_line(steps: int) -> None:
         for step in range(steps):

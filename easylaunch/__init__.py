@@ -12,7 +12,8 @@ from easylaunch.jobs import Job, JobState
 from easylaunch.progress import wait_all
 from easylaunch.registry import NoSuchJob, RegistryError
 from easylaunch.results import load_histories, load_sweep, plot_sweep
-from easylaunch.runner import DoodadConfig, GitInfo, flush_metrics, log_metrics
+from easylaunch_job.config import DoodadConfig, GitInfo
+from easylaunch_job.metrics import flush_metrics, log_metrics
 
 __version__ = "0.1.0"
 

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 from easylaunch.bundle import (
-    SNAPSHOT_STORE,
     VARIANT_JSON,
     BundleSpec,
     Run,
@@ -43,9 +42,9 @@ from easylaunch.preview import Preview, dry_run_by_default, show
 from easylaunch.progress import track
 from easylaunch.registry import Registry, open_registry
 from easylaunch.request import LaunchRequest
-from easylaunch.runner import update_status
 from easylaunch.settings import ConfigArg, Settings, load_settings, override, save_settings
 from easylaunch.snapshot import snapshot
+from easylaunch_job.records import SNAPSHOT_STORE, update_status
 
 EXP_NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,99}")
 RESERVED_VARIANT_KEY = "doodad_config"

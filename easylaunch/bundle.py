@@ -26,25 +26,33 @@ from typing import Any
 
 import cloudpickle
 
-from easylaunch import runner
-from easylaunch.runner import GitInfo, write_bytes_atomic, write_json_atomic
+from easylaunch.jobpack import job_archive
 from easylaunch.snapshot import Snapshot
+from easylaunch_job.config import GitInfo
+from easylaunch_job.environment import process_start_time, python_minor
+from easylaunch_job.records import (
+    BUNDLE_DIR,
+    BUNDLE_FORMAT,
+    BUNDLE_JSON,
+    FUNCTION_PKL,
+    JOB_PYZ,
+    STATUS_JSON,
+    VARIANT_PKL,
+    read_json,
+    write_bytes_atomic,
+    write_json_atomic,
+)
 
-BUNDLE_DIR = "bundle"
 CODE_DIR = "code"
 GIT_DIR = "git"
 LAUNCH_JSON = "launch.json"
 VARIANT_JSON = "variant.json"
-STDOUT_LOG = "stdout.log"
-STDERR_LOG = "stderr.log"
-SNAPSHOT_STORE = ".snapshots"
 BLOB_STORE = ".blobs"
 LAUNCH_STORE = ".launches"  # one empty file per launch its mode took: <launch id>
 PARTIAL_DIR = ".partial"  # run folders being made (in the log root), renamed out when complete
-RUNNER_FILE = "runner.py"
+OLD_RUNNER = "runner.py"  # the job side in bundles made before easylaunch_job (one file)
 
 ID_CHARS = 8
-_RUNNER_SOURCE = Path(runner.__file__).read_bytes()
 
 
 @dataclass
@@ -132,7 +140,8 @@ def blob_name(name: str, data: bytes) -> str:
 def store_blob(root: Path, name: str, data: bytes) -> Path:
     """Keep ``data`` once per content in ``<root>/.blobs/``; return its path there.
 
-    Bundles link to it, so a sweep holds one pickled function and one runner, not one per run.
+    Bundles link to it, so a sweep holds one pickled function and one job side, not one per
+    run.
     """
     path = root / BLOB_STORE / blob_name(name, data)
     if not path.exists():
@@ -141,10 +150,10 @@ def store_blob(root: Path, name: str, data: bytes) -> Path:
 
 
 def bundle_blobs(root: Path, function_bytes: bytes, mode: int) -> dict[str, Path]:
-    """The pickled function and the runner of a launch, stored once per content."""
+    """The pickled function and the job side of a launch, stored once per content."""
     make_store(root / BLOB_STORE, mode)
-    return {runner.FUNCTION_PKL: store_blob(root, runner.FUNCTION_PKL, function_bytes),
-            RUNNER_FILE: store_blob(root, RUNNER_FILE, _RUNNER_SOURCE)}
+    return {FUNCTION_PKL: store_blob(root, FUNCTION_PKL, function_bytes),
+            JOB_PYZ: store_blob(root, JOB_PYZ, job_archive())}
 
 
 def _launcher_fields(now: float) -> dict:
@@ -154,7 +163,7 @@ def _launcher_fields(now: float) -> dict:
         "host": socket.gethostname(),
         "user": getpass.getuser(),
         "launcher_pid": os.getpid(),
-        "launcher_started": runner.process_start_time(os.getpid()),
+        "launcher_started": process_start_time(os.getpid()),
         "python": sys.version.split()[0],
         "python_executable": sys.executable,
         "cloudpickle": cloudpickle.__version__,
@@ -183,11 +192,11 @@ def _launch_record(spec: BundleSpec, run_id: str, log_dir: Path, index: int) -> 
 
 def _bundle_metadata(spec: BundleSpec, run_id: str, final: Path, code_dirs: list[str]) -> dict:
     return {
-        "format": runner.BUNDLE_FORMAT,
+        "format": BUNDLE_FORMAT,
         "run_id": run_id,
         "exp_name": _doodad_exp_name(spec.exp_name, spec.prepend_date),
         "log_dir": str(final),
-        "python_minor": runner.python_minor(),
+        "python_minor": python_minor(),
         "cloudpickle": cloudpickle.__version__,
         "use_gpu": spec.use_gpu,
         "gpu_id": spec.gpu_id,
@@ -215,8 +224,8 @@ def _write_bundle(spec: BundleSpec, tmp: Path, final: Path, meta: dict,
         os.symlink(os.path.relpath(snap.path, final / BUNDLE_DIR / CODE_DIR), link)
     for name, blob in spec.blobs.items():
         os.symlink(os.path.relpath(blob, final / BUNDLE_DIR), bundle / name)
-    write_bytes_atomic(str(bundle / runner.VARIANT_PKL), variant_bytes)
-    write_json_atomic(str(bundle / runner.BUNDLE_JSON), meta)
+    write_bytes_atomic(str(bundle / VARIANT_PKL), variant_bytes)
+    write_json_atomic(str(bundle / BUNDLE_JSON), meta)
 
 
 def _write_git_patches(folder: Path, git_infos: list[GitInfo]) -> None:
@@ -263,7 +272,7 @@ def remove_abandoned_partials(root: Path) -> None:
         return
     for name in names:
         pid = name[len(prefix):].split("-", 1)[0]
-        if pid.isdigit() and runner.process_start_time(int(pid)) is None:
+        if pid.isdigit() and process_start_time(int(pid)) is None:
             shutil.rmtree(root / PARTIAL_DIR / name, ignore_errors=True)
 
 
@@ -284,7 +293,7 @@ def create_run(spec: BundleSpec, variant: dict, variant_bytes: bytes, index: int
         status = _queued_status(run_id, now)
         if spec.runs_here:
             status.update(state="running", started_at=now, pid=os.getpid())
-        write_json_atomic(str(tmp / runner.STATUS_JSON), status)
+        write_json_atomic(str(tmp / STATUS_JSON), status)
         _write_git_patches(tmp, spec.git_infos)
         if spec.write_bundle:
             _write_bundle(spec, tmp, final, meta, variant_bytes)
@@ -309,32 +318,45 @@ def sweep_of(launch: dict) -> str | None:
     return launch.get("sweep_id") or launch.get("launch_id")
 
 
+def _renew_old_job_side(bundle: Path, final_bundle: Path, root: Path) -> None:
+    """Give a copied bundle that still has the one-file runner of older releases the job side
+    of this one (``job.pyz``, which every mode now starts)."""
+    if (bundle / JOB_PYZ).exists() or not os.path.lexists(bundle / OLD_RUNNER):
+        return
+    (bundle / OLD_RUNNER).unlink()
+    make_store(root / BLOB_STORE, root.stat().st_mode & 0o777)
+    blob = store_blob(root, JOB_PYZ, job_archive())
+    os.symlink(os.path.relpath(blob, final_bundle), bundle / JOB_PYZ)
+
+
 def clone_run(old_dir: Path, launch_id: str, mode_options: dict | None = None) -> Run:
     """A new run of an old run's bundle: same function, variant and code snapshots, new id
     (and ``mode_options`` in place of the old run's, when given).
 
-    The new folder sits beside the old one and links to the same snapshots.
+    The new folder sits beside the old one and links to the same snapshots. A bundle made
+    before easylaunch_job (its job side a ``runner.py``) gets today's job side instead.
     """
-    old_launch = runner.read_json(str(old_dir / LAUNCH_JSON))
-    old_meta = runner.read_json(str(old_dir / BUNDLE_DIR / runner.BUNDLE_JSON))
+    old_launch = read_json(str(old_dir / LAUNCH_JSON))
+    old_meta = read_json(str(old_dir / BUNDLE_DIR / BUNDLE_JSON))
     exp_name = old_launch["exp_name"]
     now = time.time()
     with _new_run_folder(old_dir.parent, exp_name, old_launch["request"]["prepend_date"],
                          now, old_dir.stat().st_mode & 0o777) as (run_id, tmp, final):
         shutil.copytree(old_dir / BUNDLE_DIR, tmp / BUNDLE_DIR, symlinks=True)
+        _renew_old_job_side(tmp / BUNDLE_DIR, final / BUNDLE_DIR, old_dir.parent.parent)
         if (old_dir / GIT_DIR).is_dir():
             shutil.copytree(old_dir / GIT_DIR, tmp / GIT_DIR)
         shutil.copy2(old_dir / VARIANT_JSON, tmp / VARIANT_JSON)
         meta = dict(old_meta, run_id=run_id, log_dir=str(final),
                     extra_launch_info=dict(old_meta["extra_launch_info"], run_id=run_id))
-        write_json_atomic(str(tmp / BUNDLE_DIR / runner.BUNDLE_JSON), meta)
+        write_json_atomic(str(tmp / BUNDLE_DIR / BUNDLE_JSON), meta)
         request = old_launch["request"] if mode_options is None else \
             dict(old_launch["request"], mode_options=mode_options)
         launch = dict(old_launch, **_launcher_fields(now), run_id=run_id, log_dir=str(final),
                       launch_id=launch_id, backend={}, resubmitted_from=old_launch["run_id"],
                       sweep_id=sweep_of(old_launch), request=request)
         write_json_atomic(str(tmp / LAUNCH_JSON), launch)
-        write_json_atomic(str(tmp / runner.STATUS_JSON),
+        write_json_atomic(str(tmp / STATUS_JSON),
                           _queued_status(run_id, now, resubmitted_from=old_launch["run_id"]))
-    variant = runner.read_json(str(final / VARIANT_JSON))
+    variant = read_json(str(final / VARIANT_JSON))
     return Run(run_id, exp_name, old_launch["mode"], final, variant, launch, meta)

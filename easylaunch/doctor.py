@@ -16,7 +16,7 @@ from typing import Any
 
 from easylaunch import doodad, settings
 from easylaunch.errors import EasyLaunchError, SettingsError
-from easylaunch.runner import python_minor
+from easylaunch_job.environment import python_minor
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 
-from easylaunch.runner import GitInfo
+from easylaunch_job.config import GitInfo
 
 _by_repo: dict[str, GitInfo | None] = {}
 

@@ -7,14 +7,24 @@ only while that record is not terminal (is the process still alive? did the sche
 from __future__ import annotations
 
 import contextlib
-import enum
 import os
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from easylaunch import bundle, runner
+from easylaunch import bundle
 from easylaunch.errors import EasyLaunchError, JobCancelledError, JobFailedError
+from easylaunch_job.outcome import load_outcome
+from easylaunch_job.records import (
+    STATUS_JSON,
+    STDERR_LOG,
+    STDOUT_LOG,
+    DamagedRecord,
+    read_json,
+    update_status,
+    write_json_atomic,
+)
+from easylaunch_job.states import TERMINAL_STATES, JobState
 
 if TYPE_CHECKING:
     from easylaunch.modes.base import Mode
@@ -31,25 +41,6 @@ class RemoteTraceback(Exception):
 
     def __str__(self) -> str:
         return self.args[0]
-
-
-class JobState(str, enum.Enum):
-    """Where a run stands. ``terminal`` states never change again."""
-
-    QUEUED = "queued"
-    RUNNING = "running"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-    TIMEOUT = "timeout"
-    UNKNOWN = "unknown"
-
-    @property
-    def terminal(self) -> bool:
-        return self.value in runner.TERMINAL_STATES
-
-    def __str__(self) -> str:
-        return self.value
 
 
 class Job:
@@ -76,8 +67,8 @@ class Job:
 
         log_dir = Path(log_dir)
         try:
-            launch = runner.read_json(str(log_dir / bundle.LAUNCH_JSON))
-        except runner.DamagedRecord as exc:
+            launch = read_json(str(log_dir / bundle.LAUNCH_JSON))
+        except DamagedRecord as exc:
             raise EasyLaunchError(f"its {bundle.LAUNCH_JSON} is damaged, so the run cannot "
                                   f"be tracked or acted on ({exc})") from None
         if not launch:
@@ -91,7 +82,7 @@ class Job:
     @property
     def launch_info(self) -> dict:
         """The run's launch.json: mode, ids, host, versions, command line, git commits."""
-        return runner.read_json(str(self.log_dir / bundle.LAUNCH_JSON))
+        return read_json(str(self.log_dir / bundle.LAUNCH_JSON))
 
     def info(self) -> dict:
         """The run's status.json as it is now (state, times, exit code, error).
@@ -104,13 +95,13 @@ class Job:
                                                 "exists (deleted or moved): its outcome is lost"}
         self.mode.sync_record(self)
         try:
-            status = runner.read_json(str(self.log_dir / runner.STATUS_JSON))
-        except runner.DamagedRecord as exc:
+            status = read_json(str(self.log_dir / STATUS_JSON))
+        except DamagedRecord as exc:
             if self._unwritten_end:
                 return self._unwritten_end
             raise DamagedRecordError(f"run {self.id}: {exc}; its state is unknown until the run "
                                      "writes it again") from None
-        if self._unwritten_end and status.get("state") not in runner.TERMINAL_STATES:
+        if self._unwritten_end and status.get("state") not in TERMINAL_STATES:
             return {**status, **self._unwritten_end}
         return status
 
@@ -180,7 +171,7 @@ class Job:
         if state in (JobState.CANCELLED, JobState.TIMEOUT):
             raise JobCancelledError(f"run {self.id} ended as {state}: {info.get('error', '')}")
         try:
-            outcome = runner.load_outcome(str(self.log_dir))
+            outcome = load_outcome(str(self.log_dir))
         except Exception as exc:  # noqa: BLE001 - a result this process cannot unpickle
             raise JobFailedError(f"run {self.id} {state}, but its result cannot be loaded "
                                  f"here ({exc!r}); error recorded: {info.get('error')}") from exc
@@ -205,7 +196,7 @@ class Job:
         :meth:`bundle.Run.record_backend` does at launch."""
         launch = self.launch_info
         launch.setdefault("backend", {}).update(ids)
-        runner.write_json_atomic(str(self.log_dir / bundle.LAUNCH_JSON), launch)
+        write_json_atomic(str(self.log_dir / bundle.LAUNCH_JSON), launch)
 
     def record_end(self, state: str, error: str) -> None:
         """Record a terminal state for a run whose own record has none (the first end wins).
@@ -214,7 +205,7 @@ class Job:
         the reason it is not on disk.
         """
         try:
-            runner.update_status(str(self.log_dir), state=state, ended_at=time.time(),
+            update_status(str(self.log_dir), state=state, ended_at=time.time(),
                                  error=error)
         except OSError as exc:
             self._unwritten_end = {"state": state, "ended_at": time.time(),
@@ -232,9 +223,9 @@ class Job:
     @property
     def stdout_path(self) -> Path:
         """The run's stdout log, where it can be read from here."""
-        return self.mode.log_file(self, bundle.STDOUT_LOG)
+        return self.mode.log_file(self, STDOUT_LOG)
 
     @property
     def stderr_path(self) -> Path:
         """The run's stderr log, where it can be read from here."""
-        return self.mode.log_file(self, bundle.STDERR_LOG)
+        return self.mode.log_file(self, STDERR_LOG)

@@ -1,4 +1,4 @@
-"""Argument lists that start the runner; composed by modes, never joined into shell strings."""
+"""Argument lists that start the job side; composed by modes, never joined into shell strings."""
 
 from __future__ import annotations
 
@@ -8,16 +8,16 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from easylaunch.bundle import RUNNER_FILE
 from easylaunch.errors import LaunchError
+from easylaunch_job.records import JOB_PYZ
 
 if TYPE_CHECKING:
     from easylaunch.settings import Mount
 
 
 def python_runner(python: str, bundle_dir: str | os.PathLike) -> list[str]:
-    """``python BUNDLE/runner.py BUNDLE``."""
-    return [python, str(Path(bundle_dir) / RUNNER_FILE), str(bundle_dir)]
+    """``python BUNDLE/job.pyz run BUNDLE``."""
+    return [python, str(Path(bundle_dir) / JOB_PYZ), "run", str(bundle_dir)]
 
 
 def run_binds(log_root: str | os.PathLike,

@@ -7,7 +7,7 @@ import signal
 import socket
 import time
 
-from easylaunch.runner import is_alive  # (the runner's: it also runs where runs run)
+from easylaunch_job.environment import is_alive
 
 
 def signal_group(pgid: int, sig: int = signal.SIGTERM) -> bool:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from easylaunch.errors import EasyLaunchError
 from easylaunch.jobs import JobState
+from easylaunch_job.records import STATUS_JSON, DamagedRecord, read_json
 
 if TYPE_CHECKING:
     from easylaunch.jobs import Job
@@ -62,12 +63,11 @@ def cancel_entry(registry: Registry, entry: Entry, timeout: float) -> tuple[JobS
 def ended_times(entry: Entry) -> dict:
     """A finished run's start and end from its status.json, for a registry row that lacks
     them (written before they were kept, or never refreshed since it ended)."""
-    from easylaunch import runner
     from easylaunch.registry import NO_TIME
 
     try:
-        info = runner.read_json(os.path.join(entry.log_dir, runner.STATUS_JSON))
-    except (runner.DamagedRecord, OSError):
+        info = read_json(os.path.join(entry.log_dir, STATUS_JSON))
+    except (DamagedRecord, OSError):
         info = {}
     # (NO_TIME: looked once, so a record without times is not read again)
     return {"ended": NO_TIME, **_times(info)}

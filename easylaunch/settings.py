@@ -26,7 +26,7 @@ from typing import Any, Union, get_args, get_origin
 from easylaunch import config_template
 from easylaunch.doodad import DOODAD_KEYS, translate_settings
 from easylaunch.errors import SettingsError
-from easylaunch.runner import write_bytes_atomic
+from easylaunch_job.records import write_bytes_atomic
 
 ENV_CONFIG = "EASYLAUNCH_CONFIG"
 LOCAL_CONFIG_NAME = "easylaunch_config.py"

@@ -75,7 +75,7 @@ def test_payload_travels_in_files_not_in_argv_or_env(cfg):
     assert len(job.result(timeout=60)["variant"]["big"]) == 200_000
     bundle = job.log_dir / "bundle"
     assert {p.name for p in bundle.iterdir()} == {
-        "bundle.json", "function.pkl", "variant.pkl", "runner.py", "code"}
+        "bundle.json", "function.pkl", "variant.pkl", "job.pyz", "code"}
     assert cloudpickle.loads((bundle / "variant.pkl").read_bytes()) == {"big": secret}
 
 
@@ -100,7 +100,7 @@ def test_runner_runs_without_easylaunch_installed(cfg, tmp_path):
     shutil.copytree(job.log_dir / "bundle", moved / "bundle", symlinks=False)
     python, env = _standalone_python(tmp_path)
     out_dir = tmp_path / "out"
-    proc = subprocess.run(python + [str(moved / "bundle/runner.py"), str(moved / "bundle"),
+    proc = subprocess.run(python + [str(moved / "bundle/job.pyz"), "run", str(moved / "bundle"),
                                     "--log-dir", str(out_dir)], env=env, capture_output=True)
     assert proc.returncode == 0, proc.stderr
     assert json.loads((out_dir / "status.json").read_text())["state"] == "succeeded"
@@ -116,7 +116,7 @@ def test_runner_refuses_another_python_minor_version(cfg, tmp_path):
     meta["python_minor"] = "2.7"
     meta_path.write_text(json.dumps(meta))
     out_dir = tmp_path / "rerun"
-    proc = subprocess.run([sys.executable, str(job.log_dir / "bundle/runner.py"),
+    proc = subprocess.run([sys.executable, str(job.log_dir / "bundle/job.pyz"), "run",
                            str(job.log_dir / "bundle"), "--log-dir", str(out_dir)],
                           capture_output=True, text=True)
     assert proc.returncode == 3

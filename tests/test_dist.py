@@ -99,7 +99,7 @@ def test_missing_hostfile_is_named(tmp_path):
 
 
 def test_rank_variables_of_each_launcher():
-    from easylaunch.runner import rank_info
+    from easylaunch_job.environment import rank_info
 
     assert rank_info({}) == (0, 0, 1)
     assert rank_info({"RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "8"}) == (3, 1, 8)

@@ -232,13 +232,13 @@ def test_local_docker_command_line(cfg, tmp_path, monkeypatch):
     request = LaunchRequest(method_call=None, variants=[{}], exp_name="d", use_gpu=True,
                             gpu_id=None, log_root=tmp_path / "logs", slurm_config_name=None,
                             script_name="")
-    argv = mode.contain(request, ["/logs/b/runner.py", "/logs/b"])
+    argv = mode.contain(request, ["/logs/b/job.pyz", "/logs/b"])
     uid = f"{os.getuid()}:{os.getgid()}"
     assert argv == ["/usr/bin/podman", "run", "--rm", "--init", "--user", uid, "-w",
                     str(tmp_path / "logs"), "-v", f"{tmp_path / 'logs'}:{tmp_path / 'logs'}",
                     "-e", "PYTHONPATH", "-e", "PYTHONUNBUFFERED", "-e", "CUDA_VISIBLE_DEVICES",
                     "-e", "EASYLAUNCH_GPU_ID", "--gpus", "all", "me/img:1", "python3",
-                    "/logs/b/runner.py", "/logs/b"]
+                    "/logs/b/job.pyz", "/logs/b"]
     monkeypatch.undo()
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     with pytest.raises(LaunchError, match="needs docker or podman on PATH"):

@@ -39,8 +39,8 @@ from easylaunch import (
 )
 from easylaunch.modes.cloud import base as cloud_base
 from easylaunch.modes.cloud import ec2 as ec2_mode
-from easylaunch.modes.cloud import instance_agent
 from easylaunch.modes.cloud import transfer as cloud
+from easylaunch_job.cloud.stores import S3Store
 
 boto3 = pytest.importorskip("boto3")
 moto_server = pytest.importorskip("moto.server")
@@ -325,8 +325,8 @@ def test_a_lost_instance_is_relaunched_and_used_up_restarts_end_the_run(ec2_cfg,
 def test_a_sweep_uploads_each_snapshot_once_and_packs_runs_per_instance(
         ec2_cfg, aws, play, monkeypatch):
     uploaded = []
-    real_upload = instance_agent.S3Store.put_bytes
-    monkeypatch.setattr(instance_agent.S3Store, "put_bytes",
+    real_upload = S3Store.put_bytes
+    monkeypatch.setattr(S3Store, "put_bytes",
                         lambda self, key, data: (uploaded.append(key),
                                                  real_upload(self, key, data))[1])
     jobs = run_sweep(jobfns.quick, [{"tag": i} for i in range(3)], exp_name="sw",

@@ -20,12 +20,13 @@ from easylaunch import (
     dist,
     run_experiment,
     run_sweep,
-    runner,
 )
 from easylaunch.jobs import DamagedRecordError
 from easylaunch.modes.slurm.direct import SlurmMode
 from easylaunch.registry import open_registry
 from easylaunch.settings import load_settings
+from easylaunch_job.outcome import save_result
+from easylaunch_job.records import update_status
 
 TESTS_DIR = Path(__file__).resolve().parent
 
@@ -194,10 +195,10 @@ def test_status_and_result_are_flushed_to_disk(tmp_path, monkeypatch):
     real = os.fsync
     monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(os.readlink(
         f"/proc/self/fd/{fd}")), real(fd))[1])
-    runner.update_status(str(tmp_path), state="running")
+    update_status(str(tmp_path), state="running")
     assert not synced  # a state on the way is not worth a flush
-    runner.update_status(str(tmp_path), state="succeeded")
-    runner.save_result(str(tmp_path), 42)
+    update_status(str(tmp_path), state="succeeded")
+    save_result(str(tmp_path), 42)
     assert any(".tmp-" in p and "status.json" in p for p in synced)
     assert any(".tmp-" in p and "result.pkl" in p for p in synced)
 

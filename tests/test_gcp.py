@@ -33,6 +33,7 @@ from google.auth.credentials import CredentialsWithRegionalAccessBoundary  # noq
 from easylaunch import EasyLaunchError, JobState, LaunchError, run_experiment, run_sweep  # noqa: E402
 from easylaunch.modes.cloud import base as cloud_base  # noqa: E402
 from easylaunch.modes.cloud import gcp as gcp_mode  # noqa: E402
+from easylaunch_job.cloud.stores import GcsStore  # noqa: E402
 
 ZONE = gce_stubs.ZONES[0]
 EMAIL = f"launcher@{gce_stubs.PROJECT}.iam.gserviceaccount.com"
@@ -246,11 +247,10 @@ def test_a_preempted_run_is_relaunched_and_resumes_from_its_checkpoint(
 
 def test_a_sweep_uploads_each_snapshot_once_and_packs_runs_per_instance(
         gcp_cfg, gcp, compute, monkeypatch):
-    from easylaunch.modes.cloud import instance_agent
 
     uploaded = []
-    real = instance_agent.GcsStore.put_bytes
-    monkeypatch.setattr(instance_agent.GcsStore, "put_bytes",
+    real = GcsStore.put_bytes
+    monkeypatch.setattr(GcsStore, "put_bytes",
                         lambda self, key, data: (uploaded.append(key), real(self, key, data))[1])
     jobs = run_sweep(jobfns.quick, [{"tag": i} for i in range(3)], exp_name="sw", mode="gcp",
                      config=gcp_cfg, num_exps_per_instance=2)

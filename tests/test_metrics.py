@@ -15,10 +15,17 @@ from helpers import wait_for
 
 import easylaunch
 from easylaunch import log_metrics, run_experiment, run_sweep
-from easylaunch import runner as runner_module
 from easylaunch.results import readers
 from easylaunch.results.readers import Point, read_metrics_jsonl, read_progress_csv, read_run
-from easylaunch.runner import ENV_METRICS_FILE, PACKAGE_API, flush_metrics
+from easylaunch_job.environment import ENV_METRICS_FILE
+from easylaunch_job.metrics import (
+    METRICS_FLUSH_BYTES,
+    METRICS_FLUSH_SECONDS,
+    PACKAGE_API,
+    _metrics_files,
+    flush_metrics,
+    metrics_into,
+)
 
 
 @pytest.fixture
@@ -124,10 +131,10 @@ def test_a_line_cut_short_is_skipped_and_ended_by_the_next_writer(here):
 def test_the_buffer_is_written_past_its_size_and_after_a_quiet_while(here):
     log_metrics(step=0, loss=1.0)
     assert not here.exists()
-    assert wait_for(here.exists, runner_module.METRICS_FLUSH_SECONDS + 3)  # the flush thread
-    for step in range(runner_module.METRICS_FLUSH_BYTES // 40):
+    assert wait_for(here.exists, METRICS_FLUSH_SECONDS + 3)  # the flush thread
+    for step in range(METRICS_FLUSH_BYTES // 40):
         log_metrics(step=step, loss=0.5)
-    assert here.stat().st_size > runner_module.METRICS_FLUSH_BYTES // 2
+    assert here.stat().st_size > METRICS_FLUSH_BYTES // 2
 
 
 def test_a_run_that_raises_has_its_lines_on_disk_when_it_ends(cfg, here):
@@ -155,7 +162,7 @@ def test_runs_in_this_process_close_their_metrics_files(cfg, here):
     assert all(len(lines(j.log_dir / "metrics.jsonl")) == 2 for j in jobs)
     assert fds() - before < 10
     assert not {str(j.log_dir / "metrics.jsonl") for j in jobs} & set(
-        runner_module._metrics_files)
+        _metrics_files)
 
 
 def test_a_stop_during_the_last_flush_keeps_its_lines_and_puts_the_environment_back(
@@ -167,7 +174,7 @@ def test_a_stop_during_the_last_flush_keeps_its_lines_and_puts_the_environment_b
         raise KeyboardInterrupt
 
     run_dir = here.parent / "run"
-    with pytest.raises(KeyboardInterrupt), runner_module._metrics_into(str(run_dir)):
+    with pytest.raises(KeyboardInterrupt), metrics_into(str(run_dir)):
         log_metrics(step=0, loss=1.0)
         log_metrics(step=1, loss=0.5)
         monkeypatch.setattr(os, "write", stopped)
@@ -202,7 +209,7 @@ def test_log_metrics_works_where_easylaunch_is_not_installed(cfg, tmp_path):
     python, env = _standalone_python(tmp_path)
     env["PYTHONPATH"] += os.pathsep + str(next((job.log_dir / "bundle" / "code").iterdir()))
     out_dir = tmp_path / "out"
-    proc = subprocess.run(python + [str(job.log_dir / "bundle/runner.py"),
+    proc = subprocess.run(python + [str(job.log_dir / "bundle/job.pyz"), "run",
                                     str(job.log_dir / "bundle"), "--log-dir", str(out_dir)],
                           env=env, capture_output=True, timeout=60)
     assert proc.returncode == 0, proc.stderr

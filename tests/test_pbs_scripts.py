@@ -67,7 +67,7 @@ exec mpiexec --envall --np 8 --ppn 4 --cpu-bind=depth --depth=16 --hostfile "$PB
 bash -c 'exec >>"$LOG_DIR"/stdout.rank${PALS_RANKID:-${PMI_RANK:-${OMPI_COMM_WORLD_RANK:-0}}}.log \
 2>>"$LOG_DIR"/stderr.rank${PALS_RANKID:-${PMI_RANK:-${OMPI_COMM_WORLD_RANK:-0}}}.log; \
 module load conda && export PYTHONPATH="$BUNDLE"/code/0-src${PYTHONPATH:+:$PYTHONPATH} && \
-exec /soft/conda/bin/python "$BUNDLE"/runner.py "$BUNDLE" --log-dir "$LOG_DIR"'
+exec /soft/conda/bin/python "$BUNDLE"/job.pyz run "$BUNDLE" --log-dir "$LOG_DIR"'
 """.replace("\\\n", "")
 
 

@@ -96,7 +96,7 @@ def test_a_detached_dry_run_shows_the_supervisor_and_its_task_file(cfg, tmp_path
     tasks = next(text for path, text in shown.files.items() if path.endswith("/tasks.txt"))
     assert len(tasks.splitlines()) == 2 and f"{root}/det/" in tasks
     (command,) = shown.commands
-    assert "packer.py" in command and command.endswith("(detached)")
+    assert ".job.pyz pack " in command and command.endswith("(detached)")
     assert shown.resources["runs at once"] == "1"
     assert not list(root.rglob("status.json"))
 

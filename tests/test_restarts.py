@@ -15,7 +15,7 @@ from jobfns import steps_done
 
 from easylaunch import EasyLaunchError, JobState, LaunchError, run_experiment
 from easylaunch import checkpoint as ckpt
-from easylaunch.runner import CHECKPOINT_API
+from easylaunch_job.checkpoint import CHECKPOINT_API
 
 
 def _running_pid(job, after_steps: int) -> int:
@@ -123,7 +123,7 @@ def test_checkpoints_work_where_easylaunch_is_not_installed(cfg, tmp_path):
         (job.log_dir / "checkpoint" / "state.pkl").read_bytes())
     python, env = _standalone_python(tmp_path)
     env["PYTHONPATH"] += os.pathsep + str(next((job.log_dir / "bundle" / "code").iterdir()))
-    proc = subprocess.run(python + [str(job.log_dir / "bundle/runner.py"),
+    proc = subprocess.run(python + [str(job.log_dir / "bundle/job.pyz"), "run",
                                     str(job.log_dir / "bundle"), "--log-dir", str(out_dir)],
                           env=env, capture_output=True)
     assert proc.returncode == 0, proc.stderr

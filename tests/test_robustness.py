@@ -21,8 +21,8 @@ from easylaunch import (
     run_experiment,
     run_sweep,
 )
-from easylaunch.runner import update_status
 from easylaunch.settings import load_settings
+from easylaunch_job.records import update_status
 
 
 def test_first_terminal_state_wins(tmp_path):
@@ -34,10 +34,10 @@ def test_first_terminal_state_wins(tmp_path):
 
 _TWO_SIGTERMS = """
 import json, os, signal, sys, time
-from easylaunch import runner
+from easylaunch_job import run, stops
 
-signal.signal(signal.SIGTERM, runner._raise_terminated)
-record = runner.update_status
+signal.signal(signal.SIGTERM, stops.raise_terminated)
+record = run.update_status
 
 def second_sigterm_while_recording(*args, **kwargs):
     os.kill(os.getpid(), signal.SIGTERM)  # as scancel and Singularity both send one
@@ -45,11 +45,11 @@ def second_sigterm_while_recording(*args, **kwargs):
     return record(*args, **kwargs)
 
 def fn(config, variant):
-    runner.update_status = second_sigterm_while_recording
+    run.update_status = second_sigterm_while_recording
     os.kill(os.getpid(), signal.SIGTERM)
     time.sleep(5)
 
-code, _ = runner.call_and_record(fn, None, None, sys.argv[1])
+code, _ = run.call_and_record(fn, None, None, sys.argv[1])
 print(code, json.load(open(os.path.join(sys.argv[1], "status.json")))["state"])
 """
 
@@ -67,7 +67,7 @@ def test_runner_never_starts_a_run_cancelled_before_it_took_it(cfg, tmp_path):
     out.mkdir()
     update_status(str(out), state="cancelled", error="cancelled before it started")
     bundle = job.log_dir / "bundle"
-    proc = subprocess.run([sys.executable, str(bundle / "runner.py"), str(bundle),
+    proc = subprocess.run([sys.executable, str(bundle / "job.pyz"), "run", str(bundle),
                            "--log-dir", str(out)], capture_output=True, text=True)
     assert proc.returncode == 4
     assert not (out / "output.txt").exists()

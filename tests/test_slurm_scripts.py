@@ -100,7 +100,7 @@ def test_container_start_line_golden():
         "exec singularity exec --writable -B /usr/lib64 -B /b:/b -B /data/mujoco:/root/.mujoco "
         "--nv /images/rl.sif /bin/bash -c 'export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:/mujoco && "
         "export PYTHONPATH=/code/railrl${PYTHONPATH:+:$PYTHONPATH} && exec python3 "
-        "\"$BUNDLE\"/runner.py \"$BUNDLE\" --log-dir \"$LOG_DIR\"'")
+        "\"$BUNDLE\"/job.pyz run \"$BUNDLE\" --log-dir \"$LOG_DIR\"'")
 
 
 def test_restarts_from_a_container_are_settled_outside_it_golden():
@@ -116,7 +116,7 @@ def test_restarts_from_a_container_are_settled_outside_it_golden():
         "child=$!\n"
         'while wait "$child"; code=$?; kill -0 "$child" 2>/dev/null; do :; done\n'
         "EASYLAUNCH_RESUBMIT_SCRIPT='/batch/it'\"'\"'s.sbatch' exec /usr/bin/python3 "
-        '"$BUNDLE"/runner.py "$BUNDLE" --log-dir "$LOG_DIR" --after-exit "$code"')
+        '"$BUNDLE"/job.pyz run "$BUNDLE" --log-dir "$LOG_DIR" --after-exit "$code"')
 
 
 def test_job_script_golden_with_hostile_paths():
@@ -230,7 +230,7 @@ def test_sss_binds_every_code_and_data_folder_at_its_mount_point(tmp_path):
             "-B /global/home/me/git/multiworld:/code/multiworld "
             "-B /global/home/me/.mujoco:/root/.mujoco --nv /img/gpu.sif /bin/bash -c "
             "'module load cuda && export PYTHONPATH=/code/tests:/code/multiworld"
-            "${PYTHONPATH:+:$PYTHONPATH} && exec python3 \"$BUNDLE\"/runner.py \"$BUNDLE\" "
+            "${PYTHONPATH:+:$PYTHONPATH} && exec python3 \"$BUNDLE\"/job.pyz run \"$BUNDLE\" "
             "--log-dir \"$LOG_DIR\"'") in script
     assert "#SBATCH --gres=gpu:1" in script and "#SBATCH --partition=\"savio3_2080ti\"" in script
     assert f"    {cluster}/default/{job.log_dir.name}/bundle\n" in script

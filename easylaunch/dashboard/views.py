@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from easylaunch import bundle, listing, runner
+from easylaunch import bundle, listing
 from easylaunch.dashboard.charts import Chart, metric_charts
 from easylaunch.errors import EasyLaunchError
 from easylaunch.jobs import DamagedRecordError
@@ -26,6 +26,7 @@ from easylaunch.registry import Entry, NoSuchJob, Registry
 from easylaunch.results.readers import read_run
 from easylaunch.results.sweep import RUN_COLUMNS, load_sweep, metrics_folder, variant_of
 from easylaunch.settings import ConfigArg
+from easylaunch_job.records import STATUS_JSON, STDERR_LOG, STDOUT_LOG, DamagedRecord, read_json
 
 PER_PAGE = 50
 MAX_PAGE = 10**9  # a larger page number is read as this one (past the end: no rows)
@@ -34,7 +35,7 @@ CANCEL_WAIT_SECONDS = 15
 LOG_TAIL_BYTES = 64 * 1024  # the first read of a log: its end
 LOG_CHUNK_BYTES = 256 * 1024  # each later read, at most
 DIFF_BYTES = 512 * 1024  # a git diff shown, at most
-LOG_STREAMS = {"stdout": bundle.STDOUT_LOG, "stderr": bundle.STDERR_LOG}
+LOG_STREAMS = {"stdout": STDOUT_LOG, "stderr": STDERR_LOG}
 
 
 @dataclass(frozen=True)
@@ -167,8 +168,8 @@ class RunView:
 
 def _read_record(path: Path) -> dict:
     try:
-        return runner.read_json(str(path))
-    except (runner.DamagedRecord, OSError) as exc:
+        return read_json(str(path))
+    except (DamagedRecord, OSError) as exc:
         return {"damaged_record": str(exc)}
 
 
@@ -185,7 +186,7 @@ def run_view(registry: Registry, run_id: str) -> RunView:
     """The run ``run_id`` (an id, or its unique start or end), refreshed."""
     shown = refresh_entries(registry, [registry.find(run_id)])[0]
     e, folder = shown.entry, Path(shown.entry.log_dir)
-    info = _read_record(folder / runner.STATUS_JSON)
+    info = _read_record(folder / STATUS_JSON)
     launch = _read_record(folder / bundle.LAUNCH_JSON)
     command = launch.get("command_line")
     backend = launch.get("backend") or e.backend

@@ -10,6 +10,7 @@ started over that connection from stdin: nothing is installed there.
 from __future__ import annotations
 
 import atexit
+import base64
 import contextlib
 import functools
 import json
@@ -21,29 +22,38 @@ import tempfile
 import threading
 from pathlib import Path
 
-from easylaunch import runner
-from easylaunch.hosts import farside
 from easylaunch.hosts.transport import HostError, Transport
+from easylaunch.jobpack import job_archive
 
 CONTROL_PERSIST_SECONDS = 60  # a later command within a minute reuses the connection
 CONNECT_TIMEOUT_SECONDS = 15
 ANSWER_TIMEOUT_SECONDS = 300  # a far side that says nothing for this long is given up on
 ANSWER_MARK = "--- easylaunch far-side answer ---"
-_SOURCES = (Path(runner.__file__).read_text(), Path(farside.__file__).read_text())
 
-# The far side's loop: its first stdin line is this program (JSON), which loads the runner's and
-# the far side's source as modules, then answers one line of ops per line.
+# The far side's loop: its first stdin line is this program (JSON). It holds the job side's
+# zipapp (base64), imports easylaunch_job from it in memory (nothing is written there), then
+# answers one line of ops per line with easylaunch_job.farside.
 _SERVE = """\
-import json, sys, types
-def _load(name, source):
-    module = types.ModuleType(name)
-    sys.modules[name] = module
-    exec(compile(source, name + ".py", "exec"), module.__dict__)
-    return module
-_load("easylaunch_runner", {runner!r})
-_farside = _load("easylaunch_farside", {farside!r})
+import base64, importlib.abc, importlib.util, io, json, sys, zipfile
+with zipfile.ZipFile(io.BytesIO(base64.b64decode({archive!r}))) as _zip:
+    _files = {{name: _zip.read(name) for name in _zip.namelist()}}
+class _FromMemory(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def find_spec(self, name, path=None, target=None):
+        base = name.replace(".", "/")
+        for key, package in ((base + "/__init__.py", True), (base + ".py", False)):
+            if key in _files:
+                return importlib.util.spec_from_loader(name, self, origin=key,
+                                                       is_package=package)
+        return None
+    def create_module(self, spec):
+        return None
+    def exec_module(self, module):
+        origin = module.__spec__.origin
+        exec(compile(_files[origin], origin, "exec"), module.__dict__)
+sys.meta_path.insert(0, _FromMemory())
+from easylaunch_job.farside import answer
 for _line in sys.stdin:
-    sys.stdout.write({mark!r} + json.dumps(_farside.answer(json.loads(_line))) + "\\n")
+    sys.stdout.write({mark!r} + json.dumps(answer(json.loads(_line))) + "\\n")
     sys.stdout.flush()
 """
 _START = "import json, sys; exec(json.loads(sys.stdin.readline()))"
@@ -68,7 +78,7 @@ class _FarSide:
                 self.proc = subprocess.Popen(self.argv, stdin=subprocess.PIPE,
                                              stdout=subprocess.PIPE, stderr=self.errors,
                                              text=True)
-                program = _SERVE.format(runner=_SOURCES[0], farside=_SOURCES[1],
+                program = _SERVE.format(archive=base64.b64encode(job_archive()).decode(),
                                         mark=ANSWER_MARK)
                 self._send(json.dumps(program))
             self._send(json.dumps(ops))

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-from easylaunch.bundle import BUNDLE_DIR, CODE_DIR, VARIANT_JSON
+from easylaunch.bundle import CODE_DIR, VARIANT_JSON
 from easylaunch.hosts.transport import HostError, Transport, checked
-from easylaunch.runner import STATUS_JSON
+from easylaunch_job.records import BUNDLE_DIR, STATUS_JSON
 
 INCOMING = ".incoming"
 INLINE_BYTES = 4 << 20  # up to this much goes inline with the far side's answer, not by rsync

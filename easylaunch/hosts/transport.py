@@ -3,7 +3,7 @@
 Modes speak to a :class:`Transport` only, so the same mode code runs whether that machine is
 this one (:class:`LocalTransport`) or a cluster login node over SSH (``hosts.ssh``). Every
 question goes through :meth:`Transport.probe` as a batch of far-side operations
-(``hosts.farside``): one round trip however many runs a poll covers.
+(``easylaunch_job.farside``): one round trip however many runs a poll covers.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from easylaunch.errors import LaunchError
+from easylaunch_job import farside
 
 # (--recursive again: --files-from turns off the recursion --archive implies)
 RSYNC_FLAGS = ("--archive", "--recursive", "--partial", "--protect-args", "--stats")
@@ -113,8 +114,6 @@ class LocalTransport(Transport):
         return True
 
     def probe(self, ops: list[dict]) -> list[dict]:
-        from easylaunch.hosts import farside
-
         return json.loads(json.dumps(farside.answer(json.loads(json.dumps(ops)))))
 
     def rsync_argv(self) -> list[str]:

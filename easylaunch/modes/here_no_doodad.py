@@ -8,12 +8,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from easylaunch import processes, runner
+from easylaunch import processes
 from easylaunch.bundle import Run
 from easylaunch.jobs import Job
 from easylaunch.modes.base import Mode
 from easylaunch.preview import Preview
 from easylaunch.request import LaunchRequest
+from easylaunch_job.config import make_doodad_config
+from easylaunch_job.run import call_and_record
 
 
 class _Tee:
@@ -69,9 +71,9 @@ class HereNoDoodadMode(Mode):
         for run in runs:
             job = Job(run.run_id, run.exp_name, run.log_dir, self)
             log_dir = str(run.log_dir)
-            config = runner.make_doodad_config(run.meta, log_dir)
+            config = make_doodad_config(run.meta, log_dir)
             with _tee_output(job.stdout_path, job.stderr_path):
-                code, value = runner.call_and_record(request.method_call, config, run.variant,
+                code, value = call_and_record(request.method_call, config, run.variant,
                                                      log_dir)
             if code == 0:
                 job._value = value

@@ -22,19 +22,30 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
-from easylaunch import hosts, runner
-from easylaunch.bundle import BUNDLE_DIR, LAUNCH_JSON, STDERR_LOG, STDOUT_LOG, Run
+from easylaunch import hosts
+from easylaunch.bundle import LAUNCH_JSON, Run
 from easylaunch.errors import LaunchError
 from easylaunch.hosts import staging
 from easylaunch.hosts.staging import Upload, bundle_items
 from easylaunch.hosts.transport import HostError, Transport, checked
 from easylaunch.jobs import Job
 from easylaunch.modes.base import Mode
+from easylaunch_job.records import (
+    BUNDLE_DIR,
+    RESULT_PKL,
+    STATUS_JSON,
+    STDERR_LOG,
+    STDOUT_LOG,
+    read_json,
+    update_status,
+    write_json_atomic,
+)
+from easylaunch_job.states import TERMINAL_STATES
 
 if TYPE_CHECKING:
     from easylaunch.request import LaunchRequest
 
-MIRRORED = (runner.STATUS_JSON, runner.RESULT_PKL)
+MIRRORED = (STATUS_JSON, RESULT_PKL)
 KEPT_HERE = (BUNDLE_DIR, LAUNCH_JSON)  # sent there, never brought back (launch.json grows here)
 
 
@@ -174,7 +185,7 @@ class HostedMode(Mode):
         asked = query.ops
         if not asked and not mirrored:
             return
-        records = [f"{self._job_log_dir(j)}/{runner.STATUS_JSON}" for j in mirrored]
+        records = [f"{self._job_log_dir(j)}/{STATUS_JSON}" for j in mirrored]
         try:
             answers = self.transport.probe([*asked, {"op": "read", "paths": records}])
         except HostError:
@@ -195,11 +206,11 @@ class HostedMode(Mode):
             status = json.loads(record["text"])
         except ValueError:
             return False  # being written, or damaged there: read again on the next poll
-        if status.get("state") in runner.TERMINAL_STATES:
+        if status.get("state") in TERMINAL_STATES:
             return True
         with contextlib.suppress(OSError):
-            if runner.read_json(str(job.log_dir / runner.STATUS_JSON)) != status:
-                runner.write_json_atomic(str(job.log_dir / runner.STATUS_JSON), status)
+            if read_json(str(job.log_dir / STATUS_JSON)) != status:
+                write_json_atomic(str(job.log_dir / STATUS_JSON), status)
         return False
 
     def _bring_back(self, jobs: list[Job]) -> None:
@@ -214,8 +225,8 @@ class HostedMode(Mode):
             rels = [os.path.relpath(self._job_log_dir(j), root_there) for j in group]
             try:
                 self.transport.pull(root_there, rels, root_here,
-                                    exclude=(*KEPT_HERE, runner.STATUS_JSON))
-                self.transport.pull(root_there, [f"{r}/{runner.STATUS_JSON}" for r in rels],
+                                    exclude=(*KEPT_HERE, STATUS_JSON))
+                self.transport.pull(root_there, [f"{r}/{STATUS_JSON}" for r in rels],
                                     root_here)
             except HostError:
                 continue  # brought back on a later poll
@@ -223,7 +234,7 @@ class HostedMode(Mode):
     def request_cancel(self, job: Job, *then: dict) -> list[dict]:
         """Note the cancel in the run's record, here and where the job writes it, then run the
         far-side ops ``then`` in the same round trip; their answers."""
-        runner.update_status(str(job.log_dir), cancel_requested=True)
+        update_status(str(job.log_dir), cancel_requested=True)
         answers = checked(self.transport.probe([
             {"op": "update_status", "folders": [self._job_log_dir(job)],
              "fields": {"cancel_requested": True}}, *then]), self.transport.where)

@@ -12,10 +12,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from easylaunch import launchers
-from easylaunch.bundle import RUNNER_FILE, STDERR_LOG, STDOUT_LOG
 from easylaunch.errors import LaunchError
 from easylaunch.modes.slurm.scheduler import TIMEOUT_SIGNAL
-from easylaunch.runner import ENV_RESUBMIT_SCRIPT, ENV_TIMEOUT_SIGNAL
+from easylaunch_job.environment import ENV_RESUBMIT_SCRIPT, ENV_TIMEOUT_SIGNAL
+from easylaunch_job.records import JOB_PYZ, STDERR_LOG, STDOUT_LOG
 
 
 @dataclass(frozen=True)
@@ -44,8 +44,8 @@ def bundle_pythonpath(code_dirs: Sequence[str]) -> tuple[str, ...]:
 
 
 def start_line(start: StartLine) -> str:
-    """One line of shell that runs the runner on ``$BUNDLE``, logging to ``$LOG_DIR``."""
-    runner = (f'exec {start.python} "$BUNDLE"/{RUNNER_FILE} "$BUNDLE" '
+    """One line of shell that runs the job side on ``$BUNDLE``, logging to ``$LOG_DIR``."""
+    runner = (f'exec {start.python} "$BUNDLE"/{JOB_PYZ} run "$BUNDLE" '
               '--log-dir "$LOG_DIR"')
     steps = [*start.pre_cmds]
     if start.pythonpath:
@@ -84,7 +84,7 @@ def settled_outside(line: str, python: str, script: str) -> str:
             "child=$!\n"
             'while wait "$child"; code=$?; kill -0 "$child" 2>/dev/null; do :; done\n'
             f"{ENV_RESUBMIT_SCRIPT}={shlex.quote(script)} exec {python} "
-            f'"$BUNDLE"/{RUNNER_FILE} "$BUNDLE" --log-dir "$LOG_DIR" --after-exit "$code"')
+            f'"$BUNDLE"/{JOB_PYZ} run "$BUNDLE" --log-dir "$LOG_DIR" --after-exit "$code"')
 
 
 # A rank's number under the launchers PBS sites use: Cray PALS, MPICH (hydra), Open MPI.

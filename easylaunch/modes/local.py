@@ -26,8 +26,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from easylaunch import launchers, processes, runner
-from easylaunch.bundle import STDERR_LOG, STDOUT_LOG, Run
+from easylaunch import launchers, processes
+from easylaunch.bundle import Run
 from easylaunch.errors import LaunchError
 from easylaunch.gpus import local_gpu_ids
 from easylaunch.jobs import Job
@@ -37,6 +37,10 @@ from easylaunch.preview import Preview
 from easylaunch.progress import bar
 from easylaunch.request import LaunchRequest
 from easylaunch.settings import Mount, Settings
+from easylaunch_job.attempts import RestartPolicy, record_lost_end
+from easylaunch_job.environment import ENV_GPU_ID, ENV_PARENT_PID, process_start_time
+from easylaunch_job.records import STDERR_LOG, STDOUT_LOG, recorded_state, update_status
+from easylaunch_job.states import TERMINAL_STATES
 
 
 @dataclass(frozen=True)
@@ -118,7 +122,7 @@ class _LocalRun:
                 self._finish(self.proc.wait())
         except Exception as exc:  # noqa: BLE001 - the run must end with a status, not a hang
             with contextlib.suppress(OSError):  # else Job.status() records the end it can
-                runner.update_status(self.log_dir, state="failed", ended_at=time.time(),
+                update_status(self.log_dir, state="failed", ended_at=time.time(),
                                      error=f"could not start the run: {exc!r}")
         finally:
             self.slots.release(gpu)
@@ -128,18 +132,18 @@ class _LocalRun:
 
     def _start(self, gpu: str | None) -> bool:
         with self.lock:
-            state = runner.recorded_state(self.log_dir)
+            state = recorded_state(self.log_dir)
             if self.cancelled or state != "queued":  # cancelled, maybe from another process
                 return False
             env = dict(os.environ, **self.command.env)
             if gpu is not None:
-                env.update(CUDA_VISIBLE_DEVICES=gpu, **{runner.ENV_GPU_ID: gpu})
+                env.update(CUDA_VISIBLE_DEVICES=gpu, **{ENV_GPU_ID: gpu})
             with open(self.run.log_dir / STDOUT_LOG, "ab") as out, \
                     open(self.run.log_dir / STDERR_LOG, "ab") as err:
                 self.proc = subprocess.Popen(
                     self.command.argv, cwd=self.command.cwd, env=env, stdin=subprocess.DEVNULL,
                     stdout=out, stderr=err, start_new_session=True)
-            self.started = runner.process_start_time(self.proc.pid)
+            self.started = process_start_time(self.proc.pid)
             self.run.record_backend(pid=self.proc.pid, pgid=self.proc.pid, gpu_id=gpu,
                                     started=self.started)
             return True
@@ -147,15 +151,15 @@ class _LocalRun:
     def _finish(self, returncode: int) -> None:
         processes.signal_group(self.proc.pid, signal.SIGKILL)  # what the run left behind
         with contextlib.suppress(OSError):  # a full disk: Job.status() keeps the end instead
-            runner.record_lost_end(self.log_dir, returncode, self.cancelled,
-                                   runner.RestartPolicy.of(self.run.meta))
+            record_lost_end(self.log_dir, returncode, self.cancelled,
+                                   RestartPolicy.of(self.run.meta))
 
     def cancel(self) -> None:
         with self.lock:
             self.cancelled = True
-            runner.update_status(self.log_dir, cancel_requested=True)  # (never restarted)
+            update_status(self.log_dir, cancel_requested=True)  # (never restarted)
             if self.proc is None:
-                runner.update_status(self.log_dir, state="cancelled", ended_at=time.time(),
+                update_status(self.log_dir, state="cancelled", ended_at=time.time(),
                                      error="cancelled before it started")
                 return
         threading.Thread(target=processes.terminate_group,
@@ -163,7 +167,7 @@ class _LocalRun:
 
 
 def _recorded_end(log_dir: str) -> bool:
-    return runner.recorded_state(log_dir) in runner.TERMINAL_STATES
+    return recorded_state(log_dir) in TERMINAL_STATES
 
 
 def _note_interrupt(hook: Any) -> Any:
@@ -289,7 +293,7 @@ class LocalMode(Mode):
 
     def prepare(self, request: LaunchRequest, runs: list[Run]) -> list[LocalCommand]:
         commands = []
-        launcher = f"{os.getpid()}:{runner.process_start_time(os.getpid())}"
+        launcher = f"{os.getpid()}:{process_start_time(os.getpid())}"
         python = self.runs_python
         inherited = [os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []
         for run in runs:
@@ -297,7 +301,7 @@ class LocalMode(Mode):
             commands.append(LocalCommand(
                 argv=launchers.python_runner(python, run.bundle_dir),
                 env={"PYTHONPATH": os.pathsep.join(pythonpath), "PYTHONUNBUFFERED": "1",
-                     runner.ENV_PARENT_PID: launcher},
+                     ENV_PARENT_PID: launcher},
                 cwd=os.getcwd()))
         return commands
 
@@ -362,7 +366,7 @@ class LocalMode(Mode):
         if local_run is not None:
             local_run.cancel()
             return
-        runner.update_status(str(job.log_dir), cancel_requested=True)
+        update_status(str(job.log_dir), cancel_requested=True)
         backend = job.launch_info.get("backend", {})
         if processes.is_alive(backend.get("pid"), backend.get("started")):
             processes.terminate_group(backend["pgid"], backend.get("started"),

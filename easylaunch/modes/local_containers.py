@@ -13,17 +13,18 @@ import shlex
 import shutil
 from collections.abc import Sequence
 
-from easylaunch import launchers, runner
+from easylaunch import launchers
 from easylaunch.bundle import Run
 from easylaunch.errors import LaunchError
 from easylaunch.modes.local import LocalCommand, LocalMode
 from easylaunch.request import LaunchRequest
+from easylaunch_job.environment import ENV_GPU_ID
 
 SINGULARITY_ENGINES = ("singularity", "apptainer")
 DOCKER_ENGINES = ("docker", "podman")
 # What a Docker run takes from the launching side's environment (named, so values never
 # appear on a command line): code on PYTHONPATH, and the GPU the run was given.
-DOCKER_ENV = ("PYTHONPATH", "PYTHONUNBUFFERED", "CUDA_VISIBLE_DEVICES", runner.ENV_GPU_ID)
+DOCKER_ENV = ("PYTHONPATH", "PYTHONUNBUFFERED", "CUDA_VISIBLE_DEVICES", ENV_GPU_ID)
 
 
 def find_engine(choices: tuple[str, ...], chosen: str | None = None) -> str | None:

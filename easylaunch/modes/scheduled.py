@@ -21,15 +21,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from easylaunch import envpack, runner
-from easylaunch.bundle import STDERR_LOG, Run
+from easylaunch import envpack
+from easylaunch.bundle import Run
 from easylaunch.errors import LaunchError
 from easylaunch.jobs import Job
 from easylaunch.modes.hosted import NO_QUERY, BackendQuery, HostedMode, completed
 from easylaunch.modes.jobscript import StartLine, broadcast_env, bundle_pythonpath, start_line
 from easylaunch.preview import Preview, op_line, resource_fields
 from easylaunch.request import LaunchRequest
-from easylaunch.runner import write_bytes_atomic
+from easylaunch_job.records import STDERR_LOG, update_status, write_bytes_atomic
+from easylaunch_job.states import TERMINAL_STATES
 
 ENV_STORE = ".envs"
 
@@ -152,7 +153,7 @@ class ScheduledMode(HostedMode):
             return
         info = job.info()
         # (its record, mirrored in the same round trip, may be newer than the ids asked about)
-        if info.get("state") in runner.TERMINAL_STATES or self.job_id(job) != job_id:
+        if info.get("state") in TERMINAL_STATES or self.job_id(job) != job_id:
             return  # ended, or gone on as another job (a restart) since the scheduler was asked
         look, name = self._where_to_look(job), self.scheduler
         if info.get("cancel_requested"):
@@ -182,7 +183,7 @@ class ScheduledMode(HostedMode):
     def cancel(self, job: Job) -> None:
         job_id = self.job_id(job)
         if job_id is None:
-            runner.update_status(str(job.log_dir), cancel_requested=True)
+            update_status(str(job.log_dir), cancel_requested=True)
             raise LaunchError(f"run {job.id} has no {self.scheduler} job id known on this "
                               f"machine; cancel it on the cluster")
         self._stop(job, job_id)

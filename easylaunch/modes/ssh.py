@@ -16,19 +16,17 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from easylaunch.bundle import BLOB_STORE, RUNNER_FILE, Run, blob_name, store_blob
+from easylaunch.bundle import Run
 from easylaunch.errors import LaunchError
 from easylaunch.jobs import Job
 from easylaunch.modes.hosted import NO_QUERY, BackendQuery, HostedMode, completed
 from easylaunch.modes.jobscript import StartLine, bundle_pythonpath, start_line, task_line
-from easylaunch.modes.slurm import packer
 from easylaunch.preview import Preview
 from easylaunch.request import LaunchRequest
-from easylaunch.runner import write_bytes_atomic
+from easylaunch_job.records import JOB_PYZ, write_bytes_atomic
 
 PACKS = ".packs"  # <exp>/.packs/<first run id>/: one launch's task files and packer state
 GPU_QUERY = ["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"]
-_PACKER = Path(packer.__file__).read_bytes()
 
 
 @dataclass(frozen=True)
@@ -91,13 +89,12 @@ class SshMode(HostedMode):
         line = start_line(StartLine(python=shlex.quote(self.transport.python), pre_cmds=(),
                                     pythonpath=bundle_pythonpath(runs[0].meta["code_dirs"])))
         pairs = [(there(r.bundle_dir), there(r.log_dir)) for r in runs]
-        runner = runs[0].bundle_dir / RUNNER_FILE
-        runner_there = there(Path(os.path.normpath(runner.parent / os.readlink(runner))))
+        job_side = runs[0].bundle_dir / JOB_PYZ  # (a link into the blob store, staged with it)
+        job_there = there(Path(os.path.normpath(job_side.parent / os.readlink(job_side))))
         workers = self.opts["max_parallel"] or len(self.gpus) or self.cpus
-        argv = [self.transport.python, f"{root}/{BLOB_STORE}/{blob_name('packer.py', _PACKER)}",
+        argv = [self.transport.python, job_there, "pack",
                 f"{pack}/tasks.txt", "--state-dir", f"{pack}/task-state", "--workers",
-                str(min(workers, len(runs))), "--runs", f"{pack}/runs.tsv",
-                "--runner", runner_there, "--warm"]
+                str(min(workers, len(runs))), "--runs", f"{pack}/runs.tsv", "--warm"]
         if self.gpus:
             argv += ["--gpus", ",".join(self.gpus)]
         return Pack(local_dir, {
@@ -118,12 +115,10 @@ class SshMode(HostedMode):
         prepared.local_dir.mkdir(parents=True)
         for name, text in prepared.files.items():
             write_bytes_atomic(str(prepared.local_dir / name), text.encode())
-        packer_blob = store_blob(request.log_root, "packer.py", _PACKER)
         (started,) = self.stage(
             request, runs, self.root, [{"op": "detach", "argv": prepared.argv,
                                         "log": prepared.log}],
-            [str(packer_blob.relative_to(request.log_root))],
-            [str(prepared.local_dir.relative_to(request.log_root))])
+            [], [str(prepared.local_dir.relative_to(request.log_root))])
         state_dir = str(Path(prepared.log).parent / "task-state")
         for index, run in enumerate(runs):
             run.record_backend(

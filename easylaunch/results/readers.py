@@ -20,9 +20,8 @@ from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import NamedTuple
 
-from easylaunch.bundle import BUNDLE_DIR
 from easylaunch.results.errors import need
-from easylaunch.runner import CHECKPOINT_DIR, METRICS_JSONL
+from easylaunch_job.records import BUNDLE_DIR, CHECKPOINT_DIR, METRICS_JSONL
 
 PROGRESS_CSV = "progress.csv"
 TENSORBOARD = "tensorboard"  # the source of points read from event files

@@ -15,12 +15,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from easylaunch import runner
 from easylaunch.errors import EasyLaunchError
 from easylaunch.listing import flat_items
 from easylaunch.registry import NoSuchJob
 from easylaunch.results.errors import NoSuchMetric, choices, need
 from easylaunch.results.readers import PROGRESS_CSV, Metrics, read_run
+from easylaunch_job.outcome import load_outcome
+from easylaunch_job.records import METRICS_JSONL, STATUS_JSON, DamagedRecord, read_json
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -95,7 +96,7 @@ def metrics_folder(shown: Shown, fetch: bool) -> Path:
         if fetch:
             job.fetch()
             return here
-        for name in (runner.METRICS_JSONL, PROGRESS_CSV):
+        for name in (METRICS_JSONL, PROGRESS_CSV):
             job.mode.log_file(job, name)  # (a cloud run's: copied here from the bucket)
         return job.mode.readable_folder(job)
     except (EasyLaunchError, OSError) as exc:
@@ -126,8 +127,8 @@ def variant_of(entry: Entry) -> dict:
         return entry.variant
     path = Path(entry.log_dir) / VARIANT_JSON
     try:
-        whole, why = runner.read_json(str(path)), f"{path} is missing"
-    except (runner.DamagedRecord, OSError) as exc:
+        whole, why = read_json(str(path)), f"{path} is missing"
+    except (DamagedRecord, OSError) as exc:
         whole, why = {}, str(exc)
     if not whole:
         warnings.warn(f"run {entry.id}: its variant, too large for the registry, is left out "
@@ -167,7 +168,7 @@ def last_values(points: pd.DataFrame) -> pd.DataFrame:
 def _result(log_dir: str, run_id: str) -> Any:
     """The run's return value from result.pkl (None: none, or it failed)."""
     try:
-        outcome = runner.load_outcome(log_dir)
+        outcome = load_outcome(log_dir)
     except Exception as exc:  # noqa: BLE001 - a result this process cannot unpickle
         warnings.warn(f"run {run_id}: its result cannot be loaded here ({exc!r})", stacklevel=3)
         return None
@@ -179,8 +180,8 @@ def _run_row(shown: Shown, now: float) -> dict:
 
     entry = shown.entry
     try:
-        status = runner.read_json(str(Path(entry.log_dir) / runner.STATUS_JSON))
-    except (runner.DamagedRecord, OSError):
+        status = read_json(str(Path(entry.log_dir) / STATUS_JSON))
+    except (DamagedRecord, OSError):
         status = {}
     state, _, note = shown.state.partition(" ")
     return {"run_id": entry.id, "exp_name": entry.exp_name, "sweep": entry.sweep or entry.id,

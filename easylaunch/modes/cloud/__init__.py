@@ -1,3 +1,3 @@
 """The cloud family: ``ec2`` and ``gcp``. ``base`` is the path both share (checks, uploads once
 per content, tracking from the bucket), ``transfer`` packs runs and writes the boot script, and
-``instance_agent`` is what runs on the instance."""
+the instance agent that runs there is part of the job side (``easylaunch_job.cloud``)."""

@@ -21,16 +21,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, NamedTuple
 
-from easylaunch import runner
 from easylaunch.bundle import Run
 from easylaunch.errors import LaunchError
 from easylaunch.jobs import Job
 from easylaunch.modes.base import Mode
 from easylaunch.modes.cloud import relaunch
 from easylaunch.modes.cloud import transfer as cloud
-from easylaunch.modes.cloud.instance_agent import AGENT_JSON, CANCEL_SUFFIX, Store
 from easylaunch.preview import Preview
 from easylaunch.request import LaunchRequest
+from easylaunch_job.cloud.agent import AGENT_JSON, CANCEL_SUFFIX
+from easylaunch_job.cloud.stores import Store
+from easylaunch_job.records import RESULT_PKL, STATUS_JSON, update_status, write_bytes_atomic
+from easylaunch_job.states import TERMINAL_STATES
 
 AGENT_POLL_SECONDS = 5.0  # how often the agent looks at statuses, cancels and notices
 CANCEL_WAIT_SECONDS = 30.0  # how long cancel waits for the agent's last sync
@@ -301,20 +303,20 @@ class CloudMode(Mode):
 
     def _mirror(self, job: Job, store: Store, prefix: str) -> dict:
         """Bring the run's status.json (and result.pkl once it ended) from the bucket."""
-        data = store.get(f"{prefix}/{runner.STATUS_JSON}")
+        data = store.get(f"{prefix}/{STATUS_JSON}")
         try:
             remote = json.loads(data) if data is not None else {}
         except ValueError:
             return {}  # cut short on its way: read again on the next poll
         if not remote:
             return {}
-        if remote.get("state") in runner.TERMINAL_STATES:
-            result = store.get(f"{prefix}/{runner.RESULT_PKL}")
+        if remote.get("state") in TERMINAL_STATES:
+            result = store.get(f"{prefix}/{RESULT_PKL}")
             if result is not None:
-                runner.write_bytes_atomic(str(job.log_dir / runner.RESULT_PKL), result)
+                write_bytes_atomic(str(job.log_dir / RESULT_PKL), result)
             elif remote["state"] == "succeeded":
                 return remote  # its result is on the way: take the end with the result
-        runner.update_status(str(job.log_dir), **remote)
+        update_status(str(job.log_dir), **remote)
         return remote
 
     def refresh(self, job: Job) -> None:
@@ -378,7 +380,7 @@ class CloudMode(Mode):
         backend = self._backend(job)
         store = self.store_of(backend)
         store.put_bytes(backend["cancel_key"], b"")
-        runner.update_status(str(job.log_dir), cancel_requested=True)
+        update_status(str(job.log_dir), cancel_requested=True)
         instance = self.instance_states([backend]).get(backend["instance_id"])
         if self._mirror(job, store, backend["log_prefix"]) and instance and not instance.ended:
             # the agent is up: let it stop the run and sync
@@ -388,7 +390,7 @@ class CloudMode(Mode):
                 self._mirror(job, store, backend["log_prefix"])
         others = [p for r, p in backend["instance_runs"].items() if r != job.id]
         busy = [p for p in others if json.loads(store.get(
-            f"{p}/{runner.STATUS_JSON}") or b"{}").get("state") not in runner.TERMINAL_STATES]
+            f"{p}/{STATUS_JSON}") or b"{}").get("state") not in TERMINAL_STATES]
         if not busy:
             self.end_instances(backend, [backend["instance_id"]])
         job.record_end("cancelled", "cancelled")
@@ -402,7 +404,7 @@ class CloudMode(Mode):
         if "instance_id" in backend:
             data = self.store_of(backend).get(f"{backend['log_prefix']}/{name}")
             if data is not None:
-                runner.write_bytes_atomic(str(job.log_dir / name), data)
+                write_bytes_atomic(str(job.log_dir / name), data)
         return job.log_dir / name
 
     def fetch(self, job: Job) -> str:
@@ -411,7 +413,7 @@ class CloudMode(Mode):
         prefix = backend["log_prefix"]
         # the record comes through _mirror, which takes result.pkl with the status announcing it
         files = cloud.download_prefix(store, prefix, job.log_dir,
-                                      skip=(runner.STATUS_JSON, runner.RESULT_PKL))
+                                      skip=(STATUS_JSON, RESULT_PKL))
         self._mirror(job, store, prefix)
         return (f"fetched {len(files)} file(s) from {backend['log_url']} into {job.log_dir}"
                 if files else f"nothing stored yet under {backend['log_url']}")

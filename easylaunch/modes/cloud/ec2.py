@@ -17,8 +17,8 @@ from typing import Any
 from easylaunch.errors import LaunchError
 from easylaunch.modes.cloud import transfer as cloud
 from easylaunch.modes.cloud.base import Batch, CloudMode, InstanceState, Target
-from easylaunch.modes.cloud.instance_agent import S3Store, aws_error_code
 from easylaunch.request import LaunchRequest
+from easylaunch_job.cloud.stores import S3Store, aws_error_code
 
 ENDED_INSTANCE_STATES = frozenset({"shutting-down", "terminated", "stopping", "stopped"})
 _SESSION_ENV = ("AWS_ENDPOINT_URL", "AWS_PROFILE", "AWS_ACCESS_KEY_ID", "AWS_DEFAULT_REGION",

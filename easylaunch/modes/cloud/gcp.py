@@ -24,9 +24,10 @@ from typing import Any
 from easylaunch.errors import LaunchError
 from easylaunch.modes.cloud import transfer as cloud
 from easylaunch.modes.cloud.base import Batch, CloudMode, InstanceState, Target
-from easylaunch.modes.cloud.instance_agent import ENV_COMPUTE_URL, GCE_INDEX_KEY, GcsStore
 from easylaunch.request import LaunchRequest
 from easylaunch.settings import Settings, override
+from easylaunch_job.cloud.platforms import ENV_COMPUTE_URL, GCE_INDEX_KEY
+from easylaunch_job.cloud.stores import GcsStore
 
 SCOPES = ("https://www.googleapis.com/auth/cloud-platform",)
 CHECK_TIMEOUT_SECONDS = 30.0

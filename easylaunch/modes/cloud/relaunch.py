@@ -21,12 +21,13 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
-from easylaunch import runner
-from easylaunch.bundle import BUNDLE_DIR
 from easylaunch.jobs import Job
 from easylaunch.modes.cloud import transfer as cloud
-from easylaunch.modes.cloud.instance_agent import CANCEL_SUFFIX, Store
 from easylaunch.request import LaunchRequest
+from easylaunch_job.attempts import RestartPolicy, finish_attempt, give_up_restart
+from easylaunch_job.cloud.agent import CANCEL_SUFFIX
+from easylaunch_job.cloud.stores import Store
+from easylaunch_job.records import BUNDLE_DIR, BUNDLE_JSON, STATUS_JSON, read_json
 
 if TYPE_CHECKING:
     from easylaunch.modes.cloud.base import CloudMode, InstanceState
@@ -48,8 +49,8 @@ def claim(job: Job, backend: dict, store: Store, instance: InstanceState | None,
     process claimed the relaunch and queued the run's next attempt. False: another process
     relaunches it (or did: the run's record follows it to the new instance), or no restart is
     left (the run ended)."""
-    policy = runner.RestartPolicy.of(
-        runner.read_json(str(job.log_dir / BUNDLE_DIR / runner.BUNDLE_JSON)))
+    policy = RestartPolicy.of(
+        read_json(str(job.log_dir / BUNDLE_DIR / BUNDLE_JSON)))
     if not policy.max_restarts:
         return None
     followed = False
@@ -66,7 +67,7 @@ def claim(job: Job, backend: dict, store: Store, instance: InstanceState | None,
     return again
 
 
-def _count_restart(job: Job, policy: runner.RestartPolicy, backend: dict,
+def _count_restart(job: Job, policy: RestartPolicy, backend: dict,
                    instance: InstanceState | None, notice: str | None) -> bool:
     """End the run's attempt on the ended instance, unless its runner recorded the stop itself;
     True if the run is queued for another attempt."""
@@ -77,7 +78,7 @@ def _count_restart(job: Job, policy: runner.RestartPolicy, backend: dict,
     interrupted = bool(notice) or (instance is not None and instance.interrupted)
     why = notice or (instance.reason if instance else "the cloud no longer knows it")
     what = "recorded an outcome" if status.get("state") == "running" else "started"
-    return runner.finish_attempt(
+    return finish_attempt(
         str(job.log_dir), policy, "preempted" if interrupted else "lost", state="failed",
         error=f"instance {backend['instance_id']} ended ({why or 'no reason given'}) before "
               f"the run {what}")
@@ -100,7 +101,7 @@ def start(mode: CloudMode, jobs: list[Job]) -> None:
             print(f"easylaunch {mode.name}: could not relaunch {', '.join(j.id for j in group)} "
                   f"of instance {old_instance}: {exc}", file=sys.stderr)
             for job in group:
-                runner.give_up_restart(str(job.log_dir), f"no new instance started: {exc}")
+                give_up_restart(str(job.log_dir), f"no new instance started: {exc}")
                 _publish(mode.store_of(job.launch_info["backend"]), job)
 
 
@@ -143,5 +144,5 @@ def _publish(store: Store, job: Job) -> None:
     """Put the run's status.json, as settled here, in the bucket (where the instances and
     every other process read it)."""
     backend = job.launch_info["backend"]
-    store.put_bytes(f"{backend['log_prefix']}/{runner.STATUS_JSON}",
-                    (job.log_dir / runner.STATUS_JSON).read_bytes())
+    store.put_bytes(f"{backend['log_prefix']}/{STATUS_JSON}",
+                    (job.log_dir / STATUS_JSON).read_bytes())

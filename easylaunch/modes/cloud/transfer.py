@@ -8,7 +8,7 @@ instance, snapshots unpack to ``<workdir>/.snapshots/<digest>`` and a bundle to
 ``<workdir>/<exp>/<run folder>/bundle``, where its relative ``code/`` links resolve.
 
 Nothing here imports a cloud SDK: buckets are reached through the instance agent's
-:class:`~easylaunch.modes.cloud.instance_agent.Store` classes, given the mode's own client.
+:class:`~easylaunch.modes.cloud.Store` classes, given the mode's own client.
 """
 
 from __future__ import annotations
@@ -24,11 +24,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from easylaunch.bundle import SNAPSHOT_STORE, Run
+from easylaunch.bundle import Run
 from easylaunch.errors import LaunchError
-from easylaunch.modes.cloud import instance_agent
-from easylaunch.modes.cloud.instance_agent import Store
-from easylaunch.runner import write_bytes_atomic
+from easylaunch.jobpack import job_archive
+from easylaunch_job.cloud.agent import AGENT_PID, DEFAULT_WORKDIR, ENV_WORKDIR
+from easylaunch_job.cloud.platforms import DEFAULT_SHUTDOWN_CMD, ENV_SHUTDOWN_CMD
+from easylaunch_job.cloud.stores import Store
+from easylaunch_job.records import SNAPSHOT_STORE, write_bytes_atomic
 
 MANIFEST_FORMAT = 1
 # The largest object a single upload may hold (S3's single PUT limit, 5 GiB; GCS allows more).
@@ -38,7 +40,6 @@ MAX_BOOT_SCRIPT_BYTES = 8 * 2**10
 # How long the shutdown script waits for the agent's last sync (GCE allows about 30 s when it
 # preempts an instance).
 SHUTDOWN_GRACE_SECONDS = 25
-AGENT_SOURCE = Path(instance_agent.__file__).read_bytes()
 
 
 def download_prefix(store: Store, prefix: str, dest: str | os.PathLike,
@@ -146,8 +147,10 @@ def pack_bundle(run: Run, prefix: str) -> Archive:
 
 
 def agent_archive(prefix: str) -> Archive:
-    """The instance agent's source, named by its content."""
-    return Archive(join_key(prefix, "agent", f"{_sha(AGENT_SOURCE)}.py"), AGENT_SOURCE)
+    """The job side's zipapp (whose ``agent`` command is the instance agent), named by its
+    content."""
+    data = job_archive()
+    return Archive(join_key(prefix, "agent", f"{_sha(data)}.pyz"), data)
 
 
 def manifest_archive(prefix: str, manifest: dict) -> Archive:
@@ -197,8 +200,8 @@ class BootSpec:
 
 
 # The instance's work folder: EASYLAUNCH_WORKDIR when set (tests point it at a sandbox).
-_WORKDIR_LINE = (f'WORKDIR="${{{instance_agent.ENV_WORKDIR}:-}}"; '
-                 f'[ -n "$WORKDIR" ] || WORKDIR={shlex.quote(instance_agent.DEFAULT_WORKDIR)}')
+_WORKDIR_LINE = (f'WORKDIR="${{{ENV_WORKDIR}:-}}"; '
+                 f'[ -n "$WORKDIR" ] || WORKDIR={shlex.quote(DEFAULT_WORKDIR)}')
 
 
 def boot_script(spec: BootSpec) -> str:
@@ -217,7 +220,7 @@ def boot_script(spec: BootSpec) -> str:
         _WORKDIR_LINE,
         'mkdir -p "$WORKDIR" && cd "$WORKDIR"',
         'exec >>"$WORKDIR"/boot.log 2>&1',
-        f"trap '${{{instance_agent.ENV_SHUTDOWN_CMD}:-{instance_agent.DEFAULT_SHUTDOWN_CMD}}}' "
+        f"trap '${{{ENV_SHUTDOWN_CMD}:-{DEFAULT_SHUTDOWN_CMD}}}' "
         "EXIT",
     ]
     if spec.pip_requirements:
@@ -225,10 +228,10 @@ def boot_script(spec: BootSpec) -> str:
                      + " ".join(q(r) for r in spec.pip_requirements))
     lines += [
         f"{python} -c {q(FETCH_AGENT[spec.cloud])} {q(spec.region)} {q(spec.bucket)} "
-        f"{q(spec.agent_key)} agent.py",
+        f"{q(spec.agent_key)} job.pyz",
         "trap - EXIT",
-        f"exec {python} agent.py {q(spec.bucket)} {q(spec.manifest_key)} --cloud {q(spec.cloud)}"
-        f" --region {q(spec.region)}",
+        f"exec {python} job.pyz agent {q(spec.bucket)} {q(spec.manifest_key)} "
+        f"--cloud {q(spec.cloud)} --region {q(spec.region)}",
     ]
     text = "\n".join(lines) + "\n"
     if len(text.encode()) > MAX_BOOT_SCRIPT_BYTES:
@@ -244,7 +247,7 @@ def shutdown_script() -> str:
         "#!/bin/bash",
         "# easylaunch shutdown script: the instance agent syncs the run logs a last time.",
         _WORKDIR_LINE,
-        f'PID="$(cat "$WORKDIR"/{instance_agent.AGENT_PID} 2>/dev/null)" || exit 0',
+        f'PID="$(cat "$WORKDIR"/{AGENT_PID} 2>/dev/null)" || exit 0',
         'kill -TERM "$PID" 2>/dev/null || exit 0',
         f"for _ in $(seq {SHUTDOWN_GRACE_SECONDS * 4}); do",
         '  kill -0 "$PID" 2>/dev/null || exit 0',

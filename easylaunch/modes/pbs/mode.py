@@ -22,7 +22,7 @@ import posixpath
 import shlex
 import subprocess
 
-from easylaunch import launchers, runner
+from easylaunch import launchers
 from easylaunch.errors import LaunchError
 from easylaunch.jobs import Job
 from easylaunch.modes.jobscript import job_script, on_every_mpi_rank
@@ -30,11 +30,20 @@ from easylaunch.modes.pbs import scheduler as pbs
 from easylaunch.modes.pbs.scheduler import Resources
 from easylaunch.modes.scheduled import ArrayMode, ClusterFacts
 from easylaunch.request import LaunchRequest
+from easylaunch_job.environment import (
+    ENV_ENTRY,
+    ENV_JOB_ID,
+    ENV_RESUBMIT_SCRIPT,
+    ENV_RESUBMIT_WITH,
+    ENV_TIME_LIMIT_AT,
+    ENV_WATCH_CANCEL,
+)
+from easylaunch_job.records import STATUS_JSON
 
 # The run's entry: the one a restart was submitted for, else the array index (PBS Pro numbers
 # elements from 1; Slurm's PBS front ends set SLURM_ARRAY_TASK_ID instead of PBS_ARRAY_INDEX,
 # and SLURM_JOB_ID instead of PBS_JOBID).
-PBS_INDEX = (f"${{{runner.ENV_ENTRY}:-"
+PBS_INDEX = (f"${{{ENV_ENTRY}:-"
              "$(( ${PBS_ARRAY_INDEX:-${SLURM_ARRAY_TASK_ID:-1}} - 1 ))}")
 JOB_ID = "${PBS_JOBID:-${SLURM_JOB_ID:-}}"
 WATCH_CANCEL = 3  # seconds: how soon a run stops when its record asks (see PbsMode._stop)
@@ -99,11 +108,11 @@ class PbsMode(ArrayMode):
                      entries: list[tuple[str, str]], script: str, line: str) -> str:
         array = None if len(entries) == 1 else \
             pbs.array_spec(len(entries), self.opts["array_parallelism"])
-        exports = (f"{runner.ENV_TIME_LIMIT_AT}=$(( $(date +%s) + {res.walltime_seconds} )) "
-                   f'{runner.ENV_JOB_ID}="{JOB_ID}" {runner.ENV_WATCH_CANCEL}={WATCH_CANCEL}')
+        exports = (f"{ENV_TIME_LIMIT_AT}=$(( $(date +%s) + {res.walltime_seconds} )) "
+                   f'{ENV_JOB_ID}="{JOB_ID}" {ENV_WATCH_CANCEL}={WATCH_CANCEL}')
         if self.settings.MAX_RESTARTS:  # an attempt that ends to restart submits its entry again
-            exports += (f" {runner.ENV_RESUBMIT_SCRIPT}={shlex.quote(script)} "
-                        f'{runner.ENV_RESUBMIT_WITH}=qsub {runner.ENV_ENTRY}="$i"')
+            exports += (f" {ENV_RESUBMIT_SCRIPT}={shlex.quote(script)} "
+                        f'{ENV_RESUBMIT_WITH}=qsub {ENV_ENTRY}="$i"')
         return job_script(pbs.pbs_header(res, request.exp_name, array), entries, line,
                           index=PBS_INDEX, exports=exports)
 
@@ -151,7 +160,7 @@ class PbsMode(ArrayMode):
         if "[" not in backend[self.job_id_key] or backend.get("qstat_json"):
             super()._stop(job, job_id)
             return
-        record = f"{self._job_log_dir(job)}/{runner.STATUS_JSON}"
+        record = f"{self._job_log_dir(job)}/{STATUS_JSON}"
         (read,) = self.request_cancel(job, {"op": "read", "paths": [record]})
         found = read["files"][record]
         with contextlib.suppress(ValueError):

@@ -23,7 +23,7 @@ from abc import abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
 
-from easylaunch.bundle import BLOB_STORE, BUNDLE_DIR, SNAPSHOT_STORE, Run
+from easylaunch.bundle import BLOB_STORE, Run
 from easylaunch.errors import LaunchError
 from easylaunch.hosts import staging
 from easylaunch.hosts.staging import Upload
@@ -33,8 +33,8 @@ from easylaunch.modes.slurm import scheduler as slurm
 from easylaunch.modes.slurm.base import SlurmBase
 from easylaunch.preview import Preview, resource_fields
 from easylaunch.request import LaunchRequest
-from easylaunch.runner import write_bytes_atomic
 from easylaunch.settings import Mount
+from easylaunch_job.records import BUNDLE_DIR, SNAPSHOT_STORE, write_bytes_atomic
 
 JOB_IDS = "job_ids.txt"
 SUBMIT = "submit.sh"

@@ -16,7 +16,7 @@ from easylaunch.modes.slurm import scheduler as slurm
 from easylaunch.modes.slurm.base import SlurmBase
 from easylaunch.modes.slurm.scheduler import Resources
 from easylaunch.request import LaunchRequest
-from easylaunch.runner import ENV_RESUBMIT_SCRIPT
+from easylaunch_job.environment import ENV_RESUBMIT_SCRIPT
 
 
 class SlurmMode(SlurmBase, ArrayMode):

@@ -11,14 +11,12 @@ from __future__ import annotations
 
 import dataclasses
 import shlex
-from pathlib import Path
 
-from easylaunch import runner
-from easylaunch.bundle import RUNNER_FILE, Run
+from easylaunch.bundle import BLOB_STORE, Run, blob_name
 from easylaunch.errors import LaunchError
+from easylaunch.jobpack import job_archive
 from easylaunch.jobs import Job
 from easylaunch.modes.jobscript import StartLine, bundle_pythonpath, start_line, task_line
-from easylaunch.modes.slurm import packer
 from easylaunch.modes.slurm import scheduler as slurm
 from easylaunch.modes.slurm.base import RESOURCE_OPTIONS
 from easylaunch.modes.slurm.batch import (
@@ -30,10 +28,10 @@ from easylaunch.modes.slurm.batch import (
     submit_script,
 )
 from easylaunch.request import LaunchRequest
+from easylaunch_job.records import JOB_PYZ
 
 TASKS = "tasks.txt"
 RUNS = "runs.tsv"
-PACKER = "packer.py"
 PACKER_SCRIPT = "htp.sbatch"
 TASK_STATE = "task-state"
 
@@ -105,10 +103,11 @@ class HtpMode(BatchMode):
         header = slurm.sbatch_header(packed, job_name=f"{request.exp_name}-htp",
                                      output=slurm.output_path(layout.cluster_dir, "htp-%j.out"),
                                      signal_seconds=self.settings.SLURM_SIGNAL_SECONDS)
-        argv = [self.cluster_python(), f"{layout.cluster_dir}/{PACKER}",
+        # the packer is the job side the bundles link to, in the batch's blob store
+        job_side = f"{layout.cluster_dir}/{BLOB_STORE}/{blob_name(JOB_PYZ, job_archive())}"
+        argv = [self.cluster_python(), job_side, "pack",
                 f"{layout.cluster_dir}/{TASKS}", "--state-dir",
                 f"{layout.cluster_dir}/{TASK_STATE}", "--workers", str(workers)]
-        files[PACKER] = Path(packer.__file__).read_text()
         pairs = list(zip(layout.bundles, layout.log_dirs, strict=True))
         plain_paths = "\t" not in "".join(sum(pairs, ()))
         warm = not image and not self.settings.SSS_PRE_CMDS and plain_paths
@@ -118,9 +117,7 @@ class HtpMode(BatchMode):
                               "tab-separated file: keep tabs out of SSS_LOG_DIR and the paths")
         if warm or restarts:  # the packer knows each task's run (warm: forks it itself)
             files[RUNS] = "".join(f"{b}\t{lg}\n" for b, lg in pairs)
-            files[RUNNER_FILE] = Path(runner.__file__).read_text()
-            argv += ["--runs", f"{layout.cluster_dir}/{RUNS}",
-                     "--runner", f"{layout.cluster_dir}/{RUNNER_FILE}", *(["--warm"] * warm)]
+            argv += ["--runs", f"{layout.cluster_dir}/{RUNS}", *(["--warm"] * warm)]
         if restarts:
             argv += ["--resubmit", f"{layout.cluster_dir}/{PACKER_SCRIPT}"]
         files[PACKER_SCRIPT] = ("#!/bin/bash\n" + "\n".join(header) + "\n"

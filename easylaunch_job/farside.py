@@ -2,12 +2,14 @@
 
 A transport sends ``answer(ops)`` a whole batch of operations (read these status files, run
 squeue, touch a cancel marker, move uploaded folders into place) and gets every result back in
-one round trip. Standard library only, Python 3.7 or newer: over SSH this source travels with
-the runner's (whose status-file helpers it uses) and runs on the far side's own Python.
+one round trip. Over SSH the whole job package travels (held in memory there, nothing is
+installed) and this module answers on the far side's own Python.
 
 Each op is a dict with an ``op`` name; each answer is a dict, with ``error`` when that op
 failed (the others still run). Paths may start with ``~``.
 """
+
+from __future__ import annotations
 
 import errno
 import os
@@ -16,10 +18,8 @@ import subprocess
 import sys
 import time
 
-if "easylaunch_runner" in sys.modules:  # on the far side: the runner's source, sent along
-    runner = sys.modules["easylaunch_runner"]
-else:
-    from easylaunch import runner
+from easylaunch_job.environment import is_alive, process_start_time
+from easylaunch_job.records import update_status
 
 READ_LIMIT = 1 << 20  # a status.json or job id file is far smaller
 
@@ -99,12 +99,12 @@ def _detach(op):
         proc = subprocess.Popen([os.path.expanduser(a) for a in op["argv"]], stdin=null,
                                 stdout=out, stderr=out, start_new_session=True,
                                 cwd=_path(op["cwd"]) if op.get("cwd") else None)
-    return {"pid": proc.pid, "started": runner.process_start_time(proc.pid)}
+    return {"pid": proc.pid, "started": process_start_time(proc.pid)}
 
 
 def _alive(op):
     """Whether each [pid, start time] is still the same running process."""
-    return {"alive": [runner.is_alive(pid, started) for pid, started in op["pids"]]}
+    return {"alive": [is_alive(pid, started) for pid, started in op["pids"]]}
 
 
 def _touch(op):
@@ -120,10 +120,10 @@ def _touch(op):
 
 
 def _update_status(op):
-    """Merge fields into run folders' status.json (under the runner's lock)."""
+    """Merge fields into run folders' status.json (under its lock)."""
     for folder in op["folders"]:
         if os.path.isdir(_path(folder)):
-            runner.update_status(_path(folder), **op["fields"])
+            update_status(_path(folder), **op["fields"])
     return {}
 
 
