@@ -2,21 +2,11 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import socket
 import time
 
-from easylaunch_job.environment import is_alive
-
-
-def signal_group(pgid: int, sig: int = signal.SIGTERM) -> bool:
-    """Send ``sig`` to a process group; False if the group is gone."""
-    try:
-        os.killpg(pgid, sig)
-        return True
-    except ProcessLookupError:
-        return False
+from easylaunch_job.environment import is_alive, signal_group
 
 
 def terminate_group(pgid: int, leader_started: str | None, grace: float) -> None:

