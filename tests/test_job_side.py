@@ -49,9 +49,31 @@ def test_the_archive_is_the_same_bytes_in_every_process(tmp_path):
                               check=True).stdout for _ in range(2)}
     assert len(digests) == 1
     names = zipfile.ZipFile(_write_archive(tmp_path)).namelist()
-    assert names[0] == "__main__.py"
-    assert {f"easylaunch_job/{p.relative_to(JOB_SIDE).as_posix()}"
-            for p in JOB_SIDE.rglob("*.py")} == set(names[1:])
+    assert names[:2] == ["__main__.py", "__main__.pyc"]
+    sources = {f"easylaunch_job/{p.relative_to(JOB_SIDE).as_posix()}"
+               for p in JOB_SIDE.rglob("*.py")}
+    assert sources == {name for name in names[2:] if name.endswith(".py")}
+    assert "easylaunch_job/run.pyc" in names and "easylaunch_job/packer.pyc" not in names
+
+
+def test_a_run_starts_from_bytecode_and_another_python_from_source(tmp_path):
+    """The archive's .pyc files are this Python's: used here, skipped where the magic number
+    differs (the source is compiled instead)."""
+    archive = _write_archive(tmp_path)
+    program = ("import sys; sys.path.insert(0, sys.argv[1]); import easylaunch_job.run as m; "
+               "print(m.__spec__.loader.get_code('easylaunch_job.run').co_filename)")
+    proc = subprocess.run([sys.executable, "-S", "-c", program, str(archive)],
+                          capture_output=True, text=True, check=True)
+    assert proc.stdout.strip() == "easylaunch_job/run.py"  # (compiled here: no archive path)
+    foreign = tmp_path / "foreign.pyz"
+    with zipfile.ZipFile(archive) as source, zipfile.ZipFile(foreign, "w") as dest:
+        for info in source.infolist():
+            data = source.read(info)
+            dest.writestr(info, b"\0\0\r\n" + data[4:] if info.filename.endswith(".pyc")
+                          else data)
+    proc = subprocess.run([sys.executable, "-S", "-c", program, str(foreign)],
+                          capture_output=True, text=True, check=True)
+    assert proc.stdout.strip() == f"{foreign}/easylaunch_job/run.py"
 
 
 def test_the_archive_runs_alone_and_names_its_commands(tmp_path):
