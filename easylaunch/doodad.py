@@ -55,7 +55,8 @@ def _bucket_url(value: Any) -> Any:
     return f"gs://{value}" if isinstance(value, str) and "://" not in value else value
 
 
-_RUNNER = "the bundle's runner.py does its job, on any machine, with no doodad checkout there"
+_RUNNER = ("the bundle's job side (job.pyz) does its job, on any machine, with no doodad "
+           "checkout there")
 _NOT_DOODAD = ("kept in configs from rlkit's older doodad launcher; doodad's easy_launch never "
                "read it either")
 
