@@ -22,7 +22,6 @@ import zipfile
 from pathlib import Path
 
 import easylaunch_job
-from easylaunch_job.records import JOB_PYZ  # noqa: F401 - the file's name, for the modes
 
 # ``python job.pyz ...`` runs this; the package's own __main__ checks the Python first.
 _ZIP_MAIN = b"import sys\nfrom easylaunch_job.__main__ import main\nsys.exit(main())\n"
