@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import os
 import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from easylaunch.errors import EasyLaunchError
 from easylaunch.jobs import JobState
-from easylaunch_job.records import STATUS_JSON, DamagedRecord, read_json
+from easylaunch_job.records import read_status
 
 if TYPE_CHECKING:
     from easylaunch.jobs import Job
@@ -65,10 +64,7 @@ def ended_times(entry: Entry) -> dict:
     them (written before they were kept, or never refreshed since it ended)."""
     from easylaunch.registry import NO_TIME
 
-    try:
-        info = read_json(os.path.join(entry.log_dir, STATUS_JSON))
-    except (DamagedRecord, OSError):
-        info = {}
+    info = read_status(entry.log_dir)
     # (NO_TIME: looked once, so a record without times is not read again)
     return {"ended": NO_TIME, **_times(info)}
 

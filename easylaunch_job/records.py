@@ -108,10 +108,11 @@ def read_for_update(path: str) -> dict:
 
 
 def read_status(log_dir: str) -> dict:
-    """A run's status.json; empty when missing or damaged (being replaced: read again later)."""
+    """A run's status.json; empty when missing, damaged (being replaced: read again later) or
+    unreadable."""
     try:
         return read_json(os.path.join(log_dir, STATUS_JSON))
-    except DamagedRecord:
+    except (DamagedRecord, OSError):
         return {}
 
 

@@ -66,10 +66,7 @@ def raise_terminated(signum: int, _frame: Any) -> None:
 def cancel_asked() -> bool:
     """Whether the run's record asks for a cancel (through easylaunch)."""
     log_dir = _stop.get("log_dir")
-    try:
-        return bool(log_dir and read_status(log_dir).get("cancel_requested"))
-    except OSError:
-        return False
+    return bool(log_dir and read_status(log_dir).get("cancel_requested"))
 
 
 def _stop_notice(signum: int, frame: Any) -> None:

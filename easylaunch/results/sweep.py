@@ -21,7 +21,7 @@ from easylaunch.registry import NoSuchJob
 from easylaunch.results.errors import NoSuchMetric, choices, need
 from easylaunch.results.readers import PROGRESS_CSV, Metrics, read_run
 from easylaunch_job.outcome import load_outcome
-from easylaunch_job.records import METRICS_JSONL, STATUS_JSON, DamagedRecord, read_json
+from easylaunch_job.records import METRICS_JSONL, DamagedRecord, read_json, read_status
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -179,10 +179,7 @@ def _run_row(shown: Shown, now: float) -> dict:
     from easylaunch.listing import job_label, seconds_run
 
     entry = shown.entry
-    try:
-        status = read_json(str(Path(entry.log_dir) / STATUS_JSON))
-    except (DamagedRecord, OSError):
-        status = {}
+    status = read_status(entry.log_dir)
     state, _, note = shown.state.partition(" ")
     return {"run_id": entry.id, "exp_name": entry.exp_name, "sweep": entry.sweep or entry.id,
             "mode": entry.mode, "state": state, "note": note.strip("()") or None,
