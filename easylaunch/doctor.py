@@ -76,7 +76,7 @@ def _meaning(key: str, value: Any) -> Finding:
 
 
 def _slurm_configs(s: settings.Settings) -> Iterator[Finding]:
-    from easylaunch.modes.slurm import scheduler
+    from easylaunch.schedulers import slurm as scheduler
 
     for name, cfg in s.SLURM_CONFIGS.items():
         todo = [k for k, v in cfg.items() if doodad.is_placeholder(v)]
@@ -93,7 +93,7 @@ def _slurm_configs(s: settings.Settings) -> Iterator[Finding]:
 
 
 def _pbs_configs(s: settings.Settings) -> Iterator[Finding]:
-    from easylaunch.modes.pbs import scheduler
+    from easylaunch.schedulers import pbs as scheduler
 
     for name in s.PBS_CONFIGS:
         try:

@@ -20,8 +20,8 @@ from helpers import copy_to_cluster
 from easylaunch import JobState, LaunchError, SettingsError, run_experiment, run_sweep
 from easylaunch.cli import main as cli
 from easylaunch.modes.local_containers import LocalDockerMode
-from easylaunch.modes.slurm import scheduler
 from easylaunch.request import LaunchRequest
+from easylaunch.schedulers import slurm as scheduler
 from easylaunch.settings import load_settings
 
 TESTS_DIR = Path(__file__).resolve().parent

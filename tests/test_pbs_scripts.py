@@ -13,8 +13,8 @@ import pytest
 
 from easylaunch import LaunchError
 from easylaunch.modes.jobscript import StartLine, start_line
-from easylaunch.modes.pbs import scheduler as pbs
 from easylaunch.modes.pbs.mode import PbsMode
+from easylaunch.schedulers import pbs
 from easylaunch.settings import load_settings
 
 POLARIS = dict(select=2, ncpus=64, ngpus=4, mpiprocs=4, walltime="01:00:00", queue="debug",

@@ -18,8 +18,8 @@ from easylaunch.modes.jobscript import (
     start_line,
     task_line,
 )
-from easylaunch.modes.slurm import scheduler as slurm
 from easylaunch.modes.slurm.htp import ansi_c_quote
+from easylaunch.schedulers import slurm
 
 CONFIGS = dict(
     cpu=dict(account_name="co_rail", partition="savio", n_gpus=0, max_num_cores_per_node=20,

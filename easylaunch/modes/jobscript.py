@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from easylaunch import launchers
 from easylaunch.errors import LaunchError
-from easylaunch.modes.slurm.scheduler import TIMEOUT_SIGNAL
+from easylaunch.schedulers.slurm import TIMEOUT_SIGNAL
 from easylaunch_job.environment import ENV_RESUBMIT_SCRIPT, ENV_TIMEOUT_SIGNAL
 from easylaunch_job.records import JOB_PYZ, STDERR_LOG, STDOUT_LOG
 

@@ -26,10 +26,10 @@ from easylaunch import launchers
 from easylaunch.errors import LaunchError
 from easylaunch.jobs import Job
 from easylaunch.modes.jobscript import job_script, on_every_mpi_rank
-from easylaunch.modes.pbs import scheduler as pbs
-from easylaunch.modes.pbs.scheduler import Resources
 from easylaunch.modes.scheduled import ArrayMode, ClusterFacts
 from easylaunch.request import LaunchRequest
+from easylaunch.schedulers import pbs
+from easylaunch.schedulers.pbs import Resources
 from easylaunch_job.environment import (
     ENV_ENTRY,
     ENV_JOB_ID,

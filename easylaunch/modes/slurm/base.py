@@ -14,9 +14,9 @@ from easylaunch.jobs import Job
 from easylaunch.modes.hosted import completed
 from easylaunch.modes.jobscript import on_every_rank
 from easylaunch.modes.scheduled import ClusterFacts, ScheduledMode
-from easylaunch.modes.slurm import scheduler as slurm
-from easylaunch.modes.slurm.scheduler import Resources
 from easylaunch.request import LaunchRequest
+from easylaunch.schedulers import slurm
+from easylaunch.schedulers.slurm import Resources
 
 # Options of one launch that replace a SLURM_CONFIGS field (option -> field).
 RESOURCE_OPTIONS = {"time_in_mins": "time_in_mins", "partition": "partition", "mem": "mem",

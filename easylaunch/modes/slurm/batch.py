@@ -29,10 +29,10 @@ from easylaunch.hosts import staging
 from easylaunch.hosts.staging import Upload
 from easylaunch.jobs import Job
 from easylaunch.modes.jobscript import Container
-from easylaunch.modes.slurm import scheduler as slurm
 from easylaunch.modes.slurm.base import SlurmBase
 from easylaunch.preview import Preview, resource_fields
 from easylaunch.request import LaunchRequest
+from easylaunch.schedulers import slurm
 from easylaunch.settings import Mount
 from easylaunch_job.records import BUNDLE_DIR, SNAPSHOT_STORE, write_bytes_atomic
 

@@ -12,10 +12,10 @@ import shlex
 
 from easylaunch.modes.jobscript import SLURM_EXPORTS, job_script
 from easylaunch.modes.scheduled import ArrayMode, ClusterFacts
-from easylaunch.modes.slurm import scheduler as slurm
 from easylaunch.modes.slurm.base import SlurmBase
-from easylaunch.modes.slurm.scheduler import Resources
 from easylaunch.request import LaunchRequest
+from easylaunch.schedulers import slurm
+from easylaunch.schedulers.slurm import Resources
 from easylaunch_job.environment import ENV_RESUBMIT_SCRIPT
 
 

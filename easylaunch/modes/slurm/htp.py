@@ -17,7 +17,6 @@ from easylaunch.errors import LaunchError
 from easylaunch.jobpack import job_archive
 from easylaunch.jobs import Job
 from easylaunch.modes.jobscript import StartLine, bundle_pythonpath, start_line, task_line
-from easylaunch.modes.slurm import scheduler as slurm
 from easylaunch.modes.slurm.base import RESOURCE_OPTIONS
 from easylaunch.modes.slurm.batch import (
     JOB_IDS,
@@ -28,6 +27,7 @@ from easylaunch.modes.slurm.batch import (
     submit_script,
 )
 from easylaunch.request import LaunchRequest
+from easylaunch.schedulers import slurm
 from easylaunch_job.records import JOB_PYZ
 
 TASKS = "tasks.txt"

@@ -7,9 +7,9 @@ import shlex
 from easylaunch.bundle import Run
 from easylaunch.errors import LaunchError
 from easylaunch.modes.jobscript import StartLine, job_script, settled_outside, start_line
-from easylaunch.modes.slurm import scheduler as slurm
 from easylaunch.modes.slurm.batch import SUBMIT, BatchMode, BatchPlan, Layout, submit_script
 from easylaunch.request import LaunchRequest
+from easylaunch.schedulers import slurm
 
 
 class SssMode(BatchMode):
