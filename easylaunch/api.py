@@ -148,11 +148,12 @@ def _registry_row(run: Run) -> dict[str, Any]:
             "resubmitted_from": launch.get("resubmitted_from")}
 
 
-def _start(mode_obj: Mode, request: LaunchRequest, runs: list[Run],
+def _start(mode_obj: Mode, request: LaunchRequest, runs: list[Run], facts: Any,
            registry: Registry) -> list[Job]:
-    """Prepare and submit the runs; a failure gives the runs not started a terminal state."""
+    """Prepare (with what the mode's check learned) and submit the runs; a failure gives the
+    runs not started a terminal state."""
     try:
-        jobs = mode_obj.submit(request, runs, mode_obj.prepare(request, runs))
+        jobs = mode_obj.submit(request, runs, mode_obj.prepare(request, runs, facts))
     except BaseException as exc:
         registry.update_many(_abort(runs, exc))
         raise
@@ -262,7 +263,7 @@ def _launch(method_call: Callable[..., Any], variants: Iterable[Mapping | None],
                       limit)
     else:
         function_bytes, variant_bytes = b"", [b""] * len(variants)
-    mode_obj.check(request)
+    facts = mode_obj.check(request)
 
     def bundle_spec(folder: Path) -> BundleSpec:
         """What every run of this launch shares, with its stores in ``folder``."""
@@ -296,7 +297,7 @@ def _launch(method_call: Callable[..., Any], variants: Iterable[Mapping | None],
             runs = [create_run(spec, variant, data, i) for i, (variant, data) in
                     enumerate(zip(variants, variant_bytes, strict=True))]
             staged = dataclasses.replace(request, log_root=Path(folder))
-            shown = mode_obj.preview(staged, runs, mode_obj.prepare(staged, runs))
+            shown = mode_obj.preview(staged, runs, mode_obj.prepare(staged, runs, facts))
         return show(shown.replace_path(folder, str(root)))
     spec = bundle_spec(root)
     remove_abandoned_partials(root)
@@ -309,7 +310,7 @@ def _launch(method_call: Callable[..., Any], variants: Iterable[Mapping | None],
     except BaseException as exc:  # the runs made so far are recorded, as never started
         registry.update_many(_abort(runs, exc))
         raise
-    return _start(mode_obj, request, runs, registry)
+    return _start(mode_obj, request, runs, facts, registry)
 
 
 def run_experiment(
@@ -365,8 +366,8 @@ def resubmit(id_or_suffix: str, config: ConfigArg = None, detach: bool | None = 
     registry.add([_registry_row(run)])
     request = LaunchRequest.of_launch(run.launch, [run.variant])
     try:
-        mode_obj.check(request)
+        facts = mode_obj.check(request)
     except BaseException as exc:
         registry.update_many(_abort([run], exc))
         raise
-    return _start(mode_obj, request, [run], registry)[0]
+    return _start(mode_obj, request, [run], facts, registry)[0]

@@ -10,10 +10,13 @@ import contextlib
 import os
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from easylaunch import bundle
 from easylaunch.errors import EasyLaunchError, JobCancelledError, JobFailedError
+from easylaunch.modes import get_mode
+from easylaunch.modes.base import Mode
+from easylaunch.settings import launch_settings
 from easylaunch_job.outcome import load_outcome
 from easylaunch_job.records import (
     STATUS_JSON,
@@ -25,9 +28,6 @@ from easylaunch_job.records import (
     write_json_atomic,
 )
 from easylaunch_job.states import TERMINAL_STATES, JobState
-
-if TYPE_CHECKING:
-    from easylaunch.modes.base import Mode
 
 _NO_VALUE = object()
 
@@ -62,9 +62,6 @@ class Job:
     def from_run_dir(cls, log_dir: str | os.PathLike) -> Job:
         """Reconnect to the run whose folder is ``log_dir``, with the settings and mode options
         it was launched with."""
-        from easylaunch.modes import get_mode
-        from easylaunch.settings import launch_settings
-
         log_dir = Path(log_dir)
         try:
             launch = read_json(str(log_dir / bundle.LAUNCH_JSON))

@@ -15,6 +15,7 @@ Modules, one concern each:
 * ``checkpoint`` and ``metrics``: what the run's function calls;
 * ``outcome``: result.pkl; ``config``: the DoodadConfig the function receives;
 * ``run``: one bundle's function call; ``supervisor``: the job around it, and ``main``;
+* ``submission``: the schedulers' submit commands and their job ids (``submit``: submit.sh's);
 * ``resubmit``: submitting the next attempt from inside a job;
 * ``packer``, ``farside``, ``cloud/``: the packer, the SSH far side, the instance agent.
 

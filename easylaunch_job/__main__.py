@@ -2,7 +2,8 @@
 
 Commands: ``run`` (one run bundle, see :mod:`easylaunch_job.supervisor`), ``pack`` (a task
 file with N workers, :mod:`easylaunch_job.packer`), ``serve`` (the packer's warm worker) and
-``agent`` (a cloud instance's share of a launch, :mod:`easylaunch_job.cloud.agent`).
+``agent`` (a cloud instance's share of a launch, :mod:`easylaunch_job.cloud.agent`) and
+``submit`` (a batch folder's submit.sh submitting a job file, :mod:`easylaunch_job.submission`).
 
 This file stays readable by old Pythons, so that one older than the floor hears why.
 """
@@ -16,7 +17,8 @@ from easylaunch_job import PYTHON_FLOOR
 COMMANDS = {"run": ("easylaunch_job.supervisor", "main"),
             "pack": ("easylaunch_job.packer", "main"),
             "serve": ("easylaunch_job.packer", "serve"),
-            "agent": ("easylaunch_job.cloud.agent", "main")}
+            "agent": ("easylaunch_job.cloud.agent", "main"),
+            "submit": ("easylaunch_job.submission", "main")}
 
 
 def main(argv=None):

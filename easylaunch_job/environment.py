@@ -11,6 +11,9 @@ import sys
 ENV_PARENT_PID = "EASYLAUNCH_PARENT_PID"  # "<pid>:<start time>" of the launching process
 ENV_GPU_ID = "EASYLAUNCH_GPU_ID"
 ENV_TIMEOUT_SIGNAL = "EASYLAUNCH_TIMEOUT_SIGNAL"  # e.g. USR1: the scheduler's time-limit warning
+# The time-limit warning Slurm jobs ask for (sbatch --signal), which the packer passes on to
+# its tasks as theirs.
+TIMEOUT_SIGNAL = "USR1"
 ENV_RERUN = "EASYLAUNCH_RERUN"  # set by the packer when it runs a task again
 ENV_CONTINUE = "EASYLAUNCH_CONTINUE"  # set in an allocation that goes on with a stopped one's runs
 # When the scheduler ends the job with SIGTERM at its time limit, with no warning signal (PBS):

@@ -38,6 +38,7 @@ from easylaunch_job.environment import (
     ENV_CONTINUE,
     ENV_RERUN,
     ENV_TIMEOUT_SIGNAL,
+    TIMEOUT_SIGNAL,
     exit_code,
     signal_group,
 )
@@ -50,8 +51,9 @@ from easylaunch_job.records import (
     update_status,
     write_json_atomic,
 )
-from easylaunch_job.resubmit import slurm_job_id, submit_from_job
+from easylaunch_job.resubmit import submit_from_job
 from easylaunch_job.run import EXIT_RESTART, run_bundle
+from easylaunch_job.submission import sbatch_command, sbatch_job_id
 from easylaunch_job.supervisor import end_of_job
 
 CANCEL_POLL_SECONDS = 0.5
@@ -125,7 +127,7 @@ def _run_child(bundle: str, log_dir: str, rerun: bool) -> int:
     code_dirs = [os.path.join(bundle, d)
                  for d in read_json(os.path.join(bundle, BUNDLE_JSON)).get("code_dirs", [])]
     os.environ.update(BUNDLE=bundle, LOG_DIR=log_dir, PYTHONUNBUFFERED="1")
-    os.environ[ENV_TIMEOUT_SIGNAL] = "USR1"
+    os.environ[ENV_TIMEOUT_SIGNAL] = TIMEOUT_SIGNAL
     if rerun:
         os.environ[ENV_RERUN] = "1"
     if code_dirs:
@@ -311,9 +313,9 @@ class Packer:
         its last attempt would have without a restart."""
         if self.runs is None:  # (--resubmit comes with --runs)
             return
-        argv = ["sbatch", "--parsable", self.resubmit]
+        argv = sbatch_command(self.resubmit)
         out, problem = submit_from_job(argv, **{ENV_CONTINUE: "1"})
-        job = slurm_job_id(out)
+        job = sbatch_job_id(out)
         if problem is None and not job:
             problem = f"sbatch printed no job id: {out.strip()!r}"
         for index in left:

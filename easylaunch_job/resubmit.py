@@ -12,12 +12,7 @@ from collections.abc import Callable
 from easylaunch_job.attempts import give_up_restart
 from easylaunch_job.environment import ENV_ENTRY, ENV_RESUBMIT_SCRIPT, ENV_RESUBMIT_WITH
 from easylaunch_job.records import update_status, write_bytes_atomic
-
-
-def slurm_job_id(out: str) -> str:
-    """The job id ``sbatch --parsable`` printed (``<id>`` or ``<id>;<cluster>``); "" if none."""
-    job = out.strip().split(";")[0]
-    return job if job.isdigit() else ""
+from easylaunch_job.submission import qsub_command, qsub_job_id, sbatch_command, sbatch_job_id
 
 
 def _without_array(script: str) -> str:
@@ -39,15 +34,15 @@ def _resubmission(script: str) -> tuple[list[str], Callable[[str], str]]:
     if os.environ.get(ENV_RESUBMIT_WITH) == "qsub":  # a plain job told its entry
         entry = os.environ.get(ENV_ENTRY) or "0"
         # (-V: the job's environment, as sbatch passes it on by default)
-        return (["qsub", "-V", "-v", f"{ENV_ENTRY}={entry}", _without_array(script)],
-                lambda out: "" if " " in out.strip() else out.strip())
+        return (qsub_command(_without_array(script), "-V", "-v", f"{ENV_ENTRY}={entry}"),
+                qsub_job_id)
     index = os.environ.get("SLURM_ARRAY_TASK_ID") or "0"  # the same element of a new array
 
     def element(out: str) -> str:
-        job = slurm_job_id(out)
+        job = sbatch_job_id(out)
         return f"{job}_{index}" if job else ""
 
-    return ["sbatch", "--parsable", f"--array={index}", script], element
+    return sbatch_command(script, f"--array={index}"), element
 
 
 def submit_from_job(argv: list[str], cwd: str | None = None,

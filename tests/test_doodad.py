@@ -12,6 +12,7 @@ import sys
 import time
 import warnings
 from pathlib import Path
+from types import SimpleNamespace
 
 import jobfns
 import pytest
@@ -19,7 +20,7 @@ from helpers import copy_to_cluster
 
 from easylaunch import JobState, LaunchError, SettingsError, run_experiment, run_sweep
 from easylaunch.cli import main as cli
-from easylaunch.modes.local_containers import LocalDockerMode
+from easylaunch.modes import get_mode
 from easylaunch.request import LaunchRequest
 from easylaunch.schedulers import slurm as scheduler
 from easylaunch.settings import load_settings
@@ -227,18 +228,19 @@ def test_local_docker_command_line(cfg, tmp_path, monkeypatch):
 
     settings = override(load_settings(cfg), {"DOCKER_IMAGE": "me/img:1",
                                              "DOCKER_ENGINE": "podman"}, "test")
-    mode = LocalDockerMode(settings, {})
+    mode = get_mode("local_docker").create(settings, {})
     monkeypatch.setattr(shutil, "which", lambda name: f"/usr/bin/{name}")
     request = LaunchRequest(method_call=None, variants=[{}], exp_name="d", use_gpu=True,
                             gpu_id=None, log_root=tmp_path / "logs", slurm_config_name=None,
                             script_name="")
-    argv = mode.contain(request, ["/logs/b/job.pyz", "/logs/b"])
+    (command,) = mode.prepare(request, [SimpleNamespace(bundle_dir="/logs/b", code_dirs=[])])
+    argv = command.argv
     uid = f"{os.getuid()}:{os.getgid()}"
     assert argv == ["/usr/bin/podman", "run", "--rm", "--init", "--user", uid, "-w",
                     str(tmp_path / "logs"), "-v", f"{tmp_path / 'logs'}:{tmp_path / 'logs'}",
                     "-e", "PYTHONPATH", "-e", "PYTHONUNBUFFERED", "-e", "CUDA_VISIBLE_DEVICES",
                     "-e", "EASYLAUNCH_GPU_ID", "--gpus", "all", "me/img:1", "python3",
-                    "/logs/b/job.pyz", "/logs/b"]
+                    "/logs/b/job.pyz", "run", "/logs/b"]
     monkeypatch.undo()
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     with pytest.raises(LaunchError, match="needs docker or podman on PATH"):
@@ -331,8 +333,6 @@ def test_slurm_singularity_runs_in_the_image(slurm_cfg, stand_in):
 @pytest.mark.parametrize("mode, gpu, expected", [
     ("ec2", False, "c4.large"), ("ec2", True, "g3.4xlarge"), ("gcp", False, "n1-standard-4")])
 def test_extra_launch_info_names_the_instance_type_as_doodads_did(mode, gpu, expected, tmp_path):
-    from easylaunch.modes import get_mode
-
     settings = load_settings({"INSTANCE_TYPE": "c4.large", "GPU_INSTANCE_TYPE": "g3.4xlarge"})
     request = LaunchRequest(method_call=None, variants=[{}], exp_name="d", use_gpu=gpu,
                             gpu_id=None, log_root=tmp_path, slurm_config_name=None,

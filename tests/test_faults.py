@@ -22,7 +22,7 @@ from easylaunch import (
     run_sweep,
 )
 from easylaunch.jobs import DamagedRecordError
-from easylaunch.modes.slurm.direct import SlurmMode
+from easylaunch.modes import get_mode
 from easylaunch.registry import open_registry
 from easylaunch.settings import load_settings
 from easylaunch_job.outcome import save_result
@@ -246,7 +246,7 @@ def test_slurm_runs_killed_by_a_signal_or_os_exit_record_how(slurm_cfg):
 
 def test_a_job_that_wrote_no_log_is_not_pointed_at_one(cfg, tmp_path):
     job = run_experiment(jobfns.train, mode="here_no_doodad", config=cfg)
-    mode = SlurmMode(load_settings(cfg), {})
+    mode = get_mode("slurm").create(load_settings(cfg), {})
     (job.log_dir / "stderr.log").unlink(missing_ok=True)
     assert "wrote no log" in mode._where_to_look(job)
     (job.log_dir / "stderr.log").write_text("boom\n")

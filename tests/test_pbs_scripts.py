@@ -12,8 +12,8 @@ from types import SimpleNamespace
 import pytest
 
 from easylaunch import LaunchError
+from easylaunch.modes import get_mode
 from easylaunch.modes.jobscript import StartLine, start_line
-from easylaunch.modes.pbs.mode import PbsMode
 from easylaunch.schedulers import pbs
 from easylaunch.settings import load_settings
 
@@ -27,9 +27,10 @@ ENTRIES = [("/eagle/p/logs/exp/r1/bundle", "/eagle/p/logs/exp/r1"),
 
 
 def _script(cfg: dict, entries=ENTRIES, **opts) -> str:
-    mode = PbsMode(load_settings({"PBS_CONFIGS": {"x": cfg}}), {"pbs_config_name": "x", **opts})
+    mode = get_mode("pbs").create(load_settings({"PBS_CONFIGS": {"x": cfg}}),
+                                  {"pbs_config_name": "x", **opts})
     res = mode.resources(SimpleNamespace(use_gpu=False))
-    line = mode.every_rank(start_line(StartLine(
+    line = pbs.every_rank(start_line(StartLine(
         python="/soft/conda/bin/python", pre_cmds=("module load conda",),
         pythonpath=('"$BUNDLE"/code/0-src',))), res)
     return mode.array_script(res, SimpleNamespace(exp_name="lr sweep"), entries,
@@ -143,16 +144,16 @@ def test_job_names_qsub_takes():
 
 
 def test_ids_from_qsub_and_of_elements():
-    assert pbs.parse_qsub("8123[].polaris-pbs-01.hsn.cm.polaris.alcf.anl.gov\n") == \
+    assert pbs.parse_submit("8123[].polaris-pbs-01.hsn.cm.polaris.alcf.anl.gov\n") == \
         "8123[].polaris-pbs-01.hsn.cm.polaris.alcf.anl.gov"
-    assert pbs.parse_qsub("4242.aurora-pbs-0001\n") == "4242.aurora-pbs-0001"
-    assert pbs.parse_qsub("2116\n") == "2116"  # Slurm's qsub front end
+    assert pbs.parse_submit("4242.aurora-pbs-0001\n") == "4242.aurora-pbs-0001"
+    assert pbs.parse_submit("2116\n") == "2116"  # Slurm's qsub front end
     with pytest.raises(LaunchError, match="qsub did not print a job id"):
-        pbs.parse_qsub("qsub: Unknown queue\n")
+        pbs.parse_submit("qsub: Unknown queue\n")
     assert pbs.element_id("8123[].polaris-pbs-01.hsn", 7) == "8123[7].polaris-pbs-01.hsn"
     assert pbs.element_id("2116", 3) == "2116[3]"
     assert pbs.short_id("8123[7].polaris-pbs-01.hsn") == "8123[7]"
-    assert pbs.qdel_command("8123[7].pbs01") == ["qdel", "8123[7].pbs01"]
+    assert pbs.cancel_command("8123[7].pbs01") == ["qdel", "8123[7].pbs01"]
     assert pbs.qstat_command(["1.s", "2[3].s"], json_output=True) == \
         ["qstat", "-x", "-f", "-F", "json", "1.s", "2[3].s"]
     assert pbs.qstat_command(["7"], json_output=False) == ["qstat", "-f", "7"]
@@ -198,9 +199,14 @@ def _answer(rc, out="", err=""):
     return subprocess.CompletedProcess([], rc, out, err)
 
 
+def _states(job_ids, answer, json_output):
+    """The states qstat's ``answer`` gives runs whose records say whether it has JSON."""
+    return pbs.read_states(job_ids, [answer], [{"qstat_json": json_output}])
+
+
 def test_states_from_recorded_json():
     ids = [f"8123[{i}].pbs01" for i in range(1, 8)] + ["8124.pbs01", "8125.pbs01"]
-    states = pbs.states_from(ids, _answer(153, QSTAT_JSON, "qstat: Unknown Job Id 8123[7].pbs01"),
+    states = _states(ids, _answer(153, QSTAT_JSON, "qstat: Unknown Job Id 8123[7].pbs01"),
                              json_output=True)
     assert states == {"8123[1].pbs01": "succeeded", "8123[2].pbs01": "running",
                       "8123[3].pbs01": "queued", "8123[4].pbs01": "timeout",
@@ -210,21 +216,21 @@ def test_states_from_recorded_json():
 
 
 def test_states_from_recorded_text_and_slurms_front_end():
-    states = pbs.states_from(["8124.pbs01", "8126.pbs01", "9.pbs01"], _answer(0, QSTAT_TEXT),
+    states = _states(["8124.pbs01", "8126.pbs01", "9.pbs01"], _answer(0, QSTAT_TEXT),
                              json_output=False)
     assert states == {"8124.pbs01": "timeout", "8126.pbs01": "running", "9.pbs01": None}
     # Slurm's wrapper: C for every ended job, no exit status; elements it cannot name stay
     # unknown (the run's record tells)
     text = "Job Id:\t2117\n\tJob_Name = x\n\tjob_state = C\n\tqueue = debug\n"
-    assert pbs.states_from(["2117", "2116[3]"], _answer(0, text), json_output=False) == \
+    assert _states(["2117", "2116[3]"], _answer(0, text), json_output=False) == \
         {"2117": "succeeded", "2116[3]": "unknown"}
 
 
 def test_a_qstat_that_fails_leaves_states_unknown():
-    assert pbs.states_from(["1.s"], _answer(1, "", "Connection refused"), True) == \
+    assert _states(["1.s"], _answer(1, "", "Connection refused"), True) == \
         {"1.s": "unknown"}
-    assert pbs.states_from(["1.s"], _answer(0, "not json"), True) == {"1.s": "unknown"}
-    assert pbs.states_from(["1.s"], _answer(153, "", "qstat: Unknown Job Id 1.s"), True) == \
+    assert _states(["1.s"], _answer(0, "not json"), True) == {"1.s": "unknown"}
+    assert _states(["1.s"], _answer(153, "", "qstat: Unknown Job Id 1.s"), True) == \
         {"1.s": None}
 
 

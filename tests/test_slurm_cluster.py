@@ -13,7 +13,7 @@ import pytest
 from helpers import alive, copy_to_cluster, run_pids, wait_for
 
 from easylaunch import JobState, LaunchError, run_experiment, run_sweep, wait_all
-from easylaunch.modes.slurm import direct as slurm_mode
+from easylaunch.schedulers import slurm
 
 TESTS_DIR = Path(__file__).resolve().parent
 
@@ -89,7 +89,7 @@ def test_a_cancel_that_meets_a_busy_controller_is_asked_again(slurm_cfg, tmp_pat
 
 
 def test_arrays_are_split_at_max_array_size(slurm_cfg, monkeypatch):
-    monkeypatch.setattr(slurm_mode.slurm, "max_array_size", lambda _: 3)
+    monkeypatch.setattr(slurm, "max_array_size", lambda _: 3)
     jobs = run_sweep(jobfns.train, [dict(learning_rate=i) for i in range(5)], mode="slurm",
                      config=slurm_cfg)
     arrays = [j.launch_info["backend"]["array_job_id"] for j in jobs]

@@ -1,4 +1,6 @@
-"""Modes by name. A mode module is imported only when a launch or a job asks for it."""
+"""Modes by name: a Mode class, or a shared class composed with its parts (a scheduler, a
+container, a way of packing runs). A mode module is imported only when a launch or a job asks
+for it."""
 
 from __future__ import annotations
 
@@ -6,26 +8,27 @@ import difflib
 import importlib
 
 from easylaunch.errors import LaunchError
-from easylaunch.modes.base import Mode
+from easylaunch.modes.base import ModeKind
 
 MODES: dict[str, str] = {
     "here_no_doodad": "easylaunch.modes.here_no_doodad:HereNoDoodadMode",
-    "local": "easylaunch.modes.local:LocalMode",
-    "local_singularity": "easylaunch.modes.local_containers:LocalSingularityMode",
-    "local_docker": "easylaunch.modes.local_containers:LocalDockerMode",
-    "slurm": "easylaunch.modes.slurm.direct:SlurmMode",
-    "slurm_singularity": "easylaunch.modes.slurm.singularity:SlurmSingularityMode",
-    "sss": "easylaunch.modes.slurm.sss:SssMode",
-    "htp": "easylaunch.modes.slurm.htp:HtpMode",
-    "pbs": "easylaunch.modes.pbs.mode:PbsMode",
+    "local": "easylaunch.modes.local_entry:LOCAL",
+    "local_singularity": "easylaunch.modes.local:LOCAL_SINGULARITY",
+    "local_docker": "easylaunch.modes.local:LOCAL_DOCKER",
+    "slurm": "easylaunch.modes.scheduled.array:SLURM",
+    "slurm_singularity": "easylaunch.modes.scheduled.array:SLURM_SINGULARITY",
+    "sss": "easylaunch.modes.scheduled.sss:SSS",
+    "htp": "easylaunch.modes.scheduled.htp:HTP",
+    "pbs": "easylaunch.modes.scheduled.array:PBS",
     "ssh": "easylaunch.modes.ssh:SshMode",
     "ec2": "easylaunch.modes.cloud.ec2:Ec2Mode",
     "gcp": "easylaunch.modes.cloud.gcp:GcpMode",
 }
 
 
-def get_mode(name: str) -> type[Mode]:
-    """The Mode class registered under ``name``; an unknown name lists the known ones."""
+def get_mode(name: str) -> ModeKind:
+    """The Mode class (or entry) registered under ``name``; an unknown name lists the known
+    ones."""
     if name not in MODES:
         close = difflib.get_close_matches(str(name), list(MODES), n=1)
         hint = f" Did you mean {close[0]!r}?" if close else ""

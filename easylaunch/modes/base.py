@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, Protocol
 
 from easylaunch.errors import LaunchError
 from easylaunch.settings import Settings
@@ -17,15 +18,51 @@ if TYPE_CHECKING:
     from easylaunch.request import LaunchRequest
 
 
+class ModeKind(Protocol):
+    """What the registry gives for a mode name: a Mode class, a :class:`Composed` entry, or
+    an entry that picks a class by the options (``local``)."""
+
+    name: str
+    options: dict[str, Any]
+    restarts: bool
+    needs_bundle: bool
+
+    def create(self, settings: Settings, mode_options: dict[str, Any]) -> Mode:
+        """The mode object for a launch with these settings and options."""
+
+
+@dataclass(frozen=True)
+class Composed:
+    """A mode users name that is a shared class with its parts (a scheduler, a container, a
+    way of packing runs): its registry entry, used as a Mode class is (``name``, ``options``,
+    ``restarts``, ``create``)."""
+
+    name: str
+    cls: type[Mode]
+    options: dict[str, Any]
+    restarts: bool
+    parts: dict[str, Any]  # attributes of the mode object: scheduler=, container=, packing=
+    needs_bundle: bool = True
+
+    def create(self, settings: Settings, mode_options: dict[str, Any]) -> Mode:
+        return self.cls.create(settings, mode_options, self)
+
+
 class Mode(ABC):
-    """A way to run bundles. Subclasses add only what differs between backends."""
+    """A way to run bundles. Subclasses add only what differs between backends; a mode made of
+    parts takes its name, options and parts from its :class:`Composed` entry."""
 
-    name: ClassVar[str]
-    needs_bundle: ClassVar[bool] = True
-    options: ClassVar[dict[str, Any]] = {}  # accepted mode options and their defaults
-    restarts: ClassVar[bool] = False  # whether it starts runs again (MAX_RESTARTS)
+    name: str
+    needs_bundle: bool = True
+    options: dict[str, Any] = {}  # accepted mode options and their defaults
+    restarts: bool = False  # whether it starts runs again (MAX_RESTARTS)
 
-    def __init__(self, settings: Settings, mode_options: dict[str, Any]) -> None:
+    def __init__(self, settings: Settings, mode_options: dict[str, Any],
+                 kind: Composed | None = None) -> None:
+        if kind is not None:
+            self.name, self.options, self.restarts = kind.name, kind.options, kind.restarts
+            for part, value in kind.parts.items():
+                setattr(self, part, value)
         unknown = sorted(set(mode_options) - set(self.options))
         if unknown:
             accepted = ", ".join(sorted(self.options)) or "none"
@@ -35,17 +72,22 @@ class Mode(ABC):
         self.opts = {**self.options, **mode_options}
 
     @classmethod
-    def create(cls, settings: Settings, mode_options: dict[str, Any]) -> Mode:
+    def create(cls, settings: Settings, mode_options: dict[str, Any],
+               kind: Composed | None = None) -> Mode:
         """The mode object for a launch with these settings and options (a mode whose options
         choose another way to run returns that mode's object)."""
-        return cls(settings, mode_options)
+        return cls(settings, mode_options, kind)
 
-    def check(self, request: LaunchRequest) -> None:
-        """Refuse a request this mode cannot run, before anything is made (no side effects)."""
+    def check(self, request: LaunchRequest) -> Any:
+        """Refuse a request this mode cannot run, before anything is made; return what it
+        learned of the target on the way (a cluster's folder and limits, a host's GPUs), which
+        :meth:`prepare` receives. Nothing is kept on the mode."""
+        return None
 
     @abstractmethod
-    def prepare(self, request: LaunchRequest, runs: list[Run]) -> Any:
-        """Render what starts the runs (commands, scripts, as text) without side effects."""
+    def prepare(self, request: LaunchRequest, runs: list[Run], facts: Any) -> Any:
+        """Render what starts the runs (commands, scripts, as text) without side effects;
+        ``facts``: what :meth:`check` returned."""
 
     @abstractmethod
     def submit(self, request: LaunchRequest, runs: list[Run], prepared: Any) -> list[Job]:

@@ -63,7 +63,7 @@ class HereNoDoodadMode(Mode):
     name = "here_no_doodad"
     needs_bundle = False
 
-    def prepare(self, request: LaunchRequest, runs: list[Run]) -> list[Any]:
+    def prepare(self, request: LaunchRequest, runs: list[Run], facts: None) -> list[Any]:
         return [None for _ in runs]
 
     def submit(self, request: LaunchRequest, runs: list[Run], prepared: list[Any]) -> list[Job]:

@@ -94,15 +94,15 @@ class HostedMode(Mode):
         """This machine, or the far side over SSH."""
         return hosts.transport_to(self.settings, self.host_name(), self.runs_python)
 
-    def check_host(self, folder: str, runs_there: bool, *ops: dict) -> tuple[str, list[dict]]:
+    def check_host(self, folder: str, runs_there: bool, *ops: dict
+                   ) -> tuple[str, dict, list[dict]]:
         """Ask the far side, in one round trip, whether it can take this launch: ``folder``
         writable there (made if missing); with ``runs_there``, a Python that can load what
-        this machine pickles. Returns ``folder`` as an absolute path there and the answers
-        to ``ops``."""
+        this machine pickles. Returns ``folder`` as an absolute path there, what the far side
+        said of itself (its Python, home, CPUs) and the answers to ``ops``."""
         t = self.transport
         info, folder_there, *answers = checked(t.probe([
             {"op": "info"}, {"op": "prepare_dir", "path": folder}, *ops]), t.where)
-        self.host_info = info
         if t.python.startswith("~/"):  # job scripts name it in quotes: no ~ expansion there
             t.python = info["home"] + t.python[1:]
         if runs_there and not t.is_local:
@@ -115,7 +115,7 @@ class HostedMode(Mode):
             if info["cloudpickle"] is None:
                 raise LaunchError(f"{t.python} on {t.where} has no cloudpickle; install it "
                                   "there (pip install cloudpickle)")
-        return folder_there["path"], answers
+        return folder_there["path"], info, answers
 
     def stage(self, request: LaunchRequest, runs: list[Run], root: str, then: list[dict],
               shared: list[str], plain: list[str]) -> list[dict]:

@@ -1,4 +1,6 @@
-"""Shell text shared by the Slurm modes: the line that starts a run, job scripts, task lines.
+"""Shell text shared by the modes that start runs from shell: the line that starts a run, job
+scripts (what differs between schedulers comes from their modules: header lines, exports, the
+index) and the packer's task lines.
 
 A run is started by one line of shell that reads ``$BUNDLE`` and ``$LOG_DIR`` from the
 environment; paths only ever enter the shell through ``shlex.quote``.
@@ -8,24 +10,14 @@ from __future__ import annotations
 
 import os
 import shlex
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from easylaunch import launchers
+from easylaunch.containers import SingularityImage
 from easylaunch.errors import LaunchError
-from easylaunch.schedulers.slurm import TIMEOUT_SIGNAL
-from easylaunch_job.environment import ENV_RESUBMIT_SCRIPT, ENV_TIMEOUT_SIGNAL
+from easylaunch_job.environment import ENV_RESUBMIT_SCRIPT, ENV_TIMEOUT_SIGNAL, TIMEOUT_SIGNAL
 from easylaunch_job.records import JOB_PYZ, STDERR_LOG, STDOUT_LOG
-
-
-@dataclass(frozen=True)
-class Container:
-    """The Singularity image a run starts in, and what is bound into it."""
-
-    image: str
-    binds: tuple[tuple[str, str], ...]
-    gpu: bool
-    extra_args: str
 
 
 @dataclass(frozen=True)
@@ -35,7 +27,7 @@ class StartLine:
     python: str  # a shell word: a quoted path, or e.g. "$EASYLAUNCH_ENV"/bin/python
     pre_cmds: tuple[str, ...]
     pythonpath: tuple[str, ...]  # shell words, e.g. '"$BUNDLE"/code/0-src' or a quoted path
-    container: Container | None = None
+    container: SingularityImage | None = None
 
 
 def bundle_pythonpath(code_dirs: Sequence[str]) -> tuple[str, ...]:
@@ -60,14 +52,6 @@ def start_line(start: StartLine) -> str:
     return "exec " + shlex.join(argv)
 
 
-def on_every_rank(line: str, srun: Sequence[str]) -> str:
-    """Run a start line once per rank through ``srun``, each rank logging to its own files."""
-    return (f"exec {shlex.join(srun)} --kill-on-bad-exit=1 "
-            '--output="${LOG_DIR//%/%%}"/stdout.rank%t.log '
-            '--error="${LOG_DIR//%/%%}"/stderr.rank%t.log '
-            f"bash -c {shlex.quote(line)}")
-
-
 # What a job's shell passes on to a run it waits for: stops and time-limit warnings.
 PASSED_SIGNALS = ("TERM", "INT", "HUP", "USR1", "USR2")
 
@@ -87,25 +71,12 @@ def settled_outside(line: str, python: str, script: str) -> str:
             f'"$BUNDLE"/{JOB_PYZ} run "$BUNDLE" --log-dir "$LOG_DIR" --after-exit "$code"')
 
 
-# A rank's number under the launchers PBS sites use: Cray PALS, MPICH (hydra), Open MPI.
-MPI_RANK = "${PALS_RANKID:-${PMI_RANK:-${OMPI_COMM_WORLD_RANK:-0}}}"
-
-
-def on_every_mpi_rank(line: str, mpiexec: Sequence[str]) -> str:
-    """Run a start line once per rank through ``mpiexec`` on the job's hosts
-    (``$PBS_NODEFILE``), each rank logging to its own files."""
-    per_rank = (f'exec >>"$LOG_DIR"/stdout.rank{MPI_RANK}.log '
-                f'2>>"$LOG_DIR"/stderr.rank{MPI_RANK}.log; {line}')
-    return (f'exec {shlex.join(mpiexec)} --hostfile "$PBS_NODEFILE" '
-            f"bash -c {shlex.quote(per_rank)}")
-
-
-def broadcast_env(archive: str, dest: str, scheduler: str = "slurm") -> str:
-    """Shell lines that copy a packed environment to every node and unpack it once per node.
-
-    Slurm: ``sbcast`` to node-local ``dest``, then one srun task per node unpacks it. PBS: one
-    mpiexec rank per node copies and unpacks. A failure stops the job with a message, so a run
-    never starts on a half-copied environment. Sets ``EASYLAUNCH_ENV`` to the unpacked folder.
+def broadcast_env(archive: str, dest: str,
+                  copy: Callable[[str, str, str, str], list[str]]) -> str:
+    """Shell lines that copy a packed environment to every node and unpack it once per node
+    (``copy``: the scheduler's ``broadcast``), to node-local ``dest``. A failure stops the job
+    with a message, so a run never starts on a half-copied environment. Sets
+    ``EASYLAUNCH_ENV`` to the unpacked folder.
     """
     name = os.path.basename(archive).removesuffix(".tar.gz")
     target = f"{dest.rstrip('/')}/easylaunch-{name}"
@@ -113,22 +84,8 @@ def broadcast_env(archive: str, dest: str, scheduler: str = "slurm") -> str:
               f"tar -xzf {shlex.quote(target + '.tar.gz')} -C {shlex.quote(target)}")
     fail = "echo \"easylaunch: {what} failed on $(hostname); the run did not start\" >&2; exit 1"
     # (no path ever goes inside those double quotes)
-    if scheduler == "pbs":
-        copy = ("mpiexec --np \"$(sort -u \"$PBS_NODEFILE\" | wc -l)\" --ppn 1 bash -c "
-                + shlex.quote(f"cp {shlex.quote(archive)} {shlex.quote(target + '.tar.gz')} "
-                              f"&& {unpack}"))
-        lines = [f"{copy} || {{ {fail.format(what='copying the environment')}; }}"]
-    else:
-        sbcast = shlex.join(["sbcast", "--force", archive, f"{target}.tar.gz"])
-        per_node = ('srun --ntasks-per-node=1 -N "$SLURM_JOB_NUM_NODES" '
-                    f'-n "$SLURM_JOB_NUM_NODES" bash -c {shlex.quote(unpack)}')
-        lines = [f"{sbcast} || {{ {fail.format(what='sbcast of the packed environment')}; }}",
-                 f"{per_node} || {{ {fail.format(what='unpacking the environment')}; }}"]
+    lines = copy(archive, target, unpack, fail)
     return "\n".join([*lines, f"export EASYLAUNCH_ENV={shlex.quote(target)}"])
-
-
-SLURM_EXPORTS = f"{ENV_TIMEOUT_SIGNAL}={TIMEOUT_SIGNAL}"  # Slurm warns with --signal
-SLURM_INDEX = "${SLURM_ARRAY_TASK_ID:-0}"
 
 
 def _prologue(exports: str) -> str:
@@ -138,9 +95,9 @@ def _prologue(exports: str) -> str:
 
 
 def job_script(header: Sequence[str], entries: Sequence[tuple[str, str]], line: str,
-               index: str = SLURM_INDEX, exports: str = SLURM_EXPORTS) -> str:
-    """A batch script running entry ``index`` (a shell word: Slurm's array task id, 0 without
-    an array).
+               index: str, exports: str) -> str:
+    """A batch script running entry ``index`` (a shell word: the scheduler's array index,
+    0 without an array).
 
     ``entries`` are (bundle folder, log folder) pairs as the job will see them; ``exports``
     are the job's ``NAME=value`` words for the runner.
@@ -159,9 +116,11 @@ def job_script(header: Sequence[str], entries: Sequence[tuple[str, str]], line: 
 
 
 def task_line(bundle: str, log_dir: str, line: str) -> str:
-    """One task-file line: the same start as a job script, for one run, on one line."""
+    """One task-file line for the packer: the same start as a job script, for one run, on one
+    line (the packer passes a time-limit warning on as TIMEOUT_SIGNAL)."""
+    prologue = _prologue(f"{ENV_TIMEOUT_SIGNAL}={TIMEOUT_SIGNAL}").strip().replace("\n", "; ")
     text = (f"export BUNDLE={shlex.quote(bundle)} LOG_DIR={shlex.quote(log_dir)}; "
-            + _prologue(SLURM_EXPORTS).strip().replace("\n", "; ") + "; " + line)
+            f"{prologue}; {line}")
     if "\n" in text:
         raise LaunchError("a task-file line cannot hold a newline: keep each of SSS_PRE_CMDS "
                           "on one line, and paths without newlines")

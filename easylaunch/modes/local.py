@@ -28,10 +28,11 @@ from typing import Any
 
 from easylaunch import launchers, processes
 from easylaunch.bundle import Run
+from easylaunch.containers import DOCKER, SINGULARITY, Container
 from easylaunch.errors import LaunchError
 from easylaunch.gpus import local_gpu_ids
 from easylaunch.jobs import Job
-from easylaunch.modes.base import Mode
+from easylaunch.modes.base import Composed, Mode
 from easylaunch.notices import notice
 from easylaunch.preview import Preview
 from easylaunch.progress import bar
@@ -239,28 +240,29 @@ def _in_multiprocessing_worker() -> bool:
 
 
 class LocalMode(Mode):
-    """Background subprocesses on this machine."""
+    """Background subprocesses on this machine; with a ``container`` part (local_singularity,
+    local_docker), each inside an image, everything else the same. The log root is bound at
+    its own path there, so bundles, code snapshots and run folders keep their paths inside;
+    data folders are bound at their mount points (linked into place without a container)."""
 
     name = "local"
     restarts = True  # the supervising thread starts the run's next attempt
     # skip_wait=False: doodad's blocking; detach=True: runs outlive the launcher (LOCAL_DETACH)
     options = {"max_parallel": None, "skip_wait": None, "detach": None}
-    links_data_mounts = True  # container modes bind them instead
+    container: Container | None = None
 
     @classmethod
-    def create(cls, settings: Settings, mode_options: dict[str, Any]) -> Mode:
-        """Runs in this process's care, or (``detach``) under a supervisor of their own."""
+    def create(cls, settings: Settings, mode_options: dict[str, Any],
+               kind: Composed | None = None) -> Mode:
+        """Runs in this process's care (``local`` itself is :data:`.local_entry.LOCAL`, which
+        picks between these and detached runs)."""
         detach = mode_options.get("detach")
         if detach not in (None, True, False):
             raise LaunchError(f"detach must be True or False, got {detach!r}")
-        if detach and cls is not LocalMode:
-            raise LaunchError(f"mode {cls.name!r} cannot detach its runs; detach=True works "
+        if detach and kind is not None:
+            raise LaunchError(f"mode {kind.name!r} cannot detach its runs; detach=True works "
                               "in mode 'local'")
-        if cls is LocalMode and (settings.LOCAL_DETACH if detach is None else detach):
-            from easylaunch.modes.local_detached import DetachedLocalMode
-
-            return DetachedLocalMode(settings, mode_options)
-        return cls(settings, mode_options)
+        return cls(settings, mode_options, kind)
 
     @functools.cached_property
     def _gpus(self) -> list[str]:
@@ -290,16 +292,31 @@ class LocalMode(Mode):
         if shutil.which(python) is None:
             raise LaunchError(f"LOCAL_PYTHON={python!r} is not an executable "
                               "(a path, or a name on PATH)")
+        if self.container is not None:
+            self.container.check(self.settings, request.use_gpu, self.name, here=True)
 
-    def prepare(self, request: LaunchRequest, runs: list[Run]) -> list[LocalCommand]:
+    def launch_info(self, request: LaunchRequest) -> dict[str, str]:
+        if self.container is None:
+            return {}
+        return {self.container.launch_info_key:
+                str(self.container.image(self.settings, request.use_gpu))}
+
+    def prepare(self, request: LaunchRequest, runs: list[Run], facts: None = None
+                ) -> list[LocalCommand]:
         commands = []
         launcher = f"{os.getpid()}:{process_start_time(os.getpid())}"
         python = self.runs_python
         inherited = [os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []
         for run in runs:
             pythonpath = [str(d) for d in run.code_dirs] + inherited
+            argv = launchers.python_runner(python, run.bundle_dir)
+            if self.container is not None:
+                argv = self.container.wrap(
+                    self.settings, request.use_gpu,
+                    launchers.run_binds(request.log_root, self.settings.data_mounts()),
+                    argv[1:], str(request.log_root))
             commands.append(LocalCommand(
-                argv=launchers.python_runner(python, run.bundle_dir),
+                argv=argv,
                 env={"PYTHONPATH": os.pathsep.join(pythonpath), "PYTHONUNBUFFERED": "1",
                      ENV_PARENT_PID: launcher},
                 cwd=os.getcwd()))
@@ -319,7 +336,7 @@ class LocalMode(Mode):
 
     def submit(self, request: LaunchRequest, runs: list[Run],
                prepared: list[LocalCommand]) -> list[Job]:
-        for mount in self.settings.data_mounts() if self.links_data_mounts else []:
+        for mount in self.settings.data_mounts() if self.container is None else []:
             _link_data_mount(mount)
         gpus = self._gpus if request.use_gpu else []
         cap = self._cap(gpus)
@@ -380,3 +397,9 @@ class LocalMode(Mode):
         else:
             time.sleep(timeout)
 
+
+
+LOCAL_SINGULARITY = Composed("local_singularity", LocalMode, LocalMode.options, restarts=True,
+                             parts={"container": SINGULARITY})  # (SINGULARITY_IMAGE)
+LOCAL_DOCKER = Composed("local_docker", LocalMode, LocalMode.options, restarts=True,
+                        parts={"container": DOCKER})  # (DOCKER_IMAGE, GPU_DOCKER_IMAGE)

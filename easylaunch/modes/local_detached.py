@@ -18,8 +18,9 @@ from typing import Any
 from easylaunch.bundle import Run
 from easylaunch.gpus import chosen_gpu_ids
 from easylaunch.jobs import Job
+from easylaunch.modes.base import Composed
 from easylaunch.modes.local import LocalMode
-from easylaunch.modes.ssh import Pack, SshMode
+from easylaunch.modes.ssh import HostFacts, Pack, SshMode
 from easylaunch.request import LaunchRequest
 from easylaunch.settings import Settings
 
@@ -30,17 +31,18 @@ class DetachedLocalMode(SshMode):
     name = "local"
     options = LocalMode.options  # (the mode is still ``local``: its options, its name)
 
-    def __init__(self, settings: Settings, mode_options: dict[str, Any]) -> None:
-        super().__init__(settings, mode_options)
+    def __init__(self, settings: Settings, mode_options: dict[str, Any],
+                 kind: Composed | None = None) -> None:
+        super().__init__(settings, mode_options, kind)
         self.attached = LocalMode(settings, mode_options)  # its checks and its Python
         self.runs_python = self.attached.runs_python
 
     def host_name(self) -> None:
         return None  # this machine
 
-    def check(self, request: LaunchRequest) -> None:
+    def check(self, request: LaunchRequest) -> HostFacts:
         self.attached.check(request)  # max_parallel, GPUs, LOCAL_PYTHON
-        self.check_packer(request)
+        return self.check_packer(request)
 
     def host_gpus(self, nvidia_smi: dict) -> list[str]:
         """LOCAL_GPU_IDS or CUDA_VISIBLE_DEVICES where they choose, as for ``local``."""
@@ -52,3 +54,4 @@ class DetachedLocalMode(SshMode):
         print(f"easylaunch local: {len(runs)} run(s) detached; they go on after this script "
               "ends (easylaunch ls, logs -f, cancel)", file=sys.stderr)
         return jobs
+

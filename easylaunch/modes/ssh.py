@@ -30,9 +30,19 @@ GPU_QUERY = ["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"]
 
 
 @dataclass(frozen=True)
+class HostFacts:
+    """What a launch learned from the host before making anything."""
+
+    root: str  # the launch's folder there, as an absolute path
+    gpus: list[str]  # the GPUs runs use there (none without use_gpu)
+    cpus: int
+
+
+@dataclass(frozen=True)
 class Pack:
     """One launch on the host: its files here and there, and the packer's command line."""
 
+    facts: HostFacts
     local_dir: Path
     files: dict[str, str]  # name -> text, written into local_dir
     argv: list[str]  # the packer, with paths on the host
@@ -49,22 +59,22 @@ class SshMode(HostedMode):
     def host_name(self) -> str | None:
         return self.opts.get("cluster") or self.settings.SSH_DEFAULT_HOST
 
-    def check(self, request: LaunchRequest) -> None:
+    def check(self, request: LaunchRequest) -> HostFacts:
         if not self.host_name():
             raise LaunchError("mode 'ssh' needs a machine: pass cluster='NAME' (a CLUSTERS name "
                               "or user@host) or ssh_host=, or set SSH_DEFAULT_HOST")
-        self.check_packer(request)
+        return self.check_packer(request)
 
     def host_gpus(self, nvidia_smi: dict) -> list[str]:
         """The GPUs of the host, from the answer to :data:`GPU_QUERY` there."""
         return completed(nvidia_smi).stdout.split() if nvidia_smi["rc"] == 0 else []
 
-    def check_packer(self, request: LaunchRequest) -> None:
+    def check_packer(self, request: LaunchRequest) -> HostFacts:
         """Whether the host can take the launch: its folder, Python and GPUs."""
         cap = self.opts["max_parallel"]
         if cap is not None and (not isinstance(cap, int) or isinstance(cap, bool) or cap < 1):
             raise LaunchError(f"max_parallel must be a positive integer, got {cap!r}")
-        self.root, (gpus,) = self.check_host(
+        root, info, (gpus,) = self.check_host(
             self.transport.log_dir or str(request.log_root), True,
             {"op": "run", "argv": GPU_QUERY})
         found = self.host_gpus(gpus)
@@ -74,12 +84,12 @@ class SshMode(HostedMode):
         if request.use_gpu and request.gpu_id is not None and str(request.gpu_id) not in found:
             raise LaunchError(f"gpu_id={request.gpu_id!r} is not one of the GPUs on "
                               f"{self.transport.where} ({', '.join(found)})")
-        self.gpus = ([str(request.gpu_id)] if request.gpu_id is not None else found) \
+        used = ([str(request.gpu_id)] if request.gpu_id is not None else found) \
             if request.use_gpu else []
-        self.cpus = self.host_info.get("cpus") or 1
+        return HostFacts(root, used, info.get("cpus") or 1)
 
-    def prepare(self, request: LaunchRequest, runs: list[Run]) -> Pack:
-        root = self.root
+    def prepare(self, request: LaunchRequest, runs: list[Run], facts: HostFacts) -> Pack:
+        root = facts.root
 
         def there(path: Path) -> str:
             return f"{root}/{path.relative_to(request.log_root)}"
@@ -91,13 +101,13 @@ class SshMode(HostedMode):
         pairs = [(there(r.bundle_dir), there(r.log_dir)) for r in runs]
         job_side = runs[0].bundle_dir / JOB_PYZ  # (a link into the blob store, staged with it)
         job_there = there(Path(os.path.normpath(job_side.parent / os.readlink(job_side))))
-        workers = self.opts["max_parallel"] or len(self.gpus) or self.cpus
+        workers = self.opts["max_parallel"] or len(facts.gpus) or facts.cpus
         argv = [self.transport.python, job_there, "pack",
                 f"{pack}/tasks.txt", "--state-dir", f"{pack}/task-state", "--workers",
                 str(min(workers, len(runs))), "--runs", f"{pack}/runs.tsv", "--warm"]
-        if self.gpus:
-            argv += ["--gpus", ",".join(self.gpus)]
-        return Pack(local_dir, {
+        if facts.gpus:
+            argv += ["--gpus", ",".join(facts.gpus)]
+        return Pack(facts, local_dir, {
             "tasks.txt": "".join(task_line(b, lg, line) + "\n" for b, lg in pairs),
             "runs.tsv": "".join(f"{b}\t{lg}\n" for b, lg in pairs)}, argv,
             f"{pack}/packer.log")
@@ -109,23 +119,23 @@ class SshMode(HostedMode):
                        [f"{shlex.join(prepared.argv)} >> {shlex.quote(prepared.log)} 2>&1 "
                         "(detached)"],
                        {"runs at once": prepared.argv[prepared.argv.index("--workers") + 1],
-                        "GPUs": ", ".join(self.gpus) or "none"})
+                        "GPUs": ", ".join(prepared.facts.gpus) or "none"})
 
     def submit(self, request: LaunchRequest, runs: list[Run], prepared: Pack) -> list[Job]:
         prepared.local_dir.mkdir(parents=True)
         for name, text in prepared.files.items():
             write_bytes_atomic(str(prepared.local_dir / name), text.encode())
         (started,) = self.stage(
-            request, runs, self.root, [{"op": "detach", "argv": prepared.argv,
+            request, runs, prepared.facts.root, [{"op": "detach", "argv": prepared.argv,
                                         "log": prepared.log}],
             [], [str(prepared.local_dir.relative_to(request.log_root))])
         state_dir = str(Path(prepared.log).parent / "task-state")
         for index, run in enumerate(runs):
             run.record_backend(
-                job_log_dir=f"{self.root}/{run.log_dir.relative_to(request.log_root)}",
+                job_log_dir=f"{prepared.facts.root}/{run.log_dir.relative_to(request.log_root)}",
                 packer_pid=started["pid"], packer_started=started["started"],
                 packer_log=prepared.log, state_dir=state_dir, task_index=index,
-                gpus=self.gpus)
+                gpus=prepared.facts.gpus)
         return [Job(run.run_id, run.exp_name, run.log_dir, self) for run in runs]
 
     # -- tracking -------------------------------------------------------------------------------

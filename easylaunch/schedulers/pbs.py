@@ -1,4 +1,5 @@
-"""PBS Pro (and OpenPBS) as pure functions: resources, #PBS lines, qsub/qstat/qdel and parsing.
+"""PBS Pro (and OpenPBS) as data and pure functions: resources, #PBS lines, qsub/qstat/qdel and
+parsing (the :class:`~easylaunch.schedulers.Scheduler` the modes use, at the end).
 
 Written to PBS Pro's documented formats (Reference Guide: qsub options, ``qstat -f`` and
 ``-F json`` output, job states, exit status codes). Nothing here runs a command.
@@ -7,12 +8,29 @@ Written to PBS Pro's documented formats (Reference Guide: qsub options, ``qstat 
 from __future__ import annotations
 
 import json
+import posixpath
 import re
+import shlex
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+from easylaunch import launchers
 from easylaunch.errors import LaunchError
+from easylaunch_job.environment import (
+    ENV_ENTRY,
+    ENV_JOB_ID,
+    ENV_RESUBMIT_SCRIPT,
+    ENV_RESUBMIT_WITH,
+    ENV_TIME_LIMIT_AT,
+    ENV_WATCH_CANCEL,
+)
+from easylaunch_job.submission import qsub_command, qsub_job_id
+
+if TYPE_CHECKING:
+    from easylaunch.request import LaunchRequest
+    from easylaunch.settings import Settings
 
 CONFIG_FIELDS = ("select", "ncpus", "ngpus", "mpiprocs", "depth", "cpu_bind", "mem", "walltime",
                  "queue", "project", "filesystems", "place", "directives")
@@ -164,17 +182,11 @@ def pbs_header(res: Resources, name: str, array: str | None = None) -> list[str]
     return lines + [f"#PBS {d}" for d in res.directives]
 
 
-def qsub_command(script: str) -> list[str]:
-    """``qsub SCRIPT`` (run in the script's folder: PBS writes its output file there)."""
-    return ["qsub", script]
-
-
-def parse_qsub(stdout: str) -> str:
-    """The job id qsub printed: ``123.server`` for a job, ``123[].server`` for an array
-    (``123`` from front ends that print only the number)."""
-    lines = stdout.strip().splitlines()
-    job_id = lines[-1].strip() if lines else ""
-    if not re.fullmatch(r"\d+(\[\])?(\.[\w.-]+)?", job_id):
+def parse_submit(stdout: str) -> str:
+    """The job id in qsub's output (``123.server``, ``123[].server``, ``123``); refused if
+    none."""
+    job_id = qsub_job_id(stdout)
+    if not job_id:
         raise LaunchError(f"qsub did not print a job id: {stdout!r}")
     return job_id
 
@@ -256,15 +268,16 @@ def parse_qstat_text(stdout: str) -> dict[str, str]:
     return states
 
 
-def states_from(job_ids: Sequence[str], qstat: subprocess.CompletedProcess,
-                json_output: bool) -> dict[str, str | None]:
-    """States of these jobs from the output of :func:`qstat_command`.
+def read_states(job_ids: Sequence[str], answers: list[subprocess.CompletedProcess],
+                backends: list[dict]) -> dict[str, str | None]:
+    """States of these jobs from the output of :func:`status_commands`.
 
     Listed jobs get their state. Not listed: None (PBS has forgotten the job: qstat said
     "Unknown Job Id"), except array elements on a text front end, which may not list them
     (Slurm's wrappers): "unknown" there, and the run's own record tells. A qstat that failed
     otherwise, or answered what cannot be read, leaves every job "unknown".
     """
+    qstat, json_output = answers[0], _json_output(backends)
     said = qstat.stderr + qstat.stdout
     known = (parse_qstat_json if json_output else parse_qstat_text)(qstat.stdout)
     if known is None or (qstat.returncode != 0 and not known and "Unknown Job Id" not in said):
@@ -273,7 +286,7 @@ def states_from(job_ids: Sequence[str], qstat: subprocess.CompletedProcess,
             for j in job_ids}
 
 
-def qdel_command(job_id: str) -> list[str]:
+def cancel_command(job_id: str) -> list[str]:
     """qdel one job or one array element (``123[4].server``)."""
     return ["qdel", job_id]
 
@@ -293,3 +306,146 @@ def max_array_size(server_json: str) -> int:
     except (ValueError, AttributeError):
         return DEFAULT_MAX_ARRAY_SIZE
     return next((s for s in sizes if s), DEFAULT_MAX_ARRAY_SIZE)
+
+
+# -- the Scheduler the modes use ----------------------------------------------------------------
+
+NAME = "PBS"
+SUBMIT_TOOL = "qsub"
+JOB_ID_KEY = "pbs_job_id"
+OTHER_WAYS = ""
+SCRIPT_DIR = ".pbs"
+SCRIPT_SUFFIX = ".pbs"
+# The run's entry: the one a restart was submitted for, else the array index (PBS Pro numbers
+# elements from 1; Slurm's PBS front ends set SLURM_ARRAY_TASK_ID instead of PBS_ARRAY_INDEX,
+# and SLURM_JOB_ID instead of PBS_JOBID).
+INDEX = (f"${{{ENV_ENTRY}:-"
+         "$(( ${PBS_ARRAY_INDEX:-${SLURM_ARRAY_TASK_ID:-1}} - 1 ))}")
+JOB_ID = "${PBS_JOBID:-${SLURM_JOB_ID:-}}"
+WATCH_CANCEL = 3  # seconds: how soon a run stops when its record asks (see stops_by_record)
+# Options of one launch that replace a PBS_CONFIGS field (option -> field).
+OVERRIDES = {"n_nodes": "select", "n_gpus": "ngpus", "tasks_per_node": "mpiprocs",
+             "time_in_mins": "walltime", "queue": "queue", "project": "project"}
+OPTIONS = {"pbs_config_name": None, **dict.fromkeys(OVERRIDES)}
+# A run's rank under the launchers PBS sites use: Cray PALS, MPICH (hydra), Open MPI.
+MPI_RANK = "${PALS_RANKID:-${PMI_RANK:-${OMPI_COMM_WORLD_RANK:-0}}}"
+
+
+def resources(settings: Settings, opts: dict, request: LaunchRequest) -> Resources:
+    """The checked PBS_CONFIGS entry for this request, with this launch's overrides."""
+    configs = settings.PBS_CONFIGS
+    name = opts["pbs_config_name"] or ("gpu" if request.use_gpu else "cpu")
+    overrides = {field: opts[option] for option, field in OVERRIDES.items()
+                 if opts.get(option) is not None}
+    if name in configs and overrides:
+        configs = {**configs, name: {**configs[name], **overrides}}
+    return resolve_resources(configs, name, request.use_gpu)
+
+
+def check(settings: Settings, res: Resources) -> None:
+    """(PBS warns no one before the walltime: the job script tells the job side when it is.)"""
+
+
+def python(settings: Settings) -> str | None:
+    return settings.PBS_PYTHON
+
+
+def pre_cmds(settings: Settings) -> tuple[str, ...]:
+    return tuple(settings.PBS_PRE_CMDS)
+
+
+def every_rank(line: str, res: Resources) -> str:
+    """``line`` as is for one process, or once per rank through mpiexec on the job's hosts
+    (``$PBS_NODEFILE``), each rank logging to its own files."""
+    if res.tasks == 1:
+        return line
+    mpiexec = launchers.mpiexec(res.tasks, res.mpiprocs, None, res.cpu_bind, res.depth)
+    per_rank = (f'exec >>"$LOG_DIR"/stdout.rank{MPI_RANK}.log '
+                f'2>>"$LOG_DIR"/stderr.rank{MPI_RANK}.log; {line}')
+    return (f'exec {shlex.join(mpiexec)} --hostfile "$PBS_NODEFILE" '
+            f"bash -c {shlex.quote(per_rank)}")
+
+
+def check_folder(folder: str) -> None:
+    """(PBS takes any folder.)"""
+
+
+def preflight_ops() -> list[dict]:
+    return [{"op": "which", "names": ["qstat", "qdel"]},
+            {"op": "run", "argv": ["qstat", "--version"]},
+            {"op": "run", "argv": ["qstat", "-B", "-f", "-F", "json"]}]
+
+
+def cluster_facts(answers: list[dict], where: str) -> tuple[int, dict]:
+    """The server's max_array_size, and whether its qstat has JSON output."""
+    which, version, server = answers
+    missing = [name for name, path in which["found"].items() if path is None]
+    if missing:
+        raise LaunchError(f"mode 'pbs' tracks and cancels runs with qstat and qdel; "
+                          f"{' and '.join(missing)} is not on PATH on {where}")
+    return max_array_size(server["out"]), {
+        "qstat_json": server_has_json(version["out"] + version["err"])}
+
+
+def array_header(res: Resources, job_name: str, script: str, count: int,
+                 parallelism: int | None, settings: Settings) -> list[str]:
+    """#PBS lines; one entry is one job, more a job array."""
+    return pbs_header(res, job_name, None if count == 1 else array_spec(count, parallelism))
+
+
+def job_exports(res: Resources, resubmit: str | None) -> str:
+    """When the walltime comes, the job's id and how soon a cancel is read; with
+    ``resubmit``, the script an attempt that ends to restart submits again with qsub (a plain
+    job told its entry)."""
+    exports = (f"{ENV_TIME_LIMIT_AT}=$(( $(date +%s) + {res.walltime_seconds} )) "
+               f'{ENV_JOB_ID}="{JOB_ID}" {ENV_WATCH_CANCEL}={WATCH_CANCEL}')
+    if resubmit is not None:
+        exports += (f" {ENV_RESUBMIT_SCRIPT}={shlex.quote(resubmit)} "
+                    f'{ENV_RESUBMIT_WITH}=qsub {ENV_ENTRY}="$i"')
+    return exports
+
+
+def submit_op(script: str) -> dict:
+    # run in the script's folder: PBS writes the job's own output file there
+    return {"op": "run", "argv": qsub_command(script), "cwd": posixpath.dirname(script)}
+
+
+def element_fields(job_id: str, index: int, count: int, script: str, details: dict) -> dict:
+    element = job_id if count == 1 else element_id(job_id, index + 1)
+    return {"pbs_job_id": element, "array_job_id": job_id, "array_index": index + 1,
+            "script": script, "qstat_json": details["qstat_json"]}
+
+
+def _json_output(backends: list[dict]) -> bool:
+    return any(backend.get("qstat_json") for backend in backends)
+
+
+def status_commands(job_ids: Sequence[str], backends: list[dict]) -> list[list[str]]:
+    return [qstat_command(job_ids, _json_output(backends))]
+
+
+def reason_command(job_id: str) -> list[str] | None:
+    return None
+
+
+def parse_reason(stdout: str) -> str | None:
+    return None
+
+
+def output_place(backend: dict) -> tuple[str, str] | None:
+    folder = posixpath.dirname(backend.get("script", ""))
+    return (folder, "PBS's output files (NAME.oID) in {}") if folder else None
+
+
+def stops_by_record(backend: dict) -> bool:
+    """Front ends without JSON output may not name array elements (Slurm's cannot: their qdel
+    would end the whole array): there an element is stopped by its record alone."""
+    return "[" in backend[JOB_ID_KEY] and not backend.get("qstat_json")
+
+
+def broadcast(archive: str, target: str, unpack: str, fail: str) -> list[str]:
+    """One mpiexec rank per node copies and unpacks."""
+    copy = ("mpiexec --np \"$(sort -u \"$PBS_NODEFILE\" | wc -l)\" --ppn 1 bash -c "
+            + shlex.quote(f"cp {shlex.quote(archive)} {shlex.quote(target + '.tar.gz')} "
+                          f"&& {unpack}"))
+    return [f"{copy} || {{ {fail.format(what='copying the environment')}; }}"]

@@ -1,4 +1,5 @@
-"""Slurm as a handful of pure functions: resources, batch scripts, commands and their parsing.
+"""Slurm as data and pure functions: resources, batch scripts, commands and their parsing (the
+:class:`~easylaunch.schedulers.Scheduler` the modes use, at the end).
 
 Nothing here runs a command except :func:`query_states`, which takes the command runner as an
 argument, so everything is testable without a cluster.
@@ -7,12 +8,22 @@ argument, so everything is testable without a cluster.
 from __future__ import annotations
 
 import math
+import posixpath
 import re
+import shlex
 import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+from easylaunch import launchers
 from easylaunch.errors import LaunchError
+from easylaunch_job.environment import ENV_RESUBMIT_SCRIPT, ENV_TIMEOUT_SIGNAL, TIMEOUT_SIGNAL
+from easylaunch_job.submission import sbatch_command, sbatch_job_id
+
+if TYPE_CHECKING:
+    from easylaunch.request import LaunchRequest
+    from easylaunch.settings import Settings
 
 CONFIG_FIELDS = ("account_name", "partition", "n_gpus", "max_num_cores_per_node",
                  "n_cpus_per_task", "time_in_mins", "n_nodes", "extra_flags", "gpu_string", "mem",
@@ -20,7 +31,6 @@ CONFIG_FIELDS = ("account_name", "partition", "n_gpus", "max_num_cores_per_node"
 # Slurm's --time forms: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S.
 TIME_PATTERN = re.compile(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?")
 DEFAULT_MAX_ARRAY_SIZE = 1001
-TIMEOUT_SIGNAL = "USR1"
 
 # squeue/sacct states -> easylaunch states (JobState values).
 STATES = {
@@ -220,16 +230,10 @@ def array_spec(count: int, parallelism: int | None) -> str:
     return f"{spec}%{parallelism}" if parallelism else spec
 
 
-def sbatch_command(script: str) -> list[str]:
-    """``sbatch --parsable SCRIPT``."""
-    return ["sbatch", "--parsable", script]
-
-
-def parse_sbatch(stdout: str) -> str:
-    """The job id from ``sbatch --parsable`` output (``123`` or ``123;cluster``)."""
-    first = stdout.strip().splitlines()[0] if stdout.strip() else ""
-    job_id = first.split(";")[0].strip()
-    if not job_id.isdigit():
+def parse_submit(stdout: str) -> str:
+    """The job id in sbatch's output (``123`` or ``123;cluster``); refused if none."""
+    job_id = sbatch_job_id(stdout)
+    if not job_id:
         raise LaunchError(f"sbatch did not print a job id: {stdout!r}")
     return job_id
 
@@ -280,7 +284,7 @@ def parse_sacct(stdout: str) -> dict[str, str]:
     return states
 
 
-def reason_command(job_id: str) -> list[str]:
+def reason_command(job_id: str) -> list[str] | None:
     """squeue's reason for one job or array task (``None`` once it runs)."""
     return ["squeue", "--noheader", "--array", "--format=%r", "--jobs", job_id]
 
@@ -291,7 +295,7 @@ def parse_reason(stdout: str) -> str | None:
     return None if reason in ("", "None") else reason
 
 
-def scancel_command(job_id: str) -> list[str]:
+def cancel_command(job_id: str) -> list[str]:
     """scancel one job or one array task (``123_4``), never the whole array by accident."""
     return ["scancel", job_id]
 
@@ -325,3 +329,143 @@ def max_array_size(scontrol_config: str) -> int:
     there)."""
     match = re.search(r"^MaxArraySize\s*=\s*(\d+)", scontrol_config, re.MULTILINE)
     return int(match.group(1)) if match else DEFAULT_MAX_ARRAY_SIZE
+
+
+# -- the Scheduler the modes use ----------------------------------------------------------------
+
+NAME = "Slurm"
+SUBMIT_TOOL = "sbatch"
+JOB_ID_KEY = "slurm_job_id"
+OTHER_WAYS = ", or use mode='sss' to write job scripts to copy"
+SCRIPT_DIR = ".slurm"
+SCRIPT_SUFFIX = ".sbatch"
+INDEX = "${SLURM_ARRAY_TASK_ID:-0}"
+EXPORTS = f"{ENV_TIMEOUT_SIGNAL}={TIMEOUT_SIGNAL}"  # Slurm warns with --signal
+# Options of one launch that replace a SLURM_CONFIGS field (option -> field).
+RESOURCE_OPTIONS = {"time_in_mins": "time_in_mins", "partition": "partition", "mem": "mem",
+                    "account": "account_name", "qos": "qos", "constraint": "constraint",
+                    "n_cpus_per_task": "n_cpus_per_task"}
+OPTIONS = {"n_nodes": None, "n_gpus": None, "tasks_per_node": None,
+           **dict.fromkeys(RESOURCE_OPTIONS)}
+check_folder = check_log_folder
+
+
+def resources(settings: Settings, opts: dict, request: LaunchRequest) -> Resources:
+    """The checked SLURM_CONFIGS entry for this request, with this launch's options applied
+    (``n_nodes``, ``n_gpus`` per node and ``tasks_per_node``, default the GPUs per node, else
+    1, make a run multi-process; the RESOURCE_OPTIONS replace the config's values)."""
+    configs = settings.SLURM_CONFIGS
+    name = request.slurm_config_name or ("gpu" if request.use_gpu else "cpu")
+    given = {option: (field, opts[option])
+             for option, field in {"n_nodes": "n_nodes", "n_gpus": "n_gpus",
+                                   **RESOURCE_OPTIONS}.items()
+             if opts.get(option) is not None}
+    overrides = dict(given.values())
+    if name in configs and overrides:
+        configs = {**configs, name: {**configs[name], **overrides}}
+    try:
+        res = resolve_resources(configs, name, request.use_gpu)
+    except LaunchError as exc:
+        if not given:
+            raise
+        raise LaunchError(f"{exc} (with this launch's " + ", ".join(
+            f"{option}={value!r}" for option, (_, value) in given.items()) + ")") from None
+    per_node = opts.get("tasks_per_node") or res.n_gpus or 1
+    if not isinstance(per_node, int) or isinstance(per_node, bool) or per_node < 1:
+        raise LaunchError(f"tasks_per_node must be a positive integer, got {per_node!r}")
+    if overrides.get("n_nodes") or per_node > 1:
+        res = resolve_resources(configs, name, request.use_gpu, n_tasks=res.nodes * per_node)
+    return res
+
+
+def check(settings: Settings, res: Resources) -> None:
+    """The time-limit warning must come before the time limit."""
+    if settings.SLURM_SIGNAL_SECONDS >= res.time_minutes * 60:
+        raise LaunchError(
+            f"SLURM_SIGNAL_SECONDS={settings.SLURM_SIGNAL_SECONDS} is not shorter than the "
+            f"time limit ({res.time_minutes} min): the time-limit warning would come at once; "
+            "lower it (0 turns the warning off) or raise time_in_mins")
+
+
+def python(settings: Settings) -> str | None:
+    return settings.SLURM_PYTHON
+
+
+def pre_cmds(settings: Settings) -> tuple[str, ...]:
+    return tuple(settings.SLURM_PRE_CMDS)
+
+
+def every_rank(line: str, res: Resources) -> str:
+    """``line`` as is for one process, or once per rank through srun, each rank logging to its
+    own files."""
+    if res.tasks == 1:
+        return line
+    srun = launchers.srun(res.nodes, res.tasks, res.n_gpus)
+    return (f"exec {shlex.join(srun)} --kill-on-bad-exit=1 "
+            '--output="${LOG_DIR//%/%%}"/stdout.rank%t.log '
+            '--error="${LOG_DIR//%/%%}"/stderr.rank%t.log '
+            f"bash -c {shlex.quote(line)}")
+
+
+def preflight_ops() -> list[dict]:
+    return [{"op": "run", "argv": ["scontrol", "show", "config"]}]
+
+
+def cluster_facts(answers: list[dict], where: str) -> tuple[int, dict]:
+    """MaxArraySize (array indices stay below it)."""
+    return max(1, max_array_size(answers[0]["out"]) - 1), {}
+
+
+def array_header(res: Resources, job_name: str, script: str, count: int,
+                 parallelism: int | None, settings: Settings) -> list[str]:
+    return sbatch_header(res, job_name=job_name,
+                         output=output_path(posixpath.dirname(script), "slurm-%A_%a.out"),
+                         signal_seconds=settings.SLURM_SIGNAL_SECONDS,
+                         array=array_spec(count, parallelism))
+
+
+def job_exports(res: Resources, resubmit: str | None) -> str:
+    """The time-limit signal's name; with ``resubmit``, the script an attempt that ends to
+    restart submits again for its element (the job side does)."""
+    if resubmit is None:
+        return EXPORTS
+    return f"{EXPORTS} {ENV_RESUBMIT_SCRIPT}={shlex.quote(resubmit)}"
+
+
+def submit_op(script: str) -> dict:
+    return {"op": "run", "argv": sbatch_command(script)}
+
+
+def element_fields(job_id: str, index: int, count: int, script: str, details: dict) -> dict:
+    folder = script.rsplit("/", 1)[0]
+    return {"slurm_job_id": f"{job_id}_{index}", "array_job_id": job_id,
+            "array_index": index, "script": script,
+            "slurm_output": f"{folder}/slurm-{job_id}_{index}.out"}
+
+
+def status_commands(job_ids: Sequence[str], backends: list[dict]) -> list[list[str]]:
+    """squeue and sacct, asked together (one round trip to a remote cluster)."""
+    return [squeue_command(job_ids), sacct_command(job_ids)]
+
+
+def read_states(job_ids: Sequence[str], answers: list[subprocess.CompletedProcess],
+                backends: list[dict]) -> dict[str, str | None]:
+    return states_from(job_ids, *answers)
+
+
+def output_place(backend: dict) -> tuple[str, str] | None:
+    output = backend.get("slurm_output")
+    return (output, "Slurm's output {}") if output else None
+
+
+def stops_by_record(backend: dict) -> bool:
+    return False  # scancel names array elements
+
+
+def broadcast(archive: str, target: str, unpack: str, fail: str) -> list[str]:
+    """sbcast to node-local ``target``, then one srun task per node unpacks it."""
+    sbcast = shlex.join(["sbcast", "--force", archive, f"{target}.tar.gz"])
+    per_node = ('srun --ntasks-per-node=1 -N "$SLURM_JOB_NUM_NODES" '
+                f'-n "$SLURM_JOB_NUM_NODES" bash -c {shlex.quote(unpack)}')
+    return [f"{sbcast} || {{ {fail.format(what='sbcast of the packed environment')}; }}",
+            f"{per_node} || {{ {fail.format(what='unpacking the environment')}; }}"]

@@ -173,7 +173,7 @@ class CloudMode(Mode):
 
     # -- prepare and submit ---------------------------------------------------------------------
 
-    def prepare(self, request: LaunchRequest, runs: list[Run]) -> CloudPlan:
+    def prepare(self, request: LaunchRequest, runs: list[Run], facts: None) -> CloudPlan:
         target = self.target(request)
         agent = cloud.agent_archive(target.prefix)
         snapshots = cloud.pack_snapshots(runs, request.log_root, target.prefix)

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from easylaunch.errors import LaunchError
+from easylaunch.modes.base import Composed
 from easylaunch.modes.cloud import transfer as cloud
 from easylaunch.modes.cloud.base import Batch, CloudMode, InstanceState, Target
 from easylaunch.request import LaunchRequest
@@ -132,8 +133,9 @@ class GcpMode(CloudMode):
     machine_type_keys = ("GCP_MACHINE_TYPE", "GCP_GPU_MACHINE_TYPE")
     options = {**CloudMode.options, "gcp_kwargs": None}
 
-    def __init__(self, settings: Settings, mode_options: dict[str, Any]) -> None:
-        super().__init__(settings, mode_options)
+    def __init__(self, settings: Settings, mode_options: dict[str, Any],
+                 kind: Composed | None = None) -> None:
+        super().__init__(settings, mode_options, kind)
         self.settings = _with_gcp_kwargs(settings, self.opts["gcp_kwargs"])
 
     # -- checks ---------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ import os
 import socket
 import sys
 import time
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from easylaunch.jobs import Job
 from easylaunch.modes.cloud import transfer as cloud
@@ -29,10 +29,31 @@ from easylaunch_job.cloud.agent import CANCEL_SUFFIX
 from easylaunch_job.cloud.stores import Store
 from easylaunch_job.records import BUNDLE_DIR, BUNDLE_JSON, STATUS_JSON, read_json
 
-if TYPE_CHECKING:
-    from easylaunch.modes.cloud.base import CloudMode, InstanceState
-
 CLAIM_SUFFIX = ".relaunch"
+
+
+class Instance(Protocol):
+    """What relaunching reads of an instance as its cloud describes it (``base.InstanceState``)."""
+
+    reason: str  # why it ended, when the cloud says
+    interrupted: bool  # the cloud took it back (spot, preemption)
+
+
+class Relaunching(Protocol):
+    """What relaunching needs of a cloud mode (``base.CloudMode`` is one)."""
+
+    name: str
+
+    def store_of(self, backend: dict) -> Store: ...
+
+    def target(self, request: LaunchRequest) -> Any: ...
+
+    def batch_of(self, target: Any, manifest: dict, agent_key: str, launch_id: str,
+                 relaunch: int = 0) -> Any: ...
+
+    def start_batch(self, request: LaunchRequest, target: Any, batch: Any) -> list[dict]: ...
+
+    def end_instances(self, record: dict, instance_ids: list[str]) -> None: ...
 
 
 def _claim_key(backend: dict) -> str:
@@ -41,7 +62,7 @@ def _claim_key(backend: dict) -> str:
             f"{backend['instance_id']}{CLAIM_SUFFIX}")
 
 
-def claim(job: Job, backend: dict, store: Store, instance: InstanceState | None,
+def claim(job: Job, backend: dict, store: Store, instance: Instance | None,
           notice: str | None) -> bool | None:
     """Decide what becomes of a run whose instance (``backend``: the record that named it, as
     read before the instance was seen ended) ended before the run recorded an end, and that
@@ -68,7 +89,7 @@ def claim(job: Job, backend: dict, store: Store, instance: InstanceState | None,
 
 
 def _count_restart(job: Job, policy: RestartPolicy, backend: dict,
-                   instance: InstanceState | None, notice: str | None) -> bool:
+                   instance: Instance | None, notice: str | None) -> bool:
     """End the run's attempt on the ended instance, unless its runner recorded the stop itself;
     True if the run is queued for another attempt."""
     status = job.info()
@@ -88,7 +109,7 @@ def _claimant() -> dict:
     return {"claimed_by": f"{socket.gethostname()}:{os.getpid()}", "claimed_at": time.time()}
 
 
-def start(mode: CloudMode, jobs: list[Job]) -> None:
+def start(mode: Relaunching, jobs: list[Job]) -> None:
     """Start the next attempt of claimed runs: one new instance per ended instance. A start
     that fails ends the runs, saying why."""
     groups: dict[str, list[Job]] = {}
@@ -105,7 +126,7 @@ def start(mode: CloudMode, jobs: list[Job]) -> None:
                 _publish(mode.store_of(job.launch_info["backend"]), job)
 
 
-def _start_group(mode: CloudMode, group: list[Job]) -> None:
+def _start_group(mode: Relaunching, group: list[Job]) -> None:
     launch = group[0].launch_info
     old = launch["backend"]
     store = mode.store_of(old)

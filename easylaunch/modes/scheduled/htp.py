@@ -1,0 +1,157 @@
+"""``htp`` (high throughput): many small CPU runs share one allocation.
+
+The batch folder holds a task file (one line per run) and either easylaunch's own packer (N
+workers pull tasks inside one allocation, on any Slurm) or BRC's ``ht_helper.sh`` command.
+
+With MAX_RESTARTS (packer only), a run queued again starts again in the same allocation, and an
+allocation stopped at its time limit (or preempted) submits itself again for the runs left.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shlex
+import sys
+
+from easylaunch.bundle import BLOB_STORE, Run, blob_name
+from easylaunch.errors import LaunchError
+from easylaunch.jobpack import job_archive
+from easylaunch.jobs import Job
+from easylaunch.modes.base import Composed
+from easylaunch.modes.jobscript import StartLine, bundle_pythonpath, start_line, task_line
+from easylaunch.modes.scheduled.batch import SUBMIT, BatchMode, BatchPlan, Layout, submit_script
+from easylaunch.request import LaunchRequest
+from easylaunch.schedulers import slurm
+from easylaunch.settings import Settings
+from easylaunch_job.records import JOB_PYZ
+from easylaunch_job.submission import sbatch_command
+
+TASKS = "tasks.txt"
+RUNS = "runs.tsv"
+PACKER_SCRIPT = "htp.sbatch"
+TASK_STATE = "task-state"
+
+
+def ansi_c_quote(text: str) -> str:
+    """Bash's ``$'...'`` quoting, as in doodad's htp command."""
+    escaped = text.replace("\\", "\\\\").replace("'", "\\'").replace("\n", "\\n")
+    return f"$'{escaped}'"
+
+
+def check(mode: BatchMode, request: LaunchRequest) -> None:
+    s = mode.settings
+    if request.use_gpu:
+        raise LaunchError("mode 'htp' packs CPU runs; use mode 'sss' or 'slurm' for GPUs")
+    if s.HTP_RUNNER == "ht_helper" and not mode.grows_batches():
+        raise LaunchError("HTP_RUNNER='ht_helper' needs its task file copied by hand; with "
+                          "a cluster set, use HTP_RUNNER='packer' (runs on any Slurm)")
+    if s.HTP_RUNNER == "ht_helper" and s.MAX_RESTARTS:
+        raise LaunchError("runs packed by BRC's ht_helper.sh cannot restart; use "
+                          "HTP_RUNNER='packer' with max_restarts, or max_restarts=0")
+    if s.HTP_RUNNER == "ht_helper" and not s.TASKFILE_PATH_ON_BRC:
+        raise LaunchError("HTP_RUNNER='ht_helper' reads the task file from "
+                          "TASKFILE_PATH_ON_BRC; set it to where you will copy tasks.txt")
+    res = mode.resources(request)
+    if not res.max_cores_per_node:
+        raise LaunchError(f"mode 'htp' sizes its allocation from max_num_cores_per_node; "
+                          f"set it in SLURM_CONFIGS[{res.config_name!r}]")
+
+
+
+def runs_outside(mode: BatchMode, request: LaunchRequest) -> bool:
+    return not mode.image(request)
+
+
+def plan(mode: BatchMode, request: LaunchRequest, runs: list[Run], layout: Layout) -> BatchPlan:
+    self, c = mode, mode.container
+    res = self.resources(request)
+    image = self.image(request)
+    line = start_line(StartLine(
+        python=shlex.quote(c.python(self.settings) if image else self.cluster_python()),
+        pre_cmds=c.pre_cmds(self.settings),
+        pythonpath=self.container_pythonpath() if image
+        else bundle_pythonpath(runs[0].meta["code_dirs"]),
+        container=self.in_image(request, layout, runs) if image else None))
+    tasks = "".join(task_line(b, lg, line) + "\n"
+                    for b, lg in zip(layout.bundles, layout.log_dirs, strict=True))
+    workers = max(1, min(len(runs), res.max_cores_per_node // res.cpus_per_task))
+    files = {TASKS: tasks}
+    if self.settings.HTP_RUNNER == "ht_helper":
+        command = ht_helper_command(self.settings, res, workers)
+        files[SUBMIT] = submit_script(
+            shlex.quote(self.cluster_python()), [([r.run_id for r in runs], command)],
+            first=" (copy tasks.txt to TASKFILE_PATH_ON_BRC first)")
+        then = (f"copy {layout.cluster_dir}/{TASKS} to {self.settings.TASKFILE_PATH_ON_BRC}"
+                f", then: bash {shlex.quote(layout.cluster_dir + '/' + SUBMIT)}")
+        return BatchPlan(layout, files, [command], self.note(layout, then))
+    packed = dataclasses.replace(res, nodes=1, tasks=1, cpus_per_task=workers *
+                                 res.cpus_per_task)
+    header = slurm.sbatch_header(packed, job_name=f"{request.exp_name}-htp",
+                                 output=slurm.output_path(layout.cluster_dir, "htp-%j.out"),
+                                 signal_seconds=self.settings.SLURM_SIGNAL_SECONDS)
+    # the packer is the job side the bundles link to, in the batch's blob store
+    job_side = f"{layout.cluster_dir}/{BLOB_STORE}/{blob_name(JOB_PYZ, job_archive())}"
+    argv = [self.cluster_python(), job_side, "pack",
+            f"{layout.cluster_dir}/{TASKS}", "--state-dir",
+            f"{layout.cluster_dir}/{TASK_STATE}", "--workers", str(workers)]
+    pairs = list(zip(layout.bundles, layout.log_dirs, strict=True))
+    plain_paths = "\t" not in "".join(sum(pairs, ()))
+    warm = not image and not self.settings.SSS_PRE_CMDS and plain_paths
+    restarts = bool(self.settings.MAX_RESTARTS)
+    if restarts and not plain_paths:
+        raise LaunchError("mode 'htp' with max_restarts lists each run's folders in a "
+                          "tab-separated file: keep tabs out of SSS_LOG_DIR and the paths")
+    if warm or restarts:  # the packer knows each task's run (warm: forks it itself)
+        files[RUNS] = "".join(f"{b}\t{lg}\n" for b, lg in pairs)
+        argv += ["--runs", f"{layout.cluster_dir}/{RUNS}", *(["--warm"] * warm)]
+    if restarts:
+        argv += ["--resubmit", f"{layout.cluster_dir}/{PACKER_SCRIPT}"]
+    files[PACKER_SCRIPT] = ("#!/bin/bash\n" + "\n".join(header) + "\n"
+                            "# Generated by easylaunch: runs tasks.txt with the packer.\n"
+                            f"exec {shlex.join(argv)}\n")
+    files[SUBMIT] = submit_script(shlex.quote(self.cluster_python()), [
+        ([r.run_id for r in runs], shlex.join(sbatch_command(PACKER_SCRIPT)))])
+    seed = [shlex.join(["sbatch", f"{layout.cluster_dir}/{PACKER_SCRIPT}"])]
+    then = shlex.join(["bash", f"{layout.cluster_dir}/{SUBMIT}"])
+    return BatchPlan(layout, files, seed, self.note(layout, then))
+
+
+def ht_helper_command(s: Settings, res: slurm.Resources, tasks: int) -> str:
+    """The seed's BRC form: one sbatch --wrap running ht_helper.sh on the task file."""
+    parts = ["sbatch"]
+    if res.account:
+        parts += ["-A", shlex.quote(res.account)]
+    if res.partition:
+        parts += ["-p", shlex.quote(res.partition)]
+    parts += ["-t", str(res.time_minutes), "-N", "1", "-n", str(tasks), "--cpus-per-task=1"]
+    if res.mem:
+        parts.append(f"--mem={res.mem}")
+    if res.extra_flags.strip():
+        parts.append(res.extra_flags.strip())
+    wrap = (f'{s.HT_HELPER_PREAMBLE};ht_helper.sh -m "{s.HT_HELPER_PYTHON_MODULE}" '
+            f"-t {shlex.quote(s.TASKFILE_PATH_ON_BRC)}")
+    return " ".join(parts) + " --wrap=" + ansi_c_quote(wrap)
+
+
+def backend(mode: BatchMode, index: int) -> dict:
+    return {"task_index": index, "htp_runner": mode.settings.HTP_RUNNER}
+
+
+def cancel(mode: BatchMode, job: Job) -> bool:
+    """Cancel one task of the shared allocation (never the whole allocation).
+
+    The batch folder on the cluster is reached over SSH, or visible here (a shared file
+    system).
+    """
+    backend = job.launch_info["backend"]
+    if backend.get("htp_runner") == "ht_helper":
+        raise LaunchError("runs packed by BRC's ht_helper.sh cannot be cancelled one by "
+                          "one; cancel the whole allocation with scancel")
+    mode.cancel_packed(job, f"{backend['cluster_batch_dir']}/{TASK_STATE}",
+                       backend["task_index"])
+    return True
+
+
+HTP = Composed("htp", BatchMode, {**dict.fromkeys(slurm.RESOURCE_OPTIONS), "cluster": None},
+               restarts=True, parts={"scheduler": slurm, "packing": sys.modules[__name__]})
+# (one process a run: no n_nodes, n_gpus, tasks_per_node)

@@ -1,0 +1,73 @@
+"""``sss`` (script, Slurm, Singularity): one sbatch script per run in a batch folder, each
+running its run in a Singularity image.
+
+With MAX_RESTARTS, a script submits itself again (outside the container) for a run whose
+attempt ended to restart.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from typing import TYPE_CHECKING
+
+from easylaunch.bundle import Run
+from easylaunch.modes.base import Composed
+from easylaunch.modes.jobscript import StartLine, job_script, settled_outside, start_line
+from easylaunch.modes.scheduled.batch import (
+    SUBMIT,
+    BatchMode,
+    BatchPlan,
+    Layout,
+    submit_script,
+)
+from easylaunch.request import LaunchRequest
+from easylaunch.schedulers import slurm
+from easylaunch_job.submission import sbatch_command
+
+if TYPE_CHECKING:
+    from easylaunch.jobs import Job
+
+
+def check(mode: BatchMode, request: LaunchRequest) -> None:
+    mode.container.check(mode.settings, request.use_gpu, mode.name, here=False)
+
+
+def runs_outside(mode: BatchMode, request: LaunchRequest) -> bool:
+    return False  # (always in the image)
+
+
+def plan(mode: BatchMode, request: LaunchRequest, runs: list[Run], layout: Layout) -> BatchPlan:
+    s = mode.settings
+    res = mode.resources(request)
+    line = slurm.every_rank(start_line(StartLine(
+        python=shlex.quote(mode.container.python(s)), pre_cmds=mode.container.pre_cmds(s),
+        pythonpath=mode.container_pythonpath(),
+        container=mode.in_image(request, layout, runs))), res)
+    files, entries, seed = {}, [], []
+    for run, bundle, log_dir in zip(runs, layout.bundles, layout.log_dirs, strict=True):
+        header = slurm.sbatch_header(res, job_name=f"{run.exp_name}-{run.run_id}",
+                                     output=slurm.output_path(layout.cluster_dir,
+                                                              f"slurm-{run.run_id}-%j.out"),
+                                     signal_seconds=s.SLURM_SIGNAL_SECONDS)
+        script = f"{run.run_id}.sbatch"
+        files[script] = job_script(header, [(bundle, log_dir)], settled_outside(
+            line, shlex.quote(mode.cluster_python()), f"{layout.cluster_dir}/{script}")
+            if s.MAX_RESTARTS else line, index=slurm.INDEX, exports=slurm.EXPORTS)
+        entries.append(([run.run_id], shlex.join(sbatch_command(script))))
+        seed.append(shlex.join(["sbatch", f"{layout.cluster_dir}/{script}"]))
+    files[SUBMIT] = submit_script(shlex.quote(mode.cluster_python()), entries)
+    then = shlex.join(["bash", f"{layout.cluster_dir}/{SUBMIT}"])
+    return BatchPlan(layout, files, seed, mode.note(layout, then))
+
+
+def backend(mode: BatchMode, index: int) -> dict:
+    return {}
+
+
+def cancel(mode: BatchMode, job: Job) -> bool:
+    return False  # (scancel: one job per run)
+
+
+SSS = Composed("sss", BatchMode, {**slurm.OPTIONS, "cluster": None}, restarts=True,
+               parts={"scheduler": slurm, "packing": sys.modules[__name__]})

@@ -1,0 +1,217 @@
+"""What modes that hand runs to a batch scheduler share: the preflight (one round trip that
+also asks the scheduler what the launch needs to know), the scheduler's side of tracking (asked
+in the same round trip as the runs' records), the terminal state a run gets when the scheduler
+is done with it before the run recorded one (so ``job.wait()`` never hangs), and cancel. The
+scheduler (a module of :mod:`easylaunch.schedulers`) is a part the mode is made with.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import re
+import shlex
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from easylaunch.errors import LaunchError
+from easylaunch.jobs import Job
+from easylaunch.modes.hosted import NO_QUERY, BackendQuery, HostedMode, completed
+from easylaunch.request import LaunchRequest
+from easylaunch.schedulers import Scheduler
+from easylaunch_job.records import STATUS_JSON, STDERR_LOG, update_status
+from easylaunch_job.states import TERMINAL_STATES
+
+
+@dataclass(frozen=True)
+class ClusterFacts:
+    """What a launch learned from the cluster before making anything."""
+
+    root: str  # the launch's folder there, as an absolute path
+    max_array_len: int  # how many runs one job array may hold
+    details: dict  # what launch.json records with each run (the scheduler's element_fields)
+
+
+# Scheduler answers that say "not now" rather than "no": asked again after these pauses.
+TRANSIENT = re.compile(r"timed out|try again|temporarily unavailable|Unable to contact|"
+                       r"Connection refused|Socket|busy|Communications error", re.IGNORECASE)
+RETRY_DELAYS = (0.5, 1.0, 2.0)
+
+
+class ScheduledMode(HostedMode):
+    """Tracking and cancelling through the mode's ``scheduler``; subclasses say how jobs are
+    made.
+
+    ``cluster`` (a CLUSTERS name or an ssh destination; default DEFAULT_CLUSTER) submits to a
+    cluster over SSH; without one, the scheduler is on this machine.
+    """
+
+    scheduler: Scheduler
+
+    def host_name(self) -> str | None:
+        return self.opts.get("cluster") or self.settings.DEFAULT_CLUSTER
+
+    def resources(self, request: LaunchRequest) -> Any:
+        """The checked resource request of this launch."""
+        return self.scheduler.resources(self.settings, self.opts, request)
+
+    def preflight(self, folder: str, runs_there: bool) -> ClusterFacts:
+        """Ask the cluster, in one round trip, whether it can take runs kept in ``folder``
+        (see :meth:`check_host`), whether the submit command is there, and what the scheduler
+        says about array sizes."""
+        sched, t = self.scheduler, self.transport
+        sched.check_folder(folder)  # before anything is made there
+        tool = sched.SUBMIT_TOOL
+        root, _, (which, *answers) = self.check_host(
+            folder, runs_there, {"op": "which", "names": [tool]}, *sched.preflight_ops())
+        if which["found"][tool] is None:
+            raise LaunchError(
+                f"mode {self.name!r} submits with {tool}, which is not on PATH on {t.where}; "
+                + ("run on the cluster's login node, or set cluster= (or DEFAULT_CLUSTER) to "
+                   "submit to one over SSH" + sched.OTHER_WAYS if t.is_local
+                   else "is it the cluster's login node?"))
+        max_array_len, details = sched.cluster_facts(answers, t.where)
+        return ClusterFacts(root, max_array_len, details)
+
+    def cluster_python(self) -> str:
+        """The Python that starts runs on the cluster (outside any container)."""
+        return self.scheduler.python(self.settings) or self.transport.python
+
+    def scheduler_output(self, job: Job) -> str | None:
+        """Where the scheduler's own output for this run is, in words (None: unknown)."""
+        place = self.scheduler.output_place(job.launch_info["backend"])
+        if place is None or (self.transport.is_local and not Path(place[0]).exists()):
+            return None
+        return place[1].format(self.transport.remote(place[0]))
+
+    def waiting_reason(self, job: Job) -> str | None:
+        """Why a queued job waits, as the scheduler says (Resources, Priority, ...)."""
+        job_id = self.job_id(job)
+        argv = None if job_id is None else self.scheduler.reason_command(job_id)
+        if argv is None:
+            return None
+        op = {"op": "run", "argv": argv}
+        out = completed(self.retried([op], self.transport.probe([op]))[0])
+        return self.scheduler.parse_reason(out.stdout) if out.returncode == 0 else None
+
+    # -- tracking -------------------------------------------------------------------------------
+
+    def job_id(self, job: Job) -> str | None:
+        """The scheduler's id of the job (or array element) that runs this run, if known: the
+        one its last attempt submitted for the next, else the one it recorded when it started
+        (on front ends that cannot name array elements, the only one the scheduler knows), else
+        the one submitted at launch."""
+        info = job.info()
+        return info.get("next_job_id") or info.get("job_id") or self.submitted_job_id(job)
+
+    def submitted_job_id(self, job: Job) -> str | None:
+        """The scheduler's id of the job submitted at launch, if known."""
+        return job.launch_info["backend"].get(self.scheduler.JOB_ID_KEY)
+
+    def _open_ids(self, jobs: list[Job]) -> dict[str, list[Job]]:
+        by_id: dict[str, list[Job]] = {}  # htp runs share one allocation's id
+        for job in jobs:
+            job_id = self.job_id(job)
+            if job_id is not None:
+                by_id.setdefault(job_id, []).append(job)
+        return by_id
+
+    def backend_query(self, jobs: list[Job]) -> BackendQuery:
+        by_id = self._open_ids(jobs)
+        if not by_id:
+            return NO_QUERY
+        backends = [job.launch_info["backend"] for group in by_id.values() for job in group]
+        ops = [{"op": "run", "argv": argv}
+               for argv in self.scheduler.status_commands(list(by_id), backends)]
+        return BackendQuery(ops, functools.partial(self._settle_all, by_id, backends, ops))
+
+    def _settle_all(self, by_id: dict[str, list[Job]], backends: list[dict], ops: list[dict],
+                    answers: list[dict]) -> None:
+        answers = self.retried(ops, answers)
+        states = self.scheduler.read_states(list(by_id), [completed(a) for a in answers],
+                                            backends)
+        for job_id, group in by_id.items():
+            for job in group:
+                self._settle(job, job_id, states.get(job_id, "unknown"))
+
+    def _settle(self, job: Job, job_id: str, state: str | None) -> None:
+        """Give a run the scheduler has finished with (or forgotten) the terminal state it
+        lacks."""
+        if state in ("queued", "running", "unknown"):
+            return
+        info = job.info()
+        # (its record, mirrored in the same round trip, may be newer than the ids asked about)
+        if info.get("state") in TERMINAL_STATES or self.job_id(job) != job_id:
+            return  # ended, or gone on as another job (a restart) since the scheduler was asked
+        look, name = self._where_to_look(job), self.scheduler.NAME
+        if info.get("cancel_requested"):
+            job.record_end("cancelled", f"cancelled ({name} job {job_id})")
+        elif state is None:
+            job.record_end("failed", f"{name} no longer knows job {job_id} and the run "
+                                     f"recorded no outcome; {look}")
+        elif state == "succeeded":
+            job.record_end("failed", f"{name} job {job_id} ended without the run recording "
+                                     f"an outcome; {look}")
+        else:
+            job.record_end(state, f"{name} reports job {job_id} as {state} before the run "
+                                  f"recorded an outcome; {look}")
+
+    def _where_to_look(self, job: Job) -> str:
+        """Point at the log that says why a job ended: the run's stderr.log where it exists,
+        else the scheduler's own output, else say that neither was written."""
+        stderr = self.log_file(job, STDERR_LOG)
+        if stderr.exists() and stderr.stat().st_size:
+            return f"see {stderr}"
+        output = self.scheduler_output(job)
+        if output:
+            return f"see {output}"
+        return ("the job wrote no log (it may have failed before it started: check the "
+                f"queue, the paths and what {self.scheduler} says about the job)")
+
+    def cancel(self, job: Job) -> None:
+        job_id = self.job_id(job)
+        if job_id is None:
+            update_status(str(job.log_dir), cancel_requested=True)
+            raise LaunchError(f"run {job.id} has no {self.scheduler.NAME} job id known on this "
+                              f"machine; cancel it on the cluster")
+        self._stop(job, job_id)
+
+    def retried(self, ops: list[dict], answers: list[dict]) -> list[dict]:
+        """``answers`` to ``ops`` (scheduler commands, asked once already), with those that
+        failed for a passing reason (the controller busy or out of reach) asked again, after
+        RETRY_DELAYS. Never used for submitting, which must not happen twice."""
+        answers = list(answers)
+        for delay in RETRY_DELAYS:
+            again = [i for i, a in enumerate(answers)
+                     if a.get("rc") not in (0, None) and TRANSIENT.search(a.get("err", ""))]
+            if not again:
+                break
+            time.sleep(delay)
+            for i, answer in zip(again, self.transport.probe([ops[i] for i in again]),
+                                 strict=True):
+                answers[i] = answer
+        return answers
+
+    def _stop(self, job: Job, job_id: str) -> None:
+        """Note the cancel in the run's record and stop its job in the same round trip. Where
+        the scheduler cannot name the run's element (``stops_by_record``), the record alone
+        stops it: a running element stops within seconds (its job side watches the record),
+        and one not started yet is recorded cancelled here at once (it ends as it starts)."""
+        if self.scheduler.stops_by_record(job.launch_info["backend"]):
+            record = f"{self._job_log_dir(job)}/{STATUS_JSON}"
+            (read,) = self.request_cancel(job, {"op": "read", "paths": [record]})
+            found = read["files"][record]
+            with contextlib.suppress(ValueError):
+                if found and json.loads(found["text"]).get("state") == "running":
+                    return  # its job side stops it, and records that
+            job.record_end("cancelled", "cancelled before it started")
+            return
+        argv = self.scheduler.cancel_command(job_id)
+        op = {"op": "run", "argv": argv}
+        out = completed(self.retried([op], self.request_cancel(job, op))[0])
+        if out.returncode != 0:
+            raise LaunchError(f"{shlex.join(argv)} failed on {self.transport.where}: "
+                              f"{(out.stderr or out.stdout).strip()}")
