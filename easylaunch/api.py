@@ -14,6 +14,7 @@ import re
 import sys
 import tempfile
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,7 @@ from easylaunch.preview import Preview, dry_run_by_default, show
 from easylaunch.progress import track
 from easylaunch.registry import Registry, open_registry
 from easylaunch.request import LaunchRequest
+from easylaunch.session import SESSION
 from easylaunch.settings import ConfigArg, Settings, load_settings, override, save_settings
 from easylaunch.snapshot import snapshot
 from easylaunch_job.records import SNAPSHOT_STORE, update_status
@@ -196,121 +198,180 @@ def run_sweep(
     returns a :class:`~easylaunch.preview.Preview` of what it would write and run, instead of
     launching anything.
     """
-    return _launch(method_call, variants, exp_name, mode, prepend_date_to_exp_name, use_gpu,
-                   gpu_id, base_log_dir, slurm_config_name, config, max_restarts,
-                   restart_on_error, dry_run, mode_options, sweep_id=None)
+    return _launch(method_call, variants, LaunchOptions(
+        exp_name, mode, prepend_date_to_exp_name, use_gpu, gpu_id, base_log_dir,
+        slurm_config_name, config, max_restarts, restart_on_error, dry_run, mode_options),
+        sweep_id=None)
 
 
-# This process's sweeps of single launches: (exp_name, mode, log root) -> sweep id, so a
-# script's loop of run_experiment calls makes one sweep, as one run_sweep call would.
-_script_sweeps: dict[tuple[str, str, str], str] = {}
+@dataclass(frozen=True)
+class LaunchOptions:
+    """A launch's keywords besides the function and its variants (:func:`run_sweep`'s)."""
+
+    exp_name: str = "default"
+    mode: str = "local"
+    prepend_date_to_exp_name: bool = True
+    use_gpu: bool = False
+    gpu_id: int | str | None = None
+    base_log_dir: str | os.PathLike | None = None
+    slurm_config_name: str | None = None
+    config: ConfigArg = None
+    max_restarts: int | None = None
+    restart_on_error: bool | None = None
+    dry_run: bool | None = None
+    mode_options: dict[str, Any] = field(default_factory=dict)
 
 
-def _launch(method_call: Callable[..., Any], variants: Iterable[Mapping | None], exp_name: str,
-            mode: str, prepend_date_to_exp_name: bool, use_gpu: bool, gpu_id: int | str | None,
-            base_log_dir: str | os.PathLike | None, slurm_config_name: str | None,
-            config: ConfigArg, max_restarts: int | None, restart_on_error: bool | None,
-            dry_run: bool | None, mode_options: dict[str, Any],
-            sweep_id: str | None) -> list[Job] | Preview:
-    """:func:`run_sweep`, in the sweep ``sweep_id`` (None: a new one, this launch's;
-    "script": the one this process's earlier single launches of the experiment made)."""
-    settings = load_settings(config)
-    mode_cls = get_mode(mode)
-    overrides, mode_options, ignored = split_call_keywords(mode, mode_options, mode_cls.options)
+def _mode_for(opts: LaunchOptions) -> tuple[Settings, Mode, dict[str, Any]]:
+    """The launch's settings (its keywords applied), its mode object, and the mode options."""
+    settings = load_settings(opts.config)
+    kind = get_mode(opts.mode)
+    overrides, mode_options, ignored = split_call_keywords(opts.mode, opts.mode_options,
+                                                           kind.options)
     if ignored:
-        notice(f"mode {mode!r} ignores {', '.join(ignored)}, as doodad's did")
-    overrides.update({key: value for key, value in (("MAX_RESTARTS", max_restarts),
-                                                     ("RESTART_ON_ERROR", restart_on_error))
+        notice(f"mode {opts.mode!r} ignores {', '.join(ignored)}, as doodad's did")
+    overrides.update({key: value for key, value in (("MAX_RESTARTS", opts.max_restarts),
+                                                     ("RESTART_ON_ERROR", opts.restart_on_error))
                       if value is not None})
     if overrides:
-        settings = override(settings, overrides, f"run_experiment keywords of mode {mode!r}")
-    mode_obj = mode_cls.create(settings, mode_options)
+        settings = override(settings, overrides,
+                            f"run_experiment keywords of mode {opts.mode!r}")
+    mode_obj = kind.create(settings, mode_options)
     if settings.MAX_RESTARTS and not mode_obj.restarts:
-        raise LaunchError(f"mode {mode!r} cannot restart runs (max_restarts="
+        raise LaunchError(f"mode {opts.mode!r} cannot restart runs (max_restarts="
                           f"{settings.MAX_RESTARTS}); modes that can: "
                           f"{', '.join(restarting_modes())}. Pass max_restarts=0 here")
-    dry_run = dry_run_by_default() if dry_run is None else dry_run
-    if not dry_run:  # a broken registry fails here, before anything is made
-        registry = _registry(settings)
+    return settings, mode_obj, mode_options
+
+
+def _checked_variants(method_call: Any, variants: Any, use_gpu: Any) -> list[dict]:
+    """The variants as dicts, once the function, the variants and use_gpu are checked."""
     if not callable(method_call):
         raise LaunchError(f"method_call must be a function, got {type(method_call).__name__}")
     if isinstance(variants, (Mapping, str)) or not isinstance(variants, Iterable):
         raise LaunchError("variants must be a list of dicts; for a single variant use "
                           "run_experiment(..., variant=...)")
-    variants = [check_variant(v, i) for i, v in enumerate(variants)]
-    if not variants:
+    checked = [check_variant(v, i) for i, v in enumerate(variants)]
+    if not checked:
         raise LaunchError("variants is empty: nothing to launch")
     if not isinstance(use_gpu, bool):
         raise LaunchError(f"use_gpu must be True or False, got {use_gpu!r}")
-    root = Path(os.path.expanduser(os.fspath(base_log_dir or settings.LOCAL_LOG_DIR))).resolve()
+    return checked
+
+
+def _payloads(mode_obj: Mode, method_call: Callable[..., Any], variants: list[dict],
+              settings: Settings) -> tuple[bytes, list[bytes]]:
+    """The pickled function and variants (nothing for a mode that keeps no bundle), with a
+    warning for a large one."""
+    if not mode_obj.needs_bundle:
+        return b"", [b""] * len(variants)
+    function_bytes = pickle_payload(method_call, "the function")
+    variant_bytes = [pickle_payload(v, f"variants[{i}]") for i, v in enumerate(variants)]
+    limit = settings.LARGE_PAYLOAD_WARN_MB
+    warn_if_large(method_call, len(function_bytes), "the function", limit)
+    largest = max(range(len(variants)), key=lambda i: len(variant_bytes[i]))
+    warn_if_large(variants[largest], len(variant_bytes[largest]), f"variants[{largest}]", limit)
+    return function_bytes, variant_bytes
+
+
+@dataclass(frozen=True)
+class _Launch:
+    """One checked launch: what its runs share, and the steps that make and start them."""
+
+    opts: LaunchOptions
+    settings: Settings
+    mode: Mode
+    mode_options: dict[str, Any]
+    request: LaunchRequest
+    launch_id: str
+    sweep_id: str
+    function_bytes: bytes
+    variant_bytes: list[bytes]
+    facts: Any  # what the mode's check learned
+
+    def bundle_spec(self, folder: Path) -> BundleSpec:
+        """What every run of this launch shares, with its stores in ``folder``."""
+        o, s, request, bundles = self.opts, self.settings, self.request, self.mode.needs_bundle
+        code_mounts = s.code_mounts()
+        if bundles:
+            make_store(folder / SNAPSHOT_STORE, s.RUN_FOLDER_MODE)
+        snapshots = [
+            snapshot(m.local_dir, folder / SNAPSHOT_STORE, s.CODE_SNAPSHOT_EXCLUDES,
+                     s.CODE_SNAPSHOT_MAX_MB, skip_dirs={str(request.log_root)})
+            for m in code_mounts] if bundles else []
+        return BundleSpec(
+            root=folder, exp_name=request.exp_name, mode=o.mode,
+            function_bytes=self.function_bytes, use_gpu=o.use_gpu, gpu_id=o.gpu_id,
+            prepend_date=o.prepend_date_to_exp_name,
+            git_infos=git_infos(m.local_dir for m in code_mounts), snapshots=snapshots,
+            script_name=request.script_name, write_bundle=bundles, runs_here=not bundles,
+            request={"settings_file": str(save_settings(s, folder / SETTINGS_STORE)),
+                     "mode_options": self.mode_options, "use_gpu": o.use_gpu,
+                     "gpu_id": o.gpu_id, "log_root": str(folder),
+                     "slurm_config_name": o.slurm_config_name,
+                     "prepend_date": o.prepend_date_to_exp_name},
+            launch_id=self.launch_id, sweep_id=self.sweep_id,
+            extra_launch_info=self.mode.launch_info(request),
+            restart={"max_restarts": s.MAX_RESTARTS, "on_error": s.RESTART_ON_ERROR,
+                     "grace_seconds": s.CHECKPOINT_GRACE_SECONDS},
+            blobs=bundle_blobs(folder, self.function_bytes, s.RUN_FOLDER_MODE)
+            if bundles else {}, folder_mode=s.RUN_FOLDER_MODE)
+
+    def _pairs(self) -> list[tuple[dict, bytes]]:
+        return list(zip(self.request.variants, self.variant_bytes, strict=True))
+
+    def dry_run(self) -> Preview:
+        """Make the runs in a folder that is gone afterwards; show what would be submitted."""
+        root = str(self.request.log_root)
+        with tempfile.TemporaryDirectory(prefix="easylaunch-dry-run-") as folder:
+            spec = self.bundle_spec(Path(folder))
+            runs = [create_run(spec, variant, data, i)
+                    for i, (variant, data) in enumerate(self._pairs())]
+            staged = dataclasses.replace(self.request, log_root=Path(folder))
+            shown = self.mode.preview(staged, runs, self.mode.prepare(staged, runs, self.facts))
+        return show(shown.replace_path(folder, root))
+
+    def start(self, registry: Registry) -> list[Job]:
+        """Make the runs (each registered as it is made), then prepare and submit them."""
+        spec = self.bundle_spec(self.request.log_root)
+        remove_abandoned_partials(self.request.log_root)
+        runs: list[Run] = []
+        try:
+            for i, (variant, data) in enumerate(track(self._pairs(), "bundling runs")):
+                runs.append(create_run(spec, variant, data, i))
+                registry.add([_registry_row(runs[-1])])  # visible at once, should we die
+        except BaseException as exc:  # the runs made so far are recorded, as never started
+            registry.update_many(_abort(runs, exc))
+            raise
+        return _start(self.mode, self.request, runs, self.facts, registry)
+
+
+def _launch(method_call: Callable[..., Any], variants: Iterable[Mapping | None],
+            opts: LaunchOptions, sweep_id: str | None) -> list[Job] | Preview:
+    """:func:`run_sweep`, in the sweep ``sweep_id`` (None: a new one, this launch's;
+    "script": the one this process's earlier single launches of the experiment made)."""
+    settings, mode_obj, mode_options = _mode_for(opts)
+    dry_run = dry_run_by_default() if opts.dry_run is None else opts.dry_run
+    # (a broken registry fails here, before anything is made)
+    registry = None if dry_run else _registry(settings)
+    checked = _checked_variants(method_call, variants, opts.use_gpu)
+    root = Path(os.path.expanduser(os.fspath(opts.base_log_dir or settings.LOCAL_LOG_DIR))
+                ).resolve()
     launch_id = new_run_id()
     if sweep_id == "script":  # (a dry run joins no sweep of this process)
         sweep_id = launch_id if dry_run else \
-            _script_sweeps.setdefault((exp_name, mode, str(root)), launch_id)
+            SESSION.sweep_of(opts.exp_name, opts.mode, str(root), launch_id)
     request = LaunchRequest(
-        method_call=method_call, variants=variants, exp_name=check_exp_name(exp_name),
-        use_gpu=use_gpu, gpu_id=gpu_id, log_root=root, slurm_config_name=slurm_config_name,
-        script_name=_script_name())
-    code_mounts = settings.code_mounts()
+        method_call=method_call, variants=checked, exp_name=check_exp_name(opts.exp_name),
+        use_gpu=opts.use_gpu, gpu_id=opts.gpu_id, log_root=root,
+        slurm_config_name=opts.slurm_config_name, script_name=_script_name())
+    settings.code_mounts()
     settings.data_mounts()  # checked here for every mode; modes that mount them read them again
-    if mode_obj.needs_bundle:
-        function_bytes = pickle_payload(method_call, "the function")
-        variant_bytes = [pickle_payload(v, f"variants[{i}]") for i, v in enumerate(variants)]
-        limit = settings.LARGE_PAYLOAD_WARN_MB
-        warn_if_large(method_call, len(function_bytes), "the function", limit)
-        largest = max(range(len(variants)), key=lambda i: len(variant_bytes[i]))
-        warn_if_large(variants[largest], len(variant_bytes[largest]), f"variants[{largest}]",
-                      limit)
-    else:
-        function_bytes, variant_bytes = b"", [b""] * len(variants)
+    function_bytes, variant_bytes = _payloads(mode_obj, method_call, checked, settings)
     facts = mode_obj.check(request)
-
-    def bundle_spec(folder: Path) -> BundleSpec:
-        """What every run of this launch shares, with its stores in ``folder``."""
-        if mode_obj.needs_bundle:
-            make_store(folder / SNAPSHOT_STORE, settings.RUN_FOLDER_MODE)
-        snapshots = [
-            snapshot(m.local_dir, folder / SNAPSHOT_STORE, settings.CODE_SNAPSHOT_EXCLUDES,
-                     settings.CODE_SNAPSHOT_MAX_MB, skip_dirs={str(root)})
-            for m in code_mounts] if mode_obj.needs_bundle else []
-        return BundleSpec(
-            root=folder, exp_name=request.exp_name, mode=mode, function_bytes=function_bytes,
-            use_gpu=use_gpu, gpu_id=gpu_id, prepend_date=prepend_date_to_exp_name,
-            git_infos=git_infos(m.local_dir for m in code_mounts), snapshots=snapshots,
-            script_name=request.script_name, write_bundle=mode_obj.needs_bundle,
-            runs_here=not mode_obj.needs_bundle,
-            request={"settings_file": str(save_settings(settings, folder / SETTINGS_STORE)),
-                     "mode_options": mode_options, "use_gpu": use_gpu, "gpu_id": gpu_id,
-                     "log_root": str(folder), "slurm_config_name": slurm_config_name,
-                     "prepend_date": prepend_date_to_exp_name},
-            launch_id=launch_id, sweep_id=sweep_id or launch_id,
-            extra_launch_info=mode_obj.launch_info(request),
-            restart={"max_restarts": settings.MAX_RESTARTS,
-                     "on_error": settings.RESTART_ON_ERROR,
-                     "grace_seconds": settings.CHECKPOINT_GRACE_SECONDS},
-            blobs=bundle_blobs(folder, function_bytes, settings.RUN_FOLDER_MODE)
-            if mode_obj.needs_bundle else {}, folder_mode=settings.RUN_FOLDER_MODE)
-
-    if dry_run:
-        with tempfile.TemporaryDirectory(prefix="easylaunch-dry-run-") as folder:
-            spec = bundle_spec(Path(folder))
-            runs = [create_run(spec, variant, data, i) for i, (variant, data) in
-                    enumerate(zip(variants, variant_bytes, strict=True))]
-            staged = dataclasses.replace(request, log_root=Path(folder))
-            shown = mode_obj.preview(staged, runs, mode_obj.prepare(staged, runs, facts))
-        return show(shown.replace_path(folder, str(root)))
-    spec = bundle_spec(root)
-    remove_abandoned_partials(root)
-    runs: list[Run] = []
-    try:
-        for i, (variant, data) in enumerate(
-                track(list(zip(variants, variant_bytes, strict=True)), "bundling runs")):
-            runs.append(create_run(spec, variant, data, i))
-            registry.add([_registry_row(runs[-1])])  # visible at once, should the launcher die
-    except BaseException as exc:  # the runs made so far are recorded, as never started
-        registry.update_many(_abort(runs, exc))
-        raise
-    return _start(mode_obj, request, runs, facts, registry)
+    launch = _Launch(opts, settings, mode_obj, mode_options, request, launch_id,
+                     sweep_id or launch_id, function_bytes, variant_bytes, facts)
+    return launch.dry_run() if registry is None else launch.start(registry)
 
 
 def run_experiment(
@@ -332,9 +393,10 @@ def run_experiment(
     """Launch ``method_call(doodad_config, variant)`` once; same arguments as doodad's, and
     ``max_restarts``/``restart_on_error``/``dry_run`` as in :func:`run_sweep`. A script's
     launches of one experiment in one mode make one sweep."""
-    launched = _launch(method_call, [variant], exp_name, mode, prepend_date_to_exp_name,
-                       use_gpu, gpu_id, base_log_dir, slurm_config_name, config, max_restarts,
-                       restart_on_error, dry_run, mode_options, sweep_id="script")
+    launched = _launch(method_call, [variant], LaunchOptions(
+        exp_name, mode, prepend_date_to_exp_name, use_gpu, gpu_id, base_log_dir,
+        slurm_config_name, config, max_restarts, restart_on_error, dry_run, mode_options),
+        sweep_id="script")
     return launched if isinstance(launched, Preview) else launched[0]
 
 

@@ -30,28 +30,31 @@ POLL_SECONDS = 3  # how often pages ask for states and log lines
 CHARTS_POLL_SECONDS = 5  # and for an open run's charts (its metric files are read whole)
 
 
-def create_app(config: ConfigArg, token: str, port: int,
-               hosts: frozenset[str] | None) -> Guard:
-    """The dashboard over the registry that ``config`` names, guarded by ``token`` (see
-    :class:`~easylaunch.dashboard.security.Guard`). The Guard wraps the whole app, so its
-    headers are on every answer, a crash's 500 included."""
-    registry = open_registry(load_settings(config).REGISTRY_PATH)
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True,
-                             undefined=jinja2.StrictUndefined)
-    templates = Jinja2Templates(env=env)
-    common = {"token": token, "token_header": TOKEN_HEADER, "version": __version__,
-              "poll_ms": POLL_SECONDS * 1000, "charts_poll_ms": CHARTS_POLL_SECONDS * 1000}
+class Pages:
+    """The dashboard's handlers over one registry: pages, the JSON they poll, the actions."""
 
-    def page(request: Request, name: str, status: int = 200, **context) -> Response:
-        return templates.TemplateResponse(request, name, {**common, **context},
-                                          status_code=status)
+    def __init__(self, config: ConfigArg, token: str) -> None:
+        self.config = config
+        self.registry = open_registry(load_settings(config).REGISTRY_PATH)
+        env = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"),
+                                 autoescape=True, undefined=jinja2.StrictUndefined)
+        self.templates = Jinja2Templates(env=env)
+        self.common = {"token": token, "token_header": TOKEN_HEADER, "version": __version__,
+                       "poll_ms": POLL_SECONDS * 1000,
+                       "charts_poll_ms": CHARTS_POLL_SECONDS * 1000}
 
-    def runs(request: Request) -> Response:
+    def page(self, request: Request, name: str, status: int = 200, **context) -> Response:
+        return self.templates.TemplateResponse(request, name, {**self.common, **context},
+                                               status_code=status)
+
+    # -- pages ----------------------------------------------------------------------------------
+
+    def runs(self, request: Request) -> Response:
         filters = views.Filters.of(request.query_params)
         error, rows, total, page_no = None, [], 0, 1
         try:
             page_no = views.page_number(request.query_params.get("page"))
-            rows, total = views.runs_page(registry, filters, page_no)
+            rows, total = views.runs_page(self.registry, filters, page_no)
         except EasyLaunchError as exc:
             error = str(exc)
         pages = max(math.ceil(total / views.PER_PAGE), 1)
@@ -59,58 +62,64 @@ def create_app(config: ConfigArg, token: str, port: int,
         def page_url(number: int) -> str:
             return "/?" + urlencode({**filters.params(), "page": number})
 
-        return page(request, "runs.html", status=400 if error else 200, rows=rows,
-                    total=total, page_no=page_no, pages=pages, page_url=page_url,
-                    per_page=views.PER_PAGE, filters=filters, error=error, modes=list(MODES),
-                    states=views.STATES, experiments=registry.experiments())
+        return self.page(request, "runs.html", status=400 if error else 200, rows=rows,
+                         total=total, page_no=page_no, pages=pages, page_url=page_url,
+                         per_page=views.PER_PAGE, filters=filters, error=error,
+                         modes=list(MODES), states=views.STATES,
+                         experiments=self.registry.experiments())
 
-    def run(request: Request) -> Response:
-        return page(request, "run.html", run=views.run_view(registry, request.path_params["id"]))
+    def run(self, request: Request) -> Response:
+        return self.page(request, "run.html",
+                         run=views.run_view(self.registry, request.path_params["id"]))
 
-    def charts(request: Request) -> Response:
+    def charts(self, request: Request) -> Response:
         run_id = request.path_params["id"]
-        found, still = views.run_charts(registry, run_id)
-        return page(request, "charts.html", charts=found, open=still, run_id=run_id)
+        found, still = views.run_charts(self.registry, run_id)
+        return self.page(request, "charts.html", charts=found, open=still, run_id=run_id)
 
-    def sweep_id(request: Request) -> str:
-        return registry.find_sweep(request.path_params["id"])
+    def _sweep_id(self, request: Request) -> str:
+        return self.registry.find_sweep(request.path_params["id"])
 
-    def sweep(request: Request) -> Response:
-        view = views.sweep_view(sweep_id(request), config)
+    def sweep(self, request: Request) -> Response:
+        view = views.sweep_view(self._sweep_id(request), self.config)
         by = request.query_params.get("by")
         by = by if by in view.keys else (view.keys[0] if view.keys else None)
         plot_query = {metric: urlencode({"metric": metric, **({"by": by} if by else {})})
                       for metric in view.metrics}
-        return page(request, "sweep.html", sweep=view, by=by, plot_query=plot_query)
+        return self.page(request, "sweep.html", sweep=view, by=by, plot_query=plot_query)
 
-    def plot(request: Request) -> Response:
+    def plot(self, request: Request) -> Response:
         by = request.query_params.get("by") or None
         with tempfile.TemporaryDirectory() as folder:
-            path = plot_sweep(sweep_id(request), request.query_params.get("metric", ""), by=by,
-                              out=Path(folder) / "plot.png", config=config)
+            path = plot_sweep(self._sweep_id(request), request.query_params.get("metric", ""),
+                              by=by, out=Path(folder) / "plot.png", config=self.config)
             return Response(path.read_bytes(), media_type="image/png")
 
-    def states(request: Request) -> Response:
-        ids = [i for i in request.query_params.get("ids", "").split(",") if i]
-        return JSONResponse(views.live_states(registry, ids))
+    # -- what the pages poll, and the actions ---------------------------------------------------
 
-    def log(request: Request) -> Response:
+    def states(self, request: Request) -> Response:
+        ids = [i for i in request.query_params.get("ids", "").split(",") if i]
+        return JSONResponse(views.live_states(self.registry, ids))
+
+    def log(self, request: Request) -> Response:
         try:
             offset = int(request.query_params.get("offset", -1))
         except ValueError:
             raise EasyLaunchError("offset: a whole number of bytes") from None
-        chunk = views.log_chunk(registry, request.path_params["id"],
+        chunk = views.log_chunk(self.registry, request.path_params["id"],
                                 request.query_params.get("stream", "stdout"), offset)
         return JSONResponse(vars(chunk))
 
-    def cancel(request: Request) -> Response:
-        return JSONResponse({"state": views.cancel_run(registry, request.path_params["id"])})
+    def cancel(self, request: Request) -> Response:
+        return JSONResponse({"state": views.cancel_run(self.registry,
+                                                       request.path_params["id"])})
 
-    def resubmit(request: Request) -> Response:
-        new = views.resubmit_run(registry, request.path_params["id"], config)
+    def resubmit(self, request: Request) -> Response:
+        new = views.resubmit_run(self.registry, request.path_params["id"], self.config)
         return JSONResponse({"id": new, "url": f"/run/{new}"})
 
-    def failed(request: Request, exc: Exception) -> Response:
+    def failed(self, request: Request, exc: Exception) -> Response:
+        """An error as the asker reads it: JSON for the API, a page for a person."""
         if isinstance(exc, HTTPException):
             status, message = exc.status_code, exc.detail
         elif isinstance(exc, EasyLaunchError):
@@ -119,20 +128,27 @@ def create_app(config: ConfigArg, token: str, port: int,
             status, message = 500, f"the dashboard failed: {type(exc).__name__}: {exc}"
         if request.url.path.startswith("/api/"):
             return JSONResponse({"error": message}, status_code=status)
-        return page(request, "error.html", status=status, message=message)
+        return self.page(request, "error.html", status=status, message=message)
 
+
+def create_app(config: ConfigArg, token: str, port: int,
+               hosts: frozenset[str] | None) -> Guard:
+    """The dashboard over the registry that ``config`` names, guarded by ``token`` (see
+    :class:`~easylaunch.dashboard.security.Guard`). The Guard wraps the whole app, so its
+    headers are on every answer, a crash's 500 included."""
+    pages = Pages(config, token)
     routes = [
-        Route("/", runs),
-        Route("/run/{id}", run),
-        Route("/run/{id}/charts", charts),
-        Route("/sweep/{id}", sweep),
-        Route("/sweep/{id}/plot.png", plot),
-        Route("/api/states", states),
-        Route("/api/runs/{id}/log", log),
-        Route("/api/runs/{id}/cancel", cancel, methods=["POST"]),
-        Route("/api/runs/{id}/resubmit", resubmit, methods=["POST"]),
+        Route("/", pages.runs),
+        Route("/run/{id}", pages.run),
+        Route("/run/{id}/charts", pages.charts),
+        Route("/sweep/{id}", pages.sweep),
+        Route("/sweep/{id}/plot.png", pages.plot),
+        Route("/api/states", pages.states),
+        Route("/api/runs/{id}/log", pages.log),
+        Route("/api/runs/{id}/cancel", pages.cancel, methods=["POST"]),
+        Route("/api/runs/{id}/resubmit", pages.resubmit, methods=["POST"]),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
     app = Starlette(routes=routes, exception_handlers={
-        EasyLaunchError: failed, HTTPException: failed, Exception: failed})
+        EasyLaunchError: pages.failed, HTTPException: pages.failed, Exception: pages.failed})
     return Guard(app, token=token, port=port, hosts=hosts)

@@ -10,8 +10,8 @@ that folder is visible from here (a shared file system), jobs are tracked from h
 Consecutive launches of one process with the same mode, experiment, resources and settings
 grow one batch, as doodad's did: a loop of ``run_experiment`` calls ends as one ``run_sweep``
 would (one task file and one allocation for htp). Each launch rewrites the batch's files whole,
-so the folder is complete after every call (:class:`OpenBatches` holds what a later launch
-joins, for the life of the process).
+so the folder is complete after every call (the process's :data:`~easylaunch.session.SESSION`
+holds what a later launch joins).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import shlex
 import shutil
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
@@ -37,35 +37,13 @@ from easylaunch.jobs import Job
 from easylaunch.modes.scheduled.tracking import ClusterFacts, ScheduledMode
 from easylaunch.preview import Preview, resource_fields
 from easylaunch.request import LaunchRequest
+from easylaunch.session import SESSION
 from easylaunch.settings import Mount
 from easylaunch_job.records import BUNDLE_DIR, JOB_PYZ, SNAPSHOT_STORE, write_bytes_atomic
 
 JOB_IDS = "job_ids.txt"
 SUBMIT = "submit.sh"
 
-
-
-@dataclass
-class OpenBatches:
-    """This process's batches copied by hand: what a later launch of the same kind joins
-    (by :meth:`BatchMode.batch_key`: its name and runs), and the lines each batch wrote to each
-    seed script (by script, then batch name). A new process starts afresh."""
-
-    runs: dict[tuple, tuple[str, list[Run]]] = field(default_factory=dict)
-    seed_lines: dict[str, dict[str, list[str]]] = field(default_factory=dict)
-
-    def earlier(self, key: tuple) -> tuple[str | None, list[Run]]:
-        """The open batch of this kind: its name and runs (None, []: none yet)."""
-        return self.runs.get(key, (None, []))
-
-    def seed_script(self, seed: str, batch: str, lines: list[str]) -> str:
-        """The seed script's text with ``batch``'s lines (now ``lines``) among the others."""
-        batches = self.seed_lines.setdefault(seed, {})
-        batches[batch] = lines
-        return "".join(line + "\n" for lines in batches.values() for line in lines)
-
-
-OPEN_BATCHES = OpenBatches()  # this process's
 
 
 class Packing(Protocol):
@@ -136,7 +114,6 @@ class BatchMode(ScheduledMode):
     runs_python = "python3"  # the cluster's, when the batch is copied by hand
     packing: Packing
     container = SSS_SINGULARITY
-    batches = OPEN_BATCHES
 
     def check(self, request: LaunchRequest) -> ClusterFacts | None:
         self.scheduler.check(self.settings, self.resources(request))
@@ -221,7 +198,7 @@ class BatchMode(ScheduledMode):
     def prepare(self, request: LaunchRequest, runs: list[Run], facts: ClusterFacts | None
                 ) -> BatchPlan:
         """The plan of this process's open batch of this kind with ``runs`` added."""
-        name, earlier = self.batches.earlier(self.batch_key(request, runs)) \
+        name, earlier = SESSION.open_batch(self.batch_key(request, runs)) \
             if self.grows_batches() else (None, [])
         every = earlier + runs
         plan = self.packing.plan(self, request, every, self.layout(request, every, name))
@@ -245,7 +222,7 @@ class BatchMode(ScheduledMode):
     def submit(self, request: LaunchRequest, runs: list[Run], prepared: BatchPlan) -> list[Job]:
         layout = prepared.layout
         key = self.batch_key(request, runs)
-        earlier = self.batches.earlier(key)[1] if self.grows_batches() else []
+        earlier = SESSION.open_batch(key)[1] if self.grows_batches() else []
         _stage(runs, request.log_root, layout.local_dir)
         for relpath, text in prepared.files.items():
             path = layout.local_dir / relpath
@@ -254,7 +231,7 @@ class BatchMode(ScheduledMode):
                 path.chmod(0o755)
         seed = self.settings.SSS_SCRIPT_PATH
         if seed:
-            write_bytes_atomic(seed, self.batches.seed_script(
+            write_bytes_atomic(seed, SESSION.seed_script(
                 seed, layout.name, prepared.seed_lines).encode())
         job_ids = {} if prepared.facts is None else self._submit_there(layout, prepared.facts)
         for index, run in enumerate(runs, start=len(earlier)):
@@ -270,7 +247,7 @@ class BatchMode(ScheduledMode):
         else:
             print(prepared.note, file=sys.stderr, end="")
         if self.grows_batches():
-            self.batches.runs[key] = (layout.name, earlier + runs)
+            SESSION.grow_batch(key, layout.name, earlier + runs)
         return [Job(run.run_id, run.exp_name, run.log_dir, self) for run in runs]
 
     def grows_batches(self) -> bool:
