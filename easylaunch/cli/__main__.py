@@ -1,0 +1,7 @@
+"""``python -m easylaunch.cli``."""
+
+import sys
+
+from easylaunch.cli import main
+
+sys.exit(main())

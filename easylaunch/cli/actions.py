@@ -1,0 +1,190 @@
+"""``cancel``, ``resubmit``, ``forget``, ``fetch``: acting on runs, named by id or selected by
+filters (asking first on a terminal when filters select several)."""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+from pathlib import Path
+
+from easylaunch.cli.shared import Command, parse_since, registry_of
+from easylaunch.errors import EasyLaunchError
+from easylaunch.refresh import OPEN_STATES, STATES, cancel_entry, job_for, refresh_entries
+
+CANCEL_WAIT_SECONDS = 60  # how long `cancel` waits for a run to end
+SHOWN_BEFORE_ASKING = 20  # runs listed before a bulk action asks
+
+
+def _selected(registry, args: argparse.Namespace) -> tuple[list, int]:
+    """The registry entries an action touches: the ids given, or the runs the filters select
+    (``--state`` as the runs are now); also how many ids could not be found (each said)."""
+    filters = {"exp": args.exp, "mode": args.mode, "since": args.since, "sweep": args.sweep}
+    states = [s.strip() for group in args.state or [] for s in group.split(",") if s.strip()]
+    if args.ids and (states or any(v is not None for v in filters.values())):
+        raise EasyLaunchError("give run ids, or select runs with filters, not both")
+    if args.ids:
+        found, missing = [], 0
+        for part in args.ids:
+            try:
+                found.append(registry.find(part))
+            except EasyLaunchError as exc:
+                print(f"easylaunch: error: {part}: {exc}", file=sys.stderr)
+                missing += 1
+        return list({e.id: e for e in found}.values()), missing
+    if not states and all(v is None for v in filters.values()):
+        raise EasyLaunchError("give run ids, or select runs with --exp, --sweep, --state, "
+                              "--mode or --since")
+    unknown = sorted(set(states) - set(STATES))
+    if unknown:
+        raise EasyLaunchError(f"--state {', '.join(unknown)}: not a state; states are "
+                              f"{', '.join(STATES)}")
+    if states:  # as the runs are now, not as the registry last saw them
+        refresh_entries(registry, registry.list(**filters, states=OPEN_STATES)[0])
+    return registry.list(**filters, states=states or None)[0], 0
+
+
+def _go_ahead(action: str, entries: list, args: argparse.Namespace) -> bool:
+    """Show the runs some filters selected for an action and, on a terminal, ask once
+    (``--yes``: don't). Runs named by id are acted on as named."""
+    if not entries:
+        print(f"no runs to {action}")
+        return False
+    if args.ids:
+        return True
+    print(f"{action} {len(entries)} run(s):")
+    for entry in entries[:SHOWN_BEFORE_ASKING]:
+        print(f"  {entry.id}  {entry.exp_name}  {entry.mode}  {entry.state}")
+    if len(entries) > SHOWN_BEFORE_ASKING:
+        print(f"  and {len(entries) - SHOWN_BEFORE_ASKING} more")
+    if args.yes or not sys.stdin.isatty():
+        return True
+    try:
+        answer = input(f"{action} them? [y/N] ")
+    except EOFError:
+        answer = ""
+    if answer.strip().lower() in ("y", "yes"):
+        return True
+    print("nothing done")
+    return False
+
+
+def _for_each(entries: list, act) -> int:
+    """``act(entry)`` for each run; a failure is said and the others go on. How many failed."""
+    failures = 0
+    for entry in entries:
+        try:
+            act(entry)
+        except EasyLaunchError as exc:
+            print(f"easylaunch: error: {entry.id}: {exc}", file=sys.stderr)
+            failures += 1
+    return failures
+
+
+def cancel(args: argparse.Namespace) -> int:
+    registry = registry_of(args)
+    entries, failures = _selected(registry, args)
+
+    def cancel_one(entry) -> None:
+        state, was_open = cancel_entry(registry, entry, CANCEL_WAIT_SECONDS)
+        print(f"{entry.id}: {state}" if was_open else f"{entry.id}: already {state}")
+
+    if _go_ahead("cancel", entries, args):
+        failures += _for_each(entries, cancel_one)
+    return 1 if failures else 0
+
+
+def resubmit_runs(args: argparse.Namespace) -> int:
+    from easylaunch.api import resubmit
+
+    registry = registry_of(args)
+    entries, failures = _selected(registry, args)
+
+    def again(entry) -> None:
+        job = resubmit(entry.id, config=args.config,
+                       detach=True if args.detach and entry.mode == "local" else None)
+        print(f"resubmitted {entry.id} as {job.id}: {job.log_dir}")
+
+    if _go_ahead("resubmit", entries, args):
+        failures += _for_each(entries, again)
+    return 1 if failures else 0
+
+
+def forget(args: argparse.Namespace) -> int:
+    """Drop runs from the registry (``--purge``: delete their run folders too); runs still
+    open are refused (cancel them first)."""
+    registry = registry_of(args)
+    entries, failures = _selected(registry, args)
+    still = [e for e in refresh_entries(registry, entries) if e.state in OPEN_STATES]
+    if still:
+        raise EasyLaunchError(f"{len(still)} of these runs are still {still[0].state} "
+                              f"({', '.join(s.entry.id for s in still[:5])}): cancel them first")
+    action = "forget and delete the folders of" if args.purge else "forget"
+    if args.purge and not args.yes and not (sys.stdin.isatty() and not args.ids):
+        raise EasyLaunchError("--purge deletes run folders: add --yes (or select the runs "
+                              "with filters on a terminal, where it asks first)")
+    if not _go_ahead(action, entries, args):
+        return 1 if failures else 0
+    for entry in entries:
+        if args.purge and Path(entry.log_dir).is_dir():
+            shutil.rmtree(entry.log_dir)
+    gone = registry.forget(e.id for e in entries)
+    print(f"forgot {gone} run(s)" + (" and deleted their folders" if args.purge else ""))
+    return 1 if failures else 0
+
+
+def fetch(args: argparse.Namespace) -> int:
+    registry = registry_of(args)
+    job = job_for(registry, registry.find(args.id))
+    print(job.mode.fetch(job))
+    return 0
+
+
+def _selection() -> argparse.ArgumentParser:
+    """What cancel, resubmit and forget act on: ids, or the runs some filters select."""
+    selection = argparse.ArgumentParser(add_help=False)
+    selection.add_argument("ids", nargs="*", metavar="id",
+                           help="run ids, or unique starts or ends of them")
+    selection.add_argument("--exp", help="the runs of this experiment (or of those whose name "
+                           "holds it)")
+    selection.add_argument("--sweep", help="the runs of this sweep (its id or its start)")
+    selection.add_argument("--state", action="append",
+                           help=f"the runs in these states (comma-separated: {', '.join(STATES)})")
+    selection.add_argument("--mode", help="the runs of this mode")
+    selection.add_argument("--since", type=parse_since, help="the runs launched since (2h, 3d, "
+                           "a date)")
+    selection.add_argument("-y", "--yes", action="store_true",
+                           help="do not ask on a terminal before acting on several runs")
+    return selection
+
+
+def add_cancel(command: Command) -> None:
+    """``cancel``: cancel runs."""
+    parser = command("cancel", aliases=["abort"], parents=[_selection()],
+                     help="cancel runs (a cancelled run is never restarted)")
+    parser.set_defaults(func=cancel)
+
+
+def add_resubmit(command: Command) -> None:
+    """``resubmit``: run runs parser."""
+    parser = command("resubmit", parents=[_selection()],
+                    help="run runs again (same bundle and settings, new ids, same sweep)")
+    parser.add_argument("--detach", action="store_true", help="local runs go on after this "
+                       "command returns (else it waits for them, as their launching script did)")
+    parser.set_defaults(func=resubmit_runs)
+
+
+def add_forget(command: Command) -> None:
+    """``forget``: drop ended runs from the registry."""
+    parser = command("forget", aliases=["rm"], parents=[_selection()],
+                     help="drop ended runs from the registry (their folders stay)")
+    parser.add_argument("--purge", action="store_true",
+                        help="delete their run folders too (asks first)")
+    parser.set_defaults(func=forget)
+
+
+def add_fetch(command: Command) -> None:
+    """``fetch``: bring a remote run's logs and results here."""
+    parser = command("fetch", help="bring a remote run's logs and results here")
+    parser.add_argument("id", help="run id, or a unique start or end of one")
+    parser.set_defaults(func=fetch)

@@ -1,0 +1,180 @@
+"""``ls``, ``status``, ``watch``, ``logs``: which runs there are, and how they go."""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import shutil
+import sys
+import time
+
+from easylaunch import listing
+from easylaunch.cli.shared import Command, count, parse_since, registry_of, tail
+from easylaunch.errors import EasyLaunchError
+from easylaunch.refresh import OPEN_STATES, STATES, job_for, refresh_entries, short
+
+STATUS_LOG_LINES = 100
+VALUE_CHARS = 2000  # longer values (a huge variant) are cut in `easylaunch status`
+
+
+def ls(args: argparse.Namespace) -> int:
+    registry = registry_of(args)
+    states = [s.strip() for group in args.state or [] for s in group.split(",") if s.strip()]
+    unknown = sorted(set(states) - set(STATES))
+    if unknown:
+        raise EasyLaunchError(f"--state {', '.join(unknown)}: not a state; states are "
+                              f"{', '.join(STATES)}")
+    filters = {"exp": args.exp, "mode": args.mode, "since": args.since, "sweep": args.sweep}
+    if states:  # filter on states as they are now, not as the registry last saw them
+        stale, _ = registry.list(**filters, states=OPEN_STATES)
+        refresh_entries(registry, stale)
+    entries, total = registry.list(**filters, states=states or None,
+                                   limit=None if args.all else args.limit)
+    shown = refresh_entries(registry, entries)
+    keys = [k for k in args.variant.split(",") if k] if args.variant else None
+    now = time.time()
+    if sys.stdout.isatty():
+        lines = listing.grouped_lines(shown, keys, shutil.get_terminal_size().columns, now)
+    else:
+        lines = listing.tsv_lines(shown, keys or [], now)
+    sys.stdout.write("".join(f"{line}\n" for line in lines))
+    if not entries and any(v is not None for v in filters.values()):
+        names = registry.experiments()[:10]
+        print("no runs match those filters" + (f"; experiments: {', '.join(names)}"
+                                               if names else ""), file=sys.stderr)
+    elif len(entries) < total:
+        print(f"showing the newest {len(entries)} of {total} runs; --limit N or --all for more",
+              file=sys.stderr)
+    return 0
+
+
+def watch(args: argparse.Namespace) -> int:
+    """Refresh the open runs every ``--interval`` seconds until none is left (or once): what
+    keeps them moving without their launcher, e.g. relaunching interrupted cloud runs."""
+    registry = registry_of(args)
+    said = ""
+    while True:
+        entries, _ = registry.list(exp=args.exp, mode=args.mode, states=OPEN_STATES)
+        shown = refresh_entries(registry, entries)
+        counts = collections.Counter(item.state.split(" ", 1)[0] for item in shown)
+        still = sum(counts[state] for state in OPEN_STATES)
+        line = f"{still} open run(s)" + (": " + ", ".join(
+            f"{counts[state]} {state}" for state in OPEN_STATES if counts[state]) if still else "")
+        if line != said:
+            print(f"{time.strftime('%H:%M:%S')} {line}", flush=True)
+            said = line
+        if args.once or not still:
+            return 0
+        time.sleep(args.interval)
+
+
+def status(args: argparse.Namespace) -> int:
+    registry = registry_of(args)
+    entry = registry.find(args.id)
+    job = job_for(registry, entry)
+    job.mode.sync_logs(job)
+    info, launch = job.info(), job.launch_info
+    rows = [
+        ("id", job.id), ("experiment", job.exp_name), ("mode", job.mode.name),
+        ("state", info.get("state")),
+        ("waiting for", job.mode.waiting_reason(job) if info.get("state") == "queued" else None),
+        ("launched", listing.when(launch.get("launched_at"))),
+        ("started", listing.when(info.get("started_at"))),
+        ("ended", listing.when(info.get("ended_at"))),
+        ("exit code", info.get("exit_code")), ("signal", info.get("signal")),
+        ("attempt", info.get("attempt") if info.get("restarts") else None),
+        ("restarts", _restarts(info.get("restarts", []))),
+        ("host", info.get("host") or launch.get("host")), ("backend", launch.get("backend")),
+        ("resubmitted from", launch.get("resubmitted_from")),
+        ("git commits", launch.get("git_commits")), ("variant", entry.variant),
+        ("log dir", job.log_dir), ("stdout", job.stdout_path), ("stderr", job.stderr_path),
+    ]
+    for name, value in rows:
+        if value not in (None, "", {}, "-"):
+            print(f"{name + ':':18}{short(str(value), VALUE_CHARS)}")
+    if info.get("error"):
+        print(f"\nerror:\n{info['error'].rstrip()}")
+    print(f"\n--- last {STATUS_LOG_LINES} lines of {job.stdout_path} ---")
+    print(tail(job.stdout_path, STATUS_LOG_LINES), end="")
+    return 0
+
+
+def _restarts(restarts: list[dict]) -> str | None:
+    """``2 (time limit at 14:02, preempted at 15:30)``: how many, why and when."""
+    if not restarts:
+        return None
+    return f"{len(restarts)} (" + ", ".join(
+        f"{r.get('reason')} at {listing.when(r.get('ended_at'))}" for r in restarts) + ")"
+
+
+def logs(args: argparse.Namespace) -> int:
+    registry = registry_of(args)
+    job = job_for(registry, registry.find(args.id))
+    job.mode.sync_logs(job)
+    path = job.stderr_path if args.stderr else job.stdout_path
+    sys.stdout.write(tail(path, args.lines))
+    sys.stdout.flush()
+    if not args.follow:
+        return 0
+    offset = path.stat().st_size if path.exists() else 0
+    while True:
+        finished = job.status().terminal
+        job.mode.sync_logs(job)
+        if path.exists():
+            with open(path, "rb") as f:
+                f.seek(offset)
+                data = f.read()
+            offset += len(data)
+            sys.stdout.write(data.decode(errors="replace"))
+            sys.stdout.flush()
+        if finished:
+            return 0
+        job.mode.wait_for_change(job, 0.2)  # each mode's own pace of asking its backend
+
+
+def add_ls(command: Command) -> None:
+    """``ls``: list runs, newest first."""
+    parser = command("ls", help="list runs, newest first")
+    parser.add_argument("--exp", help="only this experiment (or, when none has that name, the "
+                    "experiments whose name holds it)")
+    parser.add_argument("--sweep", help="only this sweep (its id, or the start of it)")
+    parser.add_argument("--mode", help="only this mode")
+    parser.add_argument("--state", action="append",
+                    help="only these states (repeat, or separate with commas)")
+    parser.add_argument("--since", type=parse_since, help="only runs launched since (2h, 3d, date)")
+    parser.add_argument("-n", "--limit", type=count, default=50, help="how many (default 50)")
+    parser.add_argument("--all", action="store_true", help="every matching run")
+    parser.add_argument("--variant", metavar="KEYS", help="variant keys to show, comma-separated "
+                    "(nested: a.b); default on a terminal: those that differ within each sweep")
+    parser.set_defaults(func=ls)
+
+
+def add_status(command: Command) -> None:
+    """``status``: one run, refreshed, with the end of its log."""
+    parser = command("status", aliases=["q"],
+                     help="refresh and show one run, with the end of its log")
+    parser.add_argument("id", help="run id, or a unique start or end of one")
+    parser.set_defaults(func=status)
+
+
+def add_watch(command: Command) -> None:
+    """``watch``: refresh open runs until all have ended."""
+    parser = command("watch", help="refresh open runs until all have ended: relaunches "
+                    "interrupted cloud runs without their launcher, tells ended sweeps (run it "
+                    "in tmux, nohup or cron)")
+    parser.add_argument("--exp", help="only this experiment name")
+    parser.add_argument("--mode", help="only this mode")
+    parser.add_argument("--interval", type=float, default=30.0,
+                       help="seconds between looks (default 30)")
+    parser.add_argument("--once", action="store_true", help="look once and return (for cron)")
+    parser.set_defaults(func=watch)
+
+
+def add_logs(command: Command) -> None:
+    """``logs``: a run's log, printed or followed."""
+    parser = command("logs", help="print (or follow) a run's log")
+    parser.add_argument("id", help="run id, or a unique start or end of one")
+    parser.add_argument("-f", "--follow", action="store_true", help="follow until the run ends")
+    parser.add_argument("-n", "--lines", type=count, help="only the last N lines")
+    parser.add_argument("--stderr", action="store_true", help="stderr.log instead of stdout.log")
+    parser.set_defaults(func=logs)
