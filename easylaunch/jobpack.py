@@ -26,7 +26,7 @@ import easylaunch_job
 # ``python job.pyz ...`` runs this; the package's own __main__ checks the Python first.
 _ZIP_MAIN = b"import sys\nfrom easylaunch_job.__main__ import main\nsys.exit(main())\n"
 _FIXED_TIME = (1980, 1, 1, 0, 0, 0)
-_SOURCE_ONLY = ("easylaunch_job/packer.py", "easylaunch_job/farside.py", "easylaunch_job/cloud/")
+_SOURCE_ONLY = ("easylaunch_job/packer.py", "easylaunch_job/host_ops.py", "easylaunch_job/cloud/")
 
 
 def _entry(name: str) -> zipfile.ZipInfo:

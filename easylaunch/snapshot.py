@@ -24,7 +24,7 @@ HASH_CHARS = 16
 
 
 @dataclass(frozen=True)
-class Entry:
+class SnapshotFile:
     """One file of a code directory (symbolic links are followed)."""
 
     relpath: str
@@ -42,14 +42,14 @@ class Snapshot:
     path: Path
 
 
-_hash_by_fingerprint: dict[str, tuple[tuple[Entry, ...], str]] = {}
+_hash_by_fingerprint: dict[str, tuple[tuple[SnapshotFile, ...], str]] = {}
 
 
 def _excluded(name: str, excludes: list[str]) -> bool:
     return any(fnmatch.fnmatch(name, p) for p in excludes)
 
 
-def _walk(root: str, excludes: list[str], skip_dirs: set[str]) -> tuple[Entry, ...]:
+def _walk(root: str, excludes: list[str], skip_dirs: set[str]) -> tuple[SnapshotFile, ...]:
     """Regular files under ``root``, links followed (each real folder once), sorted."""
     entries, seen = [], {os.path.realpath(root)}
     for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
@@ -74,12 +74,12 @@ def _walk(root: str, excludes: list[str], skip_dirs: set[str]) -> tuple[Entry, .
                 warnings.warn(f"code snapshot of {root}: leaving out {full}, which is not a "
                               "regular file", stacklevel=4)
                 continue
-            entries.append(Entry(os.path.relpath(full, root), st.st_size, st.st_mtime_ns,
+            entries.append(SnapshotFile(os.path.relpath(full, root), st.st_size, st.st_mtime_ns,
                                  bool(st.st_mode & stat.S_IXUSR)))
     return tuple(entries)
 
 
-def _digest(root: Path, entries: tuple[Entry, ...]) -> str:
+def _digest(root: Path, entries: tuple[SnapshotFile, ...]) -> str:
     h = hashlib.sha256()
     for e in entries:
         h.update(f"{e.relpath}\0{int(e.executable)}\0".encode())
@@ -90,7 +90,8 @@ def _digest(root: Path, entries: tuple[Entry, ...]) -> str:
     return h.hexdigest()[:HASH_CHARS]
 
 
-def _too_big(source: str, entries: tuple[Entry, ...], total: int, max_mb: float) -> LaunchError:
+def _too_big(source: str, entries: tuple[SnapshotFile, ...], total: int,
+             max_mb: float) -> LaunchError:
     largest = sorted(entries, key=lambda e: e.size, reverse=True)[:3]
     names = ", ".join(f"{e.relpath} ({e.size / 2**20:.1f} MB)" for e in largest)
     return LaunchError(
@@ -100,7 +101,7 @@ def _too_big(source: str, entries: tuple[Entry, ...], total: int, max_mb: float)
         "CODE_SNAPSHOT_MAX_MB.")
 
 
-def _copy_into(source: str, entries: tuple[Entry, ...], dest: Path) -> None:
+def _copy_into(source: str, entries: tuple[SnapshotFile, ...], dest: Path) -> None:
     for e in entries:
         target = dest / e.relpath
         target.parent.mkdir(parents=True, exist_ok=True)

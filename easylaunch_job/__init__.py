@@ -17,7 +17,7 @@ Modules, one concern each:
 * ``run``: one bundle's function call; ``supervisor``: the job around it, and ``main``;
 * ``submission``: the schedulers' submit commands and their job ids (``submit``: submit.sh's);
 * ``resubmit``: submitting the next attempt from inside a job;
-* ``packer``, ``farside``, ``cloud/``: the packer, the SSH far side, the instance agent.
+* ``packer``, ``host_ops``, ``cloud/``: the packer, the SSH far side, the instance agent.
 
 The launching side imports names from here (never the other way), so both sides agree on the
 formats by construction. Nothing here imports ``easylaunch``.

@@ -82,7 +82,7 @@ def test_the_archive_runs_alone_and_names_its_commands(tmp_path):
     archive = _write_archive(tmp_path)
     program = ("import sys; sys.path.insert(0, sys.argv[1]); "
                "import easylaunch_job.supervisor, easylaunch_job.packer, "
-               "easylaunch_job.farside, easylaunch_job.cloud.agent; "
+               "easylaunch_job.host_ops, easylaunch_job.cloud.agent; "
                "print(sorted(m for m in sys.modules if m.split('.')[0] == 'easylaunch'))")
     proc = subprocess.run([sys.executable, "-S", "-c", program, str(archive)],
                           capture_output=True, text=True)

@@ -15,10 +15,10 @@ from easylaunch import __version__
 from easylaunch.cli import actions, configure, dist, runs, views
 from easylaunch.errors import EasyLaunchError
 
-COMMANDS = (runs.add_ls, runs.add_status, runs.add_watch, runs.add_logs, actions.add_cancel,
-            actions.add_resubmit, actions.add_forget, actions.add_fetch, configure.add_init,
-            configure.add_config, views.add_preview, views.add_plot, views.add_ui,
-            configure.add_doctor, dist.add_dist)
+COMMAND_ADDERS = (runs.add_ls, runs.add_status, runs.add_watch, runs.add_logs, actions.add_cancel,
+                  actions.add_resubmit, actions.add_forget, actions.add_fetch, configure.add_init,
+                  configure.add_config, views.add_preview, views.add_plot, views.add_ui,
+                  configure.add_doctor, dist.add_dist)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -40,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
         return sub.add_parser(name, parents=[common, *parents], description=kwargs.get("help"),
                               **kwargs)
 
-    for add in COMMANDS:
+    for add in COMMAND_ADDERS:
         add(command)
     return parser
 

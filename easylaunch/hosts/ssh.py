@@ -32,7 +32,7 @@ ANSWER_MARK = "--- easylaunch far-side answer ---"
 
 # The far side's loop: its first stdin line is this program (JSON). It holds the job side's
 # zipapp (base64), imports easylaunch_job from it in memory (nothing is written there), then
-# answers one line of ops per line with easylaunch_job.farside.
+# answers one line of ops per line with easylaunch_job.host_ops.
 _SERVE = """\
 import base64, importlib.abc, importlib.util, io, json, sys, zipfile
 with zipfile.ZipFile(io.BytesIO(base64.b64decode({archive!r}))) as _zip:
@@ -51,7 +51,7 @@ class _FromMemory(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         origin = module.__spec__.origin
         exec(compile(_files[origin], origin, "exec"), module.__dict__)
 sys.meta_path.insert(0, _FromMemory())
-from easylaunch_job.farside import answer
+from easylaunch_job.host_ops import answer
 for _line in sys.stdin:
     sys.stdout.write({mark!r} + json.dumps(answer(json.loads(_line))) + "\\n")
     sys.stdout.flush()
@@ -60,8 +60,9 @@ _START = "import json, sys; exec(json.loads(sys.stdin.readline()))"
 
 
 class _FarSide:
-    """One far-side Python per host and process, kept for the process's life: a probe is one
-    line each way over the multiplexed connection (no new login, no new interpreter)."""
+    """One far-side Python per host and process, kept for the process's life: one batch of ops
+    is one line each way over the multiplexed connection (no new login, no new
+    interpreter)."""
 
     def __init__(self, argv: list[str]) -> None:
         self.argv = argv
@@ -180,7 +181,7 @@ class SshTransport(Transport):
                 f"{remote_word(self.python)} -c {shlex.quote(_START)}"]
         return _far_sides.setdefault(tuple(argv), _FarSide(argv))
 
-    def probe(self, ops: list[dict]) -> list[dict]:
+    def run_ops(self, ops: list[dict]) -> list[dict]:
         answer, code, stderr = self.far_side.ask(ops)
         if answer is not None:
             return json.loads(answer)

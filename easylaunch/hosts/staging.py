@@ -63,7 +63,7 @@ def upload(transport: Transport, up: Upload, then: list[dict] | None = None) -> 
     round trip."""
     incoming = f"{up.store}/{INCOMING}"
     shared = sorted(set(up.shared))
-    first = checked(transport.probe([
+    first = checked(transport.run_ops([
         {"op": "exists", "paths": [f"{up.store}/{rel}" for rel in shared]},
         {"op": "prepare_dir", "path": incoming}]), transport.where)
     missing = [rel for rel, there in zip(shared, first[0]["exists"], strict=True) if not there]
@@ -81,7 +81,7 @@ def upload(transport: Transport, up: Upload, then: list[dict] | None = None) -> 
         sent = len(packed)
     else:  # large: rsync, which resumes a copy that was cut off
         sent = transport.push(up.local_root, sending, incoming)
-    answers = checked(transport.probe([*inline, {
+    answers = checked(transport.run_ops([*inline, {
         "op": "place", "incoming": incoming, "store": up.store, "root": up.root,
         "shared": shared, "plain": up.plain}, *(then or [])]), transport.where)
     return Uploaded(sent, sending, answers[len(inline) + 1:])

@@ -2,8 +2,8 @@
 
 Modes speak to a :class:`Transport` only, so the same mode code runs whether that machine is
 this one (:class:`LocalTransport`) or a cluster login node over SSH (``hosts.ssh``). Every
-question goes through :meth:`Transport.probe` as a batch of far-side operations
-(``easylaunch_job.farside``): one round trip however many runs a poll covers.
+question goes through :meth:`Transport.run_ops` as a batch of far-side operations
+(``easylaunch_job.host_ops``): one round trip however many runs a poll covers.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from easylaunch.errors import LaunchError
-from easylaunch_job import farside
+from easylaunch_job import host_ops
 
 # (--recursive again: --files-from turns off the recursion --archive implies)
 RSYNC_FLAGS = ("--archive", "--recursive", "--partial", "--protect-args", "--stats")
@@ -27,7 +27,8 @@ class HostError(LaunchError):
 
 
 def checked(answers: list[dict], where: str) -> list[dict]:
-    """``answers`` of a probe, or a HostError naming the first op that failed there."""
+    """``answers`` of :meth:`Transport.run_ops`, or a HostError naming the first op that
+    failed there."""
     for reply in answers:
         if "error" in reply:
             raise HostError(f"on {where}: {reply['error']}")
@@ -48,7 +49,7 @@ class Transport(ABC):
     log_dir: str | None = None  # where runs go there (None: where the launch says, here)
 
     @abstractmethod
-    def probe(self, ops: list[dict]) -> list[dict]:
+    def run_ops(self, ops: list[dict]) -> list[dict]:
         """Run far-side operations in order, in one round trip; one answer each."""
 
     @abstractmethod
@@ -113,8 +114,8 @@ class LocalTransport(Transport):
     def is_local(self) -> bool:
         return True
 
-    def probe(self, ops: list[dict]) -> list[dict]:
-        return json.loads(json.dumps(farside.answer(json.loads(json.dumps(ops)))))
+    def run_ops(self, ops: list[dict]) -> list[dict]:
+        return json.loads(json.dumps(host_ops.answer(json.loads(json.dumps(ops)))))
 
     def rsync_argv(self) -> list[str]:
         return ["rsync"]

@@ -101,7 +101,7 @@ class HostedMode(Mode):
         this machine pickles. Returns ``folder`` as an absolute path there, what the far side
         said of itself (its Python, home, CPUs) and the answers to ``ops``."""
         t = self.transport
-        info, folder_there, *answers = checked(t.probe([
+        info, folder_there, *answers = checked(t.run_ops([
             {"op": "info"}, {"op": "prepare_dir", "path": folder}, *ops]), t.where)
         if t.python.startswith("~/"):  # job scripts name it in quotes: no ~ expansion there
             t.python = info["home"] + t.python[1:]
@@ -124,7 +124,7 @@ class HostedMode(Mode):
         there, then run the far-side ops ``then`` in the same round trip; their answers.
         On this machine with ``root`` the log root itself, everything is in place already."""
         if self.transport.is_local and root == str(request.log_root):
-            return checked(self.transport.probe(then), self.transport.where)
+            return checked(self.transport.run_ops(then), self.transport.where)
         bundles, own = bundle_items(request.log_root, runs)
         return staging.upload(self.transport, Upload(request.log_root, root, root,
                                                      bundles + shared, own + plain),
@@ -187,7 +187,7 @@ class HostedMode(Mode):
             return
         records = [f"{self._job_log_dir(j)}/{STATUS_JSON}" for j in mirrored]
         try:
-            answers = self.transport.probe([*asked, {"op": "read", "paths": records}])
+            answers = self.transport.run_ops([*asked, {"op": "read", "paths": records}])
         except HostError:
             return  # out of reach: the records there keep, and are read on a later poll
         found = answers[-1]["files"]
@@ -235,7 +235,7 @@ class HostedMode(Mode):
         """Note the cancel in the run's record, here and where the job writes it, then run the
         far-side ops ``then`` in the same round trip; their answers."""
         update_status(str(job.log_dir), cancel_requested=True)
-        answers = checked(self.transport.probe([
+        answers = checked(self.transport.run_ops([
             {"op": "update_status", "folders": [self._job_log_dir(job)],
              "fields": {"cancel_requested": True}}, *then]), self.transport.where)
         return answers[1:]

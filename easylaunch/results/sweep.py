@@ -36,7 +36,7 @@ RUN_COLUMNS = ("run_id", "exp_name", "sweep", "mode", "state", "note", "restarts
 POINT_COLUMNS = ("run_id", "source", "metric", "step", "time", "value")
 
 
-class Run(NamedTuple):
+class SelectedRun(NamedTuple):
     """A selected run as a refresh saw it, and the folder its metric files are read from."""
 
     shown: Shown
@@ -105,7 +105,8 @@ def metrics_folder(shown: Shown, fetch: bool) -> Path:
         return here
 
 
-def runs_of(selection: Selection, fetch: bool = False, config: ConfigArg = None) -> list[Run]:
+def runs_of(selection: Selection, fetch: bool = False,
+            config: ConfigArg = None) -> list[SelectedRun]:
     """The selected runs, refreshed (states written back to the registry), with the folders
     their metrics are read from."""
     from easylaunch.refresh import refresh_entries
@@ -114,7 +115,7 @@ def runs_of(selection: Selection, fetch: bool = False, config: ConfigArg = None)
 
     registry = open_registry(load_settings(config).REGISTRY_PATH)
     shown = refresh_entries(registry, select(registry, selection))
-    return [Run(s, metrics_folder(s, fetch)) for s in shown]
+    return [SelectedRun(s, metrics_folder(s, fetch)) for s in shown]
 
 
 def variant_of(entry: Entry) -> dict:
@@ -144,7 +145,7 @@ def _table(records: list[Mapping], prefix: str, taken: Sequence[str]) -> pd.Data
     return table.rename(columns={c: f"variant.{c}" for c in table.columns if c in taken})
 
 
-def _points(runs: list[Run], metrics: Metrics = None) -> pd.DataFrame:
+def _points(runs: list[SelectedRun], metrics: Metrics = None) -> pd.DataFrame:
     """The points of the runs (each metric's from its first format; only ``metrics``, if
     given), a row each."""
     pd = need("pandas", "results", "to load results")

@@ -224,7 +224,7 @@ class ArrayMode(ScheduledMode):
                 refused = refused or exc
         if refused is not None:
             if job_ids:
-                self.transport.probe([{"op": "run", "argv": self.scheduler.cancel_command(j)}
+                self.transport.run_ops([{"op": "run", "argv": self.scheduler.cancel_command(j)}
                                       for j in job_ids])
             raise refused
         return job_ids

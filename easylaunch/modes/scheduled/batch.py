@@ -273,7 +273,7 @@ class BatchMode(ScheduledMode):
         pairs = [line.split() for line in (record["text"] if record else "").splitlines()]
         job_ids = {pair[0]: pair[1] for pair in pairs if len(pair) == 2}
         if out["rc"] != 0:
-            self.transport.probe([{"op": "run", "argv": self.scheduler.cancel_command(j)}
+            self.transport.run_ops([{"op": "run", "argv": self.scheduler.cancel_command(j)}
                                   for j in sorted(set(job_ids.values()))])
             raise LaunchError(f"submitting {layout.cluster_dir} on {self.transport.where} "
                               f"failed (sbatch refused a job?): {out['err'].strip()[-800:]}")

@@ -94,7 +94,7 @@ class ScheduledMode(HostedMode):
         if argv is None:
             return None
         op = {"op": "run", "argv": argv}
-        out = completed(self.retried([op], self.transport.probe([op]))[0])
+        out = completed(self.retried([op], self.transport.run_ops([op]))[0])
         return self.scheduler.parse_reason(out.stdout) if out.returncode == 0 else None
 
     # -- tracking -------------------------------------------------------------------------------
@@ -190,7 +190,7 @@ class ScheduledMode(HostedMode):
             if not again:
                 break
             time.sleep(delay)
-            for i, answer in zip(again, self.transport.probe([ops[i] for i in again]),
+            for i, answer in zip(again, self.transport.run_ops([ops[i] for i in again]),
                                  strict=True):
                 answers[i] = answer
         return answers

@@ -1,4 +1,5 @@
-"""What runs on the machine that holds the runs: a list of small operations, one answer.
+"""The operations a transport runs on the machine that holds the runs (the remote half of the
+transport): a list of small operations in, one answer each out.
 
 A transport sends ``answer(ops)`` a whole batch of operations (read these status files, run
 squeue, touch a cancel marker, move uploaded folders into place) and gets every result back in
