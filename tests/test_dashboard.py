@@ -2,6 +2,7 @@
 registry, Debian's headless Chromium through selenium, and httpx for what a browser would not
 send. Screenshots go to $EASYLAUNCH_ARTIFACTS (else the test's tmp_path)."""
 
+import argparse
 import asyncio
 import json
 import os
@@ -22,7 +23,8 @@ from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
-from easylaunch import JobState, cli, run_experiment, run_sweep
+from easylaunch import JobState, run_experiment, run_sweep
+from easylaunch.cli.shared import parse_since
 from easylaunch.dashboard import charts, views
 from easylaunch.errors import EasyLaunchError
 from easylaunch.jobs import Job
@@ -347,8 +349,8 @@ def test_pages_hold_the_runs_a_filter_selects(tmp_path):
         views.Filters.of({"state": "done"}).query()
     with pytest.raises(EasyLaunchError, match="^since 'yesterday': use an age like 30m"):
         views.Filters.of({"since": "yesterday"}).query()
-    with pytest.raises(cli.argparse.ArgumentTypeError, match="^--since 'yesterday': use an"):
-        cli.parse_since("yesterday")  # (the same words, for the command line)
+    with pytest.raises(argparse.ArgumentTypeError, match="^--since 'yesterday': use an"):
+        parse_since("yesterday")  # (the same words, for the command line)
 
 
 def test_a_log_box_keeps_its_last_megabyte_and_starts_again_when_the_file_shrinks(dashboard,
