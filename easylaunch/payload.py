@@ -4,7 +4,11 @@ pickled into the bundle and loaded by every run)."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import io
+import os
+import pickle
 import types
 import warnings
 from collections.abc import Mapping
@@ -13,15 +17,73 @@ from typing import Any
 import cloudpickle
 
 from easylaunch.errors import LaunchError
+from easylaunch_job.sources import with_sources
 
 MB = 2**20
 PARTS_NAMED = 3
 
 
+SOURCE_LIMIT = 2**20  # a source file larger than this travels without its lines
+DYNAMIC_CODE = "<dynamic-code>"  # the file name cloudpickle gives code it pickles by value
+
+
+class _SourcedPickler(cloudpickle.Pickler):
+    """cloudpickle, keeping the file name of code pickled by value (cloudpickle replaces it
+    with "<dynamic-code>") and noting those files, whose text then travels with the payload."""
+
+    def __init__(self, file: io.BytesIO) -> None:
+        super().__init__(file, protocol=pickle.DEFAULT_PROTOCOL)
+        self.files: set[str] = set()
+
+    def reducer_override(self, obj: Any) -> Any:
+        reduce_code = getattr(cloudpickle.cloudpickle, "_code_reduce", None)
+        if isinstance(obj, types.CodeType) and reduce_code is not None:
+            self.files.add(obj.co_filename)
+            constructor, args = reduce_code(obj)
+            return constructor, tuple(obj.co_filename if a == DYNAMIC_CODE else a for a in args)
+        return super().reducer_override(obj)
+
+
+class _Sources:
+    """Pickled after the payload: the text of the files its by-value code came from."""
+
+    def __init__(self, pickler: _SourcedPickler) -> None:
+        self.pickler = pickler
+
+    def __reduce__(self) -> tuple:
+        sources = {}
+        for name in sorted(self.pickler.files):
+            with contextlib.suppress(OSError, UnicodeDecodeError):
+                if os.path.isfile(name) and os.path.getsize(name) <= SOURCE_LIMIT:
+                    with open(name, encoding="utf-8") as f:
+                        sources[name] = f.read()
+        return dict, (sources,)
+
+
+def _dumps(obj: Any) -> bytes:
+    """``obj`` as a call of the job side's ``with_sources``: loading it gives ``obj`` back with
+    the source lines of its by-value code known to tracebacks."""
+    buffer = io.BytesIO()
+    pickler = _SourcedPickler(buffer)
+    pickler.dump(_Call(with_sources, obj, _Sources(pickler)))
+    return buffer.getvalue()
+
+
+class _Call:
+    """Pickles as ``function(*args)``: what loading it returns."""
+
+    def __init__(self, function: Any, *args: Any) -> None:
+        self.function, self.args = function, args
+
+    def __reduce__(self) -> tuple:
+        return self.function, self.args
+
+
 def pickle_payload(obj: Any, what: str) -> bytes:
-    """``obj`` pickled with cloudpickle, or a LaunchError saying why it cannot travel."""
+    """``obj`` pickled with cloudpickle (with the source lines of code it carries by value),
+    or a LaunchError saying why it cannot travel."""
     try:
-        return cloudpickle.dumps(obj)
+        return _dumps(obj)
     except Exception as exc:  # noqa: BLE001 - every pickling failure gets the same advice
         raise LaunchError(
             f"{what} cannot be pickled, so it cannot travel to the run: {exc!r}. Objects such "

@@ -77,12 +77,24 @@ def _cloudpickle_version() -> str | None:
     return cloudpickle.__version__
 
 
+def user_traceback(exc: BaseException) -> str:
+    """The traceback of an exception the function raised, from the function's own frame down
+    (this module's call of it left out)."""
+    tb = exc.__traceback__
+    inner = tb.tb_next if tb is not None and tb.tb_frame.f_code is call_and_record.__code__ \
+        else tb
+    return "".join(traceback.format_exception(type(exc), exc, inner or tb))
+
+
 def call_and_record(fn: Any, config: DoodadConfig, variant: Any, log_dir: str,
-                    policy: RestartPolicy = NO_RESTARTS) -> tuple[int, Any]:
+                    policy: RestartPolicy = NO_RESTARTS, reraise: bool = False
+                    ) -> tuple[int, Any]:
     """Call the function, write result.pkl and the attempt's end; return (exit code, value).
 
     The exit code is EXIT_RESTART when the run is queued for another attempt (``policy``). A
-    KeyboardInterrupt is recorded as a cancellation and raised again.
+    KeyboardInterrupt is recorded as a cancellation and raised again; with ``reraise`` (the
+    caller runs the function in its own process), so is every exception the function raised,
+    once recorded, instead of being printed.
     """
     try:
         with metrics_into(log_dir):
@@ -101,12 +113,16 @@ def call_and_record(fn: Any, config: DoodadConfig, variant: Any, log_dir: str,
                 log_dir, policy, stop.restart_reason, state=stop.state,
                 exit_code=128 + stop.signum, signal=name,
                 error=f"received {name} ({stop_words(stop, policy)})")
+            if reraise:
+                raise
             return (EXIT_RESTART if restarting else 128 + stop.signum), None
-        tb_text = traceback.format_exc()
-        print(tb_text, file=sys.stderr, end="")
+        tb_text = user_traceback(exc)
         save_error(log_dir, exc, tb_text)
         restarting = finish_attempt(log_dir, policy, "error" if policy.on_error else None,
                                     state="failed", exit_code=EXIT_FAILED, error=tb_text)
+        if reraise:
+            raise
+        print(tb_text, file=sys.stderr, end="")
         return (EXIT_RESTART if restarting else EXIT_FAILED), None
     problem = save_result(log_dir, value)
     if problem:

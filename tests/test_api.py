@@ -3,6 +3,7 @@
 import json
 import os
 import time
+from pathlib import Path
 
 import jobfns
 import pytest
@@ -89,12 +90,24 @@ def test_here_no_doodad_keeps_unpicklable_results_and_records_failures(cfg, caps
                          config=cfg)
     assert job.status() is JobState.FAILED  # the generator cannot be saved for later processes
     assert "cannot be pickled" in job.info()["error"]
-    failed = run_experiment(jobfns.fail, mode="here_no_doodad", config=cfg)
-    assert failed.status() is JobState.FAILED
-    assert "bad learning rate" in capsys.readouterr().err
-    with pytest.raises(ValueError):
-        failed.result()
     assert "hello" in (job.log_dir / "stdout.log").read_text()
+
+
+def test_here_no_doodad_raises_the_functions_exception_in_the_caller(cfg):
+    """As doodad's did: a debugger's post-mortem lands in the function; the run is recorded
+    failed (its log keeps the traceback) and the runs after it as not run."""
+    with pytest.raises(ValueError, match="bad learning rate") as raised:
+        run_sweep(jobfns.fail, [{}, {}], exp_name="raises", mode="here_no_doodad", config=cfg)
+    assert raised.traceback[-1].name == "fail"  # the function's own frame
+    first, second = sorted((Path(cfg["LOCAL_LOG_DIR"]) / "raises").iterdir(),
+                           key=lambda p: json.loads((p / "launch.json").read_text())["sweep_index"])
+    failed, skipped = Job.from_run_dir(first), Job.from_run_dir(second)
+    assert failed.status() is JobState.FAILED and "bad learning rate" in failed.info()["error"]
+    assert "ValueError: bad learning rate" in failed.stderr_path.read_text()
+    with pytest.raises(ValueError, match="bad learning rate"):
+        failed.result()
+    assert skipped.status() is JobState.CANCELLED
+    assert "not run" in skipped.info()["error"]
 
 
 def test_job_reconnects_from_its_run_folder(cfg):

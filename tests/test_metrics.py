@@ -144,10 +144,11 @@ def test_a_run_that_raises_has_its_lines_on_disk_when_it_ends(cfg, here):
         log_metrics(step=0, loss=2.0)
         raise ValueError("diverged")
 
-    job = run_experiment(log_then_fail, variant={}, config=cfg, mode="here_no_doodad")
     with pytest.raises(ValueError, match="diverged"):
-        job.result()
-    assert [line["loss"] for line in lines(job.log_dir / "metrics.jsonl")] == [2.0]
+        run_experiment(log_then_fail, variant={}, exp_name="fails", config=cfg,
+                       mode="here_no_doodad")
+    (log_dir,) = (Path(cfg["LOCAL_LOG_DIR"]) / "fails").iterdir()
+    assert [line["loss"] for line in lines(log_dir / "metrics.jsonl")] == [2.0]
 
 
 def test_runs_in_this_process_close_their_metrics_files(cfg, here):

@@ -74,11 +74,12 @@ def test_runner_never_starts_a_run_cancelled_before_it_took_it(cfg, tmp_path):
 
 
 def test_exception_that_cannot_be_rebuilt_still_reports_its_traceback(cfg):
-    for mode in ("local", "here_no_doodad"):
-        job = run_experiment(jobfns.raise_shape_error, mode=mode, config=cfg)
-        assert job.wait(timeout=60) is JobState.FAILED
-        with pytest.raises(JobFailedError, match="ShapeError: wrong shape"):
-            job.result()
+    job = run_experiment(jobfns.raise_shape_error, mode="local", config=cfg)
+    assert job.wait(timeout=60) is JobState.FAILED
+    with pytest.raises(JobFailedError, match="ShapeError: wrong shape"):
+        job.result()
+    with pytest.raises(Exception, match="wrong shape"):  # (in this process: raised as it is)
+        run_experiment(jobfns.raise_shape_error, mode="here_no_doodad", config=cfg)
 
 
 def test_result_carries_the_runs_traceback_as_cause(cfg):
@@ -87,6 +88,38 @@ def test_result_carries_the_runs_traceback_as_cause(cfg):
         job.result(timeout=60)
     assert "jobfns.py" in str(caught.value.__cause__)
     assert job.id in str(caught.value.__cause__)
+
+
+SCRIPT_THAT_CHANGES = """
+import sys, time
+from pathlib import Path
+from easylaunch import run_experiment
+
+def crash(doodad_config, variant):
+    time.sleep(1)
+    return variant["x"] / 0  # the launched line
+
+job = run_experiment(crash, variant={"x": 1}, mode="local", config=sys.argv[1])
+Path(__file__).write_text("# edited after the launch\\n")  # the script changes meanwhile
+job.wait(timeout=60)
+print(job.info()["error"])
+"""
+
+
+def test_tracebacks_show_the_launching_scripts_lines_as_launched(cfg, tmp_path):
+    """A function defined in the launching script travels by value; its traceback names the
+    script and shows its lines as they were at launch, without easylaunch's own frames."""
+    script = tmp_path / "experiment.py"
+    script.write_text(SCRIPT_THAT_CHANGES)
+    settings = tmp_path / "settings.py"
+    settings.write_text(f"LOCAL_LOG_DIR = {cfg['LOCAL_LOG_DIR']!r}\n")
+    out = subprocess.run([sys.executable, str(script), str(settings)], capture_output=True,
+                         text=True, timeout=120, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert f'File "{script}", line 8, in crash' in out.stdout
+    assert 'return variant["x"] / 0  # the launched line' in out.stdout
+    assert "ZeroDivisionError" in out.stdout
+    assert "easylaunch_job" not in out.stdout and "<dynamic-code>" not in out.stdout
 
 
 def test_ctrl_c_during_a_here_sweep_leaves_no_run_queued(cfg):

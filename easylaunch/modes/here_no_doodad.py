@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -15,6 +16,7 @@ from easylaunch.modes.base import Mode
 from easylaunch.preview import Preview
 from easylaunch.request import LaunchRequest
 from easylaunch_job.config import make_doodad_config
+from easylaunch_job.records import update_status
 from easylaunch_job.run import call_and_record
 
 
@@ -67,17 +69,29 @@ class HereNoDoodadMode(Mode):
         return [None for _ in runs]
 
     def submit(self, request: LaunchRequest, runs: list[Run], prepared: list[Any]) -> list[Job]:
+        """Call the function once per run, in turn. An exception it raises is recorded, then
+        raised here, in the caller, as doodad did (a debugger's post-mortem sees the
+        function's own frames); the runs after it are recorded as not run."""
         jobs = []
-        for run in runs:
+        for index, run in enumerate(runs):
             job = Job(run.run_id, run.exp_name, run.log_dir, self)
             log_dir = str(run.log_dir)
             config = make_doodad_config(run.meta, log_dir)
-            with _tee_output(job.stdout_path, job.stderr_path):
-                code, value = call_and_record(request.method_call, config, run.variant,
-                                                     log_dir)
+            try:
+                with _tee_output(job.stdout_path, job.stderr_path):
+                    code, value = call_and_record(request.method_call, config, run.variant,
+                                                  log_dir, reraise=True)
+            except BaseException:
+                with open(job.stderr_path, "a") as log:  # (the caller shows it; the log keeps it)
+                    log.write(job.info().get("error") or "")
+                for later in runs[index + 1:]:
+                    update_status(str(later.log_dir), state="cancelled", ended_at=time.time(),
+                                  error=f"not run: run {run.run_id} of this launch raised "
+                                        "first (here_no_doodad runs them in turn)")
+                raise
             if code == 0:
                 job._value = value
-            else:
+            else:  # (its value could not be recorded)
                 print(f"easylaunch: run {run.run_id} ended {job.recorded_state()}; its "
                       f"record is in {run.log_dir}", file=sys.stderr)
             jobs.append(job)
