@@ -96,6 +96,11 @@ LOCAL_CANCEL_GRACE_SECONDS: float = 5.0
 # False: the launching script waits for its runs at exit, and takes them with it if killed.
 LOCAL_DETACH: bool = False
 
+# True: every launch says in one line what it started (how many runs, of which experiment, in
+# which mode, where their folders are) and the command that follows them. False: it is quiet
+# (errors and notices are still said).
+LAUNCH_LINE: bool = True
+
 # Permissions of run folders and of the stores beside them (.blobs holds pickled functions):
 # 0o700 keeps them private to you; 0o750 shares them read-only with your group (e.g. a lab on
 # a shared cluster file system). The registry and saved settings are always private (0o600).

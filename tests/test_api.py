@@ -93,6 +93,21 @@ def test_here_no_doodad_keeps_unpicklable_results_and_records_failures(cfg, caps
     assert "hello" in (job.log_dir / "stdout.log").read_text()
 
 
+def test_a_launch_says_what_it_started_in_one_line_unless_quiet(cfg, capsys):
+    jobs = run_sweep(jobfns.echo, [{"x": 1}, {"x": 2}], exp_name="said", config=cfg)
+    sweep = jobs[0].launch_info["sweep_id"]
+    assert capsys.readouterr().err == (
+        f"easylaunch local: 2 runs of said launched; folders in {jobs[0].log_dir.parent}; "
+        f"follow: easylaunch ls --sweep {sweep}\n")
+    (job,) = run_sweep(jobfns.echo, [{"x": 1}], exp_name="said", config=cfg)
+    assert capsys.readouterr().err == (
+        f"easylaunch local: run {job.id} of said launched; folder {job.log_dir}; follow: "
+        f"easylaunch logs -f {job.id}\n")
+    run_sweep(jobfns.echo, [{"x": 1}], exp_name="said", config={**cfg, "LAUNCH_LINE": False})
+    assert capsys.readouterr().err == ""
+    [j.result(timeout=60) for j in jobs]
+
+
 def test_here_no_doodad_raises_the_functions_exception_in_the_caller(cfg):
     """As doodad's did: a debugger's post-mortem lands in the function; the run is recorded
     failed (its log keeps the traceback) and the runs after it as not run."""

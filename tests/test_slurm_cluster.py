@@ -24,7 +24,9 @@ def test_a_sweep_is_one_job_array(slurm_cfg, capsys):
     ids = [j.launch_info["backend"]["slurm_job_id"] for j in jobs]
     array = ids[0].split("_")[0]
     assert ids == [f"{array}_{i}" for i in range(4)]
-    said = f"easylaunch slurm: 4 run(s) submitted as Slurm job {array} (an array of 4)\n"
+    sweep = jobs[0].launch_info["sweep_id"]
+    said = (f"easylaunch slurm: 4 runs of arr submitted as Slurm job {array} (an array of 4); "
+            f"folders in {jobs[0].log_dir.parent}; follow: easylaunch ls --sweep {sweep}\n")
     assert said in capsys.readouterr().err
     assert [j.result(timeout=120)["lr"] for j in jobs] == [0, 1, 2, 3]
     assert all(j.info()["host"] for j in jobs)

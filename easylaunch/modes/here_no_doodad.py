@@ -97,6 +97,9 @@ class HereNoDoodadMode(Mode):
             jobs.append(job)
         return jobs
 
+    def launched(self, jobs: list[Job]) -> str:
+        return "ran in this process"
+
     def preview(self, request: LaunchRequest, runs: list[Run], prepared: list[Any]) -> Preview:
         return Preview(self.name, len(runs), "this process", notes=[
             "each run calls the function in this process, one after another"])

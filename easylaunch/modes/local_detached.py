@@ -12,15 +12,13 @@ marks its unfinished runs failed at the next look.
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
-from easylaunch.bundle import Run
 from easylaunch.gpus import chosen_gpu_ids
 from easylaunch.jobs import Job
 from easylaunch.modes.base import Composed
 from easylaunch.modes.local import LocalMode
-from easylaunch.modes.ssh import HostFacts, Pack, SshMode
+from easylaunch.modes.ssh import HostFacts, SshMode
 from easylaunch.request import LaunchRequest
 from easylaunch.settings import Settings
 
@@ -49,9 +47,6 @@ class DetachedLocalMode(SshMode):
         chosen = chosen_gpu_ids(self.settings.LOCAL_GPU_IDS)
         return super().host_gpus(nvidia_smi) if chosen is None else chosen
 
-    def submit(self, request: LaunchRequest, runs: list[Run], prepared: Pack) -> list[Job]:
-        jobs = super().submit(request, runs, prepared)
-        print(f"easylaunch local: {len(runs)} run(s) detached; they go on after this script "
-              "ends (easylaunch ls, logs -f, cancel)", file=sys.stderr)
-        return jobs
+    def launched(self, jobs: list[Job]) -> str:
+        return "launched detached (they go on after this script ends)"
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import shlex
 import sys
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -197,17 +198,19 @@ class ArrayMode(ScheduledMode):
                 request.log_root))],
             [str(a.script.relative_to(request.log_root)) for a in prepared.arrays])
         job_ids = self._job_ids(prepared.arrays, answers)
-        print(f"easylaunch {self.name}: {len(runs)} run(s) submitted as {self.scheduler.NAME} job"
-              f"{'s' * (len(job_ids) > 1)} " + ", ".join(
-                  job_id + (f" (an array of {len(array.runs)})" if len(array.runs) > 1 else "")
-                  for array, job_id in zip(prepared.arrays, job_ids, strict=True)),
-              file=sys.stderr)
         for array, job_id in zip(prepared.arrays, job_ids, strict=True):
             for index, run in enumerate(array.runs):
                 log_there = f"{root}/{run.log_dir.relative_to(request.log_root)}"
                 run.record_backend(job_log_dir=log_there, **self.scheduler.element_fields(
                     job_id, index, len(array.runs), array.script_there, prepared.facts.details))
         return [Job(run.run_id, run.exp_name, run.log_dir, self) for run in runs]
+
+    def launched(self, jobs: list[Job]) -> str:
+        """The job (or array) each group of runs became."""
+        arrays = Counter(job.launch_info["backend"]["array_job_id"] for job in jobs)
+        return (f"submitted as {self.scheduler.NAME} job{'s' * (len(arrays) > 1)} " + ", ".join(
+            job_id + (f" (an array of {count})" if count > 1 else "")
+            for job_id, count in arrays.items()))
 
     def _job_ids(self, arrays: list[ArrayJob], answers: list[dict]) -> list[str]:
         """The job id each array got; if any was refused, the others are cancelled (all or

@@ -237,18 +237,20 @@ class BatchMode(ScheduledMode):
         for index, run in enumerate(runs, start=len(earlier)):
             ids = {self.scheduler.JOB_ID_KEY: job_ids[run.run_id]} if job_ids else {}
             run.record_backend(**self.backend(layout, index), **ids)
-        if job_ids:
-            print(f"easylaunch {self.name}: {len(runs)} run(s) submitted on "
-                  f"{self.transport.where} from {layout.cluster_dir}", file=sys.stderr)
-        elif earlier:
+        if not job_ids:  # copied by hand: how, once (submitted: the launch line says where)
             print(f"easylaunch {self.name}: {len(runs)} run(s) added to the batch in "
                   f"{layout.local_dir} ({len(earlier) + len(runs)} in all); copy it once the "
-                  "script has launched them all", file=sys.stderr)
-        else:
-            print(prepared.note, file=sys.stderr, end="")
+                  "script has launched them all" if earlier else prepared.note.rstrip("\n"),
+                  file=sys.stderr)
         if self.grows_batches():
             SESSION.grow_batch(key, layout.name, earlier + runs)
         return [Job(run.run_id, run.exp_name, run.log_dir, self) for run in runs]
+
+    def launched(self, jobs: list[Job]) -> str:
+        backend = jobs[0].launch_info["backend"]
+        if not backend.get(self.scheduler.JOB_ID_KEY):
+            return f"written to the batch {backend['batch_dir']} (copy it, then submit)"
+        return f"submitted on {self.transport.where} from {backend['cluster_batch_dir']}"
 
     def grows_batches(self) -> bool:
         """A batch copied by hand grows with this process's later launches; one submitted
