@@ -22,7 +22,7 @@ JOB_FIELDS = ("slurm_job_id", "pbs_job_id", "instance_id", "instance_name")
 STATE_ORDER = ("queued", "running", "succeeded", "failed", "timeout", "cancelled")
 VALUE_WIDTH = 14  # a variant value wider than this is cut on a terminal
 TSV_COLUMNS = ("ID", "EXPERIMENT", "MODE", "STATE", "LAUNCHED", "LOG DIR", "SWEEP", "SECONDS",
-               "JOB")
+               "JOB", "REASON")
 _AGE = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
@@ -162,10 +162,16 @@ def grouped_lines(shown: Sequence[Shown], keys: Sequence[str] | None, width: int
                          *([job_label(g.entry) or "-"] if has_job else []),
                          *(_cut(values.get(k, "-"), VALUE_WIDTH) for k in columns)])
         widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
-        for row in rows:
-            text = "  " + "  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True))
-            lines.append(_cut(text.rstrip(), width))
+        lines.append(_cut(_row_text(rows[0], widths), width))
+        for row, g in zip(rows[1:], group, strict=True):
+            lines.append(_cut(_row_text(row, widths), width))
+            if g.entry.reason:  # why it ended so, under its row
+                lines.append(_cut(f"    ↳ {g.entry.reason}", width))
     return lines
+
+
+def _row_text(row: list[str], widths: list[int]) -> str:
+    return ("  " + "  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True))).rstrip()
 
 
 def tsv_lines(shown: Sequence[Shown], keys: Sequence[str], now: float) -> list[str]:
@@ -179,6 +185,6 @@ def tsv_lines(shown: Sequence[Shown], keys: Sequence[str], now: float) -> list[s
         run_for = seconds_run(e, now)
         rows.append([e.id, e.exp_name, e.mode, g.state_text, when(e.created), e.log_dir,
                      e.sweep or e.id,
-            "" if run_for is None else f"{run_for:.0f}", job_label(e),
+            "" if run_for is None else f"{run_for:.0f}", job_label(e), e.reason or "",
             *(values.get(k, "") for k in keys)])
     return ["\t".join(v.translate(plain) for v in row) for row in rows]

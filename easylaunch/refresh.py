@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from easylaunch.errors import EasyLaunchError
 from easylaunch.jobs import JobState
+from easylaunch.reasons import reason_of
 from easylaunch_job.records import read_status
 
 if TYPE_CHECKING:
@@ -59,14 +60,14 @@ def cancel_entry(registry: Registry, entry: Entry, timeout: float) -> tuple[JobS
     return state, True
 
 
-def ended_times(entry: Entry) -> dict:
-    """A finished run's start and end from its status.json, for a registry row that lacks
-    them (written before they were kept, or never refreshed since it ended)."""
+def ended_fields(entry: Entry) -> dict:
+    """A finished run's start, end and reason from its status.json, for a registry row that
+    lacks them (written before they were kept, or never refreshed since it ended)."""
     from easylaunch.registry import NO_TIME
 
     info = read_status(entry.log_dir)
-    # (NO_TIME: looked once, so a record without times is not read again)
-    return {"ended": NO_TIME, **_times(info)}
+    # (NO_TIME and "": looked once, so a record without them is not read again)
+    return {"ended": NO_TIME, **_times(info), "reason": reason_of(info) or ""}
 
 
 def _times(info: dict) -> dict:
@@ -91,8 +92,8 @@ def refresh_entries(registry: Registry, entries: Sequence[Entry]) -> list[Shown]
     groups: dict[tuple, list[Job]] = {}
     for entry in entries:
         if entry.state not in OPEN_STATES:
-            if entry.ended is None:
-                seen[entry.id] = ended_times(entry)
+            if entry.ended is None or entry.reason is None:
+                seen[entry.id] = ended_fields(entry)
             continue
         try:
             job = Job.from_run_dir(entry.log_dir)
@@ -125,7 +126,8 @@ def refresh_entries(registry: Registry, entries: Sequence[Entry]) -> list[Shown]
                 continue
             seen[job.id] = {"state": shown[job.id], "restarts": len(info.get("restarts", [])),
                             **_times(info),
-                            "job_id": info.get("next_job_id") or info.get("job_id")}
+                            "job_id": info.get("next_job_id") or info.get("job_id"),
+                            "reason": reason_of(info) or ""}
     with contextlib.suppress(sqlite3.Error):  # the rows are a cache; a full disk keeps them old
         registry.update_many((run_id, {k: v for k, v in fields.items() if v is not None})
                              for run_id, fields in seen.items() if fields)

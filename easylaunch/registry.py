@@ -20,23 +20,24 @@ from typing import Any
 
 from easylaunch.errors import EasyLaunchError
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 OPEN_WAIT_SECONDS = 30
 NO_TIME = -1.0  # a time a run's record was read for and did not have
 DEFAULT_PATH = "easylaunch/registry.sqlite3"
 COLUMNS = ("id", "exp_name", "mode", "state", "log_dir", "remote_log_dir", "backend", "variant",
            "git_commit", "created", "updated", "resubmitted_from", "host", "restarts", "sweep",
-           "started", "ended", "job_id")
+           "started", "ended", "job_id", "reason")
 # What a refresh may change (the rest is written once, at launch).
 UPDATABLE = frozenset({"state", "backend", "remote_log_dir", "restarts", "started", "ended",
-                       "job_id"})
+                       "job_id", "reason"})
 _SCHEMA = f"""
 CREATE TABLE runs (
     id TEXT PRIMARY KEY, exp_name TEXT NOT NULL, mode TEXT NOT NULL, state TEXT NOT NULL,
     log_dir TEXT NOT NULL, remote_log_dir TEXT, backend TEXT NOT NULL DEFAULT '{{}}',
     variant TEXT NOT NULL DEFAULT '{{}}', git_commit TEXT, created REAL NOT NULL,
     updated REAL NOT NULL, resubmitted_from TEXT, host TEXT,
-    restarts INTEGER NOT NULL DEFAULT 0, sweep TEXT, started REAL, ended REAL, job_id TEXT);
+    restarts INTEGER NOT NULL DEFAULT 0, sweep TEXT, started REAL, ended REAL, job_id TEXT,
+    reason TEXT);
 CREATE INDEX runs_by_created ON runs (created DESC);
 CREATE INDEX runs_by_exp ON runs (exp_name, created DESC);
 CREATE INDEX runs_by_sweep ON runs (sweep, created DESC);
@@ -75,6 +76,7 @@ class Entry:
     started: float | None  # its last attempt's start and end, as last seen
     ended: float | None  # (NO_TIME: its record, read, had none)
     job_id: str | None  # the scheduler's id (or instance) that runs it, as last seen
+    reason: str | None = None  # why it ended as it did, in one line ("": it says nothing)
 
     @classmethod
     def from_row(cls, row: tuple) -> Entry:
@@ -172,11 +174,14 @@ class Registry:
                         conn.execute(statement)
             elif version < SCHEMA_VERSION:  # an older schema: add what it lacks
                 added = [*(["restarts INTEGER NOT NULL DEFAULT 0"] if version < 2 else []),
-                         "sweep TEXT", "started REAL", "ended REAL", "job_id TEXT"]
+                         *(["sweep TEXT", "started REAL", "ended REAL", "job_id TEXT"]
+                           if version < 3 else []), "reason TEXT"]
                 for column in added:
                     conn.execute(f"ALTER TABLE runs ADD COLUMN {column}")
-                conn.execute("CREATE INDEX runs_by_sweep ON runs (sweep, created DESC)")
-                conn.execute("CREATE TABLE notices (key TEXT PRIMARY KEY, at REAL NOT NULL)")
+                if version < 3:
+                    conn.execute("CREATE INDEX runs_by_sweep ON runs (sweep, created DESC)")
+                    conn.execute("CREATE TABLE notices (key TEXT PRIMARY KEY, "
+                                 "at REAL NOT NULL)")
                 conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             conn.execute("COMMIT")
         except BaseException:
@@ -190,7 +195,8 @@ class Registry:
         for e in entries:
             e = {"remote_log_dir": None, "backend": {}, "variant": {}, "git_commit": None,
                  "created": now, "resubmitted_from": None, "host": None, "restarts": 0,
-                 "sweep": None, "started": None, "ended": None, "job_id": None, **e,
+                 "sweep": None, "started": None, "ended": None, "job_id": None, "reason": None,
+                 **e,
                  "updated": now}
             e["backend"] = json.dumps(e["backend"], default=repr)
             e["variant"] = json.dumps(e["variant"], default=repr)

@@ -101,11 +101,13 @@ def test_ls_groups_sweeps_with_counts_and_the_keys_that_tell_runs_apart(config_f
     row = next(line for line in shown if line.strip().startswith(sweep[2].id)).split()
     assert row[1:2] + row[3:] == ["succeeded", "0.001", "3"]
     lines = cli(config_file, "ls", "--variant", "learning_rate,net.depth").stdout.splitlines()
-    assert lines[0].split("\t")[-3:] == ["JOB", "learning_rate", "net.depth"]
+    assert lines[0].split("\t")[-4:] == ["JOB", "REASON", "learning_rate", "net.depth"]
     by_id = {line.split("\t")[0]: line.split("\t") for line in lines[1:]}
     assert {by_id[j.id][6] for j in sweep} == {sweep[0].launch_info["sweep_id"]}
     assert by_id[loop[0].id][6] == by_id[loop[1].id][6] != by_id[bad.id][6]
     assert by_id[sweep[2].id][-2:] == ["0.001", "3"] and by_id[loop[0].id][-1] == ""
+    assert by_id[bad.id][9] == "ValueError: bad learning rate 9" and by_id[loop[0].id][9] == ""
+    assert "    ↳ ValueError: bad learning rate 9" in shown  # under the failed run's row
     only = cli(config_file, "ls", "--sweep", by_id[bad.id][6][:6]).stdout.splitlines()
     assert [line.split("\t")[0] for line in only[1:]] == [bad.id]
 
@@ -124,7 +126,7 @@ def test_ls_prints_tab_separated_lines_to_a_pipe_and_columns_to_a_terminal(confi
     job.wait(timeout=60)
     header, row = cli(config_file, "ls").stdout.splitlines()
     assert header.split("\t") == ["ID", "EXPERIMENT", "MODE", "STATE", "LAUNCHED", "LOG DIR",
-                                  "SWEEP", "SECONDS", "JOB"]
+                                  "SWEEP", "SECONDS", "JOB", "REASON"]
     fields = row.split("\t")
     assert fields[:4] == [job.id, "tsv", "local", "succeeded"] and fields[5] == str(job.log_dir)
     assert float(fields[7]) >= 0 and fields[8] == ""  # a local run has no scheduler job

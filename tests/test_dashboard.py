@@ -143,6 +143,8 @@ def test_runs_page_lists_a_sweep_and_a_run_shows_its_logs_as_text(dashboard, bro
     assert f"learning_rate={SCRIPT}" in row  # the key that differs within the sweep, as text
     assert "seed" not in row  # (the same in both runs)
     assert "failed" in rows[failed.id].text
+    why = rows[failed.id].find_element(By.CSS_SELECTOR, "td.reason").get_attribute("textContent")
+    assert why == f"ValueError: bad learning rate {SCRIPT}"  # why it failed, as text
     browser.save_screenshot(str(artifacts / "dashboard-runs.png"))
 
     open_page(browser, dashboard, f"/run/{jobs[0].id}")

@@ -3,6 +3,10 @@ the one-node Slurm cluster, and EC2 against moto with the instance played here."
 
 import json
 import math
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import jobfns
 import pytest
@@ -19,8 +23,9 @@ from easylaunch import (
     wait_all,
 )
 from easylaunch.cli import main
-from easylaunch.listing import Shown
-from easylaunch.registry import Registry
+from easylaunch.listing import Shown, grouped_lines
+from easylaunch.refresh import refresh_entries
+from easylaunch.registry import Registry, open_registry
 from easylaunch.results import NoSuchKey, NoSuchMetric, plot
 from easylaunch.results.plot import _curves
 from easylaunch.results.sweep import metrics_folder, select
@@ -44,11 +49,37 @@ def local_sweep(tmp_path):
     return config, jobs
 
 
+def test_why_runs_failed_is_in_load_sweep_and_ls_even_when_every_run_failed(tmp_path):
+    config = {"LOCAL_LOG_DIR": str(tmp_path / "logs"),
+              "REGISTRY_PATH": str(tmp_path / "registry.sqlite3"),
+              "CODE_DIRS_TO_MOUNT": [str(Path(jobfns.__file__).parent)]}
+    jobs = run_sweep(jobfns.fail, [{"learning_rate": 1}, {"learning_rate": 2}],
+                     exp_name="all-fail", config=config)
+    [job.wait(timeout=60) for job in jobs]
+    table = load_sweep("all-fail", config=config)
+    assert sorted(table["error"]) == [f"ValueError: bad learning rate {lr}" for lr in (1, 2)]
+    assert table["result"].isna().all()  # (there, though no run has a result)
+    settings = tmp_path / "settings.py"
+    settings.write_text("".join(f"{k} = {v!r}\n" for k, v in config.items()))
+    out = subprocess.run([sys.executable, "-m", "easylaunch.cli", "--config", str(settings),
+                          "ls"], capture_output=True, text=True, check=True).stdout
+    header, *rows = [line.split("\t") for line in out.splitlines()]
+    assert sorted(row[header.index("REASON")] for row in rows) == [
+        f"ValueError: bad learning rate {lr}" for lr in (1, 2)]
+    shown = grouped_lines(refresh_entries(open_registry(config["REGISTRY_PATH"]),
+                                          open_registry(config["REGISTRY_PATH"]).list()[0]),
+                          None, 100, time.time())
+    assert {"    ↳ ValueError: bad learning rate 1", "    ↳ ValueError: bad learning rate 2"
+            } <= set(shown)
+
+
 def test_load_sweep_has_a_row_per_run_with_variant_result_and_last_metrics(local_sweep):
     config, jobs = local_sweep
     table = load_sweep("curves", config=config)
-    assert list(table.columns[:11]) == ["run_id", "exp_name", "sweep", "mode", "state", "note",
-                                        "restarts", "runtime_s", "host", "job_id", "log_dir"]
+    assert list(table.columns[:12]) == ["run_id", "exp_name", "sweep", "mode", "state", "note",
+                                        "error", "restarts", "runtime_s", "host", "job_id",
+                                        "log_dir"]
+    assert table["error"].isna().all()
     assert {"lr", "seed", "opt.momentum", "steps", "result.steps", "result.lr",
             "result.on_disk_before_end", "metric.loss", "metric.acc"} <= set(table.columns)
     assert sorted(table["run_id"]) == sorted(j.id for j in jobs)

@@ -87,6 +87,7 @@ class Row:
     duration: str
     job: str
     variant: str  # the variant keys that tell it from the other runs of its sweep shown
+    reason: str  # why it ended as it did, in one line ("": it succeeded, or is open)
 
 
 def is_open(state: str) -> bool:
@@ -111,7 +112,8 @@ def _rows(shown: Sequence[listing.Shown], now: float) -> list[Row]:
             rows[e.id] = Row(e.id, e.exp_name, e.sweep or "", e.mode, g.state_text,
                              is_open(g.state), when(e.created),
                              listing.duration(listing.seconds_run(e, now)),
-                             listing.job_label(e), _variant_text(values, keys or list(values)))
+                             listing.job_label(e), _variant_text(values, keys or list(values)),
+                             e.reason or "")
     return [rows[g.entry.id] for g in shown]
 
 
@@ -147,7 +149,7 @@ def live_states(registry: Registry, ids: Sequence[str]) -> dict[str, dict]:
     now = time.time()
     return {s.entry.id: {"state": s.state_text, "open": is_open(s.state),
                          "duration": listing.duration(listing.seconds_run(s.entry, now)),
-                         "job": listing.job_label(s.entry)}
+                         "job": listing.job_label(s.entry), "reason": s.entry.reason or ""}
             for s in refresh_entries(registry, entries)}
 
 
@@ -290,7 +292,7 @@ def log_chunk(registry: Registry, run_id: str, stream: str, offset: int) -> LogC
     return LogChunk(text, offset, still)
 
 
-SWEEP_COLUMNS = ("run_id", "state", "note", "restarts", "runtime_s", "job_id")  # shown first
+SWEEP_COLUMNS = ("run_id", "state", "error", "note", "restarts", "runtime_s", "job_id")  # first
 
 
 @dataclass(frozen=True)

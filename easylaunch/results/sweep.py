@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from easylaunch.errors import EasyLaunchError
 from easylaunch.listing import flat_items
+from easylaunch.reasons import reason_of
 from easylaunch.registry import NoSuchJob
 from easylaunch.results.errors import NoSuchMetric, choices, need
 from easylaunch.results.readers import PROGRESS_CSV, Metrics, read_run
@@ -31,8 +32,8 @@ if TYPE_CHECKING:
     from easylaunch.settings import ConfigArg
 
 Selection = str | Sequence[str]
-RUN_COLUMNS = ("run_id", "exp_name", "sweep", "mode", "state", "note", "restarts", "runtime_s",
-               "host", "job_id", "log_dir")
+RUN_COLUMNS = ("run_id", "exp_name", "sweep", "mode", "state", "note", "error", "restarts",
+               "runtime_s", "host", "job_id", "log_dir")
 POINT_COLUMNS = ("run_id", "source", "metric", "step", "time", "value")
 
 
@@ -184,6 +185,7 @@ def _run_row(shown: Shown, now: float) -> dict:
     state, _, note = shown.state.partition(" ")
     return {"run_id": entry.id, "exp_name": entry.exp_name, "sweep": entry.sweep or entry.id,
             "mode": entry.mode, "state": state, "note": note.strip("()") or None,
+            "error": reason_of(status),
             "restarts": shown.restarts, "runtime_s": seconds_run(entry, now),
             "host": status.get("host"), "job_id": job_label(entry) or None,
             "log_dir": entry.log_dir}
@@ -192,10 +194,12 @@ def _run_row(shown: Shown, now: float) -> dict:
 def load_sweep(selection: Selection, *, fetch: bool = False,
                config: ConfigArg = None) -> pd.DataFrame:
     """One row per selected run (newest first): ``run_id, exp_name, sweep, mode, state, note``
-    (what keeps a state from being read, else None), ``restarts, runtime_s, host`` (where its
+    (what keeps a state from being read, else None), ``error`` (why a run that ended did not
+    succeed, in one line, else None), ``restarts, runtime_s, host`` (where its
     last attempt ran), ``job_id, log_dir``, the variant's keys (nested ones as ``opt.lr``; one
     named like a column above as ``variant.<key>``), the result (a dict's keys as
-    ``result.<key>``, another value as ``result``; None while there is none) and the last value
+    ``result.<key>``, another value as ``result``; a ``result`` column of None while no run has
+    one) and the last value
     of each metric (``metric.<name>``).
 
     ``selection``: an experiment name (or part of one), a sweep id (or its start), run ids.
@@ -209,7 +213,8 @@ def load_sweep(selection: Selection, *, fetch: bool = False,
     variants = _table([variant_of(r.shown.entry) for r in runs], "", RUN_COLUMNS)
     values = [_result(r.shown.entry.log_dir, r.shown.entry.id) for r in runs]
     results = _table([v if isinstance(v, dict) else {} for v in values], "result.", ())
-    if any(v is not None and not isinstance(v, dict) for v in values):
+    if any(v is not None and not isinstance(v, dict) for v in values) or not len(results.columns):
+        # (a value that is no dict; or none yet, as when every run failed: the column is there)
         results.insert(0, "result", [None if isinstance(v, dict) else v for v in values])
     table = pd.concat([table, variants, results], axis=1)
     metrics = last_values(_points(runs))

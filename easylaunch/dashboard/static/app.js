@@ -26,7 +26,7 @@
     const cell = holder.querySelector('[data-field="state"]');
     cell.textContent = seen.state;
     cell.className = "state state-" + seen.state.split(" ")[0];
-    for (const field of ["duration", "job"]) {
+    for (const field of ["duration", "job", "reason"]) {
       const other = holder.querySelector(`[data-field="${field}"]`);
       if (other && seen[field] !== undefined) other.textContent = seen[field];
     }
