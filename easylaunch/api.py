@@ -46,10 +46,10 @@ from easylaunch.request import LaunchRequest
 from easylaunch.session import SESSION
 from easylaunch.settings import ConfigArg, Settings, load_settings, override, save_settings
 from easylaunch.snapshot import snapshot
+from easylaunch.variants import as_data, check_variant, warn_text_values
 from easylaunch_job.records import SNAPSHOT_STORE, update_status
 
 EXP_NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,99}")
-RESERVED_VARIANT_KEY = "doodad_config"
 REGISTRY_VARIANT_BYTES = 16384  # larger variants are kept in the registry as size and digest
 LARGE_VARIANT_KEY = "_large_variant"
 SETTINGS_STORE = ".settings"
@@ -66,47 +66,6 @@ def check_exp_name(exp_name: Any) -> str:
         f"exp_name {exp_name!r} cannot be used: it becomes a folder name, so it may hold only "
         "letters, digits and . _ + - (no '/', '..', spaces or shell characters), start with a "
         f"letter or digit, and be at most 100 characters. Try {suggestion or 'my-exp'!r}.")
-
-
-def _json_key(key: Any) -> str:
-    """The string JSON makes of a dict key (1 -> "1", True -> "true", None -> "null")."""
-    return key if isinstance(key, str) else json.dumps(key)
-
-
-def _bad_variant_key(variant: Mapping, path: str = "") -> str | None:
-    seen: dict[str, Any] = {}
-    for key, value in variant.items():
-        where = f"{path}{key}"
-        if isinstance(key, (str, int, float, bool)) or key is None:
-            text = _json_key(key)
-            if text in seen:
-                return (f"keys {seen[text]!r} and {key!r} at {path or 'the top level'} both "
-                        f"become {text!r} in variant.json (JSON keys are strings)")
-            seen[text] = key
-        if not isinstance(key, (str, int, float, bool)) and key is not None:
-            return f"key {key!r} is a {type(key).__name__}; variant keys must be strings"
-        if isinstance(key, str) and "." in key:
-            return f"key {where!r} contains '.' (dots separate nested keys)"
-        if not path and key == RESERVED_VARIANT_KEY:
-            return f"key {key!r} is reserved (the function receives doodad_config separately)"
-        if isinstance(value, Mapping):
-            problem = _bad_variant_key(value, f"{where}/")
-            if problem:
-                return problem
-    return None
-
-
-def check_variant(variant: Any, index: int | None = None) -> dict:
-    """Return the variant as a dict, or explain what is wrong with it."""
-    label = "variant" if index is None else f"variants[{index}]"
-    if variant is None:
-        return {}
-    if not isinstance(variant, Mapping):
-        raise LaunchError(f"{label} must be a dict, got {type(variant).__name__}")
-    problem = _bad_variant_key(variant)
-    if problem:
-        raise LaunchError(f"{label}: {problem}; rename it")
-    return dict(variant)
 
 
 def _script_name() -> str:
@@ -134,9 +93,10 @@ def _registry(settings: Settings) -> Registry:
 def _registry_variant(variant: dict) -> dict:
     """The variant as the registry keeps it: a large one as its size and digest alone (the
     run folder's variant.json holds it whole)."""
-    text = json.dumps(variant, default=repr)
+    data = as_data(variant)[0]
+    text = json.dumps(data)
     if len(text) <= REGISTRY_VARIANT_BYTES:
-        return variant
+        return data
     return {LARGE_VARIANT_KEY: {"bytes": len(text), "sha256": hashlib.sha256(
         text.encode()).hexdigest(), "whole in": VARIANT_JSON}}
 
@@ -383,6 +343,7 @@ def _launch(method_call: Callable[..., Any], variants: Iterable[Mapping | None],
     settings.code_mounts()
     settings.data_mounts()  # checked here for every mode; modes that mount them read them again
     function_bytes, variant_bytes = _payloads(mode_obj, method_call, checked, settings)
+    warn_text_values(checked)
     facts = mode_obj.check(request)
     launch = _Launch(opts, settings, mode_obj, mode_options, request, launch_id,
                      sweep_id or launch_id, function_bytes, variant_bytes, facts)

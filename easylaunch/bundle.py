@@ -28,6 +28,7 @@ import cloudpickle
 
 from easylaunch.jobpack import job_archive
 from easylaunch.snapshot import Snapshot
+from easylaunch.variants import as_data
 from easylaunch_job.config import GitInfo
 from easylaunch_job.environment import process_start_time, python_minor
 from easylaunch_job.records import (
@@ -288,7 +289,7 @@ def create_run(spec: BundleSpec, variant: dict, variant_bytes: bytes, index: int
                          now, spec.folder_mode) as (run_id, tmp, final):
         launch = _launch_record(spec, run_id, final, index)
         meta = _bundle_metadata(spec, run_id, final, code_dirs)
-        write_json_atomic(str(tmp / VARIANT_JSON), variant)
+        write_json_atomic(str(tmp / VARIANT_JSON), as_data(variant)[0])
         write_json_atomic(str(tmp / LAUNCH_JSON), launch)
         status = _queued_status(run_id, now)
         if spec.runs_here:

@@ -108,6 +108,25 @@ def test_a_launch_says_what_it_started_in_one_line_unless_quiet(cfg, capsys):
     [j.result(timeout=60) for j in jobs]
 
 
+def test_variants_are_recorded_as_data_and_reach_the_function_as_given(cfg):
+    import datetime
+
+    import numpy as np
+
+    def kinds(doodad_config, variant):
+        return {k: type(v).__name__ for k, v in variant.items()}
+
+    variant = {"seed": np.int64(3), "lr": np.float32(0.5), "sizes": np.arange(2),
+               "shape": (2, 3), "day": datetime.date(2026, 1, 2), "out": Path("/data/x")}
+    with pytest.warns(UserWarning, match=r"'day', 'out' hold values JSON cannot hold"):
+        job = run_experiment(kinds, variant=variant, exp_name="as-data", config=cfg)
+    assert job.result(timeout=60) == {"seed": "int64", "lr": "float32", "sizes": "ndarray",
+                                      "shape": "tuple", "day": "date", "out": "PosixPath"}
+    assert json.loads((job.log_dir / "variant.json").read_text()) == {
+        "seed": 3, "lr": 0.5, "sizes": [0, 1], "shape": [2, 3], "day": "2026-01-02",
+        "out": "/data/x"}
+
+
 def test_here_no_doodad_raises_the_functions_exception_in_the_caller(cfg):
     """As doodad's did: a debugger's post-mortem lands in the function; the run is recorded
     failed (its log keeps the traceback) and the runs after it as not run."""
