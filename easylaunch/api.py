@@ -240,8 +240,11 @@ def _payloads(mode_obj: Mode, method_call: Callable[..., Any], variants: list[di
     warning for a large one."""
     if not mode_obj.needs_bundle:
         return b"", [b""] * len(variants)
-    function_bytes = pickle_payload(method_call, "the function")
-    variant_bytes = [pickle_payload(v, f"variants[{i}]") for i, v in enumerate(variants)]
+    code_dirs = [m.local_dir for m in settings.code_mounts()]
+    script_dir = os.path.dirname(_script_name()) or None
+    function_bytes = pickle_payload(method_call, "the function", code_dirs, script_dir)
+    variant_bytes = [pickle_payload(v, f"variants[{i}]", code_dirs, script_dir)
+                     for i, v in enumerate(variants)]
     limit = settings.LARGE_PAYLOAD_WARN_MB
     warn_if_large(method_call, len(function_bytes), "the function", limit)
     largest = max(range(len(variants)), key=lambda i: len(variant_bytes[i]))

@@ -9,14 +9,16 @@ import functools
 import io
 import os
 import pickle
+import sys
 import types
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import cloudpickle
 
 from easylaunch.errors import LaunchError
+from easylaunch.importable import refuse, sorted_out
 from easylaunch_job.sources import with_sources
 
 MB = 2**20
@@ -34,6 +36,7 @@ class _SourcedPickler(cloudpickle.Pickler):
     def __init__(self, file: io.BytesIO) -> None:
         super().__init__(file, protocol=pickle.DEFAULT_PROTOCOL)
         self.files: set[str] = set()
+        self.modules: set[str] = set()  # of what is pickled by reference (runs import them)
 
     def reducer_override(self, obj: Any) -> Any:
         reduce_code = getattr(cloudpickle.cloudpickle, "_code_reduce", None)
@@ -41,6 +44,11 @@ class _SourcedPickler(cloudpickle.Pickler):
             self.files.add(obj.co_filename)
             constructor, args = reduce_code(obj)
             return constructor, tuple(obj.co_filename if a == DYNAMIC_CODE else a for a in args)
+        if isinstance(obj, types.ModuleType):
+            self.modules.add(obj.__name__)
+        elif isinstance(obj, (types.FunctionType, type)) and isinstance(
+                getattr(obj, "__module__", None), str) and obj.__module__ != "__main__":
+            self.modules.add(obj.__module__)
         return super().reducer_override(obj)
 
 
@@ -60,13 +68,14 @@ class _Sources:
         return dict, (sources,)
 
 
-def _dumps(obj: Any) -> bytes:
-    """``obj`` as a call of the job side's ``with_sources``: loading it gives ``obj`` back with
-    the source lines of its by-value code known to tracebacks."""
+def _dumps(obj: Any) -> tuple[bytes, set[str]]:
+    """``obj`` as a call of the job side's ``with_sources`` (loading it gives ``obj`` back with
+    the source lines of its by-value code known to tracebacks), and the modules it names by
+    reference."""
     buffer = io.BytesIO()
     pickler = _SourcedPickler(buffer)
     pickler.dump(_Call(with_sources, obj, _Sources(pickler)))
-    return buffer.getvalue()
+    return buffer.getvalue(), pickler.modules
 
 
 class _Call:
@@ -79,11 +88,28 @@ class _Call:
         return self.function, self.args
 
 
-def pickle_payload(obj: Any, what: str) -> bytes:
+def pickle_payload(obj: Any, what: str, code_dirs: Sequence[str] = (),
+                   script_dir: str | None = None) -> bytes:
     """``obj`` pickled with cloudpickle (with the source lines of code it carries by value),
-    or a LaunchError saying why it cannot travel."""
+    or a LaunchError saying why it cannot travel. Modules it names that the runs could not
+    import (see :mod:`easylaunch.importable`) are refused, or, found in the launching script's
+    folder, sent by value."""
     try:
-        return _dumps(obj)
+        data, modules = _dumps(obj)
+        by_value, missing = sorted_out(modules, code_dirs, script_dir)
+        if missing:
+            raise refuse(what, missing)
+        if by_value:
+            for name in by_value:
+                cloudpickle.register_pickle_by_value(sys.modules[name])
+            try:
+                data, _ = _dumps(obj)
+            finally:
+                for name in by_value:
+                    cloudpickle.unregister_pickle_by_value(sys.modules[name])
+        return data
+    except LaunchError:
+        raise
     except Exception as exc:  # noqa: BLE001 - every pickling failure gets the same advice
         raise LaunchError(
             f"{what} cannot be pickled, so it cannot travel to the run: {exc!r}. Objects such "
