@@ -16,6 +16,11 @@ from pathlib import Path
 
 from easylaunch.errors import LaunchError
 
+# What every run has: the job side (job.pyz) and easylaunch's names a function may use
+# (easylaunch.checkpoint, easylaunch.log_metrics: the job side provides them where easylaunch
+# is not installed).
+PROVIDED = frozenset({"easylaunch", "easylaunch_job"})
+
 
 def _folders(paths: Iterable[str]) -> set[Path]:
     return {Path(p).resolve() for p in paths if p}
@@ -58,7 +63,7 @@ def sorted_out(modules: Iterable[str], code_dirs: Iterable[str],
         os.environ.get("PYTHONPATH", "").split(os.pathsep))
     local = _folders([script_dir or "", os.getcwd()])
     by_value, missing = [], {}
-    for top in sorted({m.split(".")[0] for m in modules}):
+    for top in sorted({m.split(".")[0] for m in modules} - PROVIDED):
         root = module_root(top)
         if root is None or root in fine:
             continue

@@ -1,6 +1,8 @@
 """Bad input gets a clear error before anything starts, and leaves no run folder behind."""
 
 import os
+import subprocess
+import sys
 import threading
 import warnings
 
@@ -115,7 +117,45 @@ def test_snapshot_size_limit_names_the_largest_files(cfg, tmp_path):
     code.mkdir()
     (code / "weights.bin").write_bytes(b"\0" * (2 * 2**20))
     (code / "model.py").write_text("x = 1\n")
-    cfg.update(CODE_DIRS_TO_MOUNT=[str(code)], CODE_SNAPSHOT_MAX_MB=1)
+    cfg.update(CODE_DIRS_TO_MOUNT=[str(code), *cfg["CODE_DIRS_TO_MOUNT"]], CODE_SNAPSHOT_MAX_MB=1)
     with pytest.raises(LaunchError, match=r"weights.bin \(2.0 MB\).*CODE_SNAPSHOT_MAX_MB"):
         run_experiment(jobfns.train, config=cfg)
     assert _nothing_made(cfg)
+
+
+def test_a_function_the_runs_could_not_import_is_refused_first(tmp_path):
+    """A module found only through a sys.path entry the runs will not have is named, with
+    the folder to add, before anything is made."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "far_module.py").write_text("def train(doodad_config, variant):\n    return 1\n")
+    logs = str(tmp_path / "logs")
+    code = (f"import sys; sys.path.insert(0, {str(elsewhere)!r}); import far_module\n"
+            "from easylaunch import run_experiment\n"
+            f"run_experiment(far_module.train, config={{'LOCAL_LOG_DIR': {logs!r}}})")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=tmp_path)
+    assert out.returncode == 1
+    assert (f"module 'far_module' is in {elsewhere}" in out.stderr
+            and f"add {elsewhere} to CODE_DIRS_TO_MOUNT" in out.stderr)
+    assert not (tmp_path / "logs").exists()
+
+
+def test_a_module_beside_the_launching_script_travels_by_value(tmp_path):
+    """``from my_exp import train`` next to the script runs (the module is sent whole), and
+    its traceback shows the module's lines."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "my_exp.py").write_text(
+        "SCALE = 10\n\ndef train(doodad_config, variant):\n"
+        "    return SCALE / variant['y']  # the module's line\n")
+    (project / "launch.py").write_text(
+        "import sys\nfrom my_exp import train\nfrom easylaunch import run_sweep\n"
+        "ok, bad = run_sweep(train, [{'y': 2}, {'y': 0}], config={'LOCAL_LOG_DIR': sys.argv[1]})\n"
+        "print(ok.result(timeout=60))\nbad.wait(timeout=60)\nprint(bad.info()['error'])\n")
+    out = subprocess.run([sys.executable, str(project / "launch.py"), str(tmp_path / "logs")],
+                         capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("5.0\n")
+    assert f'File "{project / "my_exp.py"}", line 4, in train' in out.stdout
+    assert "# the module's line" in out.stdout
