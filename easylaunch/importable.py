@@ -59,14 +59,16 @@ def sorted_out(modules: Iterable[str], code_dirs: Iterable[str],
     """Of the top-level modules named by reference: those to send by value (found in the
     launching script's folder or the working folder, outside the code snapshots), and those
     the runs could not import (name -> the folder they are found in here)."""
-    fine = _installed() | _folders(code_dirs) | _folders(
+    code = [Path(d) for d in code_dirs]
+    fine = _installed() | _folders(map(str, code)) | _folders(
         os.environ.get("PYTHONPATH", "").split(os.pathsep))
     local = _folders([script_dir or "", os.getcwd()])
     by_value, missing = [], {}
     for top in sorted({m.split(".")[0] for m in modules} - PROVIDED):
         root = module_root(top)
-        if root is None or root in fine:
-            continue
+        if root is None or root in fine or any(
+                (d / f"{top}.py").is_file() or (d / top).is_dir() for d in code):
+            continue  # (a code folder holding it by name: the snapshot is on the runs' path)
         if root in local:
             by_value.append(top)
         else:

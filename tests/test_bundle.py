@@ -10,8 +10,9 @@ from pathlib import Path
 
 import cloudpickle
 import jobfns
+import pytest
 
-from easylaunch import JobState, run_experiment, run_sweep
+from easylaunch import LaunchError, run_experiment, run_sweep
 
 
 def _snapshots(cfg):
@@ -57,13 +58,16 @@ def test_log_dir_inside_a_code_dir_is_left_out(cfg, tmp_path):
         assert not (code / "logs/.snapshots" / snap / "logs").exists()
 
 
-def test_excluded_files_stay_out(cfg, tmp_path):
+def test_excluded_files_stay_out(cfg, tmp_path, monkeypatch):
     code = _code_dir(tmp_path)
     (code / "__pycache__").mkdir()
     (code / "__pycache__/x.pyc").write_bytes(b"x")
     (code / ".git").mkdir()
     cfg["CODE_DIRS_TO_MOUNT"] = [str(code)]
-    run_experiment(jobfns.train, config=cfg).wait(timeout=60)
+    monkeypatch.syspath_prepend(str(code))
+    import mymod
+
+    run_experiment(mymod.f, config=cfg).wait(timeout=60)
     (snap,) = _snapshots(cfg)
     files = os.listdir(Path(cfg["LOCAL_LOG_DIR"]) / ".snapshots" / snap)
     assert files == ["mymod.py"]
@@ -130,8 +134,8 @@ def test_missing_module_on_the_target_says_which_setting_to_fix(cfg, tmp_path, m
     code = _code_dir(tmp_path)
     monkeypatch.syspath_prepend(str(code))
     import mymod
-    cfg["CODE_DIRS_TO_MOUNT"] = []  # the module does not travel
-    job = run_experiment(mymod.f, config=cfg)
-    assert job.wait(timeout=60) is JobState.FAILED
-    assert "'mymod' is not importable" in job.info()["error"]
-    assert "CODE_DIRS_TO_MOUNT" in job.info()["error"]
+    cfg["CODE_DIRS_TO_MOUNT"] = []  # the module would not travel: refused before anything
+    with pytest.raises(LaunchError, match=f"module 'mymod' is in {code}.*add {code} to "
+                                          "CODE_DIRS_TO_MOUNT"):
+        run_experiment(mymod.f, config=cfg)
+    assert not Path(cfg["LOCAL_LOG_DIR"]).exists()

@@ -11,6 +11,7 @@ import sys
 import webbrowser
 
 from easylaunch.errors import EasyLaunchError
+from easylaunch.extras import install_hint
 
 NEEDED = ("starlette", "uvicorn", "jinja2")
 
@@ -46,7 +47,7 @@ def serve_command(args: argparse.Namespace) -> int:
     missing = [name for name in NEEDED if importlib.util.find_spec(name) is None]
     if missing:
         raise EasyLaunchError(f"easylaunch ui needs {', '.join(missing)}: "
-                              "pip install 'easylaunch[ui]'")
+                              f"{install_hint('ui')}")
     loopback = is_loopback(args.host)
     if not loopback and not args.allow_remote:
         raise EasyLaunchError(

@@ -6,6 +6,7 @@ import importlib
 from types import ModuleType
 
 from easylaunch.errors import EasyLaunchError
+from easylaunch.extras import install_hint
 
 
 class MissingExtra(EasyLaunchError, ImportError):
@@ -26,7 +27,7 @@ def need(module: str, extra: str, why: str) -> ModuleType:
         return importlib.import_module(module)
     except ImportError:
         raise MissingExtra(f"{module.split('.')[0]} is needed {why}: "
-                           f"pip install 'easylaunch[{extra}]'") from None
+                           f"{install_hint(extra)}") from None
 
 
 def choices(names: list[str], limit: int = 30) -> str:

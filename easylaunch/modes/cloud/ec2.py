@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from easylaunch.errors import LaunchError
+from easylaunch.extras import install_hint
 from easylaunch.modes.cloud import transfer as cloud
 from easylaunch.modes.cloud.base import Batch, CloudMode, InstanceState, Target
 from easylaunch.request import LaunchRequest
@@ -29,7 +30,7 @@ def _boto3() -> Any:
     try:
         import boto3
     except ImportError:
-        raise LaunchError("mode 'ec2' needs boto3: pip install 'easylaunch[aws]'") from None
+        raise LaunchError(f"mode 'ec2' needs boto3: {install_hint('aws')}") from None
     return boto3
 
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from easylaunch.errors import LaunchError
+from easylaunch.extras import install_hint
 from easylaunch.modes.base import Composed
 from easylaunch.modes.cloud import transfer as cloud
 from easylaunch.modes.cloud.base import Batch, CloudMode, InstanceState, Target
@@ -43,7 +44,7 @@ def _compute() -> Any:
         from google.cloud import compute_v1, storage  # noqa: F401 - both are needed
     except ImportError:
         raise LaunchError("mode 'gcp' needs google-cloud-compute and google-cloud-storage: "
-                          "pip install 'easylaunch[gcp]'") from None
+                          f"{install_hint('gcp')}") from None
     return compute_v1
 
 

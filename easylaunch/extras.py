@@ -1,0 +1,18 @@
+"""How to install one of easylaunch's extras, said the way that works where it is installed
+from: a source checkout (``pip install -e '<checkout>[ui]'``) or a package index."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from pathlib import Path
+
+CHECKOUT = Path(__file__).resolve().parent.parent  # (a source checkout holds pyproject.toml)
+
+
+def install_hint(extra: str) -> str:
+    """The command that installs ``extra`` into this Python."""
+    python = shlex.quote(sys.executable)
+    if (CHECKOUT / "pyproject.toml").is_file():
+        return f"{python} -m pip install -e {shlex.quote(f'{CHECKOUT}[{extra}]')}"
+    return f"{python} -m pip install 'easylaunch[{extra}]'"
