@@ -201,8 +201,9 @@ def _mode_for(opts: LaunchOptions) -> tuple[Settings, Mode, dict[str, Any]]:
     """The launch's settings (its keywords applied), its mode object, and the mode options."""
     settings = load_settings(opts.config)
     kind = get_mode(opts.mode)
-    overrides, mode_options, ignored = split_call_keywords(opts.mode, opts.mode_options,
-                                                           kind.options)
+    overrides, mode_options, ignored = split_call_keywords(
+        opts.mode, opts.mode_options, kind.options,
+        [f.name for f in dataclasses.fields(LaunchOptions) if f.name != "mode_options"])
     if ignored:
         notice(f"mode {opts.mode!r} ignores {', '.join(ignored)}, as doodad's did")
     overrides.update({key: value for key, value in (("MAX_RESTARTS", opts.max_restarts),

@@ -88,6 +88,9 @@ def _slurm_configs(s: settings.Settings) -> Iterator[Finding]:
             if "time_in_mins" in str(exc) and cfg.get("time_in_mins") is None:
                 yield Finding("info", f"SLURM_CONFIGS[{name!r}] has no time_in_mins: pass "
                                       "time_in_mins= at each launch (as doodad required)")
+            elif cfg == settings.DEFAULTS["SLURM_CONFIGS"].get(name):  # (as `init` wrote it)
+                yield Finding("warn", f"{exc} (the template's entry: fill it in before "
+                                      "launching on Slurm)")
             else:
                 yield Finding("error", str(exc))
 

@@ -8,7 +8,7 @@ check speaks easylaunch's names while messages still name the key the user wrote
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -203,13 +203,15 @@ KEYWORD_SETTINGS: dict[str, dict[str, tuple[str, ...]]] = {
 }
 
 
-def split_call_keywords(mode: str, keywords: Mapping[str, Any], accepted: Mapping[str, Any]
+def split_call_keywords(mode: str, keywords: Mapping[str, Any], accepted: Mapping[str, Any],
+                        parameters: Iterable[str] = ()
                         ) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
     """Sort a launch's extra keywords: (settings they set, mode options, ignored names).
 
     A doodad keyword that sets a setting in this mode becomes that setting; one the mode takes
     stays a mode option; one doodad ignored in this mode is ignored (and named); anything else
-    is refused with the closest known name.
+    is refused with the closest known name (``parameters``: the launch function's own, named
+    in that hint too).
     """
     settings: dict[str, Any] = {}
     options: dict[str, Any] = {}
@@ -228,7 +230,7 @@ def split_call_keywords(mode: str, keywords: Mapping[str, Any], accepted: Mappin
         elif name in DOODAD_KEYWORDS:
             ignored.append(name)
         else:
-            known = sorted(set(accepted) | DOODAD_KEYWORDS)
+            known = sorted(set(accepted) | DOODAD_KEYWORDS | set(parameters))
             close = difflib.get_close_matches(name, known, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
             raise LaunchError(f"mode {mode!r} does not take the option {name!r}{hint} (it "

@@ -84,10 +84,12 @@ def seconds_run(entry: Entry, now: float) -> float | None:
 
 
 def duration(seconds: float | None) -> str:
-    """``42s``, ``3m12s``, ``1h05m``, ``2d03h``; "-" when unknown."""
+    """``0.4s``, ``42s``, ``3m12s``, ``1h05m``, ``2d03h``; "-" when unknown."""
     if seconds is None:
         return "-"
-    s = int(max(seconds, 0))
+    if seconds < 1:
+        return f"{max(seconds, 0):.1f}s"
+    s = int(seconds)
     if s < 60:
         return f"{s}s"
     if s < 3600:

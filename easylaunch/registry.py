@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shlex
 import sqlite3
 import threading
 import time
@@ -236,6 +237,9 @@ class Registry:
         if exact:
             return Entry.from_row(exact[0])
         if not rows:
+            if part in self.experiments():
+                raise NoSuchJob(f"{part!r} is an experiment, not a run id: its runs are listed "
+                                f"by `easylaunch ls --exp {shlex.quote(part)}`")
             raise NoSuchJob(f"no run id starts or ends with {part!r} (see `easylaunch ls`)")
         if len(rows) > 1:
             listed = ", ".join(f"{r[0]} ({r[1]})" for r in rows[:10])

@@ -234,6 +234,10 @@ def find_config_path(config: str | os.PathLike | None = None) -> Path | None:
     return None
 
 
+# Settings that hold command-line arguments as one string; a list of them is joined.
+ARGUMENT_STRINGS = frozenset({"BRC_EXTRA_SINGULARITY_ARGS"})
+
+
 def check_values(values: Mapping[str, Any], source: str) -> dict[str, Any]:
     """Type-check user values against the template (doodad's keys taken under easylaunch's
     names first); warn about unknown names."""
@@ -257,6 +261,9 @@ def check_values(values: Mapping[str, Any], source: str) -> dict[str, Any]:
             hint = f"; did you mean {close[0]}?" if close else ""
             warnings.warn(f"{source}: unknown setting {key}{hint}", UserWarning, stacklevel=3)
             continue
+        if key in ARGUMENT_STRINGS and isinstance(value, (list, tuple)) \
+                and all(isinstance(v, str) for v in value):
+            value = shlex.join(value)  # (a list of arguments, as some doodad configs write it)
         annotation = TYPES.get(key)
         if annotation is not None and not _type_ok(value, annotation):
             raise SettingsError(

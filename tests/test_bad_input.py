@@ -159,3 +159,9 @@ def test_a_module_beside_the_launching_script_travels_by_value(tmp_path):
     assert out.stdout.startswith("5.0\n")
     assert f'File "{project / "my_exp.py"}", line 4, in train' in out.stdout
     assert "# the module's line" in out.stdout
+
+
+def test_a_misspelt_launch_keyword_names_the_right_one(cfg):
+    with pytest.raises(LaunchError, match="'use_gpus'; did you mean 'use_gpu'"):
+        run_experiment(jobfns.train, config=cfg, use_gpus=True)
+    assert _nothing_made(cfg)

@@ -15,7 +15,7 @@ import pytest
 from conftest import settings_file
 from helpers import alive, run_pids, wait_for
 
-from easylaunch import JobState, RegistryError, get_job, run_experiment, run_sweep
+from easylaunch import JobState, RegistryError, get_job, listing, run_experiment, run_sweep
 from easylaunch.registry import Registry
 
 TESTS_DIR = Path(__file__).resolve().parent
@@ -432,3 +432,12 @@ def test_a_registry_used_from_several_threads_stays_shared_with_other_processes(
     add("00000003")
     assert [e.id for e in registry.list()[0]] == ["00000003"]
     assert elsewhere("print(*[e.id for e in r.list()[0]])").split() == ["00000003"]
+
+
+def test_status_of_an_experiment_name_points_to_ls(config_file):
+    run_experiment(jobfns.train, exp_name="named-exp", config=config_file).wait(timeout=60)
+    out = cli(config_file, "status", "named-exp", check=False)
+    assert out.returncode == 1
+    assert "'named-exp' is an experiment, not a run id" in out.stderr
+    assert "easylaunch ls --exp named-exp" in out.stderr
+    assert listing.duration(0.42) == "0.4s" and listing.duration(42) == "42s"

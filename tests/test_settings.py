@@ -84,6 +84,8 @@ def test_init_writes_a_short_file_and_never_overwrites(tmp_path):
     assert "AWS_REGION" in text and "AWS_REGION:" not in text  # named, not copied
     assert len(text.splitlines()) < 120 and str(TEMPLATE_PATH) in text
     assert dict(load_settings(str(written))) == DEFAULTS  # every value as the defaults
+    checked = _easylaunch("doctor", str(written))  # the file init writes passes doctor
+    assert checked.returncode == 0 and "error" not in checked.stdout, checked.stdout
     written.write_text("LOCAL_LOG_DIR = 'mine'\n")
     second = _easylaunch("init")
     assert second.returncode == 1
@@ -126,3 +128,8 @@ def test_version_command():
     out = subprocess.run([sys.executable, "-m", "easylaunch.cli", "--version"],
                          capture_output=True, text=True, check=True).stdout
     assert out.startswith("easylaunch ")
+
+
+def test_extra_singularity_args_as_a_list_are_taken_as_one_string():
+    settings = load_settings({"BRC_EXTRA_SINGULARITY_ARGS": ["--writable", "-B", "/a b"]})
+    assert settings.BRC_EXTRA_SINGULARITY_ARGS == "--writable -B '/a b'"
