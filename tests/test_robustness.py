@@ -1,10 +1,13 @@
 """Regressions for races and edge cases found in review."""
 
 import copy
+import json
 import os
 import pickle
+import signal
 import subprocess
 import sys
+import time
 import warnings
 from pathlib import Path
 
@@ -253,3 +256,24 @@ def test_git_diffs_of_same_named_folders_are_both_kept(cfg, tmp_path):
     job = run_experiment(jobfns.train, mode="here_no_doodad", config=cfg)
     staged = sorted(p.name for p in (job.log_dir / "git").iterdir())
     assert staged == ["0-src.staged.diff", "1-src.staged.diff"]
+
+
+def test_ctrl_c_while_waiting_says_one_line_and_cancels_the_runs(cfg, tmp_path):
+    script = tmp_path / "waits.py"
+    script.write_text(
+        f"import sys; sys.path.insert(0, {str(Path(jobfns.__file__).parent)!r})\n"
+        "import jobfns\nfrom easylaunch import run_sweep, wait_all\n"
+        f"jobs = run_sweep(jobfns.sleep_a_while, [{{'seconds': 60}}] * 2, config={cfg!r})\n"
+        "print(' '.join(j.id for j in jobs), flush=True)\nwait_all(jobs)\n")
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    ids = proc.stdout.readline().split()
+    time.sleep(1)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert "Traceback" not in err
+    assert err.splitlines()[-1] == "easylaunch: interrupted (Ctrl-C); cancelling the local runs"
+    states = [json.loads((p / "status.json").read_text())["state"]
+              for p in Path(cfg["LOCAL_LOG_DIR"], "default").iterdir() if p.name.endswith(
+                  tuple(ids))]
+    assert states == ["cancelled", "cancelled"]

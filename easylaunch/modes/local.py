@@ -172,11 +172,29 @@ def _recorded_end(log_dir: str) -> bool:
 
 
 def _note_interrupt(hook: Any) -> Any:
+    """``hook`` noting a Ctrl-C for the exit hook; a Ctrl-C that stopped easylaunch's own
+    waiting (job.wait, wait_all) is said in one line instead of a traceback."""
     def excepthook(exc_type, exc, tb):
         global _interrupted
         _interrupted = _interrupted or issubclass(exc_type, KeyboardInterrupt)
+        if issubclass(exc_type, KeyboardInterrupt) and _in_easylaunch(tb):
+            with _registry_lock:
+                live = bool(_live)
+            print("easylaunch: interrupted (Ctrl-C)" + ("; cancelling the local runs" * live),
+                  file=sys.stderr)
+            return
         hook(exc_type, exc, tb)
     return excepthook
+
+
+def _in_easylaunch(tb: Any) -> bool:
+    """Whether a traceback passes through easylaunch (it was waiting when interrupted)."""
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+    while tb is not None:
+        if os.path.abspath(tb.tb_frame.f_code.co_filename).startswith(package):
+            return True
+        tb = tb.tb_next
+    return False
 
 
 def _wait_at_exit() -> None:
@@ -197,7 +215,8 @@ def _wait_at_exit() -> None:
                     pass
                 advance(1)
     except KeyboardInterrupt:
-        print("easylaunch: cancelling local runs", file=sys.stderr)
+        if not _interrupted:  # (else the interrupt was said already)
+            print("easylaunch: cancelling local runs", file=sys.stderr)
         with _registry_lock:
             live = list(_live.values())
         for lr in live:
