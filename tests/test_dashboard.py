@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -27,6 +28,7 @@ from easylaunch import JobState, run_experiment, run_sweep
 from easylaunch.cli.shared import parse_since
 from easylaunch.dashboard import charts, views
 from easylaunch.errors import EasyLaunchError
+from easylaunch.extras import install_hint
 from easylaunch.jobs import Job
 from easylaunch.registry import NoSuchJob, Registry
 
@@ -312,7 +314,7 @@ def test_without_the_ui_extra_it_says_what_to_install(monkeypatch):
     find_spec = server.importlib.util.find_spec
     monkeypatch.setattr(server.importlib.util, "find_spec",
                         lambda name: None if name == "uvicorn" else find_spec(name))
-    with pytest.raises(EasyLaunchError, match=r"needs uvicorn: pip install 'easylaunch\[ui\]'"):
+    with pytest.raises(EasyLaunchError, match="needs uvicorn: " + re.escape(install_hint("ui"))):
         server.serve_command(server.argparse.Namespace(host="127.0.0.1", port=0))
 
 

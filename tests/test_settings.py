@@ -133,3 +133,11 @@ def test_version_command():
 def test_extra_singularity_args_as_a_list_are_taken_as_one_string():
     settings = load_settings({"BRC_EXTRA_SINGULARITY_ARGS": ["--writable", "-B", "/a b"]})
     assert settings.BRC_EXTRA_SINGULARITY_ARGS == "--writable -B '/a b'"
+
+
+def test_install_hints_name_the_install_that_works_where_easylaunch_is(monkeypatch, tmp_path):
+    from easylaunch import extras
+
+    assert extras.install_hint("ui").endswith(f"-m pip install -e '{extras.CHECKOUT}[ui]'")
+    monkeypatch.setattr(extras, "CHECKOUT", tmp_path)  # (installed from a package index)
+    assert extras.install_hint("ui").endswith("-m pip install 'easylaunch[ui]'")
