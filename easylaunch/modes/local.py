@@ -417,7 +417,6 @@ class LocalMode(Mode):
             time.sleep(timeout)
 
 
-
 LOCAL_SINGULARITY = Composed("local_singularity", LocalMode, LocalMode.options, restarts=True,
                              parts={"container": SINGULARITY})  # (SINGULARITY_IMAGE)
 LOCAL_DOCKER = Composed("local_docker", LocalMode, LocalMode.options, restarts=True,

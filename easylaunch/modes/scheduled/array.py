@@ -47,8 +47,6 @@ def array_chunks(count: int, max_len: int) -> list[range]:
     return [range(start, min(start + size, count)) for start in range(0, count, size)]
 
 
-
-
 @dataclass(frozen=True)
 class ArrayJob:
     """One job array: its script (here, and on the cluster), and the runs its elements stand

@@ -45,7 +45,6 @@ JOB_IDS = "job_ids.txt"
 SUBMIT = "submit.sh"
 
 
-
 class Packing(Protocol):
     """How a batch mode packs runs into jobs (a module: :mod:`.sss`, :mod:`.htp`)."""
 

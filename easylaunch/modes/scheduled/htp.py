@@ -57,7 +57,6 @@ def check(mode: BatchMode, request: LaunchRequest) -> None:
                           f"set it in SLURM_CONFIGS[{res.config_name!r}]")
 
 
-
 def runs_outside(mode: BatchMode, request: LaunchRequest) -> bool:
     return not mode.image(request)
 
