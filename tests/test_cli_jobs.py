@@ -247,6 +247,7 @@ def test_status_and_logs_by_suffix(config_file):
     failed.wait(timeout=60)
     status = cli(config_file, "status", failed.id).stdout
     assert "state:            failed" in status and "ValueError: bad learning rate" in status
+    assert "why:              ValueError: bad learning rate None" in status
     stderr_log = cli(config_file, "logs", failed.id, "--stderr").stdout
     assert stderr_log.startswith("Traceback") and "ValueError: bad learning rate" in stderr_log
 
@@ -441,3 +442,12 @@ def test_status_of_an_experiment_name_points_to_ls(config_file):
     assert "'named-exp' is an experiment, not a run id" in out.stderr
     assert "easylaunch ls --exp named-exp" in out.stderr
     assert listing.duration(0.42) == "0.4s" and listing.duration(42) == "42s"
+
+
+def test_status_shows_the_result_and_the_last_metrics(config_file):
+    job = run_experiment(jobfns.log_curve, variant={"lr": 0.5, "steps": 4}, config=config_file)
+    job.wait(timeout=60)
+    out = cli(config_file, "status", job.id).stdout
+    assert "result:           {'on_disk_before_end': False, 'steps': 4, 'lr': 0.5}" in out
+    assert "last metrics:     loss=0.5 (step 3), acc=0.75 (step 3)" in out
+    assert "backend:          pid=" in out  # key=value, not a dict's repr

@@ -11,7 +11,10 @@ import time
 from easylaunch import listing
 from easylaunch.cli.shared import Command, count, parse_since, registry_of, tail
 from easylaunch.errors import EasyLaunchError
+from easylaunch.reasons import reason_of
 from easylaunch.refresh import OPEN_STATES, STATES, job_for, refresh_entries, short
+from easylaunch.results.readers import read_run
+from easylaunch_job.outcome import load_outcome
 
 STATUS_LOG_LINES = 100
 VALUE_CHARS = 2000  # longer values (a huge variant) are cut in `easylaunch status`
@@ -84,7 +87,11 @@ def status(args: argparse.Namespace) -> int:
         ("exit code", info.get("exit_code")), ("signal", info.get("signal")),
         ("attempt", info.get("attempt") if info.get("restarts") else None),
         ("restarts", _restarts(info.get("restarts", []))),
-        ("host", info.get("host") or launch.get("host")), ("backend", launch.get("backend")),
+        ("why", reason_of(info)),
+        ("result", _result_text(job) if info.get("state") == "succeeded" else None),
+        ("last metrics", _last_metrics(job)),
+        ("host", info.get("host") or launch.get("host")),
+        ("backend", ", ".join(f"{k}={v}" for k, v in (launch.get("backend") or {}).items())),
         ("resubmitted from", launch.get("resubmitted_from")),
         ("git commits", launch.get("git_commits")), ("variant", entry.variant),
         ("log dir", job.log_dir), ("stdout", job.stdout_path), ("stderr", job.stderr_path),
@@ -97,6 +104,25 @@ def status(args: argparse.Namespace) -> int:
     print(f"\n--- last {STATUS_LOG_LINES} lines of {job.stdout_path} ---")
     print(tail(job.stdout_path, STATUS_LOG_LINES), end="")
     return 0
+
+
+def _result_text(job) -> str | None:
+    """The run's return value, summarised (its repr, cut), or why it cannot be shown here."""
+    try:
+        outcome = load_outcome(str(job.log_dir))
+    except Exception as exc:  # noqa: BLE001 - a value this process cannot unpickle
+        return f"(cannot be loaded here: {exc!r})"
+    return None if outcome is None or outcome[0] != "success" else short(repr(outcome[1]), 300)
+
+
+def _last_metrics(job) -> str | None:
+    """``loss=0.12 (step 49), acc=0.9 (step 49)``: each metric's last value the run logged."""
+    last: dict[str, tuple[float, float]] = {}
+    for point in read_run(job.mode.readable_folder(job)):
+        if point.metric not in last or point.step >= last[point.metric][0]:
+            last[point.metric] = (point.step, point.value)
+    return ", ".join(f"{name}={value:.6g} (step {step:g})"
+                     for name, (step, value) in last.items()) or None
 
 
 def _restarts(restarts: list[dict]) -> str | None:
