@@ -16,6 +16,7 @@ from typing import Any
 
 from easylaunch.errors import EasyLaunchError
 from easylaunch.registry import Entry
+from easylaunch_job.outcome import load_outcome
 
 # Backend fields that name what runs a run, by mode family (first one present wins).
 JOB_FIELDS = ("slurm_job_id", "pbs_job_id", "instance_id", "instance_name")
@@ -40,6 +41,19 @@ class Shown:
         if not self.restarts:
             return self.state
         return f"{self.state} ({self.restarts} restart{'s' * (self.restarts > 1)})"
+
+
+def result_text(log_dir: str, limit: int = 300) -> str | None:
+    """A run's return value, summarised (its repr, cut to ``limit``), or why it cannot be
+    shown here; None when it has none."""
+    try:
+        outcome = load_outcome(log_dir)
+    except Exception as exc:  # noqa: BLE001 - a value this process cannot unpickle
+        return f"(cannot be loaded here: {exc!r})"
+    if outcome is None or outcome[0] != "success":
+        return None
+    text = repr(outcome[1])
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text) - limit} more)"
 
 
 def job_label(entry: Entry) -> str:

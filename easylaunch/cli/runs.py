@@ -14,7 +14,6 @@ from easylaunch.errors import EasyLaunchError
 from easylaunch.reasons import reason_of
 from easylaunch.refresh import OPEN_STATES, STATES, job_for, refresh_entries, short
 from easylaunch.results.readers import read_run
-from easylaunch_job.outcome import load_outcome
 
 STATUS_LOG_LINES = 100
 VALUE_CHARS = 2000  # longer values (a huge variant) are cut in `easylaunch status`
@@ -88,7 +87,8 @@ def status(args: argparse.Namespace) -> int:
         ("attempt", info.get("attempt") if info.get("restarts") else None),
         ("restarts", _restarts(info.get("restarts", []))),
         ("why", reason_of(info)),
-        ("result", _result_text(job) if info.get("state") == "succeeded" else None),
+        ("result", listing.result_text(str(job.log_dir))
+         if info.get("state") == "succeeded" else None),
         ("last metrics", _last_metrics(job)),
         ("host", info.get("host") or launch.get("host")),
         ("backend", ", ".join(f"{k}={v}" for k, v in (launch.get("backend") or {}).items())),
@@ -104,15 +104,6 @@ def status(args: argparse.Namespace) -> int:
     print(f"\n--- last {STATUS_LOG_LINES} lines of {job.stdout_path} ---")
     print(tail(job.stdout_path, STATUS_LOG_LINES), end="")
     return 0
-
-
-def _result_text(job) -> str | None:
-    """The run's return value, summarised (its repr, cut), or why it cannot be shown here."""
-    try:
-        outcome = load_outcome(str(job.log_dir))
-    except Exception as exc:  # noqa: BLE001 - a value this process cannot unpickle
-        return f"(cannot be loaded here: {exc!r})"
-    return None if outcome is None or outcome[0] != "success" else short(repr(outcome[1]), 300)
 
 
 def _last_metrics(job) -> str | None:

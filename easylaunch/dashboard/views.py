@@ -21,6 +21,7 @@ from easylaunch.errors import EasyLaunchError
 from easylaunch.jobs import DamagedRecordError
 from easylaunch.listing import when
 from easylaunch.modes import MODES
+from easylaunch.reasons import reason_of
 from easylaunch.refresh import OPEN_STATES, STATES, cancel_entry, job_for, refresh_entries
 from easylaunch.registry import Entry, NoSuchJob, Registry
 from easylaunch.results.readers import read_run
@@ -198,6 +199,8 @@ def run_view(registry: Registry, run_id: str) -> RunView:
         ("started", when(info.get("started_at"))), ("ended", when(info.get("ended_at"))),
         ("ran for", listing.duration(listing.seconds_run(e, time.time()))),
         ("exit code", info.get("exit_code")), ("signal", info.get("signal")),
+        ("why", reason_of(info)),
+        ("result", listing.result_text(e.log_dir) if info.get("state") == "succeeded" else None),
         ("attempt", info.get("attempt") if info.get("restarts") else None),
         ("job", listing.job_label(e)),
         ("backend", ", ".join(f"{k}={v}" for k, v in backend.items() if v is not None)),
