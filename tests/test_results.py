@@ -143,8 +143,11 @@ def test_plot_sweep_writes_a_png_of_the_curves(local_sweep, tmp_path):
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     with pytest.raises(NoSuchMetric, match="metrics there: acc, loss"):
         plot_sweep("curves", "reward", config=config)
-    with pytest.raises(NoSuchKey, match=r"--by 'batch' is no variant key.*keys: .*lr.*seed"):
-        plot_sweep("curves", "loss", by="batch", config=config)
+    with pytest.raises(NoSuchKey, match=r"^by='batch' is no variant key.*keys: .*lr.*seed"):
+        plot_sweep("curves", "loss", by="batch", config=config)  # (Python's name, from Python)
+    with pytest.raises(NoSuchMetric, match="logged accuracy; metrics there: acc, loss; did you "
+                                           "mean 'acc'"):
+        plot_sweep("curves", "accuracy", config=config)
 
 
 def test_the_plot_command_says_where_the_png_is_and_why_it_cannot_draw(local_sweep, tmp_path,
@@ -157,9 +160,13 @@ def test_the_plot_command_says_where_the_png_is_and_why_it_cannot_draw(local_swe
     assert main(["plot", "curves", "--metric", "reward", "--config", config]) == 1
     assert "metrics there: acc, loss" in capsys.readouterr().err
     assert main(["plot", "curves", "--metric", "loss", "--by", "batch", "--config", config]) == 1
-    assert "keys: " in capsys.readouterr().err
+    assert "--by 'batch' is no variant key" in capsys.readouterr().err  # (the flag, from the CLI)
     assert main(["plot", "no-such-exp", "--metric", "loss", "--config", config]) == 1
     assert "'no-such-exp' is no experiment, sweep or run" in capsys.readouterr().err
+    assert main(["plot", "curvs", "--metric", "loss", "--config", config]) == 1
+    assert "did you mean 'curves'?" in capsys.readouterr().err
+    assert main(["plot", "curves", "--metric", "accuracy", "--config", config]) == 1
+    assert "no run of curves logged accuracy" in capsys.readouterr().err  # (not ['curves'])
 
 
 def test_a_part_that_names_a_run_and_a_sweep_or_several_sweeps_is_refused(tmp_path):

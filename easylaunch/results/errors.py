@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import difflib
 import importlib
+from collections.abc import Sequence
 from types import ModuleType
 
 from easylaunch.errors import EasyLaunchError
@@ -34,3 +36,14 @@ def choices(names: list[str], limit: int = 30) -> str:
     """``a, b, c`` (the first ``limit``, saying how many more), or "none"."""
     shown = ", ".join(names[:limit]) or "none"
     return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def closest(name: str, names: list[str]) -> str:
+    """``; did you mean 'x'?`` for the name closest to ``name``, or ""."""
+    found = difflib.get_close_matches(name, names, n=1, cutoff=0.5)
+    return f"; did you mean {found[0]!r}?" if found else ""
+
+
+def named(selection: str | Sequence[str]) -> str:
+    """A selection as the user wrote it: ``lr-sweep``, or ``a, b`` for several."""
+    return selection if isinstance(selection, str) else ", ".join(selection)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from easylaunch.errors import EasyLaunchError
-from easylaunch.results.errors import NoSuchKey, choices, need
+from easylaunch.results.errors import NoSuchKey, choices, closest, need
 from easylaunch.results.sweep import POINT_COLUMNS, Selection, load_histories
 
 if TYPE_CHECKING:
@@ -80,7 +80,8 @@ def plot_sweep(selection: Selection, metric: str, by: str | None = None, x: str 
     points = load_histories(selection, metrics=[metric], config=config)
     keys = [c for c in points.columns if c not in POINT_COLUMNS]
     if by is not None and by not in keys:
-        raise NoSuchKey(f"--by {by!r} is no variant key of these runs; keys: {choices(keys)}")
+        raise NoSuchKey(f"by={by!r} is no variant key of these runs; keys: {choices(keys)}"
+                        + closest(by, keys))
     if x == "time" and points["time"].isna().all():
         raise EasyLaunchError(f"{metric} was logged without times (progress.csv records none): "
                               "plot it against step")
@@ -121,8 +122,11 @@ def _show(path: Path) -> None:
 
 def plot_command(args: argparse.Namespace) -> int:
     """``easylaunch plot``: write the PNG, say where, and show it where a display exists."""
-    path = plot_sweep(args.selection, args.metric, by=args.by, x=args.x, out=args.out,
-                      config=args.config)
+    try:
+        path = plot_sweep(args.selection, args.metric, by=args.by, x=args.x, out=args.out,
+                          config=args.config)
+    except NoSuchKey as exc:  # (said with the command's flag)
+        raise NoSuchKey(str(exc).replace(f"by={args.by!r}", f"--by {args.by!r}", 1)) from None
     print(f"wrote {path}")
     if not args.no_show:
         _show(path)

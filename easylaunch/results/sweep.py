@@ -19,7 +19,7 @@ from easylaunch.errors import EasyLaunchError
 from easylaunch.listing import flat_items
 from easylaunch.reasons import reason_of
 from easylaunch.registry import NoSuchJob
-from easylaunch.results.errors import NoSuchMetric, choices, need
+from easylaunch.results.errors import NoSuchMetric, choices, closest, named, need
 from easylaunch.results.readers import PROGRESS_CSV, Metrics, read_run
 from easylaunch_job.outcome import load_outcome
 from easylaunch_job.records import METRICS_JSONL, DamagedRecord, read_json, read_status
@@ -78,7 +78,8 @@ def _select_one(registry: Registry, part: str) -> list[Entry]:
     if in_exp:
         return in_exp
     raise NoSuchJob(f"{part!r} is no experiment, sweep or run ({as_run}); experiments: "
-                    f"{choices(registry.experiments(), 10)}")
+                    f"{choices(registry.experiments(), 10)}"
+                    + closest(part, registry.experiments()))
 
 
 def metrics_folder(shown: Shown, fetch: bool) -> Path:
@@ -235,8 +236,8 @@ def load_histories(selection: Selection, *, metrics: Sequence[str] | None = None
     missing = [m for m in metrics or () if m not in logged]
     if missing:
         there = sorted(set(_points(runs)["metric"]))
-        raise NoSuchMetric(f"no run of {selection!r} logged {', '.join(missing)}; metrics "
-                           f"there: {choices(there)}")
+        raise NoSuchMetric(f"no run of {named(selection)} logged {', '.join(missing)}; "
+                           f"metrics there: {choices(there)}" + closest(missing[0], there))
     variants = _table([variant_of(r.shown.entry) for r in runs], "", POINT_COLUMNS)
     variants.insert(0, "run_id", [r.shown.entry.id for r in runs])
     return points.merge(variants, on="run_id", how="left")
