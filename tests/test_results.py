@@ -141,6 +141,8 @@ def test_plot_sweep_writes_a_png_of_the_curves(local_sweep, tmp_path):
     out = plot_sweep("curves", "acc", x="time", out=tmp_path / "plots" / "acc.png",
                      config=config)
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    steps_png = plot_sweep("curves", "loss", out=tmp_path / "steps.png", config=config)
+    assert steps_png.exists()  # (its step axis has whole-number ticks: MaxNLocator(integer))
     with pytest.raises(NoSuchMetric, match="metrics there: acc, loss"):
         plot_sweep("curves", "reward", config=config)
     with pytest.raises(NoSuchKey, match=r"^by='batch' is no variant key.*keys: .*lr.*seed"):

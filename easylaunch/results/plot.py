@@ -76,6 +76,7 @@ def plot_sweep(selection: Selection, metric: str, by: str | None = None, x: str 
         raise EasyLaunchError(f"x={x!r}: plot against {' or '.join(X_AXES)}")
     need("matplotlib", "results", "to plot")
     from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
 
     points = load_histories(selection, metrics=[metric], config=config)
     keys = [c for c in points.columns if c not in POINT_COLUMNS]
@@ -96,6 +97,8 @@ def plot_sweep(selection: Selection, metric: str, by: str | None = None, x: str 
     chosen = selection if isinstance(selection, str) else " ".join(selection)
     axes.set_title(f"{metric}: {chosen}\nmean across runs, shaded from min to max")
     axes.set_xlabel("step" if x == "step" else "seconds since the run's first value")
+    if x == "step":  # (whole steps: no tick at 0.5 on a short run)
+        axes.xaxis.set_major_locator(MaxNLocator(integer=True))
     axes.set_ylabel(metric)
     axes.grid(alpha=0.3)
     axes.legend(title=by)
