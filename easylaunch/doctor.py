@@ -132,18 +132,21 @@ def _singularity_image(s: settings.Settings) -> Iterator[Finding]:
 def diagnose(path: str | Path | None) -> list[Finding]:
     """Everything ``easylaunch doctor`` says about the settings file at ``path``."""
     found = settings.find_config_path(path)
-    if found is None:
-        return [Finding("info", "no settings file found: every setting is its default")]
-    findings = [Finding("info", f"settings file: {found}")]
-    try:
-        raw = settings.read_settings_file(found)
-        findings += [_meaning(k, v) for k, v in raw.items() if k.isupper()
-                     and not k.startswith("_")]
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # unknown keys are reported above
-            effective = settings.load_settings(found)
-    except SettingsError as exc:
-        return [*findings, Finding("error", str(exc))]
+    if found is None:  # (the defaults are checked as a file's values would be)
+        findings = [Finding("info", "no settings file found: every setting is its default "
+                                    "(`easylaunch init` writes one)")]
+        effective = settings.load_settings({})
+    else:
+        findings = [Finding("info", f"settings file: {found}")]
+        try:
+            raw = settings.read_settings_file(found)
+            findings += [_meaning(k, v) for k, v in raw.items() if k.isupper()
+                         and not k.startswith("_")]
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # unknown keys are reported above
+                effective = settings.load_settings(found)
+        except SettingsError as exc:
+            return [*findings, Finding("error", str(exc))]
     findings += list(_slurm_configs(effective)) + list(_pbs_configs(effective))
     for mode, check in MODE_SETTINGS.items():
         missing = check(effective)

@@ -141,3 +141,12 @@ def test_install_hints_name_the_install_that_works_where_easylaunch_is(monkeypat
     assert extras.install_hint("ui").endswith(f"-m pip install -e '{extras.CHECKOUT}[ui]'")
     monkeypatch.setattr(extras, "CHECKOUT", tmp_path)  # (installed from a package index)
     assert extras.install_hint("ui").endswith("-m pip install 'easylaunch[ui]'")
+
+
+def test_doctor_without_a_settings_file_still_checks_each_mode():
+    checked = _easylaunch("doctor")
+    assert checked.returncode == 0, checked.stdout
+    assert "no settings file found" in checked.stdout
+    assert "mode sss: SSS_LOG_DIR is not set" in checked.stdout  # the defaults, checked
+    assert "mode slurm: commands on PATH" in checked.stdout or \
+        "mode slurm: not on PATH" in checked.stdout
