@@ -44,12 +44,22 @@ class _SourcedPickler(cloudpickle.Pickler):
             self.files.add(obj.co_filename)
             constructor, args = reduce_code(obj)
             return constructor, tuple(obj.co_filename if a == DYNAMIC_CODE else a for a in args)
-        if isinstance(obj, types.ModuleType):
-            self.modules.add(obj.__name__)
-        elif isinstance(obj, (types.FunctionType, type)) and isinstance(
-                getattr(obj, "__module__", None), str) and obj.__module__ != "__main__":
-            self.modules.add(obj.__module__)
+        if isinstance(obj, (types.ModuleType, types.FunctionType, type)) and _by_reference(obj):
+            self.modules.add(obj.__name__ if isinstance(obj, types.ModuleType)
+                             else obj.__module__)
         return super().reducer_override(obj)
+
+
+def _by_reference(obj: Any) -> bool:
+    """Whether cloudpickle pickles ``obj`` by reference (the run imports its module again);
+    a function defined inside another, or in ``__main__``, travels by value."""
+    decide = getattr(cloudpickle.cloudpickle, "_should_pickle_by_reference", None)
+    if decide is None:  # (another cloudpickle: what its public rule says)
+        return getattr(obj, "__module__", "__main__") != "__main__"
+    try:
+        return bool(decide(obj))
+    except Exception:  # noqa: BLE001 - an object cloudpickle cannot place: it says so itself
+        return False
 
 
 class _Sources:

@@ -139,6 +139,13 @@ def test_a_function_the_runs_could_not_import_is_refused_first(tmp_path):
     assert (f"module 'far_module' is in {elsewhere}" in out.stderr
             and f"add {elsewhere} to CODE_DIRS_TO_MOUNT" in out.stderr)
     assert not (tmp_path / "logs").exists()
+    closure = code.replace("far_module.train,", "far_module.make(),")  # (travels by value)
+    (elsewhere / "far_module.py").write_text(
+        "def make():\n    def train(doodad_config, variant):\n        return 42\n"
+        "    return train\n")
+    out = subprocess.run([sys.executable, "-c", closure + ".result(timeout=60)"],
+                         capture_output=True, text=True, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
 
 
 def test_a_module_beside_the_launching_script_travels_by_value(tmp_path):
