@@ -126,21 +126,23 @@ def _start(mode_obj: Mode, request: LaunchRequest, runs: list[Run], facts: Any,
         (job.id, {"state": job.recorded_state().value, "backend": run.launch["backend"],
                   "remote_log_dir": mode_obj.remote_log_dir(run)})
         for job, run in zip(jobs, runs, strict=True))
-    if mode_obj.settings.LAUNCH_LINE and jobs:
-        print(launch_line(mode_obj, jobs, sweep_of(runs[0].launch)), file=sys.stderr)
+    if mode_obj.settings.LAUNCH_LINE and runs:
+        print(launch_line(mode_obj, runs), file=sys.stderr)
     return jobs
 
 
-def launch_line(mode_obj: Mode, jobs: list[Job], sweep: str | None) -> str:
-    """``easylaunch local: 4 runs of lr launched; folders in F; follow: easylaunch ls ...``."""
+def launch_line(mode_obj: Mode, runs: list[Run]) -> str:
+    """``easylaunch local: 4 runs of lr launched; folders in F; follow: easylaunch ls ...``
+    (from the runs' records as this process holds them: nothing is read again)."""
     head = f"easylaunch {mode_obj.name}: "
-    if len(jobs) == 1:
-        job = jobs[0]
-        return (f"{head}run {job.id} of {job.exp_name} {mode_obj.launched(jobs)}; folder "
-                f"{job.log_dir}; follow: easylaunch logs -f {job.id}")
-    parents = {str(job.log_dir.parent) for job in jobs}
+    if len(runs) == 1:
+        run = runs[0]
+        return (f"{head}run {run.run_id} of {run.exp_name} {mode_obj.launched(runs)}; folder "
+                f"{run.log_dir}; follow: easylaunch logs -f {run.run_id}")
+    parents = {str(run.log_dir.parent) for run in runs}
+    sweep = sweep_of(runs[0].launch)
     follow = f"easylaunch ls --sweep {sweep}" if sweep else "easylaunch ls"
-    return (f"{head}{len(jobs)} runs of {jobs[0].exp_name} {mode_obj.launched(jobs)}; folders "
+    return (f"{head}{len(runs)} runs of {runs[0].exp_name} {mode_obj.launched(runs)}; folders "
             f"in {parents.pop() if len(parents) == 1 else 'their experiments'}; follow: {follow}")
 
 

@@ -6,6 +6,7 @@ the working folder) is sent by value instead, as the script's own functions are.
 
 from __future__ import annotations
 
+import functools
 import importlib.machinery
 import os
 import site
@@ -26,9 +27,10 @@ def _folders(paths: Iterable[str]) -> set[Path]:
     return {Path(p).resolve() for p in paths if p}
 
 
-def _installed() -> set[Path]:
+@functools.cache
+def _installed() -> frozenset[Path]:
     """Where installed packages and the standard library live, with the folders .pth files
-    there add (older editable installs)."""
+    there add (older editable installs); looked up once a process."""
     sites = [*site.getsitepackages(), *([site.getusersitepackages()]
                                         if site.ENABLE_USER_SITE else [])]
     paths = [*sysconfig.get_paths().values(), *sites, sys.prefix, sys.base_prefix]
@@ -40,7 +42,7 @@ def _installed() -> set[Path]:
                 continue
             paths += [os.path.join(folder, line.strip()) for line in lines
                       if line.strip() and not line.startswith(("#", "import"))]
-    return _folders(paths)
+    return frozenset(_folders(paths))
 
 
 def module_root(top: str) -> Path | None:
@@ -59,12 +61,15 @@ def sorted_out(modules: Iterable[str], code_dirs: Iterable[str],
     """Of the top-level modules named by reference: those to send by value (found in the
     launching script's folder or the working folder, outside the code snapshots), and those
     the runs could not import (name -> the folder they are found in here)."""
+    tops = sorted({m.split(".")[0] for m in modules} - PROVIDED)
+    if not tops:  # (a variant of plain data names none)
+        return [], {}
     code = [Path(d) for d in code_dirs]
     fine = _installed() | _folders(map(str, code)) | _folders(
         os.environ.get("PYTHONPATH", "").split(os.pathsep))
     local = _folders([script_dir or "", os.getcwd()])
     by_value, missing = [], {}
-    for top in sorted({m.split(".")[0] for m in modules} - PROVIDED):
+    for top in tops:
         root = module_root(top)
         if root is None or root in fine or any(
                 (d / f"{top}.py").is_file() or (d / top).is_dir() for d in code):

@@ -27,6 +27,10 @@ PARTS_NAMED = 3
 
 SOURCE_LIMIT = 2**20  # a source file larger than this travels without its lines
 DYNAMIC_CODE = "<dynamic-code>"  # the file name cloudpickle gives code it pickles by value
+# cloudpickle's own code reducer and by-reference rule (not public; None in a cloudpickle
+# without them: code then keeps cloudpickle's file name, and the public rule decides)
+_REDUCE_CODE = getattr(cloudpickle.cloudpickle, "_code_reduce", None)
+_BY_REFERENCE = getattr(cloudpickle.cloudpickle, "_should_pickle_by_reference", None)
 
 
 class _SourcedPickler(cloudpickle.Pickler):
@@ -39,10 +43,9 @@ class _SourcedPickler(cloudpickle.Pickler):
         self.modules: set[str] = set()  # of what is pickled by reference (runs import them)
 
     def reducer_override(self, obj: Any) -> Any:
-        reduce_code = getattr(cloudpickle.cloudpickle, "_code_reduce", None)
-        if isinstance(obj, types.CodeType) and reduce_code is not None:
+        if isinstance(obj, types.CodeType) and _REDUCE_CODE is not None:
             self.files.add(obj.co_filename)
-            constructor, args = reduce_code(obj)
+            constructor, args = _REDUCE_CODE(obj)
             return constructor, tuple(obj.co_filename if a == DYNAMIC_CODE else a for a in args)
         if isinstance(obj, (types.ModuleType, types.FunctionType, type)) and _by_reference(obj):
             self.modules.add(obj.__name__ if isinstance(obj, types.ModuleType)
@@ -53,11 +56,10 @@ class _SourcedPickler(cloudpickle.Pickler):
 def _by_reference(obj: Any) -> bool:
     """Whether cloudpickle pickles ``obj`` by reference (the run imports its module again);
     a function defined inside another, or in ``__main__``, travels by value."""
-    decide = getattr(cloudpickle.cloudpickle, "_should_pickle_by_reference", None)
-    if decide is None:  # (another cloudpickle: what its public rule says)
+    if _BY_REFERENCE is None:
         return getattr(obj, "__module__", "__main__") != "__main__"
     try:
-        return bool(decide(obj))
+        return bool(_BY_REFERENCE(obj))
     except Exception:  # noqa: BLE001 - an object cloudpickle cannot place: it says so itself
         return False
 

@@ -62,9 +62,7 @@ def as_data(value: Any, path: str = "") -> tuple[Any, list[str]]:
     otherwise (a Path, a date, a set) becomes its text. The function itself receives the
     variant as it was given.
     """
-    if value is None or isinstance(value, (bool, int, str)):
-        return value, []
-    if isinstance(value, float):
+    if value is None or isinstance(value, (bool, int, float, str)):
         return value, []
     if isinstance(value, Mapping):
         data, texts = {}, []

@@ -97,9 +97,9 @@ class Mode(ABC):
     def preview(self, request: LaunchRequest, runs: list[Run], prepared: Any) -> Preview:
         """What :meth:`submit` would write and run for ``prepared`` (a dry run)."""
 
-    def launched(self, jobs: list[Job]) -> str:
-        """What the launch line says was done with these jobs ("launched as Slurm job 12 (an
-        array of 4)", "ran in this process")."""
+    def launched(self, runs: list[Run]) -> str:
+        """What the launch line says was done with these runs, just submitted ("submitted as
+        Slurm job 12 (an array of 4)", "ran in this process")."""
         return "launched"
 
     def launch_info(self, request: LaunchRequest) -> dict[str, str]:

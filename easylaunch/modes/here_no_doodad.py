@@ -97,7 +97,7 @@ class HereNoDoodadMode(Mode):
             jobs.append(job)
         return jobs
 
-    def launched(self, jobs: list[Job]) -> str:
+    def launched(self, runs: list[Run]) -> str:
         return "ran in this process"
 
     def preview(self, request: LaunchRequest, runs: list[Run], prepared: list[Any]) -> Preview:

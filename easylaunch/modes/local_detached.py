@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from easylaunch.bundle import Run
 from easylaunch.gpus import chosen_gpu_ids
-from easylaunch.jobs import Job
 from easylaunch.modes.base import Composed
 from easylaunch.modes.local import LocalMode
 from easylaunch.modes.ssh import HostFacts, SshMode
@@ -47,6 +47,6 @@ class DetachedLocalMode(SshMode):
         chosen = chosen_gpu_ids(self.settings.LOCAL_GPU_IDS)
         return super().host_gpus(nvidia_smi) if chosen is None else chosen
 
-    def launched(self, jobs: list[Job]) -> str:
+    def launched(self, runs: list[Run]) -> str:
         return "launched detached (they go on after this script ends)"
 

@@ -203,9 +203,9 @@ class ArrayMode(ScheduledMode):
                     job_id, index, len(array.runs), array.script_there, prepared.facts.details))
         return [Job(run.run_id, run.exp_name, run.log_dir, self) for run in runs]
 
-    def launched(self, jobs: list[Job]) -> str:
+    def launched(self, runs: list[Run]) -> str:
         """The job (or array) each group of runs became."""
-        arrays = Counter(job.launch_info["backend"]["array_job_id"] for job in jobs)
+        arrays = Counter(run.launch["backend"]["array_job_id"] for run in runs)
         return (f"submitted as {self.scheduler.NAME} job{'s' * (len(arrays) > 1)} " + ", ".join(
             job_id + (f" (an array of {count})" if count > 1 else "")
             for job_id, count in arrays.items()))

@@ -245,8 +245,8 @@ class BatchMode(ScheduledMode):
             SESSION.grow_batch(key, layout.name, earlier + runs)
         return [Job(run.run_id, run.exp_name, run.log_dir, self) for run in runs]
 
-    def launched(self, jobs: list[Job]) -> str:
-        backend = jobs[0].launch_info["backend"]
+    def launched(self, runs: list[Run]) -> str:
+        backend = runs[0].launch["backend"]
         if not backend.get(self.scheduler.JOB_ID_KEY):
             return f"written to the batch {backend['batch_dir']} (copy it, then submit)"
         return f"submitted on {self.transport.where} from {backend['cluster_batch_dir']}"
