@@ -1,6 +1,6 @@
 """easylaunch: launch ``fn(doodad_config, variant)`` in-process, locally, on clusters and clouds."""
 
-from easylaunch.api import get_job, resubmit, run_experiment, run_sweep
+from easylaunch.api import get_job, resubmit, run_command, run_commands, run_experiment, run_sweep
 from easylaunch.errors import (
     EasyLaunchError,
     JobCancelledError,
@@ -36,6 +36,8 @@ __all__ = [
     "log_metrics",
     "plot_sweep",
     "resubmit",
+    "run_command",
+    "run_commands",
     "run_experiment",
     "run_sweep",
     "wait_all",

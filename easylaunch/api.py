@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import re
+import shlex
 import sys
 import tempfile
 from collections.abc import Callable, Iterable, Mapping
@@ -31,6 +32,13 @@ from easylaunch.bundle import (
     remove_abandoned_partials,
     sweep_of,
 )
+from easylaunch.commands import (
+    CommandLike,
+    as_argv,
+    check_code_programs,
+    command_of,
+    multi_process_options,
+)
 from easylaunch.doodad import split_call_keywords
 from easylaunch.errors import LaunchError
 from easylaunch.gitinfo import git_infos
@@ -47,6 +55,7 @@ from easylaunch.session import SESSION
 from easylaunch.settings import ConfigArg, Settings, load_settings, override, save_settings
 from easylaunch.snapshot import snapshot
 from easylaunch.variants import as_data, check_variant, warn_text_values
+from easylaunch_job.command import Command
 from easylaunch_job.records import SNAPSHOT_STORE, update_status
 
 EXP_NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,99}")
@@ -107,7 +116,8 @@ def _registry_row(run: Run) -> dict[str, Any]:
             "log_dir": str(run.log_dir), "variant": _registry_variant(run.variant),
             "host": launch["host"], "sweep": sweep_of(launch),
             "git_commit": next(iter(launch["git_commits"].values()), None),
-            "resubmitted_from": launch.get("resubmitted_from")}
+            "resubmitted_from": launch.get("resubmitted_from"),
+            "command": shlex.join(launch["command"]) if "command" in launch else None}
 
 
 def _start(mode_obj: Mode, request: LaunchRequest, runs: list[Run], facts: Any,
@@ -199,12 +209,26 @@ class LaunchOptions:
     mode_options: dict[str, Any] = field(default_factory=dict)
 
 
+def launch_options(exp_name: str, mode: str, keywords: dict[str, Any]) -> LaunchOptions:
+    """:class:`LaunchOptions` from a launch's keywords (those it does not name are the mode's
+    options)."""
+    names = {f.name for f in dataclasses.fields(LaunchOptions)} - {"mode_options"}
+    given = {k: v for k, v in keywords.items() if k in names}
+    return LaunchOptions(exp_name=exp_name, mode=mode, **given, mode_options={
+        k: v for k, v in keywords.items() if k not in names})
+
+
 def _mode_for(opts: LaunchOptions) -> tuple[Settings, Mode, dict[str, Any]]:
     """The launch's settings (its keywords applied), its mode object, and the mode options."""
     settings = load_settings(opts.config)
     kind = get_mode(opts.mode)
+    given = dict(opts.mode_options)
+    if "multi_process" in given:  # -n N / n_gpus=N, one process per GPU or per node
+        given.update(multi_process_options(
+            opts.mode, kind.options, given.pop("n_gpus", None), given.pop("multi_process"),
+            opts.use_gpu, given.pop("n_nodes", None)))
     overrides, mode_options, ignored = split_call_keywords(
-        opts.mode, opts.mode_options, kind.options,
+        opts.mode, given, kind.options,
         [f.name for f in dataclasses.fields(LaunchOptions) if f.name != "mode_options"])
     if ignored:
         notice(f"mode {opts.mode!r} ignores {', '.join(ignored)}, as doodad's did")
@@ -273,6 +297,7 @@ class _Launch:
     def bundle_spec(self, folder: Path) -> BundleSpec:
         """What every run of this launch shares, with its stores in ``folder``."""
         o, s, request, bundles = self.opts, self.settings, self.request, self.mode.needs_bundle
+        command = request.method_call if isinstance(request.method_call, Command) else None
         code_mounts = s.code_mounts()
         if bundles:
             make_store(folder / SNAPSHOT_STORE, s.RUN_FOLDER_MODE)
@@ -293,6 +318,7 @@ class _Launch:
                      "prepend_date": o.prepend_date_to_exp_name},
             launch_id=self.launch_id, sweep_id=self.sweep_id,
             extra_launch_info=self.mode.launch_info(request),
+            command=command,
             restart={"max_restarts": s.MAX_RESTARTS, "on_error": s.RESTART_ON_ERROR,
                      "grace_seconds": s.CHECKPOINT_GRACE_SECONDS},
             blobs=bundle_blobs(folder, self.function_bytes, s.RUN_FOLDER_MODE)
@@ -346,8 +372,9 @@ def _launch(method_call: Callable[..., Any], variants: Iterable[Mapping | None],
         method_call=method_call, variants=checked, exp_name=check_exp_name(opts.exp_name),
         use_gpu=opts.use_gpu, gpu_id=opts.gpu_id, log_root=root,
         slurm_config_name=opts.slurm_config_name, script_name=_script_name())
-    settings.code_mounts()
+    code_mounts = settings.code_mounts()
     settings.data_mounts()  # checked here for every mode; modes that mount them read them again
+    check_code_programs(request, code_mounts[0].local_dir if code_mounts else None)
     function_bytes, variant_bytes = _payloads(mode_obj, method_call, checked, settings)
     warn_text_values(checked)
     facts = mode_obj.check(request)
@@ -379,6 +406,38 @@ def run_experiment(
         exp_name, mode, prepend_date_to_exp_name, use_gpu, gpu_id, base_log_dir,
         slurm_config_name, config, max_restarts, restart_on_error, dry_run, mode_options),
         sweep_id="script")
+    return launched if isinstance(launched, Preview) else launched[0]
+
+
+def run_commands(commands: CommandLike | Iterable[CommandLike],
+                 variants: Iterable[Mapping | None] | None = None,
+                 exp_name: str = "default", mode: str = "local", **launch: Any
+                 ) -> list[Job] | Preview:
+    """Launch a sweep of commands, in one go where the mode can: one command with ``{name}``
+    fields and ``variants`` to fill them (``"python train.py --lr {lr}"``), or a list of
+    commands. ``launch`` takes :func:`easylaunch.run_sweep`'s keywords (``n_gpus`` and
+    ``multi_process`` included)."""
+    if variants is not None:
+        variants = [v or {} for v in variants]
+        payload = command_of(commands, variants, fill=True)
+    else:
+        if isinstance(commands, str) or not isinstance(commands, Iterable):
+            raise LaunchError("run_commands takes a list of commands, or one command with "
+                              "variants=; for one command use run_command")
+        variants = [{"command": shlex.join(as_argv(c))} for c in commands]
+        if not variants:
+            raise LaunchError("commands is empty: nothing to launch")
+        payload = Command([], from_variant="command")
+    return _launch(payload, variants, launch_options(exp_name, mode, launch), sweep_id=None)
+
+
+def run_command(command: CommandLike, exp_name: str = "default", mode: str = "local",
+                variant: Mapping | None = None, **launch: Any) -> Job | Preview:
+    """Launch one command as a run (``variant``: values for its ``{name}`` fields, kept with
+    the run). ``launch`` takes :func:`easylaunch.run_experiment`'s keywords."""
+    payload = command_of(command, [variant], fill=variant is not None)
+    launched = _launch(payload, [variant], launch_options(exp_name, mode, launch),
+                       sweep_id="script")
     return launched if isinstance(launched, Preview) else launched[0]
 
 

@@ -29,6 +29,7 @@ import cloudpickle
 from easylaunch.jobpack import job_archive
 from easylaunch.snapshot import Snapshot
 from easylaunch.variants import as_data
+from easylaunch_job.command import Command
 from easylaunch_job.config import GitInfo
 from easylaunch_job.environment import process_start_time, python_minor
 from easylaunch_job.records import (
@@ -121,6 +122,7 @@ class BundleSpec:
     extra_launch_info: dict = field(default_factory=dict)  # doodad's keys, from the mode
     blobs: dict[str, Path] = field(default_factory=dict)  # bundle file name -> stored once
     restart: dict = field(default_factory=dict)  # the runner's RestartPolicy, as bundle.json has it
+    command: Command | None = None  # a command launch's payload (each run's command, shown)
     folder_mode: int = 0o700  # RUN_FOLDER_MODE
 
 
@@ -288,6 +290,8 @@ def create_run(spec: BundleSpec, variant: dict, variant_bytes: bytes, index: int
     with _new_run_folder(spec.root / spec.exp_name, spec.exp_name, spec.prepend_date,
                          now, spec.folder_mode) as (run_id, tmp, final):
         launch = _launch_record(spec, run_id, final, index)
+        if spec.command is not None:
+            launch["command"] = spec.command.argv(variant)
         meta = _bundle_metadata(spec, run_id, final, code_dirs)
         write_json_atomic(str(tmp / VARIANT_JSON), as_data(variant)[0])
         write_json_atomic(str(tmp / LAUNCH_JSON), launch)

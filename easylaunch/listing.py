@@ -21,6 +21,7 @@ from easylaunch_job.outcome import load_outcome
 # Backend fields that name what runs a run, by mode family (first one present wins).
 JOB_FIELDS = ("slurm_job_id", "pbs_job_id", "instance_id", "instance_name")
 STATE_ORDER = ("queued", "running", "succeeded", "failed", "timeout", "cancelled")
+COMMAND_KEY = "command"  # the variant key of each run's command in a list of commands
 VALUE_WIDTH = 14  # a variant value wider than this is cut on a terminal
 TSV_COLUMNS = ("ID", "EXPERIMENT", "MODE", "STATE", "LAUNCHED", "LOG DIR", "SWEEP", "SECONDS",
                "JOB", "REASON")
@@ -167,16 +168,20 @@ def grouped_lines(shown: Sequence[Shown], keys: Sequence[str] | None, width: int
                    f"{when(first.created, seconds=False)} · {len(group)} "
                    f"run{'s' * (len(group) > 1)}: {counts([g.state for g in group])}")
         lines.append(_cut(heading, width))
+        has_command = any(g.entry.command for g in group)
         columns = list(keys) if keys is not None else \
-            differing_keys([g.entry.variant for g in group])
+            [k for k in differing_keys([g.entry.variant for g in group])
+             if not (has_command and k == COMMAND_KEY)]  # (a list of commands' variants)
         has_job = any(job_label(g.entry) for g in group)
-        header = ["ID", "STATE", "TIME", *(["JOB"] if has_job else []), *columns]
+        header = ["ID", "STATE", "TIME", *(["JOB"] if has_job else []), *columns,
+                  *(["COMMAND"] if has_command else [])]
         rows = [header]
         for g in group:
             values = flatten(g.entry.variant)
             rows.append([g.entry.id, g.state_text, duration(seconds_run(g.entry, now)),
                          *([job_label(g.entry) or "-"] if has_job else []),
-                         *(_cut(values.get(k, "-"), VALUE_WIDTH) for k in columns)])
+                         *(_cut(values.get(k, "-"), VALUE_WIDTH) for k in columns),
+                         *([g.entry.command or "-"] if has_command else [])])
         widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
         lines.append(_cut(_row_text(rows[0], widths), width))
         for row, g in zip(rows[1:], group, strict=True):
@@ -195,12 +200,13 @@ def tsv_lines(shown: Sequence[Shown], keys: Sequence[str], now: float) -> list[s
     TSV_COLUMNS, then one per variant key in ``keys``. Tabs and newlines inside values become
     spaces."""
     plain = str.maketrans("\t\n\r", "   ")
-    rows = [[*TSV_COLUMNS, *keys]]
+    has_command = any(g.entry.command for g in shown)
+    rows = [[*TSV_COLUMNS, *keys, *([COMMAND_KEY] if has_command else [])]]
     for g in shown:
         e, values = g.entry, flatten(g.entry.variant)
         run_for = seconds_run(e, now)
         rows.append([e.id, e.exp_name, e.mode, g.state_text, when(e.created), e.log_dir,
                      e.sweep or e.id,
             "" if run_for is None else f"{run_for:.0f}", job_label(e), e.reason or "",
-            *(values.get(k, "") for k in keys)])
+            *(values.get(k, "") for k in keys), *([e.command or ""] if has_command else [])])
     return ["\t".join(v.translate(plain) for v in row) for row in rows]

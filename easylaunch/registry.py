@@ -21,13 +21,13 @@ from typing import Any
 
 from easylaunch.errors import EasyLaunchError
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 OPEN_WAIT_SECONDS = 30
 NO_TIME = -1.0  # a time a run's record was read for and did not have
 DEFAULT_PATH = "easylaunch/registry.sqlite3"
 COLUMNS = ("id", "exp_name", "mode", "state", "log_dir", "remote_log_dir", "backend", "variant",
            "git_commit", "created", "updated", "resubmitted_from", "host", "restarts", "sweep",
-           "started", "ended", "job_id", "reason")
+           "started", "ended", "job_id", "reason", "command")
 # What a refresh may change (the rest is written once, at launch).
 UPDATABLE = frozenset({"state", "backend", "remote_log_dir", "restarts", "started", "ended",
                        "job_id", "reason"})
@@ -38,7 +38,7 @@ CREATE TABLE runs (
     variant TEXT NOT NULL DEFAULT '{{}}', git_commit TEXT, created REAL NOT NULL,
     updated REAL NOT NULL, resubmitted_from TEXT, host TEXT,
     restarts INTEGER NOT NULL DEFAULT 0, sweep TEXT, started REAL, ended REAL, job_id TEXT,
-    reason TEXT);
+    reason TEXT, command TEXT);
 CREATE INDEX runs_by_created ON runs (created DESC);
 CREATE INDEX runs_by_exp ON runs (exp_name, created DESC);
 CREATE INDEX runs_by_sweep ON runs (sweep, created DESC);
@@ -78,6 +78,7 @@ class Entry:
     ended: float | None  # (NO_TIME: its record, read, had none)
     job_id: str | None  # the scheduler's id (or instance) that runs it, as last seen
     reason: str | None = None  # why it ended as it did, in one line ("": it says nothing)
+    command: str | None = None  # a command run's command line (shell words)
 
     @classmethod
     def from_row(cls, row: tuple) -> Entry:
@@ -176,7 +177,8 @@ class Registry:
             elif version < SCHEMA_VERSION:  # an older schema: add what it lacks
                 added = [*(["restarts INTEGER NOT NULL DEFAULT 0"] if version < 2 else []),
                          *(["sweep TEXT", "started REAL", "ended REAL", "job_id TEXT"]
-                           if version < 3 else []), "reason TEXT"]
+                           if version < 3 else []),
+                         *(["reason TEXT"] if version < 4 else []), "command TEXT"]
                 for column in added:
                     conn.execute(f"ALTER TABLE runs ADD COLUMN {column}")
                 if version < 3:
@@ -197,7 +199,7 @@ class Registry:
             e = {"remote_log_dir": None, "backend": {}, "variant": {}, "git_commit": None,
                  "created": now, "resubmitted_from": None, "host": None, "restarts": 0,
                  "sweep": None, "started": None, "ended": None, "job_id": None, "reason": None,
-                 **e,
+                 "command": None, **e,
                  "updated": now}
             e["backend"] = json.dumps(e["backend"], default=repr)
             e["variant"] = json.dumps(e["variant"], default=repr)

@@ -19,6 +19,7 @@ from easylaunch_job.attempts import (
     reopen_for_rerun,
 )
 from easylaunch_job.checkpoint import CHECKPOINT_API
+from easylaunch_job.command import ENV_CODE_DIR, CommandFailed
 from easylaunch_job.config import DoodadConfig, make_doodad_config
 from easylaunch_job.environment import (
     ENV_CHECKPOINT_DIR,
@@ -116,10 +117,11 @@ def call_and_record(fn: Any, config: DoodadConfig, variant: Any, log_dir: str,
             if reraise:
                 raise
             return (EXIT_RESTART if restarting else 128 + stop.signum), None
-        tb_text = user_traceback(exc)
+        tb_text = str(exc) if isinstance(exc, CommandFailed) else user_traceback(exc)
         save_error(log_dir, exc, tb_text)
         restarting = finish_attempt(log_dir, policy, "error" if policy.on_error else None,
-                                    state="failed", exit_code=EXIT_FAILED, error=tb_text)
+                                    state="failed", error=tb_text,
+                                    exit_code=getattr(exc, "exit_code", EXIT_FAILED))
         if reraise:
             raise
         print(tb_text, file=sys.stderr, end="")
@@ -188,8 +190,10 @@ def _run_other_rank(bundle_dir: str, meta: dict, log_dir: str) -> int:
 def _set_up(bundle_dir: str, meta: dict, log_dir: str) -> RestartPolicy:
     """The process-wide setup of a run: code folders on sys.path, stop handlers, the
     checkpoint folder, ``easylaunch``'s helpers where it is not installed."""
-    for code_dir in reversed(meta.get("code_dirs", [])):
-        sys.path.insert(0, os.path.join(bundle_dir, code_dir))
+    code_dirs = [os.path.join(bundle_dir, code_dir) for code_dir in meta.get("code_dirs", [])]
+    sys.path[:0] = code_dirs
+    if code_dirs:  # where a command runs
+        os.environ[ENV_CODE_DIR] = code_dirs[0]
     policy = RestartPolicy.of(meta)
     handle_stops(log_dir, policy)
     os.environ[ENV_CHECKPOINT_DIR] = os.path.join(log_dir, CHECKPOINT_DIR)

@@ -12,22 +12,22 @@ import os
 import sys
 
 from easylaunch import __version__
-from easylaunch.cli import actions, configure, dist, runs, views
+from easylaunch.cli import actions, configure, dist, runs, submit, views
 from easylaunch.errors import EasyLaunchError
 
-COMMAND_ADDERS = (runs.add_ls, runs.add_status, runs.add_watch, runs.add_logs, actions.add_cancel,
-                  actions.add_resubmit, actions.add_forget, actions.add_fetch, configure.add_init,
-                  configure.add_config, views.add_preview, views.add_plot, views.add_ui,
-                  configure.add_doctor, dist.add_dist)
+COMMAND_ADDERS = (submit.add_submit, runs.add_ls, runs.add_status, runs.add_watch, runs.add_logs,
+                  actions.add_cancel, actions.add_resubmit, actions.add_forget, actions.add_fetch,
+                  configure.add_init, configure.add_config, views.add_preview, views.add_plot,
+                  views.add_ui,                  configure.add_doctor, dist.add_dist)
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``easylaunch`` command."""
     parser = argparse.ArgumentParser(
-        prog="easylaunch", description="List, inspect, follow, cancel, resubmit and fetch the "
-        "runs easylaunch launched.", epilog="Exit codes: 0 done, 1 an error (a run not found, "
-        "a refused action), 2 a usage error, 130 interrupted, 141 the output's reader went "
-        "away.")
+        prog="easylaunch", description="Submit commands as runs; list, inspect, follow, "
+        "cancel, resubmit and fetch the runs easylaunch launched.",
+        epilog="Exit codes: 0 done, 1 an error (a run not found, a refused action), 2 a usage "
+        "error, 130 interrupted, 141 the output's reader went away.")
     parser.add_argument("--version", action="version", version=f"easylaunch {__version__}")
     # --config goes before or after the command (its value, if given twice: the later one)
     common = argparse.ArgumentParser(add_help=False)

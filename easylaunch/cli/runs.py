@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 import collections
 import shutil
 import sys
@@ -70,6 +71,9 @@ def watch(args: argparse.Namespace) -> int:
         time.sleep(args.interval)
 
 
+RANK0_STDOUT = "stdout.rank0.log"  # (the scheduler modes' multi-process runs)
+
+
 def status(args: argparse.Namespace) -> int:
     registry = registry_of(args)
     entry = registry.find(args.id)
@@ -94,16 +98,31 @@ def status(args: argparse.Namespace) -> int:
         ("backend", ", ".join(f"{k}={v}" for k, v in (launch.get("backend") or {}).items())),
         ("resubmitted from", launch.get("resubmitted_from")),
         ("git commits", launch.get("git_commits")), ("variant", entry.variant),
+        ("command", shlex.join(launch["command"]) if "command" in launch else None),
         ("log dir", job.log_dir), ("stdout", job.stdout_path), ("stderr", job.stderr_path),
+        ("rank logs", _rank_logs(job.log_dir)),
     ]
     for name, value in rows:
         if value not in (None, "", {}, "-"):
             print(f"{name + ':':18}{short(str(value), VALUE_CHARS)}")
     if info.get("error"):
         print(f"\nerror:\n{info['error'].rstrip()}")
-    print(f"\n--- last {STATUS_LOG_LINES} lines of {job.stdout_path} ---")
-    print(tail(job.stdout_path, STATUS_LOG_LINES), end="")
+    shown = job.stdout_path
+    rank0 = job.log_dir / RANK0_STDOUT
+    if rank0.exists() and not tail(shown, 1).strip():  # (several ranks: each logs its own)
+        shown = rank0
+    print(f"\n--- last {STATUS_LOG_LINES} lines of {shown} ---")
+    print(tail(shown, STATUS_LOG_LINES), end="")
     return 0
+
+
+def _rank_logs(log_dir) -> str | None:
+    """``stdout.rank0.log ... stdout.rank3.log (4 ranks)``, where each rank logs its own."""
+    ranks = sorted(log_dir.glob("stdout.rank*.log"), key=lambda p: (len(p.name), p.name))
+    if not ranks:
+        return None
+    return f"{ranks[0].name} ... {ranks[-1].name} ({len(ranks)} ranks; stderr.rank*.log too)" \
+        if len(ranks) > 1 else ranks[0].name
 
 
 def _last_metrics(job) -> str | None:

@@ -11,6 +11,7 @@ from typing import IO, Any
 
 from easylaunch import processes
 from easylaunch.bundle import Run
+from easylaunch.commands import check_here
 from easylaunch.jobs import Job
 from easylaunch.modes.base import Mode
 from easylaunch.preview import Preview
@@ -64,6 +65,9 @@ class HereNoDoodadMode(Mode):
 
     name = "here_no_doodad"
     needs_bundle = False
+
+    def check(self, request: LaunchRequest) -> None:
+        check_here(request)
 
     def prepare(self, request: LaunchRequest, runs: list[Run], facts: None) -> list[Any]:
         return [None for _ in runs]

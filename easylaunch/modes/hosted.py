@@ -18,12 +18,13 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
 from easylaunch import hosts
 from easylaunch.bundle import LAUNCH_JSON, Run
+from easylaunch.commands import check_found
 from easylaunch.errors import LaunchError
 from easylaunch.hosts import staging
 from easylaunch.hosts.staging import Upload, bundle_items
@@ -94,15 +95,18 @@ class HostedMode(Mode):
         """This machine, or the far side over SSH."""
         return hosts.transport_to(self.settings, self.host_name(), self.runs_python)
 
-    def check_host(self, folder: str, runs_there: bool, *ops: dict
-                   ) -> tuple[str, dict, list[dict]]:
+    def check_host(self, folder: str, runs_there: bool, *ops: dict,
+                   programs: Sequence[str] = ()) -> tuple[str, dict, list[dict]]:
         """Ask the far side, in one round trip, whether it can take this launch: ``folder``
         writable there (made if missing); with ``runs_there``, a Python that can load what
-        this machine pickles. Returns ``folder`` as an absolute path there, what the far side
-        said of itself (its Python, home, CPUs) and the answers to ``ops``."""
+        this machine pickles; ``programs`` (a command launch's) on its PATH. Returns
+        ``folder`` as an absolute path there, what the far side said of itself (its Python,
+        home, CPUs) and the answers to ``ops``."""
         t = self.transport
-        info, folder_there, *answers = checked(t.run_ops([
-            {"op": "info"}, {"op": "prepare_dir", "path": folder}, *ops]), t.where)
+        info, folder_there, found, *answers = checked(t.run_ops([
+            {"op": "info"}, {"op": "prepare_dir", "path": folder},
+            {"op": "which", "names": list(programs)}, *ops]), t.where)
+        check_found(found["found"], t.where)
         if t.python.startswith("~/"):  # job scripts name it in quotes: no ~ expansion there
             t.python = info["home"] + t.python[1:]
         if runs_there and not t.is_local:

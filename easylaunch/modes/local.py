@@ -28,6 +28,7 @@ from typing import Any
 
 from easylaunch import launchers, processes
 from easylaunch.bundle import Run
+from easylaunch.commands import check_here
 from easylaunch.containers import DOCKER, SINGULARITY, Container
 from easylaunch.errors import LaunchError
 from easylaunch.gpus import local_gpu_ids
@@ -313,6 +314,8 @@ class LocalMode(Mode):
                               "(a path, or a name on PATH)")
         if self.container is not None:
             self.container.check(self.settings, request.use_gpu, self.name, here=True)
+        else:
+            check_here(request)
 
     def launch_info(self, request: LaunchRequest) -> dict[str, str]:
         if self.container is None:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from easylaunch.bundle import Run
+from easylaunch.commands import programs_to_find
 from easylaunch.errors import LaunchError
 from easylaunch.jobs import Job
 from easylaunch.modes.hosted import NO_QUERY, BackendQuery, HostedMode, completed
@@ -76,7 +77,7 @@ class SshMode(HostedMode):
             raise LaunchError(f"max_parallel must be a positive integer, got {cap!r}")
         root, info, (gpus,) = self.check_host(
             self.transport.log_dir or str(request.log_root), True,
-            {"op": "run", "argv": GPU_QUERY})
+            {"op": "run", "argv": GPU_QUERY}, programs=programs_to_find(request))
         found = self.host_gpus(gpus)
         if request.use_gpu and not found:
             raise LaunchError(f"use_gpu=True but nvidia-smi lists no GPU on "

@@ -109,7 +109,8 @@ class ArrayMode(ScheduledMode):
         cap = self.opts["array_parallelism"]
         if cap is not None and (not isinstance(cap, int) or isinstance(cap, bool) or cap < 1):
             raise LaunchError(f"array_parallelism must be a positive integer, got {cap!r}")
-        return self.preflight(self.transport.log_dir or str(request.log_root), runs_there=True)
+        return self.preflight(self.transport.log_dir or str(request.log_root), True, request,
+                              in_image=self.container is not None)
 
     def launch_info(self, request: LaunchRequest) -> dict[str, str]:
         if self.container is None:

@@ -132,8 +132,8 @@ class BatchMode(ScheduledMode):
             self.scheduler.check_folder(self.cluster_batches())
             return None
         # submitted over SSH: ask the cluster first (the folder checked there too)
-        return self.preflight(self.cluster_batches(),
-                              runs_there=self.packing.runs_outside(self, request))
+        outside = self.packing.runs_outside(self, request)
+        return self.preflight(self.cluster_batches(), outside, request, in_image=not outside)
 
     def cluster_batches(self) -> str:
         """The cluster folder batch folders go to: SLURM_DIRECTORY_FOR_JOB_SCRIPT, else a

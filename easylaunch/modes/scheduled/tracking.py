@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from easylaunch.commands import programs_to_find
 from easylaunch.errors import LaunchError
 from easylaunch.jobs import Job
 from easylaunch.modes.hosted import NO_QUERY, BackendQuery, HostedMode, completed
@@ -58,15 +59,20 @@ class ScheduledMode(HostedMode):
         """The checked resource request of this launch."""
         return self.scheduler.resources(self.settings, self.opts, request)
 
-    def preflight(self, folder: str, runs_there: bool) -> ClusterFacts:
+    def preflight(self, folder: str, runs_there: bool, request: LaunchRequest,
+                  in_image: bool) -> ClusterFacts:
         """Ask the cluster, in one round trip, whether it can take runs kept in ``folder``
-        (see :meth:`check_host`), whether the submit command is there, and what the scheduler
-        says about array sizes."""
+        (see :meth:`check_host`; a command's programs are looked up on its PATH unless the
+        runs start ``in_image`` or PRE_CMDS set their PATH up), whether the submit command is
+        there, and what the scheduler says about array sizes."""
         sched, t = self.scheduler, self.transport
         sched.check_folder(folder)  # before anything is made there
         tool = sched.SUBMIT_TOOL
+        programs = [] if in_image or sched.pre_cmds(self.settings) \
+            else programs_to_find(request)
         root, _, (which, *answers) = self.check_host(
-            folder, runs_there, {"op": "which", "names": [tool]}, *sched.preflight_ops())
+            folder, runs_there, {"op": "which", "names": [tool]}, *sched.preflight_ops(),
+            programs=programs)
         if which["found"][tool] is None:
             raise LaunchError(
                 f"mode {self.name!r} submits with {tool}, which is not on PATH on {t.where}; "
