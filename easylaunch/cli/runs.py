@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import shlex
 import collections
+import shlex
 import shutil
 import sys
 import time
