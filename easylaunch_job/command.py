@@ -7,9 +7,10 @@ these added: ``EASYLAUNCH_RUN_ID``, ``EASYLAUNCH_RUN_DIR`` (its run folder),
 ``EASYLAUNCH_ATTEMPT`` (1, then 2... after a restart), ``EASYLAUNCH_VARIANT`` (the variant as
 JSON), ``EASYLAUNCH_CHECKPOINT_DIR`` and ``EASYLAUNCH_STOP_SIGNAL``. When the run is stopped
 (its time limit near or reached, a preemption, a cancel) the command receives that signal
-(SIGUSR1) and may save a checkpoint before it exits; a run with restarts left is then
-requeued. Its exit code decides the run: 0 succeeded, anything else failed, with the code and
-the last lines of its stderr in the run's record.
+(SIGUSR1) and may save a checkpoint before it exits (with any code); a run with restarts
+left is then requeued. In a run of several processes, each runs the command with ``RANK``,
+``LOCAL_RANK`` and ``WORLD_SIZE`` set. Its exit code decides the run: 0 succeeded, anything
+else failed, with the code and the last lines of its stderr in the run's record.
 """
 
 from __future__ import annotations
@@ -43,12 +44,12 @@ class CommandFailed(Exception):
         self.stderr_tail = stderr_tail
 
     def __str__(self) -> str:
-        head = f"the command exited with code {self.exit_code}: {_shown(self.argv)}"
+        head = f"the command exited with code {self.exit_code}: {_words(self.argv)}"
         return f"{head}\n--- last lines of its stderr ---\n{self.stderr_tail}" \
             if self.stderr_tail else head
 
 
-def _shown(argv: Sequence[str]) -> str:
+def _words(argv: Sequence[str]) -> str:
     return " ".join(shlex.quote(a) for a in argv)
 
 
@@ -87,7 +88,7 @@ class Command:
         self.from_variant = from_variant
 
     def __repr__(self) -> str:
-        return f"Command({_shown(self.template)})"
+        return f"Command({_words(self.template)})"
 
     def argv(self, variant: Any) -> list[str]:
         """This run's command."""
@@ -98,7 +99,10 @@ class Command:
     def environment(self, config: Any, variant: Any) -> dict[str, str]:
         """What the command learns about its run, added to the runner's environment."""
         extra = config.extra_launch_info
-        return {"EASYLAUNCH_RUN_ID": str(extra.get("run_id", "")),
+        ranks = {"RANK": extra.get("rank", 0), "LOCAL_RANK": extra.get("local_rank", 0),
+                 "WORLD_SIZE": extra.get("world_size", 1)}
+        return {**{k: str(v) for k, v in ranks.items() if k not in os.environ},
+                "EASYLAUNCH_RUN_ID": str(extra.get("run_id", "")),
                 "EASYLAUNCH_RUN_DIR": config.base_log_dir,
                 "EASYLAUNCH_ATTEMPT": str(extra.get("attempt", 1)),
                 "EASYLAUNCH_VARIANT": json.dumps(variant, default=str),
@@ -120,11 +124,9 @@ class Command:
         reader.start()
         try:
             code = proc.wait()
-        except BaseException:  # a stop (or Ctrl-C): the command hears of it and ends first
-            _pass_on_stop(proc)
-            reader.join()
-            if proc.returncode == 0:
-                return 0
+        except BaseException:  # a stop (or Ctrl-C): the command hears of it and ends first,
+            _pass_on_stop(proc)  # then the stop is recorded (and the run requeued) as for a
+            reader.join()  # function, whatever the command's exit code
             raise
         reader.join()
         if code != 0:

@@ -6,11 +6,13 @@ if [ "$(id -u)" != 0 ]; then
     echo "slurm-up: needs root to install and start slurmctld/slurmd; skipping" >&2
     exit 0
 fi
-# slurm-wlm-torque: Slurm's qsub/qstat/qdel front ends, which run the pbs mode's job scripts.
+# slurm-wlm-torque: Slurm's qsub/qstat/qdel front ends, which run the pbs mode's job scripts;
+# tmux drives the interactive shells (easylaunch shell, easylaunch interactive) in the tests.
 if ! command -v slurmctld >/dev/null || ! command -v munged >/dev/null || ! command -v bwrap >/dev/null \
-        || ! command -v qsub >/dev/null; then
+        || ! command -v qsub >/dev/null || ! command -v tmux >/dev/null; then
     apt-get update -q
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q slurm-wlm munge bubblewrap slurm-wlm-torque
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q slurm-wlm munge bubblewrap slurm-wlm-torque \
+        tmux
 fi
 if sinfo -h -o %T 2>/dev/null | grep -q -E 'idle|mix|alloc'; then
     exit 0

@@ -12,13 +12,14 @@ import os
 import sys
 
 from easylaunch import __version__
-from easylaunch.cli import actions, configure, dist, runs, submit, views
+from easylaunch.cli import actions, configure, dist, runs, shells, submit, views
 from easylaunch.errors import EasyLaunchError
 
 COMMAND_ADDERS = (submit.add_submit, runs.add_ls, runs.add_status, runs.add_watch, runs.add_logs,
                   actions.add_cancel, actions.add_resubmit, actions.add_forget, actions.add_fetch,
                   configure.add_init, configure.add_config, views.add_preview, views.add_plot,
-                  views.add_ui,                  configure.add_doctor, dist.add_dist)
+                  views.add_ui, shells.add_shell, shells.add_interactive, configure.add_doctor,
+                  dist.add_dist)
 
 
 def build_parser() -> argparse.ArgumentParser:

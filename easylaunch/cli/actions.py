@@ -8,7 +8,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from easylaunch.cli.shared import Command, parse_since, registry_of
+from easylaunch.cli.shared import AddCommand, parse_since, registry_of
 from easylaunch.errors import EasyLaunchError
 from easylaunch.refresh import OPEN_STATES, STATES, cancel_entry, job_for, refresh_entries
 
@@ -158,14 +158,14 @@ def _selection() -> argparse.ArgumentParser:
     return selection
 
 
-def add_cancel(command: Command) -> None:
+def add_cancel(command: AddCommand) -> None:
     """``cancel``: cancel runs."""
     parser = command("cancel", aliases=["abort"], parents=[_selection()],
                      help="cancel runs (a cancelled run is never restarted)")
     parser.set_defaults(func=cancel)
 
 
-def add_resubmit(command: Command) -> None:
+def add_resubmit(command: AddCommand) -> None:
     """``resubmit``: run runs parser."""
     parser = command("resubmit", parents=[_selection()],
                     help="run runs again (same bundle and settings, new ids, same sweep)")
@@ -174,7 +174,7 @@ def add_resubmit(command: Command) -> None:
     parser.set_defaults(func=resubmit_runs)
 
 
-def add_forget(command: Command) -> None:
+def add_forget(command: AddCommand) -> None:
     """``forget``: drop ended runs from the registry."""
     parser = command("forget", aliases=["rm"], parents=[_selection()],
                      help="drop ended runs from the registry (their folders stay)")
@@ -183,7 +183,7 @@ def add_forget(command: Command) -> None:
     parser.set_defaults(func=forget)
 
 
-def add_fetch(command: Command) -> None:
+def add_fetch(command: AddCommand) -> None:
     """``fetch``: bring a remote run's logs and results here."""
     parser = command("fetch", help="bring a remote run's logs and results here")
     parser.add_argument("id", help="run id, or a unique start or end of one")

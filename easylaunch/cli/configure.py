@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from easylaunch.cli.shared import Command
+from easylaunch.cli.shared import AddCommand
 from easylaunch.settings import (
     DEFAULTS,
     USER_CONFIG_PATH,
@@ -41,7 +41,7 @@ def doctor(args: argparse.Namespace) -> int:
     return 1 if any(f.level == "error" for f in findings) else 0
 
 
-def add_init(command: Command) -> None:
+def add_init(command: AddCommand) -> None:
     """``init``: write a short settings file."""
     parser = command("init", help="write a short settings file (the keys most users change)")
     parser.add_argument("path", nargs="?", default=str(USER_CONFIG_PATH),
@@ -49,7 +49,7 @@ def add_init(command: Command) -> None:
     parser.set_defaults(func=init)
 
 
-def add_config(command: Command) -> None:
+def add_config(command: AddCommand) -> None:
     """``config``: the effective settings and their sources."""
     parser = command("config", help="print the effective settings and their sources")
     parser.add_argument("--changed", action="store_true",
@@ -57,7 +57,7 @@ def add_config(command: Command) -> None:
     parser.set_defaults(func=config)
 
 
-def add_doctor(command: Command) -> None:
+def add_doctor(command: AddCommand) -> None:
     """``doctor``: check a settings file."""
     parser = command("doctor", help="check a settings file (doodad's or ours): what each key "
                      "means, what each mode lacks, which commands are here")

@@ -6,7 +6,7 @@ import argparse
 import os
 import shlex
 
-from easylaunch.cli.shared import Command
+from easylaunch.cli.shared import AddCommand
 from easylaunch.errors import EasyLaunchError
 
 
@@ -44,7 +44,7 @@ def _dist_launch(args: argparse.Namespace) -> int:
     return 127
 
 
-def add_dist(command: Command) -> None:
+def add_dist(command: AddCommand) -> None:
     """``dist info``, ``dist launch-cmd``, ``dist launch``."""
     parser = command("dist", help="multi-GPU / multi-node helpers for inside a job")
     commands = parser.add_subparsers(dest="dist_command", required=True, metavar="COMMAND")

@@ -10,7 +10,7 @@ import sys
 import time
 
 from easylaunch import listing
-from easylaunch.cli.shared import Command, count, parse_since, registry_of, tail
+from easylaunch.cli.shared import AddCommand, count, parse_since, registry_of, tail
 from easylaunch.errors import EasyLaunchError
 from easylaunch.reasons import reason_of
 from easylaunch.refresh import OPEN_STATES, STATES, job_for, refresh_entries, short
@@ -168,7 +168,7 @@ def logs(args: argparse.Namespace) -> int:
         job.mode.wait_for_change(job, 0.2)  # each mode's own pace of asking its backend
 
 
-def add_ls(command: Command) -> None:
+def add_ls(command: AddCommand) -> None:
     """``ls``: list runs, newest first."""
     parser = command("ls", help="list runs, newest first")
     parser.add_argument("--exp", help="only this experiment (or, when none has that name, the "
@@ -185,7 +185,7 @@ def add_ls(command: Command) -> None:
     parser.set_defaults(func=ls)
 
 
-def add_status(command: Command) -> None:
+def add_status(command: AddCommand) -> None:
     """``status``: one run, refreshed, with the end of its log."""
     parser = command("status", aliases=["q"],
                      help="refresh and show one run, with the end of its log")
@@ -193,7 +193,7 @@ def add_status(command: Command) -> None:
     parser.set_defaults(func=status)
 
 
-def add_watch(command: Command) -> None:
+def add_watch(command: AddCommand) -> None:
     """``watch``: refresh open runs until all have ended."""
     parser = command("watch", help="refresh open runs until all have ended: relaunches "
                     "interrupted cloud runs without their launcher, tells ended sweeps (run it "
@@ -206,7 +206,7 @@ def add_watch(command: Command) -> None:
     parser.set_defaults(func=watch)
 
 
-def add_logs(command: Command) -> None:
+def add_logs(command: AddCommand) -> None:
     """``logs``: a run's log, printed or followed."""
     parser = command("logs", help="print (or follow) a run's log")
     parser.add_argument("id", help="run id, or a unique start or end of one")

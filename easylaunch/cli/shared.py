@@ -13,7 +13,7 @@ from easylaunch.errors import EasyLaunchError
 from easylaunch.settings import load_settings
 
 # Adds one subcommand: ``command(name, parents=(), help=..., aliases=...)``.
-Command = Callable[..., argparse.ArgumentParser]
+AddCommand = Callable[..., argparse.ArgumentParser]
 
 
 def registry_of(args: argparse.Namespace):

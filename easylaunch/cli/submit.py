@@ -14,7 +14,7 @@ import json
 import sys
 from typing import Any
 
-from easylaunch.cli.shared import Command, count
+from easylaunch.cli.shared import AddCommand, count
 from easylaunch.errors import EasyLaunchError
 
 # CLI flag -> launch keyword, for the resources most launches name
@@ -96,7 +96,7 @@ def _submit(args: argparse.Namespace) -> int:
     return 0 if all(job.status().value == "succeeded" for job in jobs) else 1
 
 
-def add_submit(command: Command) -> None:
+def add_submit(command: AddCommand) -> None:
     """``submit``: a command as a run."""
     parser = command("submit", help="launch a command as a run (a grid of commands with "
                      "--grid): easylaunch submit [options] -- CMD ARGS...")

@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-from easylaunch.cli.shared import Command, count
+from easylaunch.cli.shared import AddCommand, count
 from easylaunch.errors import EasyLaunchError
 from easylaunch.settings import ENV_CONFIG
 
@@ -52,7 +52,7 @@ def ui(args: argparse.Namespace) -> int:
     return serve_command(args)
 
 
-def add_preview(command: Command) -> None:
+def add_preview(command: AddCommand) -> None:
     """``preview``: run a launch script with every launch a dry run."""
     parser = command("preview", help="run a launch script with every launch a dry run: "
                       "print the scripts, commands and resources it would submit, and "
@@ -62,7 +62,7 @@ def add_preview(command: Command) -> None:
     parser.set_defaults(func=preview)
 
 
-def add_plot(command: Command) -> None:
+def add_plot(command: AddCommand) -> None:
     """``plot``: learning curves of a sweep's runs as a PNG."""
     parser = command("plot", help="learning curves of a sweep's runs as a PNG, grouped by a "
                    "variant key (mean and spread across the rest, e.g. seeds)")
@@ -82,7 +82,7 @@ def add_plot(command: Command) -> None:
     parser.set_defaults(func=plot)
 
 
-def add_ui(command: Command) -> None:
+def add_ui(command: AddCommand) -> None:
     """``ui``: a web dashboard of the runs."""
     parser = command("ui", help="a web dashboard of the runs, on 127.0.0.1; prints its URL, "
                  "whose token opens it")

@@ -193,6 +193,9 @@ class SshTransport(Transport):
         raise HostError(f"the far side on {self.where} ended with {self.python} (exit "
                         f"{code}): {stderr.strip()[-800:]}")
 
+    def terminal_argv(self, argv: list[str]) -> list[str]:
+        return ["ssh", "-t", *self.ssh_options(), "--", self.destination, shlex.join(argv)]
+
     def rsync_argv(self) -> list[str]:
         # --compress: code and pickles shrink well; rsync leaves compressed formats as they are
         return ["rsync", "--compress", "--rsh", shlex.join(["ssh", *self.ssh_options()])]

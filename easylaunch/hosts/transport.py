@@ -64,6 +64,11 @@ class Transport(ABC):
     def is_local(self) -> bool:
         return False
 
+    def terminal_argv(self, argv: list[str]) -> list[str]:
+        """The argv, run here, that runs ``argv`` there with a terminal (an interactive
+        shell)."""
+        return argv
+
     def push(self, local_root: Path, rels: Sequence[str], dest: str) -> int:
         """Copy ``rels`` (relative to ``local_root``) under ``dest`` there, as a resumable
         rsync (``--partial``: a copy cut off is continued by the next one); return the bytes

@@ -146,6 +146,12 @@ class Mode(ABC):
         """Bring remote logs and results into the local run folder; say what was done."""
         return f"run {job.id} ran on this machine: everything is already in {job.log_dir}"
 
+    def shell(self, job: Job) -> tuple[list[str], dict[str, str] | None]:
+        """The argv (run here, on a terminal) of an interactive shell on the machine and in
+        the folder of a running run, with its environment; and the environment to run it
+        with here (None: this process's)."""
+        raise LaunchError(f"mode {self.name!r} has no way into a run's machine")
+
     def wait_for_change(self, job: Job, timeout: float) -> None:
         """Block up to ``timeout`` seconds or until the job may have changed."""
         time.sleep(timeout)

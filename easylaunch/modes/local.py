@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from easylaunch import launchers, processes
+from easylaunch import launchers, processes, shells
 from easylaunch.bundle import Run
 from easylaunch.commands import check_here
 from easylaunch.containers import DOCKER, SINGULARITY, Container
@@ -411,6 +411,20 @@ class LocalMode(Mode):
             processes.terminate_group(backend["pgid"], backend.get("started"),
                                       float(self.settings.LOCAL_CANCEL_GRACE_SECONDS))
         job.record_end("cancelled", "cancelled")
+
+    def shell(self, job: Job) -> tuple[list[str], dict[str, str] | None]:
+        """bash in the run's folder, with the environment its process started with."""
+        backend = job.launch_info.get("backend", {})
+        if not processes.same_host(job.launch_info) or not processes.is_alive(
+                backend.get("pid"), backend.get("started")):
+            raise LaunchError(f"run {job.id}'s process is not running on this machine")
+        if self.container is not None:
+            raise LaunchError(f"run {job.id} runs inside an image ({self.name}); open a shell "
+                              "there with the container tool's own exec")
+        folder = str(job.log_dir)
+        env = {**shells.process_environment(backend["pid"]),
+               **shells.run_variables(job.id, folder)}
+        return shells.shell_in(folder, {}), env
 
     def wait_for_change(self, job: Job, timeout: float) -> None:
         local_run = _live.get(job.id)

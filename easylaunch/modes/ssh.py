@@ -16,6 +16,7 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
+from easylaunch import shells
 from easylaunch.bundle import Run
 from easylaunch.commands import programs_to_find
 from easylaunch.errors import LaunchError
@@ -169,6 +170,12 @@ class SshMode(HostedMode):
                 job.record_end("failed", f"the packer on {self.transport.where} ended before "
                                          "this run recorded an outcome (was the machine "
                                          f"restarted?); see {backend['packer_log']} there")
+
+    def shell(self, job: Job) -> tuple[list[str], dict[str, str] | None]:
+        """bash in the run's folder on the host."""
+        folder = self._job_log_dir(job)
+        return self.transport.terminal_argv(
+            shells.shell_in(folder, shells.run_variables(job.id, folder))), None
 
     def cancel(self, job: Job) -> None:
         backend = job.launch_info["backend"]

@@ -96,6 +96,16 @@ class Scheduler(Protocol):
         """Whether a run is stopped through its record alone (its element cannot be named
         to the cancel command)."""
 
+    def shell_lookup(self, job_id: str) -> list[str]:
+        """What to ask the scheduler before opening a shell in a running job."""
+
+    def shell_argv(self, lookup_out: str, job_id: str, inner: list[str]) -> list[str]:
+        """The argv, run on the login node with a terminal, of ``inner`` inside the running
+        job (refused, saying why, when it does not run)."""
+
+    def interactive_argv(self, res: Any, inner: list[str]) -> list[str]:
+        """The argv of an interactive allocation that runs ``inner`` with a terminal."""
+
     def broadcast(self, archive: str, target: str, unpack: str, fail: str) -> list[str]:
         """Shell lines that copy ``archive`` to ``target``.tar.gz on every node of the job
         and run ``unpack`` there once per node (``fail``: a format of the failure line)."""

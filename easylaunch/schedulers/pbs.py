@@ -308,6 +308,33 @@ def max_array_size(server_json: str) -> int:
     return next((s for s in sizes if s), DEFAULT_MAX_ARRAY_SIZE)
 
 
+def exec_host_command(job_id: str) -> list[str]:
+    """qstat's full record of one job (its exec_host: the nodes it runs on)."""
+    return ["qstat", "-f", job_id]
+
+
+def node_shell(qstat_out: str, job_id: str, inner: list[str]) -> list[str]:
+    """``ssh -t NODE INNER``: a terminal on the first node of the running job (PBS has no
+    step into a job; sites let a job's user ssh to its nodes)."""
+    state = re.search(r"^\s*job_state = (\w)", qstat_out, re.MULTILINE)
+    host = re.search(r"^\s*exec_host = ([^/+\s]+)", qstat_out, re.MULTILINE)
+    if not state or state.group(1) != "R" or not host:
+        raise LaunchError(f"PBS job {job_id} is not running (qstat says job_state "
+                          f"{state.group(1) if state else 'nothing'}): there is no node to "
+                          "open a shell on")
+    return ["ssh", "-t", host.group(1), shlex.join(inner)]
+
+
+def interactive_job(res: Resources, inner: list[str]) -> list[str]:
+    """``qsub -I -l RESOURCES -- INNER``: an interactive job, ended with its shell."""
+    argv = ["qsub", "-I", "-N", "interactive"]
+    for line in pbs_header(res, "interactive")[1:]:
+        words = shlex.split(line.removeprefix("#PBS "))
+        if words[0] in ("-l", "-q", "-A"):
+            argv += words
+    return [*argv, "--", *inner]
+
+
 # -- the Scheduler the modes use ----------------------------------------------------------------
 
 NAME = "PBS"
@@ -352,6 +379,11 @@ def python(settings: Settings) -> str | None:
 
 def pre_cmds(settings: Settings) -> tuple[str, ...]:
     return tuple(settings.PBS_PRE_CMDS)
+
+
+shell_lookup = exec_host_command
+shell_argv = node_shell
+interactive_argv = interactive_job
 
 
 def every_rank(line: str, res: Resources) -> str:

@@ -331,6 +331,39 @@ def max_array_size(scontrol_config: str) -> int:
     return int(match.group(1)) if match else DEFAULT_MAX_ARRAY_SIZE
 
 
+def job_command(job_id: str) -> list[str]:
+    """scontrol's one-line record of a job or array task (its own job id, state, nodes)."""
+    return ["scontrol", "show", "job", "--oneliner", job_id]
+
+
+def step_into(scontrol_out: str, job_id: str, inner: list[str]) -> list[str]:
+    """``srun --jobid=J --overlap --pty INNER``: one task on the first node of the running
+    job ``job_id`` (an array task by the job id of its own, which srun needs)."""
+    fields = dict(re.findall(r"(\w+)=(\S*)", scontrol_out))
+    state = fields.get("JobState") or "unknown to scontrol"
+    if state != "RUNNING":
+        raise LaunchError(f"Slurm job {job_id} is {state}, not running: there is no node to "
+                          "open a shell on")
+    return ["srun", f"--jobid={fields['JobId']}", "--overlap", "-N1", "-n1", "--pty", *inner]
+
+
+def allocation_argv(res: Resources, inner: list[str]) -> list[str]:
+    """``salloc RESOURCES srun --pty INNER``: an allocation, a shell on its first node, and
+    the allocation's end when the shell ends."""
+    argv = ["salloc", "--job-name=interactive", f"--time={res.time_minutes}",
+            f"--nodes={res.nodes}", f"--cpus-per-task={res.cpus_per_task}"]
+    for flag, value in (("--account", res.account), ("--partition", res.partition),
+                        ("--mem", res.mem), ("--qos", res.qos),
+                        ("--constraint", res.constraint)):
+        if value:
+            argv.append(f"{flag}={value}")
+    if res.n_gpus:
+        argv.append(f"--gres=gpu:{res.gpu_type}:{res.n_gpus}" if res.gpu_type
+                    else f"--gres=gpu:{res.n_gpus}")
+    return [*argv, *shlex.split(res.extra_flags), "srun", "--overlap", "-N1", "-n1", "--pty",
+            *inner]
+
+
 # -- the Scheduler the modes use ----------------------------------------------------------------
 
 NAME = "Slurm"
@@ -460,6 +493,11 @@ def output_place(backend: dict) -> tuple[str, str] | None:
 
 def stops_by_record(backend: dict) -> bool:
     return False  # scancel names array elements
+
+
+shell_lookup = job_command
+shell_argv = step_into
+interactive_argv = allocation_argv
 
 
 def broadcast(archive: str, target: str, unpack: str, fail: str) -> list[str]:

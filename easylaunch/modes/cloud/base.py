@@ -374,6 +374,14 @@ class CloudMode(Mode):
                                    "the run's logs")
         return False
 
+    def shell(self, job: Job) -> tuple[list[str], dict[str, str] | None]:
+        instance = job.launch_info.get("backend", {}).get("instance_id", "its instance")
+        raise LaunchError(
+            f"easylaunch does not open shells on {self.name} instances: the images it starts "
+            f"need no ssh access. To get in, launch with an image and key that allow ssh and "
+            f"ssh to {instance}'s public address; the run's logs sync to "
+            f"{job.launch_info['backend'].get('log_url', 'its bucket')}")
+
     def cancel(self, job: Job) -> None:
         """Ask the agent to stop the run and sync it, then end the instance if it is not
         running other runs; the run ends as cancelled."""

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from easylaunch import shells
 from easylaunch.commands import programs_to_find
 from easylaunch.errors import LaunchError
 from easylaunch.jobs import Job
@@ -102,6 +103,19 @@ class ScheduledMode(HostedMode):
         op = {"op": "run", "argv": argv}
         out = completed(self.retried([op], self.transport.run_ops([op]))[0])
         return self.scheduler.parse_reason(out.stdout) if out.returncode == 0 else None
+
+    def shell(self, job: Job) -> tuple[list[str], dict[str, str] | None]:
+        """bash in the run's folder on its job's node (through the scheduler), over the
+        cluster's SSH connection with a terminal when the cluster is remote."""
+        job_id = self.job_id(job)
+        if job_id is None:
+            raise LaunchError(f"run {job.id} has no {self.scheduler.NAME} job id yet")
+        op = {"op": "run", "argv": self.scheduler.shell_lookup(job_id)}
+        found = completed(self.retried([op], self.transport.run_ops([op]))[0])
+        folder = self._job_log_dir(job)
+        inner = shells.shell_in(folder, shells.run_variables(job.id, folder))
+        return self.transport.terminal_argv(
+            self.scheduler.shell_argv(found.stdout, job_id, inner)), None
 
     # -- tracking -------------------------------------------------------------------------------
 
