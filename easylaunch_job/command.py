@@ -44,12 +44,12 @@ class CommandFailed(Exception):
         self.stderr_tail = stderr_tail
 
     def __str__(self) -> str:
-        head = f"the command exited with code {self.exit_code}: {_words(self.argv)}"
+        head = f"the command exited with code {self.exit_code}: {_command_line(self.argv)}"
         return f"{head}\n--- last lines of its stderr ---\n{self.stderr_tail}" \
             if self.stderr_tail else head
 
 
-def _words(argv: Sequence[str]) -> str:
+def _command_line(argv: Sequence[str]) -> str:
     return " ".join(shlex.quote(a) for a in argv)
 
 
@@ -88,7 +88,7 @@ class Command:
         self.from_variant = from_variant
 
     def __repr__(self) -> str:
-        return f"Command({_words(self.template)})"
+        return f"Command({_command_line(self.template)})"
 
     def argv(self, variant: Any) -> list[str]:
         """This run's command."""
