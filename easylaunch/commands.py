@@ -83,7 +83,7 @@ def check_code_programs(request: LaunchRequest, code_dir: str | None) -> None:
         if "/" not in program or os.path.isabs(program):
             continue
         where = code_dir or os.getcwd()
-        path = os.path.join(where, program)
+        path = os.path.normpath(os.path.join(where, program))
         if not os.path.isfile(path):
             raise LaunchError(f"the command's program {program!r} is not in {where}, where "
                               "commands run (the snapshot of the first of CODE_DIRS_TO_MOUNT)")

@@ -2,6 +2,7 @@
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -184,3 +185,29 @@ def launch_and_exit(cfg: dict, mode: str, exp_name: str, variant: dict):
         text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     return Job.from_run_dir(out.stdout.split()[-1])
+
+
+def tmux(*args: str) -> str:
+    return subprocess.run(["tmux", *args], capture_output=True, text=True, check=True).stdout
+
+
+def shell_answers(argv: list[str], typed: str, expect: str, timeout: float = 30,
+                  after=None) -> str:
+    """Start ``argv`` in a tmux window, type ``typed`` once the shell is up, and return the
+    window's text once ``expect`` shows in it (``after(session)`` first, if given)."""
+    session = f"el{os.getpid()}{time.monotonic_ns() % 10**6}"
+    tmux("new-session", "-d", "-s", session, "-x", "200", "-y", "50",
+         shlex.join(argv) + "; echo SHELL-ENDED; sleep 60")
+    try:
+        assert wait_for(lambda: "a shell where" in tmux("capture-pane", "-p", "-t", session)
+                        or "allocation" in tmux("capture-pane", "-p", "-t", session), 30)
+        time.sleep(1)
+        tmux("send-keys", "-t", session, typed, "Enter")
+        assert wait_for(lambda: expect in tmux("capture-pane", "-p", "-t", session),
+                        timeout), tmux("capture-pane", "-p", "-t", session)
+        shown = tmux("capture-pane", "-p", "-t", session)
+        if after is not None:
+            after(session)
+        return shown
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)

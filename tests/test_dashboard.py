@@ -7,6 +7,7 @@ import asyncio
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -24,7 +25,7 @@ from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
-from easylaunch import JobState, run_experiment, run_sweep
+from easylaunch import JobState, run_command, run_experiment, run_sweep
 from easylaunch.cli.shared import parse_since
 from easylaunch.dashboard import charts, views
 from easylaunch.errors import EasyLaunchError
@@ -134,7 +135,8 @@ def test_runs_page_lists_a_sweep_and_a_run_shows_its_logs_as_text(dashboard, bro
                      exp_name="dash-sweep", config=dashboard.config)
     failed = run_experiment(jobfns.fail, exp_name="dash-fail", variant=dict(learning_rate=SCRIPT),
                             config=dashboard.config)
-    for job in (*jobs, failed):
+    command = run_command(["echo", SCRIPT], exp_name="dash-cmd", config=dashboard.config)
+    for job in (*jobs, failed, command):
         job.wait(timeout=60)
     open_page(browser, dashboard, "/")
     rows = {tr.get_attribute("data-run"): tr
@@ -145,6 +147,7 @@ def test_runs_page_lists_a_sweep_and_a_run_shows_its_logs_as_text(dashboard, bro
     assert f"learning_rate={SCRIPT}" in row  # the key that differs within the sweep, as text
     assert "seed" not in row  # (the same in both runs)
     assert "failed" in rows[failed.id].text
+    assert f"$ echo {shlex.quote(SCRIPT)}" in rows[command.id].text  # the command, as text
     why = rows[failed.id].find_element(By.CSS_SELECTOR, "td.reason").get_attribute("textContent")
     assert why == f"ValueError: bad learning rate {SCRIPT}"  # why it failed, as text
     browser.save_screenshot(str(artifacts / "dashboard-runs.png"))

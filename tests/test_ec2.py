@@ -34,6 +34,7 @@ from easylaunch import (
     EasyLaunchError,
     JobState,
     LaunchError,
+    run_commands,
     run_experiment,
     run_sweep,
 )
@@ -215,6 +216,19 @@ def test_a_failing_function_ends_failed_with_its_traceback_in_s3(ec2_cfg, aws, p
     with pytest.raises(ValueError, match="bad learning rate 5"):
         job.result()
     assert box.wait() == 0 and box.shutdown_log.exists()
+
+
+def test_a_command_runs_on_an_instance_and_its_exit_code_decides(ec2_cfg, aws, play):
+    jobs = run_commands(["bash -c 'echo fine on $(hostname -s)'",
+                         "bash -c 'echo gone >&2; exit 3'"], exp_name="cmds", mode="ec2",
+                        config=ec2_cfg)
+    boxes = [play(job) for job in jobs]
+    ok, bad = jobs
+    assert ok.wait(timeout=60) is JobState.SUCCEEDED, boxes[0].boot_log()
+    assert bad.wait(timeout=60) is JobState.FAILED, boxes[1].boot_log()
+    assert bad.info()["exit_code"] == 3 and bad.info()["error"].endswith("gone")
+    prefix = ok.launch_info["backend"]["log_prefix"]
+    assert s3_text(aws, f"{prefix}/stdout.log").startswith("fine on ")
 
 
 def test_a_spot_interruption_notice_triggers_the_final_sync(ec2_cfg, aws, play):

