@@ -150,3 +150,35 @@ def test_a_shell_into_a_running_local_run_is_in_its_folder_with_its_environment(
         cli(settings, "cancel", run_id)
     ended = cli(settings, "shell", run_id)
     assert ended.returncode == 1 and "has ended (cancelled)" in ended.stderr
+
+
+def test_the_scheduler_shell_and_allocation_lines():
+    from easylaunch.schedulers import pbs, slurm
+    from easylaunch.shells import shell_in
+
+    inner = shell_in("/runs/a b", {"EASYLAUNCH_RUN_ID": "ab12"})
+    assert inner == ["env", "EASYLAUNCH_RUN_ID=ab12", "bash", "-c",
+                     'cd -- "$1" || exit 1; shift; exec bash -i', "easylaunch-shell",
+                     "/runs/a b"]
+    line = "JobId=1836 ArrayJobId=1834 ArrayTaskId=1 JobState=RUNNING NodeList=n01"
+    assert slurm.shell_argv(line, "1834_1", ["bash"]) == \
+        ["srun", "--jobid=1836", "--overlap", "-N1", "-n1", "--pty", "bash"]
+    with pytest.raises(LaunchError, match="Slurm job 7 is PENDING, not running"):
+        slurm.shell_argv("JobId=7 JobState=PENDING", "7", ["bash"])
+    qstat = "Job Id: 12.pbs01\n    job_state = R\n    exec_host = x1001c0s0b0n0/0*64+x1002/0\n"
+    assert pbs.shell_argv(qstat, "12.pbs01", inner) == \
+        ["ssh", "-t", "x1001c0s0b0n0", shlex.join(inner)]
+    with pytest.raises(LaunchError, match="PBS job 12 is not running .*job_state Q"):
+        pbs.shell_argv("    job_state = Q\n", "12", ["bash"])
+    res = slurm.resolve_resources({"gpu": {"partition": "g2", "n_gpus": 1, "time_in_mins": 60,
+                                           "n_cpus_per_task": 4,
+                                           "max_num_cores_per_node": 8}}, "gpu", True)
+    assert slurm.interactive_argv(res, ["bash", "-i"]) == [
+        "salloc", "--job-name=interactive", "--time=60", "--nodes=1", "--cpus-per-task=4",
+        "--partition=g2", "--gres=gpu:1", "srun", "--overlap", "-N1", "-n1", "--pty",
+        "bash", "-i"]
+    res = pbs.resolve_resources({"cpu": {"select": 2, "ncpus": 8, "walltime": 30,
+                                         "queue": "debug", "project": "p1"}}, "cpu", False)
+    assert pbs.interactive_argv(res, ["bash", "-i"]) == [
+        "qsub", "-I", "-N", "interactive", "-l", "select=2:ncpus=8:mpiprocs=1",
+        "-l", "walltime=00:30:00", "-q", "debug", "-A", "p1", "--", "bash", "-i"]
