@@ -37,6 +37,8 @@ def test_commands_pack_into_one_htp_allocation(batch_cfg):
     subprocess.run(["bash", f"{cluster}/submit.sh"], check=True, capture_output=True)
     assert [j.wait(timeout=180) for j in jobs] == [JobState.SUCCEEDED] * 4
     assert len({j.info()["job_id"] for j in jobs}) == 1  # one allocation
+    for job in jobs:
+        job.fetch()
     assert sorted((j.log_dir / "stdout.log").read_text() for j in jobs) == \
         [f"packed {i}\n" for i in range(4)]
 

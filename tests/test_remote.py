@@ -14,40 +14,11 @@ from pathlib import Path
 
 import jobfns
 import pytest
-from conftest import REPO_DIR, TESTS_DIR
+from conftest import REMOTE_USER, SSH_DIR, TESTS_DIR
 from helpers import wait_for
 
 from easylaunch import JobState, get_job, run_experiment, run_sweep
 from easylaunch.errors import LaunchError
-
-SSH_DIR = REPO_DIR / ".test-ssh"
-REMOTE_USER = "easyremote"
-
-
-@pytest.fixture(scope="session")
-def ssh_cluster(slurm_cluster):
-    """The remote user's home, once its sshd answers (else skip: run scripts/ssh-up.sh)."""
-    if not (SSH_DIR / "config").exists():
-        pytest.skip("no test sshd: run scripts/ssh-up.sh as root")
-    out = subprocess.run(["ssh", "-F", str(SSH_DIR / "config"), "-o", "BatchMode=yes",
-                          "easylaunch-test-cluster", "true"], capture_output=True, text=True)
-    if out.returncode != 0:
-        pytest.skip(f"the test sshd does not answer ({out.stderr.strip()}): run "
-                    "scripts/ssh-up.sh as root")
-    return Path(pwd.getpwnam(REMOTE_USER).pw_dir)
-
-
-@pytest.fixture
-def remote_cfg(cfg, ssh_cluster):
-    """Settings submitting to the test cluster over SSH, each test in its own folders there."""
-    tag = uuid.uuid4().hex[:8]
-    return dict(cfg, DEFAULT_CLUSTER="test", SLURM_SIGNAL_SECONDS=30,
-                CLUSTERS={"test": {"host": "easylaunch-test-cluster", "log_dir": f"~/runs/{tag}",
-                                   "python": "~/venv/bin/python",
-                                   "ssh_config": str(SSH_DIR / "config")}},
-                SLURM_CONFIGS=dict(cpu=dict(max_num_cores_per_node=os.cpu_count(),
-                                            time_in_mins=10)),
-                SSS_LOG_DIR=f"{ssh_cluster}/sss-logs/{tag}", SSS_SCRIPT_PATH=None)
 
 
 def _there(home: Path, job) -> Path:
