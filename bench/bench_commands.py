@@ -9,7 +9,7 @@
    sshd, driven through tmux (seconds).
 
 Needs the local Slurm cluster (scripts/slurm-up.sh), the test sshd (scripts/ssh-up.sh) and tmux.
-Usage: python bench/bench_commands.py [--runs 300] [--repeat 5]
+Usage: python bench/bench_commands.py [--runs 300] [--repeat 5] (medians of --repeat)
 """
 
 from __future__ import annotations
@@ -70,17 +70,21 @@ def submitted(jobs: list) -> None:
     assert all(s is JobState.SUCCEEDED for s in states), states
 
 
-def htp_figures(settings: dict, runs: int) -> dict[str, float]:
-    def commands():
-        submitted(run_commands(["true"] * runs, exp_name="bench-cmd", mode="htp",
-                               config=settings))
+def htp_figures(settings: dict, runs: int, repeat: int) -> dict[str, float]:
+    def commands():  # (each sweep its own experiment: one batch each, none grown)
+        submitted(run_commands(["true"] * runs, exp_name=f"cmd-{uuid.uuid4().hex[:6]}",
+                               mode="htp", config=settings))
 
     def functions():
-        submitted(run_sweep(noop, [{"i": i} for i in range(runs)], exp_name="bench-fn",
-                            mode="htp", config=settings))
+        submitted(run_sweep(noop, [{"i": i} for i in range(runs)],
+                            exp_name=f"fn-{uuid.uuid4().hex[:6]}", mode="htp",
+                            config=settings))
 
-    return {f"htp: {runs} functions": median_seconds(functions, 1),
-            f"htp: {runs} commands": median_seconds(commands, 1)}
+    times: dict[str, list[float]] = {f"htp: {runs} functions": [], f"htp: {runs} commands": []}
+    for _ in range(repeat):  # alternately: the cluster's pace drifts
+        for name, action in zip(times, (functions, commands), strict=True):
+            times[name].append(median_seconds(action, 1))
+    return {name: statistics.median(values) for name, values in times.items()}
 
 
 def shell_seconds(argv: list[str]) -> float:
@@ -146,7 +150,7 @@ def main() -> None:
         settings_file = tmp / "settings.py"
         settings_file.write_text("".join(f"{k} = {v!r}\n" for k, v in settings.items()))
         local = local_figures(str(settings_file), settings, args.repeat)
-        htp = htp_figures(settings, args.runs)
+        htp = htp_figures(settings, args.runs, args.repeat)
         shells = shell_figures(tmp, settings)
     base = local["bash -c true (subprocess)"]
     for name, seconds in local.items():

@@ -2,7 +2,8 @@
 its environment) and ``easylaunch interactive`` (an allocation and a shell on a compute node).
 
 Modes say how to reach a run's machine (:meth:`Mode.shell`); this module holds what they
-share: the run's variables and the shell line that starts in its folder.
+share: the run's variables (the job side's :func:`run_variables`) and the shell line that
+starts in its folder.
 """
 
 from __future__ import annotations
@@ -10,18 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from easylaunch.errors import LaunchError
-from easylaunch_job.command import ENV_STOP_SIGNAL, STOP_SIGNAL
-from easylaunch_job.environment import ENV_CHECKPOINT_DIR
-from easylaunch_job.records import CHECKPOINT_DIR
 
 # ``bash -c`` program of the shell: into the run's folder, then an interactive bash
 _INTO_FOLDER = 'cd -- "$1" || exit 1; shift; exec bash -i'
-
-
-def run_variables(run_id: str, folder: str) -> dict[str, str]:
-    """The easylaunch variables a run (and a command it runs) sees, for ``folder`` there."""
-    return {"EASYLAUNCH_RUN_ID": run_id, "EASYLAUNCH_RUN_DIR": folder,
-            ENV_CHECKPOINT_DIR: f"{folder}/{CHECKPOINT_DIR}", ENV_STOP_SIGNAL: STOP_SIGNAL}
 
 
 def shell_in(folder: str, variables: Mapping[str, str]) -> list[str]:

@@ -27,6 +27,7 @@ import threading
 from typing import Any, Sequence
 
 from easylaunch_job.environment import ENV_CHECKPOINT_DIR
+from easylaunch_job.records import CHECKPOINT_DIR
 
 ENV_CODE_DIR = "EASYLAUNCH_CODE_DIR"  # set by the runner: the first code folder's snapshot
 ENV_STOP_SIGNAL = "EASYLAUNCH_STOP_SIGNAL"
@@ -44,13 +45,16 @@ class CommandFailed(Exception):
         self.stderr_tail = stderr_tail
 
     def __str__(self) -> str:
-        head = f"the command exited with code {self.exit_code}: {_command_line(self.argv)}"
+        head = f"the command exited with code {self.exit_code}: {shlex.join(self.argv)}"
         return f"{head}\n--- last lines of its stderr ---\n{self.stderr_tail}" \
             if self.stderr_tail else head
 
 
-def _command_line(argv: Sequence[str]) -> str:
-    return " ".join(shlex.quote(a) for a in argv)
+def run_variables(run_id: str, run_dir: str) -> dict[str, str]:
+    """The variables that tell a command (or a shell opened where it runs) about its run."""
+    return {"EASYLAUNCH_RUN_ID": run_id, "EASYLAUNCH_RUN_DIR": run_dir,
+            ENV_CHECKPOINT_DIR: os.path.join(run_dir, CHECKPOINT_DIR),
+            ENV_STOP_SIGNAL: STOP_SIGNAL}
 
 
 def argv_for(template: Sequence[str], variant: dict | None, fill: bool) -> list[str]:
@@ -88,7 +92,7 @@ class Command:
         self.from_variant = from_variant
 
     def __repr__(self) -> str:
-        return f"Command({_command_line(self.template)})"
+        return f"Command({shlex.join(self.template)})"
 
     def argv(self, variant: Any) -> list[str]:
         """This run's command."""
@@ -102,12 +106,9 @@ class Command:
         ranks = {"RANK": extra.get("rank", 0), "LOCAL_RANK": extra.get("local_rank", 0),
                  "WORLD_SIZE": extra.get("world_size", 1)}
         return {**{k: str(v) for k, v in ranks.items() if k not in os.environ},
-                "EASYLAUNCH_RUN_ID": str(extra.get("run_id", "")),
-                "EASYLAUNCH_RUN_DIR": config.base_log_dir,
+                **run_variables(str(extra.get("run_id", "")), config.base_log_dir),
                 "EASYLAUNCH_ATTEMPT": str(extra.get("attempt", 1)),
-                "EASYLAUNCH_VARIANT": json.dumps(variant, default=str),
-                ENV_CHECKPOINT_DIR: str(extra.get("checkpoint_dir", "")),
-                ENV_STOP_SIGNAL: STOP_SIGNAL}
+                "EASYLAUNCH_VARIANT": json.dumps(variant, default=str)}
 
     def __call__(self, config: Any, variant: Any) -> int:
         argv = self.argv(variant)

@@ -110,6 +110,11 @@ def test_submit_from_a_shell_lists_shows_and_waits(tmp_path):
     status = cli(settings, "status", ids[0]).stdout
     assert "command:" in status and "succeeded" in status
     assert cli(settings, "logs", ids[0]).stdout.startswith("n=")
+    again = cli(settings, "resubmit", ids[0])
+    assert again.returncode == 0, again.stderr
+    registry = open_registry(tmp_path / "registry.sqlite3")
+    entries = registry.list(exp="shell")[0]
+    assert len(entries) == 3 and len({e.command for e in entries}) == 2
 
 
 def test_submit_refuses_what_it_cannot_run(tmp_path):

@@ -40,6 +40,7 @@ from easylaunch.progress import bar
 from easylaunch.request import LaunchRequest
 from easylaunch.settings import Mount, Settings
 from easylaunch_job.attempts import RestartPolicy, record_lost_end
+from easylaunch_job.command import run_variables
 from easylaunch_job.environment import ENV_GPU_ID, ENV_PARENT_PID, process_start_time
 from easylaunch_job.records import STDERR_LOG, STDOUT_LOG, recorded_state, update_status
 from easylaunch_job.states import TERMINAL_STATES
@@ -423,7 +424,7 @@ class LocalMode(Mode):
                               "there with the container tool's own exec")
         folder = str(job.log_dir)
         env = {**shells.process_environment(backend["pid"]),
-               **shells.run_variables(job.id, folder)}
+               **run_variables(job.id, folder)}
         return shells.shell_in(folder, {}), env
 
     def wait_for_change(self, job: Job, timeout: float) -> None:

@@ -25,6 +25,7 @@ from easylaunch.modes.hosted import NO_QUERY, BackendQuery, HostedMode, complete
 from easylaunch.modes.jobscript import StartLine, bundle_pythonpath, start_line, task_line
 from easylaunch.preview import Preview
 from easylaunch.request import LaunchRequest
+from easylaunch_job.command import run_variables
 from easylaunch_job.records import JOB_PYZ, write_bytes_atomic
 
 PACKS = ".packs"  # <exp>/.packs/<first run id>/: one launch's task files and packer state
@@ -175,7 +176,7 @@ class SshMode(HostedMode):
         """bash in the run's folder on the host."""
         folder = self._job_log_dir(job)
         return self.transport.terminal_argv(
-            shells.shell_in(folder, shells.run_variables(job.id, folder))), None
+            shells.shell_in(folder, run_variables(job.id, folder))), None
 
     def cancel(self, job: Job) -> None:
         backend = job.launch_info["backend"]

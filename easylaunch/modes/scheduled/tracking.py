@@ -24,6 +24,7 @@ from easylaunch.jobs import Job
 from easylaunch.modes.hosted import NO_QUERY, BackendQuery, HostedMode, completed
 from easylaunch.request import LaunchRequest
 from easylaunch.schedulers import Scheduler
+from easylaunch_job.command import run_variables
 from easylaunch_job.records import STATUS_JSON, STDERR_LOG, update_status
 from easylaunch_job.states import TERMINAL_STATES
 
@@ -113,7 +114,7 @@ class ScheduledMode(HostedMode):
         op = {"op": "run", "argv": self.scheduler.shell_lookup(job_id)}
         found = completed(self.retried([op], self.transport.run_ops([op]))[0])
         folder = self._job_log_dir(job)
-        inner = shells.shell_in(folder, shells.run_variables(job.id, folder))
+        inner = shells.shell_in(folder, run_variables(job.id, folder))
         return self.transport.terminal_argv(
             self.scheduler.shell_argv(found.stdout, job_id, inner)), None
 
