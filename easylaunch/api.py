@@ -47,7 +47,7 @@ from easylaunch.modes import get_mode, restarting_modes
 from easylaunch.modes.base import Mode
 from easylaunch.notices import notice
 from easylaunch.payload import pickle_payload, warn_if_large
-from easylaunch.preview import Preview, dry_run_by_default, show
+from easylaunch.preview import PlannedRun, Preview, dry_run_by_default, show
 from easylaunch.progress import track
 from easylaunch.registry import Registry, open_registry
 from easylaunch.request import LaunchRequest
@@ -336,6 +336,8 @@ class _Launch:
                     for i, (variant, data) in enumerate(self._pairs())]
             staged = dataclasses.replace(self.request, log_root=Path(folder))
             shown = self.mode.preview(staged, runs, self.mode.prepare(staged, runs, self.facts))
+            shown.planned = [PlannedRun(r.run_id, r.exp_name, r.log_dir, r.variant)
+                             for r in runs]
         return show(shown.replace_path(folder, root))
 
     def start(self, registry: Registry) -> list[Job]:

@@ -7,10 +7,11 @@ import textwrap
 from pathlib import Path
 
 import jobfns
+import pytest
 from conftest import settings_file
 
 from easylaunch import run_experiment, run_sweep
-from easylaunch.preview import Preview
+from easylaunch.preview import DryRunStop, Preview
 
 
 def _nothing_kept(root: Path, registry: Path) -> None:
@@ -107,3 +108,35 @@ def test_an_sss_dry_run_shows_the_batch_and_how_to_copy_it(batch_cfg, tmp_path):
     assert any(path.endswith("submit.sh") for path in shown.files)
     assert not shown.commands and "copy it:" in shown.notes[0]
     assert not Path(batch_cfg["SLURM_DIRECTORY_FOR_JOB_SCRIPT"]).exists()
+
+
+def test_a_dry_run_stands_for_its_runs_and_a_preview_ends_where_the_script_waits(tmp_path):
+    config = settings_file(tmp_path)
+    shown = run_sweep(jobfns.train, [{"seed": 0}, {"seed": 1}], exp_name="planned",
+                      config=config, dry_run=True)
+    planned = list(shown)
+    assert [p.variant for p in planned] == [{"seed": 0}, {"seed": 1}]
+    assert all(p.log_dir.parent == tmp_path / "logs" / "planned" and
+               p.log_dir.name.endswith(p.id) for p in planned)
+    with pytest.raises(DryRunStop, match="belongs to a dry run: it was not launched"):
+        planned[0].result()
+    example = Path(__file__).resolve().parent.parent / "examples" / "sweep_local.py"
+    out = subprocess.run([sys.executable, "-m", "easylaunch.cli", "preview", "--config", config,
+                          str(example)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "dry run: 6 run(s) in mode 'local'" in out.stdout
+    assert "stopped after 1 dry run(s), where it asks its runs" in out.stderr
+    broken = tmp_path / "broken.py"
+    broken.write_text(textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {str(Path(jobfns.__file__).parent)!r})
+        import jobfns
+        from easylaunch import run_sweep
+        jobs = run_sweep(jobfns.train, [{{}}])
+        print(jobs[0].id, undefined_name)
+    """))
+    out = subprocess.run([sys.executable, "-m", "easylaunch.cli", "preview", "--config", config,
+                          str(broken)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 1
+    assert "failed after 1 dry run(s): NameError: name 'undefined_name'" in out.stderr
+    _nothing_kept(tmp_path / "logs", tmp_path / "registry.sqlite3")

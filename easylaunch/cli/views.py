@@ -34,12 +34,15 @@ def preview(args: argparse.Namespace) -> int:
     except SystemExit as exc:
         if exc.code not in (None, 0):
             raise
-    except Exception as exc:  # noqa: BLE001 - e.g. job.wait() on what a dry run returned
+    except preview.DryRunStop as exc:  # job.wait(), job.result() on a dry run's runs
+        print(f"easylaunch preview: the script stopped after {preview.shown()} dry run(s), "
+              f"where it asks its runs for their ends or results ({exc})", file=sys.stderr)
+    except Exception as exc:  # noqa: BLE001 - the script's own failure: said, not a success
         if not preview.shown():
             raise
-        print(f"easylaunch preview: the script stopped after {preview.shown()} dry run(s) "
-              f"({type(exc).__name__}: {exc}); a dry run returns a Preview, not Jobs",
-              file=sys.stderr)
+        print(f"easylaunch preview: the script failed after {preview.shown()} dry run(s): "
+              f"{type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
     if not preview.shown():
         print(f"easylaunch preview: {args.script} launched nothing", file=sys.stderr)
         return 1
