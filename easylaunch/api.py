@@ -304,7 +304,7 @@ class _Launch:
         snapshots = [
             snapshot(m.local_dir, folder / SNAPSHOT_STORE, s.CODE_SNAPSHOT_EXCLUDES,
                      s.CODE_SNAPSHOT_MAX_MB, skip_dirs={str(request.log_root)})
-            for m in code_mounts] if bundles else []
+            for m in self.mode.snapshot_mounts()] if bundles else []
         return BundleSpec(
             root=folder, exp_name=request.exp_name, mode=o.mode,
             function_bytes=self.function_bytes, use_gpu=o.use_gpu, gpu_id=o.gpu_id,

@@ -156,4 +156,8 @@ def diagnose(path: str | Path | None) -> list[Finding]:
         absent = [" or ".join(g) for g in groups if not any(map(shutil.which, g))]
         findings.append(Finding("warn", f"mode {mode}: not on PATH: {', '.join(absent)}")
                         if absent else Finding("ok", f"mode {mode}: commands on PATH"))
+    findings += [Finding("info", f"modes sss, htp: runs import the cluster's copy {m.local_dir} "
+                         f"(SSS_CODE_DIRS_TO_MOUNT) instead of a snapshot of {local}, the same "
+                         "folder name")
+                 for local, m in effective.cluster_copies().items()]
     return findings + list(_singularity_image(effective))

@@ -91,6 +91,20 @@ class Settings(Mapping[str, Any]):
             mounts.append(self._mount(key, entry, default_prefix="/code"))
         return mounts
 
+    def cluster_copies(self) -> dict[str, Mount]:
+        """The code folders a cluster keeps its own copy of (sss, htp): CODE_DIRS_TO_MOUNT
+        entries whose folder name (or mount point) an SSS_CODE_DIRS_TO_MOUNT entry shares,
+        as doodad users write them; local folder -> the cluster copy's mount."""
+        there = self.code_mounts("SSS_CODE_DIRS_TO_MOUNT")
+        copies = {}
+        for mount in self.code_mounts():
+            name = os.path.basename(mount.local_dir.rstrip("/"))
+            match = next((m for m in there if m.mount_point == mount.mount_point
+                          or os.path.basename(m.local_dir.rstrip("/")) == name), None)
+            if match is not None:
+                copies[mount.local_dir] = match
+        return copies
+
     def data_mounts(self, key: str = "NON_CODE_DIRS_TO_MOUNT") -> list[Mount]:
         """A list of data folders as checked mounts (cluster paths for the SSS_ key); two
         folders at one mount_point are refused."""

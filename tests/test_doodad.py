@@ -272,6 +272,37 @@ def test_sss_from_a_real_config_runs_on_slurm_with_the_cluster_copy_of_code(
     assert all(r["slurm_job_id"] for r in results)
 
 
+def test_doodads_readme_setup_runs_the_cluster_copy_where_the_two_copies_differ(
+        tmp_path, stand_in, slurm_cluster):
+    # doodad's README: the laptop's repository in CODE_DIRS_TO_MOUNT, the cluster's clone of
+    # it (same folder name, another path) in SSS_CODE_DIRS_TO_MOUNT, both as plain strings
+    laptop, cluster_code = tmp_path / "laptop/git/tests", tmp_path / "cluster/git/tests"
+    for folder, where in ((laptop, "laptop copy"), (cluster_code, "cluster copy")):
+        shutil.copytree(TESTS_DIR, folder, ignore=shutil.ignore_patterns("__pycache__"))
+        (folder / "where_am_i.py").write_text(f"WHERE = {where!r}\n")
+    config = doodad_config(
+        tmp_path, "brc_config_private.py", SSS_LOG_DIR=str(tmp_path / "cluster/logs"),
+        SSS_IMAGE=str(stand_in), SSS_CPU_IMAGE=str(stand_in), SSS_GPU_IMAGE=str(stand_in),
+        SSS_PYTHON=sys.executable, SSS_PRE_CMDS=[], BRC_EXTRA_SINGULARITY_ARGS="",
+        SSS_SCRIPT_PATH=str(tmp_path / "seed.sh"), SSS_NON_CODE_DIRS_TO_MOUNT=[],
+        SSS_DIR_AND_MOUNT_POINT_MAPPINGS=[], CODE_DIRS_TO_MOUNT=[f"{laptop}/"],
+        SSS_CODE_DIRS_TO_MOUNT=[str(cluster_code)],
+        SLURM_SIGNAL_SECONDS=30, SLURM_CONFIGS=dict(cpu=dict(
+            n_gpus=0, max_num_cores_per_node=os.cpu_count(), time_in_mins=720)))
+    doctor = subprocess.run([sys.executable, "-m", "easylaunch.cli", "doctor", "--config",
+                             str(config)], capture_output=True, text=True)
+    assert f"runs import the cluster's copy {cluster_code} (SSS_CODE_DIRS_TO_MOUNT) instead " \
+           f"of a snapshot of {laptop}, the same folder name" in doctor.stdout
+    job = run_experiment(jobfns.which_code, mode="sss", config=str(config),
+                         slurm_config_name="cpu", time_in_mins=5)
+    assert job.launch_info["code_snapshots"] == []  # nothing of the laptop's copy is sent
+    cluster = copy_to_cluster(job)
+    assert not (Path(cluster) / ".snapshots").exists()
+    subprocess.run(["bash", f"{cluster}/submit.sh"], check=True, capture_output=True,
+                   env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    assert job.result(timeout=120)["where"] == "cluster copy"
+
+
 @pytest.mark.parametrize("mode", ["here_no_doodad", "local"])
 def test_the_from_doodad_example_runs_unchanged(mode, tmp_path):
     example = TESTS_DIR.parent / "examples/from_doodad"

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from easylaunch.errors import LaunchError
-from easylaunch.settings import Settings
+from easylaunch.settings import Mount, Settings
 
 if TYPE_CHECKING:
     from easylaunch.bundle import Run
@@ -145,6 +145,10 @@ class Mode(ABC):
     def fetch(self, job: Job) -> str:
         """Bring remote logs and results into the local run folder; say what was done."""
         return f"run {job.id} ran on this machine: everything is already in {job.log_dir}"
+
+    def snapshot_mounts(self) -> list[Mount]:
+        """The code folders whose snapshots the runs import (CODE_DIRS_TO_MOUNT)."""
+        return self.settings.code_mounts()
 
     def shell(self, job: Job) -> tuple[list[str], dict[str, str] | None]:
         """The argv (run here, on a terminal) of an interactive shell on the machine and in

@@ -165,15 +165,19 @@ class BatchMode(ScheduledMode):
             bundles=[f"{cluster_dir}/{r.exp_name}/{r.log_dir.name}/{BUNDLE_DIR}" for r in runs],
             log_dirs=[f"{log_root}/{r.exp_name}/{r.log_dir.name}" for r in runs])
 
+    def snapshot_mounts(self) -> list[Mount]:
+        """The code folders without a cluster copy: for those, runs import the copy (as in
+        doodad), and no snapshot is made or sent."""
+        copies = self.settings.cluster_copies()
+        return [m for m in self.settings.code_mounts() if m.local_dir not in copies]
+
     def in_image(self, request: LaunchRequest, layout: Layout, runs: list[Run]
                  ) -> SingularityImage:
         """The image and binds: batch and log folders, code snapshots, the SSS_ folders."""
         snapshots = [s["digest"] for s in runs[0].launch["code_snapshots"]]
         on_cluster = self.settings.code_mounts("SSS_CODE_DIRS_TO_MOUNT")
-        taken = {m.mount_point for m in on_cluster}  # the cluster copy wins, as in doodad
         code = [Mount(f"{layout.cluster_dir}/{SNAPSHOT_STORE}/{digest}", m.mount_point)
-                for digest, m in zip(snapshots, self.settings.code_mounts(), strict=True)
-                if m.mount_point not in taken]
+                for digest, m in zip(snapshots, self.snapshot_mounts(), strict=True)]
         mounts = [Mount(layout.cluster_dir, layout.cluster_dir),
                   Mount(self.settings.SSS_LOG_DIR, self.settings.SSS_LOG_DIR), *code,
                   *on_cluster, *self.settings.data_mounts("SSS_NON_CODE_DIRS_TO_MOUNT")]
@@ -182,8 +186,14 @@ class BatchMode(ScheduledMode):
 
     def container_pythonpath(self) -> tuple[str, ...]:
         """Mount points of the code folders inside the container."""
-        mounts = self.settings.code_mounts() + self.settings.code_mounts("SSS_CODE_DIRS_TO_MOUNT")
+        mounts = self.snapshot_mounts() + self.settings.code_mounts("SSS_CODE_DIRS_TO_MOUNT")
         return tuple(dict.fromkeys(shlex.quote(m.mount_point) for m in mounts))
+
+    def cluster_code_pythonpath(self) -> tuple[str, ...]:
+        """The cluster's own code folders (SSS_CODE_DIRS_TO_MOUNT), where runs start outside
+        an image."""
+        return tuple(shlex.quote(m.local_dir)
+                     for m in self.settings.code_mounts("SSS_CODE_DIRS_TO_MOUNT"))
 
     def note(self, layout: Layout, then: str) -> str:
         """The copy command and the command to run on the cluster."""

@@ -69,7 +69,7 @@ def plan(mode: BatchMode, request: LaunchRequest, runs: list[Run], layout: Layou
         python=shlex.quote(c.python(s) if image else mode.cluster_python()),
         pre_cmds=c.pre_cmds(s),
         pythonpath=mode.container_pythonpath() if image
-        else bundle_pythonpath(runs[0].meta["code_dirs"]),
+        else bundle_pythonpath(runs[0].meta["code_dirs"]) + mode.cluster_code_pythonpath(),
         container=mode.in_image(request, layout, runs) if image else None))
     tasks = "".join(task_line(b, lg, line) + "\n"
                     for b, lg in zip(layout.bundles, layout.log_dirs, strict=True))
