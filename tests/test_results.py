@@ -318,3 +318,22 @@ def test_load_sweep_of_an_ec2_sweep_reads_the_metrics_the_instance_synced(ec2_cf
     fetched = load_histories("cloud-curves", fetch=True, config=ec2_cfg)
     assert len(fetched) == 2 * 3 * 2
     assert (jobs[0].log_dir / "stdout.log").exists()  # fetch brought the whole folder
+
+
+@pytest.mark.parametrize("text", [
+    '{"step": 0, "loss": 1.0, "acc": 0.1, "ok": true}\n{"step": 1, "loss": 0.5}\n'
+    '{"step": 1, "loss": 0.25}\n{"loss": 9}\n{"step": 0.5, "acc": 0.3}\n{"step": 2, "lo',
+    '{"step": 0, "loss": 1.0, "acc": null}\n{"step": 1, "acc": 2}\n',  # null: NaN, kept
+    '{"step": 3, "loss": "high", "acc": 1}\n[1, 2]\n\n{"step": 1, "acc": 5}\n',
+    '{"step": 0, "train_time": 1700000000, "created_at": 5}\n',  # (no dates made of these)
+    '', '{"step": 0, "lo'])
+def test_a_runs_last_values_are_the_long_tables(tmp_path, text):
+    from easylaunch.results.readers import _last_of, last_values, read_run
+
+    (tmp_path / "metrics.jsonl").write_text(text)
+    (tmp_path / "progress.csv").write_text("Epoch,loss,other\n0,7,1\n1,8,2\n")
+    expected = _last_of(read_run(tmp_path))
+    got = last_values(tmp_path)
+    assert got.keys() == expected.keys()
+    assert all(got[k] == expected[k] or (got[k] != got[k] and expected[k] != expected[k])
+               for k in got)

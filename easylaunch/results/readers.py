@@ -146,14 +146,21 @@ def event_folders(run_dir: Path) -> list[Path]:
 
 
 def _all_points(run_dir: Path, metrics: Metrics) -> Iterator[Point]:
-    """The points of each format in ``run_dir``, in the order of SOURCES. Event files found
+    """The points of each format in ``run_dir``, in the order of SOURCES."""
+    path = run_dir / METRICS_JSONL
+    if path.is_file():
+        yield from read_metrics_jsonl(path, metrics)
+    yield from _points_besides_jsonl(run_dir, metrics)
+
+
+def _points_besides_jsonl(run_dir: Path, metrics: Metrics) -> Iterator[Point]:
+    """The points of progress.csv and the event files in ``run_dir``. Event files found
     where the tensorboard package is missing are passed over with a warning (once a process)
     saying what to install."""
     global _warned_no_tensorboard
-    for name, reader in ((METRICS_JSONL, read_metrics_jsonl), (PROGRESS_CSV, read_progress_csv)):
-        path = run_dir / name
-        if path.is_file():
-            yield from reader(path, metrics)
+    path = run_dir / PROGRESS_CSV
+    if path.is_file():
+        yield from read_progress_csv(path, metrics)
     for folder in event_folders(run_dir):
         try:
             yield from read_tensorboard(folder, metrics)
@@ -172,3 +179,58 @@ def read_run(run_dir: Path, metrics: Metrics = None) -> Iterator[Point]:
     for point in _all_points(run_dir, metrics):
         if taken.setdefault(point.metric, point.source) == point.source:
             yield point
+
+
+def _last_of(points: Iterator[Point]) -> dict[str, float]:
+    """Each metric's value at its largest step (of equal steps, the last written)."""
+    last: dict[str, tuple[float, float]] = {}
+    for point in points:
+        if point.metric not in last or point.step >= last[point.metric][0]:
+            last[point.metric] = (point.step, point.value)
+    return {metric: value for metric, (_, value) in last.items()}
+
+
+def _jsonl_last_values(path: Path) -> dict[str, float] | None:
+    """:func:`last_values` of a plain metrics.jsonl, read by pandas in one go (what
+    ``log_metrics`` writes: numbers, a step on every line); None where the file needs the
+    line-by-line reader (a null, which the long table keeps apart from an absent value; a line
+    that does not read; a value that is not a number)."""
+    pd = need("pandas", "results", "to load results")
+    import numpy as np
+
+    data = path.read_bytes()
+    body = data[:data.rfind(b"\n") + 1]  # (a last line without its newline is left out)
+    if not body:
+        return {}
+    if b"null" in body or b"\n\n" in body or body.startswith(b"\n"):
+        return None
+    try:
+        frame = pd.read_json(io.BytesIO(body), lines=True, dtype=False, precise_float=True)
+    except ValueError:
+        return None
+    columns = [c for c in frame.columns if c not in ("step", "time")]
+    if any(frame[c].dtype.kind not in "biuf" for c in [*columns, *(
+            ["step"] if "step" in frame.columns else [])]):
+        return None
+    index = np.arange(len(frame), dtype=float)
+    steps = frame["step"].to_numpy(float) if "step" in frame.columns else index
+    steps = np.where(np.isnan(steps), index, steps)
+    last = {}
+    for column in columns:
+        values = frame[column].to_numpy(float)
+        logged = np.flatnonzero(~np.isnan(values))
+        if len(logged):
+            at = steps[logged]
+            last[str(column)] = float(values[logged[np.flatnonzero(at == at.max())[-1]]])
+    return last
+
+
+def last_values(run_dir: Path) -> dict[str, float]:
+    """Each metric's last value in a run folder: at its largest step, of equal steps the last
+    written, each metric from the first format of SOURCES that holds it (what
+    :func:`read_run` gives, without making every point)."""
+    path = run_dir / METRICS_JSONL
+    fast = _jsonl_last_values(path) if path.is_file() else {}
+    if fast is None:
+        return _last_of(read_run(run_dir))
+    return {**_last_of(_points_besides_jsonl(run_dir, None)), **fast}

@@ -20,7 +20,7 @@ from easylaunch.listing import flat_items
 from easylaunch.reasons import reason_of
 from easylaunch.registry import NoSuchJob
 from easylaunch.results.errors import NoSuchMetric, choices, closest, named, need
-from easylaunch.results.readers import PROGRESS_CSV, Metrics, read_run
+from easylaunch.results.readers import PROGRESS_CSV, Metrics, last_values, read_run
 from easylaunch_job.outcome import load_outcome
 from easylaunch_job.records import METRICS_JSONL, DamagedRecord, read_json, read_status
 
@@ -158,14 +158,13 @@ def _points(runs: list[SelectedRun], metrics: Metrics = None) -> pd.DataFrame:
          "value": float})
 
 
-def last_values(points: pd.DataFrame) -> pd.DataFrame:
+def _last_values(runs: list[SelectedRun]) -> pd.DataFrame:
     """Each run's last value (at its largest step; of equal steps, the last written) of each
-    metric, as columns ``metric.<name>``."""
-    if points.empty:
-        return points[[]].set_index(points["run_id"])
-    last = points.sort_values("step", kind="stable").groupby(["run_id", "metric"]).nth(-1)
-    table = last.pivot(index="run_id", columns="metric", values="value")
-    return table.add_prefix("metric.").rename_axis(columns=None)
+    metric, as columns ``metric.<name>``, indexed by run id."""
+    pd = need("pandas", "results", "to load results")
+    table = pd.DataFrame.from_dict(
+        {run.shown.entry.id: last_values(run.folder) for run in runs}, orient="index")
+    return table.add_prefix("metric.").astype(float) if len(table.columns) else table
 
 
 def _result(log_dir: str, run_id: str) -> Any:
@@ -218,7 +217,7 @@ def load_sweep(selection: Selection, *, fetch: bool = False,
         # (a value that is no dict; or none yet, as when every run failed: the column is there)
         results.insert(0, "result", [None if isinstance(v, dict) else v for v in values])
     table = pd.concat([table, variants, results], axis=1)
-    metrics = last_values(_points(runs))
+    metrics = _last_values(runs)
     return table.join(metrics, on="run_id") if len(metrics.columns) else table
 
 
