@@ -46,7 +46,7 @@ def _needs(s: settings.Settings, *keys: str) -> list[str]:
 MODE_SETTINGS: dict[str, Callable[[settings.Settings], list[str]]] = {
     "sss": lambda s: _needs(s, "SSS_LOG_DIR") + (
         [] if s.SSS_CPU_IMAGE or s.SSS_GPU_IMAGE else ["SSS_CPU_IMAGE / SSS_GPU_IMAGE not set"]),
-    "htp": lambda s: _needs(s, "SSS_LOG_DIR"),
+    "htp": lambda s: [] if s.DEFAULT_CLUSTER else _needs(s, "SSS_LOG_DIR"),  # (its log_dir)
     "ssh": lambda s: _needs(s, "SSH_DEFAULT_HOST"),
     "slurm_singularity": lambda s: _needs(s, "SINGULARITY_IMAGE"),
     "local_singularity": lambda s: _needs(s, "SINGULARITY_IMAGE"),

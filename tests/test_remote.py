@@ -102,6 +102,16 @@ def test_batch_modes_submit_over_ssh(remote_cfg, ssh_cluster, mode, tmp_path):
     assert (jobs[0].log_dir / "stdout.log").exists()
 
 
+def test_htp_over_ssh_needs_nothing_but_the_cluster_entry(remote_cfg, ssh_cluster):
+    settings = {k: v for k, v in remote_cfg.items() if not k.startswith("SSS_")}
+    jobs = run_sweep(jobfns.double, [{"x": i} for i in range(3)], mode="htp", config=settings)
+    assert [j.result(timeout=120) for j in jobs] == [{"x": i, "y": 2 * i} for i in range(3)]
+    tag = settings["CLUSTERS"]["test"]["log_dir"].removeprefix("~/")
+    backend = jobs[0].launch_info["backend"]
+    assert backend["job_log_dir"].startswith(f"{ssh_cluster}/{tag}/")  # the cluster's log_dir
+    assert backend["cluster_batch_dir"].startswith(f"{ssh_cluster}/{tag}/.batches/")
+
+
 def test_a_pbs_sweep_runs_on_the_cluster_over_ssh(remote_cfg, ssh_cluster, pbs_front_end):
     remote_cfg["PBS_CONFIGS"] = {"cpu": {"select": 1, "ncpus": 1, "walltime": 10}}
     jobs = run_sweep(jobfns.double, [{"x": i} for i in range(3)], mode="pbs", config=remote_cfg)

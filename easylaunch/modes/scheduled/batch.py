@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import posixpath
 import shlex
 import shutil
 import sys
@@ -74,6 +75,7 @@ class Layout:
     cluster_dir: str
     bundles: list[str]  # cluster path of each run's bundle
     log_dirs: list[str]  # cluster path of each run's log folder
+    log_root: str  # the cluster folder of the runs' log folders
 
 
 @dataclass(frozen=True)
@@ -117,9 +119,13 @@ class BatchMode(ScheduledMode):
     def check(self, request: LaunchRequest) -> ClusterFacts | None:
         self.scheduler.check(self.settings, self.resources(request))
         value = self.settings.SSS_LOG_DIR
-        if not value or not os.path.isabs(value):
-            raise LaunchError(f"mode {self.name!r} needs SSS_LOG_DIR: the absolute path on the "
-                              f"cluster for logs (now {value!r}); set it in your settings")
+        if value is not None and not os.path.isabs(value) or value is None and (
+                self.grows_batches() or self.settings.SLURM_DIRECTORY_FOR_JOB_SCRIPT):
+            raise LaunchError(
+                f"mode {self.name!r} needs SSS_LOG_DIR: the absolute path on the cluster for "
+                f"logs (now {value!r}); set it in your settings" + (
+                    "" if value else ", or submit over SSH (cluster=, DEFAULT_CLUSTER), where "
+                    "the cluster's log_dir is the default"))
         value = self.settings.SLURM_DIRECTORY_FOR_JOB_SCRIPT
         if value is not None and not os.path.isabs(value):
             raise LaunchError(f"SLURM_DIRECTORY_FOR_JOB_SCRIPT must be an absolute path on the "
@@ -137,9 +143,11 @@ class BatchMode(ScheduledMode):
 
     def cluster_batches(self) -> str:
         """The cluster folder batch folders go to: SLURM_DIRECTORY_FOR_JOB_SCRIPT, else a
-        folder in SSS_LOG_DIR (doodad's configs have no such key)."""
+        folder in SSS_LOG_DIR (doodad's configs have no such key), which over SSH defaults to
+        the cluster's log_dir."""
+        logs = self.settings.SSS_LOG_DIR or self.transport.log_dir
         return (self.settings.SLURM_DIRECTORY_FOR_JOB_SCRIPT
-                or f"{self.settings.SSS_LOG_DIR.rstrip('/')}/.batches").rstrip("/")
+                or f"{logs.rstrip('/')}/.batches").rstrip("/")
 
     def launch_info(self, request: LaunchRequest) -> dict[str, str]:
         return {self.container.launch_info_key: str(self.image(request))}
@@ -155,15 +163,19 @@ class BatchMode(ScheduledMode):
                 json.dumps(dict(self.settings), sort_keys=True, default=repr),
                 tuple(s["digest"] for s in runs[0].launch["code_snapshots"]))
 
-    def layout(self, request: LaunchRequest, runs: list[Run], name: str | None = None) -> Layout:
-        """Batch and run paths here and on the cluster (``name``: the batch's, once made)."""
+    def layout(self, request: LaunchRequest, runs: list[Run], facts: ClusterFacts | None,
+               name: str | None = None) -> Layout:
+        """Batch and run paths here and on the cluster (``name``: the batch's, once made;
+        ``facts``: the cluster's answers, where it was asked: its folders as absolute paths)."""
         name = name or f"{time.strftime('%Y-%m-%d_%H-%M-%S')}_{request.exp_name}_{runs[0].run_id}"
-        cluster_dir = f"{self.cluster_batches()}/{name}"
-        log_root = self.settings.SSS_LOG_DIR.rstrip("/")
+        batches = facts.root if facts is not None else self.cluster_batches()
+        cluster_dir = f"{batches}/{name}"
+        log_root = (self.settings.SSS_LOG_DIR or posixpath.dirname(batches)).rstrip("/")
         return Layout(
             name=name, local_dir=request.log_root / ".batches" / name, cluster_dir=cluster_dir,
             bundles=[f"{cluster_dir}/{r.exp_name}/{r.log_dir.name}/{BUNDLE_DIR}" for r in runs],
-            log_dirs=[f"{log_root}/{r.exp_name}/{r.log_dir.name}" for r in runs])
+            log_dirs=[f"{log_root}/{r.exp_name}/{r.log_dir.name}" for r in runs],
+            log_root=log_root)
 
     def snapshot_mounts(self) -> list[Mount]:
         """The code folders without a cluster copy: for those, runs import the copy (as in
@@ -179,7 +191,7 @@ class BatchMode(ScheduledMode):
         code = [Mount(f"{layout.cluster_dir}/{SNAPSHOT_STORE}/{digest}", m.mount_point)
                 for digest, m in zip(snapshots, self.snapshot_mounts(), strict=True)]
         mounts = [Mount(layout.cluster_dir, layout.cluster_dir),
-                  Mount(self.settings.SSS_LOG_DIR, self.settings.SSS_LOG_DIR), *code,
+                  Mount(layout.log_root, layout.log_root), *code,
                   *on_cluster, *self.settings.data_mounts("SSS_NON_CODE_DIRS_TO_MOUNT")]
         return self.container.in_job(self.settings, request.use_gpu,
                                      [(m.local_dir, m.mount_point) for m in mounts])
@@ -210,7 +222,8 @@ class BatchMode(ScheduledMode):
         name, earlier = SESSION.open_batch(self.batch_key(request, runs)) \
             if self.grows_batches() else (None, [])
         every = earlier + runs
-        plan = self.packing.plan(self, request, every, self.layout(request, every, name))
+        plan = self.packing.plan(self, request, every,
+                                 self.layout(request, every, facts, name))
         return dataclasses.replace(plan, facts=facts)
 
     def backend(self, layout: Layout, index: int) -> dict:
