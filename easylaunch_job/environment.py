@@ -63,6 +63,13 @@ def rank_info(env: dict | None = None) -> tuple[int, int, int]:
     return rank, rank if local is None else local, first_int(env, WORLD_SIZE_VARS) or 1
 
 
+def submission_id() -> str:
+    """What the processes of one submission share (a job array's id), and no other does."""
+    env = os.environ
+    return env.get("SLURM_ARRAY_JOB_ID") or env.get("SLURM_JOB_ID") or \
+        env.get("PBS_JOBID", "").split("[")[0] or f"pid{os.getppid()}"
+
+
 def own_job_id() -> str | None:
     """The scheduler's id of the job (or array element) this process runs in: what the job
     script exported (PBS), else Slurm's ``<array job>_<task>`` or job id."""

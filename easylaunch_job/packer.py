@@ -2,7 +2,7 @@
 remote machine; detached local runs' supervisor).
 
 ``python job.pyz pack TASKFILE --state-dir DIR [--workers N] [--runs RUNS.tsv [--warm]
-[--resubmit SCRIPT]] [--gpus 0,1]``
+[--resubmit SCRIPT]] [--gpus 0,1] [--shared]``
 
 Each worker takes the next task, runs its line with bash, and records ``task-<i>.json``
 (state, exit code, times) plus ``task-<i>.out``/``.err`` in the state folder. A failing task
@@ -19,6 +19,10 @@ loaded the job side and cloudpickle once and forks a child per run (``job.pyz se
 of paying a new interpreter per task. With ``--resubmit SCRIPT``, an allocation stopped by a
 signal (its time limit, a preemption) submits SCRIPT again with sbatch for the runs left, which
 go on in the new allocation (only those: ``EASYLAUNCH_CONTINUE`` is set there).
+
+With ``--shared``, the packers of one job array (an allocation each) share the task file: a
+task is claimed once per submission by creating ``claims-<job>/task-<i>`` (atomic, on NFS
+too), so an allocation that starts first or runs faster takes more tasks.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from easylaunch_job.environment import (
     TIMEOUT_SIGNAL,
     exit_code,
     signal_group,
+    submission_id,
 )
 from easylaunch_job.records import (
     BUNDLE_JSON,
@@ -150,7 +155,7 @@ class Packer:
     def __init__(self, tasks: list[str], state_dir: str, workers: int,
                  runs: list[tuple[str, str]] | None = None, gpus: list[str] | None = None,
                  warm: bool = False, resubmit: str | None = None,
-                 continuing: bool = False) -> None:
+                 continuing: bool = False, claims: str | None = None) -> None:
         self.tasks = tasks
         self.state_dir = state_dir
         self.workers = workers
@@ -159,6 +164,8 @@ class Packer:
         self.warm = warm and runs is not None
         self.resubmit = resubmit
         self.continuing = continuing  # take up only the runs a stopped allocation left
+        self.claims = claims  # (shared) the folder where tasks are claimed for this submission
+        self.own_failures = 0  # (shared) tasks this packer ran that did not succeed
         self.next = 0
         self.again: list[int] = []  # tasks whose run is queued for another attempt
         self.lock = threading.Lock()
@@ -182,9 +189,21 @@ class Packer:
                 index = self.next
                 self.next += 1
                 state = self._state(index)
-                if state in LEFT if self.continuing else state != "succeeded":
+                if (state in LEFT if self.continuing else state != "succeeded") \
+                        and self._claim(index):
                     return index
             return None
+
+    def _claim(self, index: int) -> bool:
+        """Whether this packer takes task ``index`` (shared: whether it claimed it first)."""
+        if self.claims is None:
+            return True
+        try:
+            os.close(os.open(os.path.join(self.claims, f"task-{index}"),
+                             os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+        except FileExistsError:
+            return False
+        return True
 
     def _settle(self, index: int, code: int) -> bool:
         """Record an end its run could not record (killed, out of memory); True if the run is
@@ -233,6 +252,7 @@ class Packer:
             "queued" if restarting else "failed"
         write_json_atomic(self._path(index, "json"), dict(
             record, state=state, exit_code=code, started=started, ended=time.time()))
+        self.own_failures += state in ("failed", "cancelled")
         if restarting:
             with self.lock:
                 self.again.append(index)  # (an allocation that stops leaves it to the next)
@@ -278,18 +298,10 @@ class Packer:
 
     def run(self) -> int:
         """Run every task not yet succeeded; 0 if all have succeeded now, else 1."""
-        os.makedirs(self.state_dir, exist_ok=True)
-        lock = open(os.path.join(self.state_dir, ".packer.lock"), "w")  # noqa: SIM115
-        try:
-            import fcntl
-
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            print(f"packer: another packer is running this task file ({self.state_dir}); "
-                  "not starting", file=sys.stderr)
+        os.makedirs(self.claims or self.state_dir, exist_ok=True)
+        lock = None if self.claims else self._lock()  # (held while it runs)
+        if lock is False:
             return 2
-        except OSError:
-            pass  # a file system without locks: go on
         done = threading.Event()
         threading.Thread(target=self._watch_cancels, args=(done,), daemon=True).start()
         threads = [threading.Thread(target=self._worker, args=(slot,))
@@ -305,7 +317,24 @@ class Packer:
         left = [i for i, state in enumerate(states) if state in LEFT]
         if self.stopping and self.resubmit and left:
             self._go_on_elsewhere(left)
+        if self.claims is not None:  # (the others' tasks may still run)
+            return 1 if self.own_failures else 0
         return 0 if ok == len(states) else 1
+
+    def _lock(self) -> object:
+        """The lock of the task file (False: another packer holds it)."""
+        lock = open(os.path.join(self.state_dir, ".packer.lock"), "w")  # noqa: SIM115
+        try:
+            import fcntl
+
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"packer: another packer is running this task file ({self.state_dir}); "
+                  "not starting", file=sys.stderr)
+            return False
+        except OSError:
+            pass  # a file system without locks: go on
+        return lock
 
     def _go_on_elsewhere(self, left: list[int]) -> None:
         """Submit the allocation's script again for the runs left (stopped by a signal, never
@@ -350,6 +379,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--resubmit", help="the job script to submit again for the runs left "
                         "when a signal stops the allocation")
     parser.add_argument("--gpus", help="comma-separated GPU ids: worker i runs on GPU i")
+    parser.add_argument("--shared", action="store_true", help="several packers (a job array) "
+                        "take tasks from this task file, each task claimed once")
     args = parser.parse_args(argv)
     tasks = read_tasks(args.taskfile)
     runs = None
@@ -360,7 +391,9 @@ def main(argv: list[str] | None = None) -> int:
             parser.error("--runs needs one line per task")
     packer = Packer(tasks, args.state_dir, args.workers or default_workers(), runs,
                     args.gpus.split(",") if args.gpus else None, args.warm, args.resubmit,
-                    continuing=os.environ.get(ENV_CONTINUE) == "1")
+                    continuing=os.environ.get(ENV_CONTINUE) == "1",
+                    claims=os.path.join(args.state_dir, f"claims-{submission_id()}")
+                    if args.shared else None)
     signal.signal(signal.SIGTERM, packer.forward)
     signal.signal(signal.SIGUSR1, packer.forward)
     return packer.run()

@@ -256,6 +256,24 @@ def test_htp_packer_runs_every_task_and_reruns_only_failures(batch_cfg, tmp_path
     assert all(again[i] == first[i] for i in (0, 1, 3, 4))  # not run again
 
 
+def test_htp_spreads_a_sweep_over_allocations_that_share_its_tasks(batch_cfg):
+    batch_cfg["SSS_CPU_IMAGE"] = None
+    batch_cfg["SLURM_CONFIGS"]["cpu"]["max_num_cores_per_node"] = 1  # a worker each: both fit
+    jobs = run_sweep(jobfns.sleep_a_while, [{"seconds": 1}] * 6, mode="htp", allocations=2,
+                     config=batch_cfg)
+    cluster = Path(copy_to_cluster(jobs[0]))
+    script = (cluster / "htp.sbatch").read_text()
+    assert "#SBATCH --array=0-1" in script and "--shared" in script
+    subprocess.run(["bash", f"{cluster}/submit.sh"], check=True, capture_output=True)
+    assert [j.wait(timeout=180) for j in jobs] == [JobState.SUCCEEDED] * 6
+    elements = {j.info()["job_id"] for j in jobs}
+    array = elements.pop().split("_")[0]
+    assert elements | {f"{array}_0", f"{array}_1"} == {f"{array}_0", f"{array}_1"}
+    assert len({j.info()["job_id"] for j in jobs}) == 2  # both allocations took runs
+    claims = list((cluster / "task-state").glob(f"claims-{array}/task-*"))
+    assert len(claims) == 6  # each task taken once
+
+
 @pytest.mark.parametrize("container", [True, False], ids=["in-container", "warm-workers"])
 def test_htp_cancels_one_task_without_touching_the_others(batch_cfg, container):
     if not container:

@@ -179,6 +179,20 @@ def test_parsing_slurm_output():
         "12_0": "timeout", "12_1": "cancelled", "14": "failed"}
 
 
+def test_a_whole_job_array_named_by_its_own_id_has_its_elements_state():
+    import subprocess
+
+    def states(squeue: str, sacct: str) -> str | None:
+        done = [subprocess.CompletedProcess([], 0, out, "") for out in (squeue, sacct)]
+        return slurm.states_from(["12"], *done)["12"]
+
+    assert states("12_0 COMPLETED\n12_1 RUNNING\n", "") == "running"
+    assert states("12_0 PENDING\n", "12_1|COMPLETED\n") == "queued"
+    assert states("", "12_0|COMPLETED\n12_1|CANCELLED by 0\n") == "cancelled"
+    assert states("", "12_0|COMPLETED\n12_1|COMPLETED\n") == "succeeded"
+    assert states("", "125|COMPLETED\n") is None  # (another job, not an element)
+
+
 def test_arrays_are_split_below_max_array_size():
     from easylaunch.modes.scheduled.array import array_chunks
     assert array_chunks(2500, 1000) == [range(0, 1000), range(1000, 2000), range(2000, 2500)]

@@ -313,8 +313,21 @@ def states_from(job_ids: Sequence[str], squeue: subprocess.CompletedProcess,
         return dict.fromkeys(job_ids, "unknown")
     states: dict[str, str | None] = dict(parse_squeue(squeue.stdout))
     known = parse_sacct(sacct.stdout) if sacct.returncode == 0 else {}
-    states.update({j: known.get(j) for j in job_ids if j not in states})
+    states.update({j: known.get(j) or _whole_array(j, {**known, **states})
+                   for j in job_ids if j not in states})
     return {j: states.get(j) for j in job_ids}
+
+
+def _whole_array(job_id: str, states: dict[str, str | None]) -> str | None:
+    """The state of a whole job array named by its own id (htp's allocations, before one of
+    them took a run) from its elements': running while one runs, queued while one waits,
+    else succeeded if all did, else the first other end (None: no element known)."""
+    ends = [state for element, state in states.items()
+            if element.startswith(f"{job_id}_") and state is not None]
+    for state in ("running", "queued", "unknown"):
+        if state in ends:
+            return state
+    return next((s for s in ends if s != "succeeded"), "succeeded" if ends else None)
 
 
 def query_states(job_ids: Sequence[str], run: Runner = run_command) -> dict[str, str | None]:
