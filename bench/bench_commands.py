@@ -25,6 +25,8 @@ import time
 import uuid
 from pathlib import Path
 
+from batches import submit_copied_batch
+
 from easylaunch import JobState, run_command, run_commands, run_sweep, wait_all
 
 REPO = Path(__file__).resolve().parent.parent
@@ -60,12 +62,8 @@ def local_figures(settings_file: str, settings: dict, repeat: int) -> dict[str, 
 
 
 def submitted(jobs: list) -> None:
-    """Play the user's copy of the batch to the cluster (this machine), submit it, wait."""
-    backend = jobs[0].launch_info["backend"]
-    os.makedirs(os.path.dirname(backend["cluster_batch_dir"]), exist_ok=True)
-    os.rename(backend["batch_dir"], backend["cluster_batch_dir"])
-    subprocess.run(["bash", f"{backend['cluster_batch_dir']}/submit.sh"], check=True,
-                   stdout=subprocess.DEVNULL)
+    """Submit the batch on the cluster (this machine) and wait for its runs."""
+    submit_copied_batch(jobs)
     states = wait_all(jobs)
     assert all(s is JobState.SUCCEEDED for s in states), states
 

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from batches import submit_copied_batch
 
 from easylaunch import run_sweep, wait_all
 
@@ -47,11 +48,7 @@ def bench_easylaunch(mode: str, settings: dict, n: int) -> float:
     jobs = run_sweep(work, [{"i": i} for i in range(n)], exp_name=f"bench-{mode}", mode=mode,
                      config=settings)
     if mode == "htp":  # the cluster is this machine: "copy" is a no-op, then submit
-        backend = jobs[0].launch_info["backend"]
-        os.makedirs(os.path.dirname(backend["cluster_batch_dir"]), exist_ok=True)
-        os.rename(backend["batch_dir"], backend["cluster_batch_dir"])
-        subprocess.run(["bash", f"{backend['cluster_batch_dir']}/submit.sh"], check=True,
-                       stdout=subprocess.DEVNULL)
+        submit_copied_batch(jobs)
     states = wait_all(jobs)
     assert all(s.value == "succeeded" for s in states), states
     assert [j.result() for j in jobs] == list(range(n))

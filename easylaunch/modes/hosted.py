@@ -54,13 +54,18 @@ def _copy_newer(source: Path, dest: Path) -> None:
     """Copy the run's record from where the job writes it into the local run folder, when
     that copy is newer than the local one."""
     for name in MIRRORED:
-        try:
-            newer = (source / name).stat().st_mtime_ns > (dest / name).stat().st_mtime_ns
+        try:  # (stat before reading: a record rewritten while it is copied is newer next time)
+            there = (source / name).stat()
         except FileNotFoundError:
-            newer = (source / name).exists()
-        if newer:
-            shutil.copy2(source / name, dest / f".{name}.tmp")
-            os.replace(dest / f".{name}.tmp", dest / name)
+            continue
+        try:
+            if there.st_mtime_ns <= (dest / name).stat().st_mtime_ns:
+                continue
+        except FileNotFoundError:
+            pass
+        shutil.copyfile(source / name, dest / f".{name}.tmp")
+        os.utime(dest / f".{name}.tmp", ns=(there.st_atime_ns, there.st_mtime_ns))
+        os.replace(dest / f".{name}.tmp", dest / name)
 
 
 def completed(answer: dict) -> subprocess.CompletedProcess:
