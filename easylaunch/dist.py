@@ -16,7 +16,7 @@ from itertools import product
 
 from easylaunch import launchers
 from easylaunch.errors import EasyLaunchError
-from easylaunch.schedulers.slurm import run_command
+from easylaunch.schedulers.slurm_queue import run_command
 from easylaunch_job.environment import (
     LOCAL_RANK_VARS,
     RANK_VARS,

@@ -19,7 +19,7 @@ from easylaunch.modes.jobscript import (
     task_line,
 )
 from easylaunch.modes.scheduled.htp import ansi_c_quote
-from easylaunch.schedulers import slurm
+from easylaunch.schedulers import slurm, slurm_queue
 from easylaunch_job.submission import sbatch_job_id
 
 CONFIGS = dict(
@@ -173,9 +173,9 @@ def test_parsing_slurm_output():
         slurm.parse_submit("sbatch: error: something\n")
     assert sbatch_job_id("Submitted batch job 77\n") == "77"  # the seed's ht_helper command
     assert sbatch_job_id("sbatch: error: Batch job submission failed\n") == ""
-    assert slurm.parse_squeue("12_0 RUNNING\n12_1 PENDING\n13 CANCELLED+\n9 COMPLETED\n") == {
+    assert slurm_queue.parse_squeue("12_0 RUNNING\n12_1 PENDING\n13 CANCELLED+\n9 COMPLETED\n") == {
         "12_0": "running", "12_1": "queued", "13": "cancelled", "9": "succeeded"}
-    assert slurm.parse_sacct("12_0|TIMEOUT\n12_1|CANCELLED by 0\n14|OUT_OF_MEMORY\n") == {
+    assert slurm_queue.parse_sacct("12_0|TIMEOUT\n12_1|CANCELLED by 0\n14|OUT_OF_MEMORY\n") == {
         "12_0": "timeout", "12_1": "cancelled", "14": "failed"}
 
 
@@ -184,7 +184,7 @@ def test_a_whole_job_array_named_by_its_own_id_has_its_elements_state():
 
     def states(squeue: str, sacct: str) -> str | None:
         done = [subprocess.CompletedProcess([], 0, out, "") for out in (squeue, sacct)]
-        return slurm.states_from(["12"], *done)["12"]
+        return slurm_queue.states_from(["12"], *done)["12"]
 
     assert states("12_0 COMPLETED\n12_1 RUNNING\n", "") == "running"
     assert states("12_0 PENDING\n", "12_1|COMPLETED\n") == "queued"
@@ -409,12 +409,12 @@ def test_slurm_that_cannot_be_asked_is_not_slurm_forgetting():
     ids = ["5_0", "5_1"]
     failing = _fake_run({"squeue": (1, "", "slurm_load_jobs error: Socket timed out"),
                          "sacct": (1, "", "accounting disabled")})
-    assert slurm.query_states(ids, failing) == {"5_0": "unknown", "5_1": "unknown"}
+    assert slurm_queue.query_states(ids, failing) == {"5_0": "unknown", "5_1": "unknown"}
     forgotten = _fake_run({"squeue": (1, "", "slurm_load_jobs error: Invalid job id specified"),
                            "sacct": (1, "", "Slurm accounting storage is disabled")})
-    assert slurm.query_states(ids, forgotten) == {"5_0": None, "5_1": None}
+    assert slurm_queue.query_states(ids, forgotten) == {"5_0": None, "5_1": None}
     folded = _fake_run({"squeue": (0, "5_0 RUNNING\n", ""),
                         "sacct": (0, "5_[1-2]|PENDING\n", "")})
-    assert slurm.query_states(ids, folded) == {"5_0": "running", "5_1": "queued"}
+    assert slurm_queue.query_states(ids, folded) == {"5_0": "running", "5_1": "queued"}
     missing = _fake_run({"squeue": (127, "", "squeue: not found"), "sacct": (127, "", "")})
-    assert slurm.query_states(ids, missing)["5_0"] == "unknown"
+    assert slurm_queue.query_states(ids, missing)["5_0"] == "unknown"

@@ -1,8 +1,8 @@
 """Slurm as data and pure functions: resources, batch scripts, commands and their parsing (the
 :class:`~easylaunch.schedulers.Scheduler` the modes use, at the end).
 
-Nothing here runs a command except :func:`query_states`, which takes the command runner as an
-argument, so everything is testable without a cluster.
+What Slurm says about jobs (squeue, sacct, why a job waits) is :mod:`.slurm_queue`'s. Nothing
+here runs a command, so everything is testable without a cluster.
 """
 
 from __future__ import annotations
@@ -12,12 +12,13 @@ import posixpath
 import re
 import shlex
 import subprocess
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from easylaunch import launchers
 from easylaunch.errors import LaunchError
+from easylaunch.schedulers import slurm_queue
 from easylaunch_job.environment import ENV_RESUBMIT_SCRIPT, ENV_TIMEOUT_SIGNAL, TIMEOUT_SIGNAL
 from easylaunch_job.submission import sbatch_command, sbatch_job_id
 
@@ -31,31 +32,6 @@ CONFIG_FIELDS = ("account_name", "partition", "n_gpus", "max_num_cores_per_node"
 # Slurm's --time forms: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S.
 TIME_PATTERN = re.compile(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?")
 DEFAULT_MAX_ARRAY_SIZE = 1001
-
-# squeue/sacct states -> easylaunch states (JobState values).
-STATES = {
-    "PENDING": "queued", "CONFIGURING": "queued", "REQUEUED": "queued", "REQUEUE_HOLD": "queued",
-    "REQUEUE_FED": "queued", "RESV_DEL_HOLD": "queued", "SUSPENDED": "running",
-    "RUNNING": "running", "COMPLETING": "running", "STAGE_OUT": "running",
-    "SIGNALING": "running", "RESIZING": "running", "STOPPED": "running",
-    "COMPLETED": "succeeded", "FAILED": "failed", "BOOT_FAIL": "failed", "NODE_FAIL": "failed",
-    "OUT_OF_MEMORY": "failed", "DEADLINE": "timeout", "TIMEOUT": "timeout",
-    "PREEMPTED": "cancelled", "CANCELLED": "cancelled", "REVOKED": "cancelled",
-    "SPECIAL_EXIT": "failed",
-}
-
-Runner = Callable[[list[str]], subprocess.CompletedProcess]
-
-
-def run_command(argv: list[str]) -> subprocess.CompletedProcess:
-    """Run a Slurm command, capturing its output as text (a missing or hung one fails)."""
-    try:
-        return subprocess.run(argv, capture_output=True, text=True, timeout=60)
-    except FileNotFoundError:
-        return subprocess.CompletedProcess(argv, 127, "", f"{argv[0]}: not found")
-    except subprocess.TimeoutExpired:
-        return subprocess.CompletedProcess(argv, 124, "", f"{argv[0]}: no answer in 60 s")
-
 
 @dataclass(frozen=True)
 class Resources:
@@ -238,105 +214,6 @@ def parse_submit(stdout: str) -> str:
     return job_id
 
 
-def squeue_command(job_ids: Sequence[str]) -> list[str]:
-    """squeue for these jobs or array tasks, finished ones included, one ``id state`` a line
-    (``--array``: pending array tasks one a line, not folded into ``123_[4-9]``)."""
-    return ["squeue", "--noheader", "--array", "--states=all", "--format=%i %T", "--jobs",
-            ",".join(job_ids)]
-
-
-def parse_squeue(stdout: str) -> dict[str, str]:
-    """``{job id: easylaunch state}`` from :func:`squeue_command` output."""
-    states = {}
-    for line in stdout.splitlines():
-        parts = line.split()
-        if len(parts) >= 2:
-            states[parts[0]] = STATES.get(parts[1].rstrip("+"), "unknown")
-    return states
-
-
-def sacct_command(job_ids: Sequence[str]) -> list[str]:
-    """sacct for these jobs, one ``id|state`` a line, without the steps."""
-    return ["sacct", "--noheader", "--parsable2", "--allocations", "--format=JobID,State",
-            "--jobs", ",".join(job_ids)]
-
-
-def _array_ids(job_id: str) -> list[str]:
-    """``123_[1-3,7]`` (array tasks folded into one line) as each task's id."""
-    match = re.fullmatch(r"(\d+)_\[([\d,\-]+)(?:%\d+)?\]", job_id)
-    if not match:
-        return [job_id]
-    ids = []
-    for part in match.group(2).split(","):
-        low, _, high = part.partition("-")
-        ids += [f"{match.group(1)}_{i}" for i in range(int(low), int(high or low) + 1)]
-    return ids
-
-
-def parse_sacct(stdout: str) -> dict[str, str]:
-    """``{job id: easylaunch state}`` from :func:`sacct_command` output (folded arrays too)."""
-    states = {}
-    for line in stdout.splitlines():
-        parts = line.split("|")
-        if len(parts) >= 2 and parts[1]:
-            state = STATES.get(parts[1].split()[0].rstrip("+"), "unknown")
-            states.update(dict.fromkeys(_array_ids(parts[0]), state))
-    return states
-
-
-def reason_command(job_id: str) -> list[str] | None:
-    """squeue's reason for one job or array task (``None`` once it runs)."""
-    return ["squeue", "--noheader", "--array", "--format=%r", "--jobs", job_id]
-
-
-def parse_reason(stdout: str) -> str | None:
-    """The reason :func:`reason_command` printed; None when there is none."""
-    reason = stdout.strip().splitlines()[0].strip() if stdout.strip() else ""
-    return None if reason in ("", "None") else reason
-
-
-def cancel_command(job_id: str) -> list[str]:
-    """scancel one job or one array task (``123_4``), never the whole array by accident."""
-    return ["scancel", job_id]
-
-
-def states_from(job_ids: Sequence[str], squeue: subprocess.CompletedProcess,
-                sacct: subprocess.CompletedProcess) -> dict[str, str | None]:
-    """States of these jobs from the outputs of :func:`squeue_command` and
-    :func:`sacct_command` (asked together: one round trip to a remote cluster).
-
-    squeue's answer wins; sacct's counts for the jobs squeue does not list. None means Slurm
-    has forgotten the job (squeue answered and listed it nowhere, and sacct did not know it
-    either); "unknown" means Slurm could not be asked just now.
-    """
-    if squeue.returncode != 0 and "Invalid job id" not in squeue.stderr:  # (all unknown)
-        return dict.fromkeys(job_ids, "unknown")
-    states: dict[str, str | None] = dict(parse_squeue(squeue.stdout))
-    known = parse_sacct(sacct.stdout) if sacct.returncode == 0 else {}
-    states.update({j: known.get(j) or _whole_array(j, {**known, **states})
-                   for j in job_ids if j not in states})
-    return {j: states.get(j) for j in job_ids}
-
-
-def _whole_array(job_id: str, states: dict[str, str | None]) -> str | None:
-    """The state of a whole job array named by its own id (htp's allocations, before one of
-    them took a run) from its elements': running while one runs, queued while one waits,
-    else succeeded if all did, else the first other end (None: no element known)."""
-    ends = [state for element, state in states.items()
-            if element.startswith(f"{job_id}_") and state is not None]
-    for state in ("running", "queued", "unknown"):
-        if state in ends:
-            return state
-    return next((s for s in ends if s != "succeeded"), "succeeded" if ends else None)
-
-
-def query_states(job_ids: Sequence[str], run: Runner = run_command) -> dict[str, str | None]:
-    """:func:`states_from` squeue and sacct run here."""
-    if not job_ids:
-        return {}
-    return states_from(job_ids, run(squeue_command(job_ids)), run(sacct_command(job_ids)))
-
-
 def max_array_size(scontrol_config: str) -> int:
     """MaxArraySize from ``scontrol show config`` output (Slurm's default when it is not
     there)."""
@@ -491,12 +368,12 @@ def element_fields(job_id: str, index: int, count: int, script: str, details: di
 
 def status_commands(job_ids: Sequence[str], backends: list[dict]) -> list[list[str]]:
     """squeue and sacct, asked together (one round trip to a remote cluster)."""
-    return [squeue_command(job_ids), sacct_command(job_ids)]
+    return [slurm_queue.squeue_command(job_ids), slurm_queue.sacct_command(job_ids)]
 
 
 def read_states(job_ids: Sequence[str], answers: list[subprocess.CompletedProcess],
                 backends: list[dict]) -> dict[str, str | None]:
-    return states_from(job_ids, *answers)
+    return slurm_queue.states_from(job_ids, *answers)
 
 
 def output_place(backend: dict) -> tuple[str, str] | None:
@@ -508,6 +385,9 @@ def stops_by_record(backend: dict) -> bool:
     return False  # scancel names array elements
 
 
+reason_command = slurm_queue.reason_command
+parse_reason = slurm_queue.parse_reason
+cancel_command = slurm_queue.cancel_command
 shell_lookup = job_command
 shell_argv = step_into
 interactive_argv = allocation_argv
