@@ -35,7 +35,8 @@ def seconds(settings: dict, runs: int, allocations: int, workers: int) -> float:
                      mode="htp", config=cfg, allocations=allocations)
     submit_copied_batch(jobs)
     states = wait_all(jobs)
-    others = [(j.id, j.info()) for j, s in zip(jobs, states) if s is not JobState.SUCCEEDED]
+    others = [(j.id, j.info()) for j, s in zip(jobs, states, strict=True)
+              if s is not JobState.SUCCEEDED]
     assert not others, (len(others), others[:2])
     return time.perf_counter() - start
 
