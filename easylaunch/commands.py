@@ -115,9 +115,10 @@ def multi_process_options(mode: str, accepted: Mapping[str, Any], n: int | None,
     processes per node) with multi_process, one per node without it."""
     if "tasks_per_node" not in accepted:
         raise LaunchError(
-            f"mode {mode!r} starts one process per run; several processes per run work in "
-            "the scheduler modes (slurm, slurm_singularity, pbs); here start them from the "
-            "command itself (torchrun --nproc-per-node=N train.py)")
+            f"mode {mode!r} takes no GPU or process counts: it starts one process per run "
+            "(with use_gpu, on one GPU); counts work in the scheduler modes (slurm, "
+            "slurm_singularity, pbs); here start several processes from the command itself "
+            "(torchrun --nproc-per-node=N train.py)")
     if n is not None and (not isinstance(n, int) or isinstance(n, bool) or n < 1):
         raise LaunchError(f"the process (GPU) count must be a positive integer, got {n!r}")
     if n is not None and not use_gpu and not multi_process:

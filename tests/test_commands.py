@@ -88,7 +88,7 @@ def test_bad_commands_are_refused_before_anything_is_made(cfg, tmp_path):
             run_command(command, config=cfg)
     with pytest.raises(LaunchError, match=r"names \{lr\}, which variants\[1\] lacks"):
         run_commands("echo {lr}", [{"lr": 1}, {"seed": 2}], config=cfg)
-    with pytest.raises(LaunchError, match="starts one process per run"):
+    with pytest.raises(LaunchError, match="takes no GPU or process counts"):
         run_command("true", config=cfg, n_gpus=2, multi_process=True)
     assert not logs.exists() or not any(p for p in logs.rglob("status.json"))
 

@@ -52,8 +52,7 @@ def grid_variants(items: list[str]) -> list[dict] | None:
 
 def launch_keywords(args: argparse.Namespace) -> dict[str, Any]:
     """The launch keywords the flags name (only those given)."""
-    keywords: dict[str, Any] = {key: value for key, value in _pairs(args.option, "-o")}
-    keywords = {key: _value(value) for key, value in keywords.items()}
+    keywords: dict[str, Any] = {key: _value(value) for key, value in _pairs(args.option, "-o")}
     keywords.update({keyword: getattr(args, flag) for flag, keyword in RESOURCE_FLAGS.items()
                      if getattr(args, flag) is not None})
     if args.gpu:
