@@ -1,7 +1,8 @@
 """``python job.pyz COMMAND ...`` (or ``python -m easylaunch_job COMMAND ...``).
 
 Commands: ``run`` (one run bundle, see :mod:`easylaunch_job.supervisor`), ``pack`` (a task
-file with N workers, :mod:`easylaunch_job.packer`), ``serve`` (the packer's warm worker) and
+file with N workers, :mod:`easylaunch_job.packer`), ``serve`` (the packer's warm worker,
+:mod:`easylaunch_job.warm`) and
 ``agent`` (a cloud instance's share of a launch, :mod:`easylaunch_job.cloud.agent`) and
 ``submit`` (a batch folder's submit.sh submitting a job file, :mod:`easylaunch_job.submission`).
 
@@ -16,7 +17,7 @@ from easylaunch_job import PYTHON_FLOOR
 # command -> (module, its entry point taking the remaining arguments)
 COMMANDS = {"run": ("easylaunch_job.supervisor", "main"),
             "pack": ("easylaunch_job.packer", "main"),
-            "serve": ("easylaunch_job.packer", "serve"),
+            "serve": ("easylaunch_job.warm", "serve"),
             "agent": ("easylaunch_job.cloud.agent", "main"),
             "submit": ("easylaunch_job.submission", "main")}
 

@@ -95,7 +95,8 @@ def begin_attempt(log_dir: str, policy: RestartPolicy, job_id: str | None) -> di
         status = read_for_update(path)
         carrier = status.get("next_job_id") or (
             status.get("job_id") if status.get("state") == "running" else None)
-        if carrier and job_id and job_id != carrier:
+        # (an element of the job array a run goes on with counts as that array)
+        if carrier and job_id and carrier not in (job_id, job_id.split("_")[0]):
             print(f"easylaunch runner: not starting: the run goes on as job {carrier}",
                   file=sys.stderr)
             return None

@@ -15,7 +15,9 @@ ENV_TIMEOUT_SIGNAL = "EASYLAUNCH_TIMEOUT_SIGNAL"  # e.g. USR1: the scheduler's t
 # its tasks as theirs.
 TIMEOUT_SIGNAL = "USR1"
 ENV_RERUN = "EASYLAUNCH_RERUN"  # set by the packer when it runs a task again
-ENV_CONTINUE = "EASYLAUNCH_CONTINUE"  # set in an allocation that goes on with a stopped one's runs
+# Set in an allocation that goes on with a stopped one's runs: "1", or (packers that share a
+# task file) the file of the tasks the stopped one left.
+ENV_CONTINUE = "EASYLAUNCH_CONTINUE"
 # When the scheduler ends the job with SIGTERM at its time limit, with no warning signal (PBS):
 # the epoch second of that limit; a SIGTERM from then on (less TIME_LIMIT_SLACK) is a timeout.
 ENV_TIME_LIMIT_AT = "EASYLAUNCH_TIME_LIMIT_AT"

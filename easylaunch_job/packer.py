@@ -28,7 +28,6 @@ too), so an allocation that starts first or runs faster takes more tasks.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import signal
 import subprocess
@@ -36,30 +35,25 @@ import sys
 import threading
 import time
 
-from easylaunch_job import self_command
 from easylaunch_job.attempts import RestartPolicy, give_up_restart
 from easylaunch_job.environment import (
     ENV_CONTINUE,
     ENV_RERUN,
-    ENV_TIMEOUT_SIGNAL,
-    TIMEOUT_SIGNAL,
-    exit_code,
     signal_group,
     submission_id,
 )
 from easylaunch_job.records import (
     BUNDLE_JSON,
-    STDERR_LOG,
-    STDOUT_LOG,
     DamagedRecord,
     read_json,
     update_status,
     write_json_atomic,
 )
 from easylaunch_job.resubmit import submit_from_job
-from easylaunch_job.run import EXIT_RESTART, run_bundle
+from easylaunch_job.run import EXIT_RESTART
 from easylaunch_job.submission import sbatch_command, sbatch_job_id
 from easylaunch_job.supervisor import end_of_job
+from easylaunch_job.warm import WarmWorker, WorkerDied
 
 CANCEL_POLL_SECONDS = 0.5
 KILL_AFTER_SECONDS = 10.0
@@ -72,90 +66,14 @@ def read_tasks(path: str) -> list[str]:
         return [ln.rstrip("\n") for ln in f if ln.strip() and not ln.lstrip().startswith("#")]
 
 
-class WorkerDied(Exception):
-    """The warm worker process ended; its stderr says why."""
-
-
-class WarmWorker:
-    """A Python with the job side loaded that forks one child per run (``serve``)."""
-
-    def __init__(self, env: dict[str, str]) -> None:
-        self.proc = subprocess.Popen(
-            [*self_command(), "serve"], env=env,
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, universal_newlines=True, bufsize=1)
-
-    def _answer(self) -> int:
-        line = self.proc.stdout.readline()
-        if not line:
-            raise WorkerDied(f"the warm worker ended (exit code {self.proc.wait()}); see the "
-                             "packer's own log")
-        return int(line.split()[1])
-
-    def start(self, bundle: str, log_dir: str, rerun: bool) -> int:
-        """Start a run; return the pid of its process (a process group leader)."""
-        self.proc.stdin.write(f"{bundle}\t{log_dir}\t{int(rerun)}\n")
-        self.proc.stdin.flush()
-        return self._answer()
-
-    def wait(self) -> int:
-        """The exit code of the run started last."""
-        return self._answer()
-
-    def close(self) -> None:
-        with contextlib.suppress(OSError):
-            self.proc.stdin.close()
-        self.proc.wait()
-
-
-def serve(argv: list[str] | None = None) -> int:
-    """Worker loop: for each ``bundle<TAB>log dir<TAB>rerun`` on stdin, fork a child to run it."""
-    try:
-        import cloudpickle  # noqa: F401 - loaded once here, inherited by every child
-    except ImportError:
-        print(f"packer: cloudpickle is not installed for {sys.executable}; install it there "
-              "(pip install cloudpickle)", file=sys.stderr)
-        return 1
-    for line in sys.stdin:
-        bundle, log_dir, rerun = line.rstrip("\n").split("\t")
-        pid = os.fork()
-        if pid == 0:
-            os._exit(_run_child(bundle, log_dir, rerun == "1"))
-        print(f"pid {pid}", flush=True)
-        print(f"exit {exit_code(os.waitpid(pid, 0)[1])}", flush=True)
-    return 0
-
-
-def _run_child(bundle: str, log_dir: str, rerun: bool) -> int:
-    """In the forked child: the environment and logs a task line sets up, then the run."""
-    os.setsid()
-    os.makedirs(log_dir, exist_ok=True)
-    code_dirs = [os.path.join(bundle, d)
-                 for d in read_json(os.path.join(bundle, BUNDLE_JSON)).get("code_dirs", [])]
-    os.environ.update(BUNDLE=bundle, LOG_DIR=log_dir, PYTHONUNBUFFERED="1")
-    os.environ[ENV_TIMEOUT_SIGNAL] = TIMEOUT_SIGNAL
-    if rerun:
-        os.environ[ENV_RERUN] = "1"
-    if code_dirs:
-        os.environ["PYTHONPATH"] = os.pathsep.join(
-            code_dirs + [p for p in [os.environ.get("PYTHONPATH")] if p])
-    os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
-    for fd, name in ((1, STDOUT_LOG), (2, STDERR_LOG)):
-        os.dup2(os.open(os.path.join(log_dir, name), os.O_WRONLY | os.O_APPEND | os.O_CREAT,
-                        0o644), fd)
-    try:
-        return run_bundle(bundle, log_dir)
-    finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-
-
 class Packer:
     """Runs tasks on a fixed number of workers and records each one's outcome."""
 
     def __init__(self, tasks: list[str], state_dir: str, workers: int,
                  runs: list[tuple[str, str]] | None = None, gpus: list[str] | None = None,
                  warm: bool = False, resubmit: str | None = None,
-                 continuing: bool = False, claims: str | None = None) -> None:
+                 continuing: bool = False, claims: str | None = None,
+                 only: frozenset[int] | None = None) -> None:
         self.tasks = tasks
         self.state_dir = state_dir
         self.workers = workers
@@ -165,6 +83,8 @@ class Packer:
         self.resubmit = resubmit
         self.continuing = continuing  # take up only the runs a stopped allocation left
         self.claims = claims  # (shared) the folder where tasks are claimed for this submission
+        self.claimed: set[int] = set()  # (shared) the tasks this packer claimed
+        self.only = only  # (continuing a shared allocation) the tasks it left
         self.own_failures = 0  # (shared) tasks this packer ran that did not succeed
         self.next = 0
         self.again: list[int] = []  # tasks whose run is queued for another attempt
@@ -188,6 +108,8 @@ class Packer:
             while self.next < len(self.tasks) and not self.stopping:
                 index = self.next
                 self.next += 1
+                if self.only is not None and index not in self.only:
+                    continue
                 state = self._state(index)
                 if (state in LEFT if self.continuing else state != "succeeded") \
                         and self._claim(index):
@@ -203,6 +125,7 @@ class Packer:
                              os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
         except FileExistsError:
             return False
+        self.claimed.add(index)
         return True
 
     def _settle(self, index: int, code: int) -> bool:
@@ -315,6 +238,8 @@ class Packer:
         ok = states.count("succeeded")
         print(f"packer: {ok} of {len(states)} tasks succeeded", file=sys.stderr)
         left = [i for i, state in enumerate(states) if state in LEFT]
+        if self.claims is not None and self.stopping:  # (its own, and those no one took)
+            left = [i for i in left if i in self.claimed or self._claim(i)]
         if self.stopping and self.resubmit and left:
             self._go_on_elsewhere(left)
         if self.claims is not None:  # (the others' tasks may still run)
@@ -343,7 +268,12 @@ class Packer:
         if self.runs is None:  # (--resubmit comes with --runs)
             return
         argv = sbatch_command(self.resubmit)
-        out, problem = submit_from_job(argv, **{ENV_CONTINUE: "1"})
+        going_on = "1"  # (shared: the tasks this allocation leaves, for the next to take)
+        if self.claims is not None:
+            going_on = os.path.join(self.state_dir, f"continue-{submission_id()}-"
+                                    f"{os.environ.get('SLURM_ARRAY_TASK_ID', '0')}.txt")
+            write_json_atomic(going_on, {"tasks": left})
+        out, problem = submit_from_job(argv, **{ENV_CONTINUE: going_on})
         job = sbatch_job_id(out)
         if problem is None and not job:
             problem = f"sbatch printed no job id: {out.strip()!r}"
@@ -357,6 +287,13 @@ class Packer:
                 give_up_restart(log_dir, f"{' '.join(argv)}: {problem}")
         print(f"packer: {len(left)} run(s) go on as job {job}" if problem is None
               else f"packer: could not submit the runs left: {problem}", file=sys.stderr)
+
+
+def _tasks_left(going_on: str | None) -> frozenset[int] | None:
+    """The tasks a stopped shared allocation left (ENV_CONTINUE names their file); None: all."""
+    if not going_on or going_on == "1":
+        return None
+    return frozenset(read_json(going_on).get("tasks", []))
 
 
 def default_workers() -> int:
@@ -391,7 +328,8 @@ def main(argv: list[str] | None = None) -> int:
             parser.error("--runs needs one line per task")
     packer = Packer(tasks, args.state_dir, args.workers or default_workers(), runs,
                     args.gpus.split(",") if args.gpus else None, args.warm, args.resubmit,
-                    continuing=os.environ.get(ENV_CONTINUE) == "1",
+                    continuing=bool(os.environ.get(ENV_CONTINUE)),
+                    only=_tasks_left(os.environ.get(ENV_CONTINUE)),
                     claims=os.path.join(args.state_dir, f"claims-{submission_id()}")
                     if args.shared else None)
     signal.signal(signal.SIGTERM, packer.forward)

@@ -184,3 +184,32 @@ def test_an_htp_allocation_stopped_at_its_time_limit_goes_on_in_a_new_one(batch_
         assert [r["reason"] for r in job.info()["restarts"]] == ["time limit"]
         _assert_resumed(job, result, every=5, log_dir=log_dir)
     assert {j.info()["job_id"] for j in jobs} == {jobs[0].info()["next_job_id"]} != {allocation}
+
+
+def test_a_stopped_allocation_of_several_goes_on_with_its_runs_and_those_left(batch_cfg):
+    """Two allocations of one worker, three runs: when one allocation is stopped, its run
+    saves, and a new array goes on with it and the run no allocation had taken; the other
+    allocation's run ends where it is."""
+    batch_cfg["SSS_CPU_IMAGE"] = None
+    batch_cfg["SLURM_CONFIGS"]["cpu"]["max_num_cores_per_node"] = 1
+    jobs = run_sweep(jobfns.count_steps, [{"steps": 30, "every": 5, "step_seconds": 0.2}] * 3,
+                     mode="htp", max_restarts=2, allocations=2, config=batch_cfg)
+    subprocess.run(["bash", f"{copy_to_cluster(jobs[0])}/submit.sh"], check=True,
+                   capture_output=True)
+    log_dirs = [Path(j.launch_info["backend"]["job_log_dir"]) for j in jobs]
+    assert wait_for(lambda: sum(len(steps_done(d)) >= 3 for d in log_dirs) == 2, timeout=120)
+    running = [j for j, d in zip(jobs, log_dirs, strict=True) if len(steps_done(d)) >= 3]
+    stopped_element = running[0].info()["job_id"]
+    _slurm("scancel", "--batch", "--signal=USR1", stopped_element)
+    results = [j.result(timeout=180) for j in jobs]
+    assert [r["steps"] for r in results] == [30] * 3
+    restarted = [j for j in jobs if j.info().get("restarts")]
+    assert [j.id for j in restarted] == [running[0].id]
+    assert [r["reason"] for r in running[0].info()["restarts"]] == ["time limit"]
+    _assert_resumed(running[0], results[jobs.index(running[0])], every=5,
+                    log_dir=log_dirs[jobs.index(running[0])])
+    going_on = running[0].info()["next_job_id"]
+    assert going_on.split("_")[0] != stopped_element.split("_")[0]  # a new array
+    untaken = next(j for j in jobs if j not in running)
+    assert untaken.info()["job_id"].startswith(going_on.split("_")[0])  # it ran there
+    assert running[1].info()["job_id"].split("_")[0] == stopped_element.split("_")[0]

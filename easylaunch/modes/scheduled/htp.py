@@ -6,7 +6,8 @@ workers pull tasks inside one allocation, on any Slurm) or BRC's ``ht_helper.sh`
 With MAX_RESTARTS (packer only), a run queued again starts again in the same allocation, and an
 allocation stopped at its time limit (or preempted) submits itself again for the runs left.
 ``allocations=K`` spreads the sweep over K allocations (a job array of packers sharing the task
-file, each task taken once: an allocation that starts first or runs faster takes more).
+file, each task taken once: an allocation that starts first or runs faster takes more); one
+stopped goes on in a new array with the runs it held and those no allocation had taken.
 """
 
 from __future__ import annotations
@@ -62,10 +63,9 @@ def check(mode: BatchMode, request: LaunchRequest) -> None:
         return
     if not isinstance(allocations, int) or isinstance(allocations, bool) or allocations < 1:
         raise LaunchError(f"allocations must be a positive integer, got {allocations!r}")
-    if allocations > 1 and (s.HTP_RUNNER == "ht_helper" or s.MAX_RESTARTS):
-        raise LaunchError("allocations > 1 spreads runs over easylaunch's packers, without "
-                          "restarts for now: use HTP_RUNNER='packer' and max_restarts=0, or "
-                          "one allocation")
+    if allocations > 1 and s.HTP_RUNNER == "ht_helper":
+        raise LaunchError("allocations > 1 spreads runs over easylaunch's packers: use "
+                          "HTP_RUNNER='packer', or one allocation")
 
 
 def runs_outside(mode: BatchMode, request: LaunchRequest) -> bool:
