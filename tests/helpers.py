@@ -194,7 +194,8 @@ def tmux(*args: str) -> str:
 def shell_answers(argv: list[str], typed: str, expect: str, timeout: float = 30,
                   after=None) -> str:
     """Start ``argv`` in a tmux window, type ``typed`` once the shell is up, and return the
-    window's text once ``expect`` shows in it (``after(session)`` first, if given)."""
+    window's text once ``expect`` shows in it (``after(session)`` first, if given). ``expect``
+    must be what only the answer holds, not the typed line (``END$((40+2))`` -> ``END42``)."""
     session = f"el{os.getpid()}{time.monotonic_ns() % 10**6}"
     tmux("new-session", "-d", "-s", session, "-x", "200", "-y", "50",
          shlex.join(argv) + "; echo SHELL-ENDED; sleep 60")

@@ -146,11 +146,10 @@ def test_a_shell_into_a_running_local_run_is_in_its_folder_with_its_environment(
     run_id = cli(settings, "submit", "--", "sleep", "60").stdout.strip()
     try:
         shown = shell_answers([*EASYLAUNCH, "--config", settings, "shell", run_id],
-                              'echo "ID=$EASYLAUNCH_RUN_ID DIR=$(pwd)"',
-                              f"ID={run_id} DIR=")
+                              'echo "ID=$EASYLAUNCH_RUN_ID DIR=$(pwd) END$((40+2))"', "END42")
         folder = next(p for p in (tmp_path / "logs" / "default").iterdir()
                       if p.name.endswith(run_id))
-        assert f"ID={run_id} DIR={folder}\n" in shown
+        assert f"ID={run_id} DIR={folder} END42\n" in shown
     finally:
         cli(settings, "cancel", run_id)
     ended = cli(settings, "shell", run_id)

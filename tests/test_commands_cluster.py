@@ -3,6 +3,7 @@ remote cluster over the test sshd), a command requeued at its time limit, two ra
 run, and shells driven through tmux: into a running job and into an interactive allocation,
 directly and over SSH."""
 
+import re
 import subprocess
 import sys
 import time
@@ -94,8 +95,8 @@ def test_a_shell_into_a_running_slurm_run(slurm_cfg, tmp_path):
         own_id = subprocess.run(["squeue", "-h", "-j", element, "-o", "%A"],
                                 capture_output=True, text=True).stdout.strip()
         shown = shell_answers([*EASYLAUNCH, "--config", settings, "shell", job.id],
-                              'echo "J=$SLURM_JOB_ID R=$EASYLAUNCH_RUN_ID D=$(pwd) H=$(hostname)"',
-                              "H=")
+                              'echo "J=$SLURM_JOB_ID R=$EASYLAUNCH_RUN_ID D=$(pwd) H=$(hostname) '
+                              'END$((40+2))"', "END42")  # (only the answer holds END42)
         assert f"J={own_id} R={job.id} D={job.log_dir} H=" in shown
     finally:
         job.cancel()
@@ -112,7 +113,8 @@ def test_a_shell_into_a_run_on_a_remote_cluster_goes_over_ssh(remote_cfg, tmp_pa
         _running(job)
         there = job.launch_info["backend"]["job_log_dir"]
         shown = shell_answers([*EASYLAUNCH, "--config", settings, "shell", job.id],
-                              'echo "U=$(whoami) J=$SLURM_JOB_ID D=$(pwd)"', "D=/")
+                              'echo "U=$(whoami) J=$SLURM_JOB_ID D=$(pwd) END$((40+2))"',
+                              "END42")
         assert "U=easyremote J=" in shown and f"D={there}" in shown
     finally:
         job.cancel()
@@ -139,8 +141,8 @@ def _interactive(settings: str, *flags: str) -> str:
         assert wait_for(lambda: "SHELL-ENDED" in tmux("capture-pane", "-p", "-t", session), 60)
 
     shown = shell_answers([*EASYLAUNCH, "--config", settings, "interactive", "--time", "5",
-                           *flags], 'echo "J=$SLURM_JOB_ID H=$(hostname) U=$(whoami)"',
-                          "U=", timeout=90, after=leave)
+                           *flags], 'echo "J=$SLURM_JOB_ID H=$(hostname) U=$(whoami) END$((40+2))"',
+                          "END42", timeout=90, after=leave)
     assert wait_for(lambda: not _allocations(), 30), _allocations()
     return shown
 
@@ -150,14 +152,14 @@ def test_an_interactive_allocation_gives_a_shell_on_a_node_and_ends_with_it(slur
     assert not _allocations()
     settings = settings_file(tmp_path, SLURM_CONFIGS=slurm_cfg["SLURM_CONFIGS"])
     shown = _interactive(settings)
-    assert "J=" in shown and "J= " not in shown and "U=root" in shown
+    assert re.search(r"^J=\d+ H=\S+ U=root END42$", shown, re.MULTILINE), shown
 
 
 def test_an_interactive_allocation_on_a_remote_cluster(remote_cfg, tmp_path):
     settings = settings_file(tmp_path, **{k: v for k, v in remote_cfg.items()
                                           if k not in ("LOCAL_LOG_DIR", "CODE_DIRS_TO_MOUNT")})
     shown = _interactive(settings, "--cluster", "test")
-    assert "U=easyremote" in shown and "J= " not in shown
+    assert re.search(r"^J=\d+ H=\S+ U=easyremote END42$", shown, re.MULTILINE), shown
 
 
 def test_interactive_refuses_resources_the_cluster_config_cannot_give(slurm_cfg, tmp_path):
