@@ -33,6 +33,7 @@ from easylaunch.bundle import (
     sweep_of,
 )
 from easylaunch.commands import (
+    COMMAND_KEY,
     CommandLike,
     as_argv,
     check_code_programs,
@@ -426,10 +427,10 @@ def run_commands(commands: CommandLike | Iterable[CommandLike],
         if isinstance(commands, str) or not isinstance(commands, Iterable):
             raise LaunchError("run_commands takes a list of commands, or one command with "
                               "variants=; for one command use run_command")
-        variants = [{"command": shlex.join(as_argv(c))} for c in commands]
+        variants = [{COMMAND_KEY: shlex.join(as_argv(c))} for c in commands]
         if not variants:
             raise LaunchError("commands is empty: nothing to launch")
-        payload = Command([], from_variant="command")
+        payload = Command([], from_variant=COMMAND_KEY)
     return _launch(payload, variants, launch_options(exp_name, mode, launch), sweep_id=None)
 
 

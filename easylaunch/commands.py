@@ -20,6 +20,7 @@ from easylaunch.request import LaunchRequest
 from easylaunch_job.command import Command, argv_for
 
 CommandLike = str | Sequence[str]
+COMMAND_KEY = "command"  # the variant key of each run's command in a list of commands
 
 
 def as_argv(command: Any) -> list[str]:

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from easylaunch.commands import COMMAND_KEY
 from easylaunch.errors import EasyLaunchError
 from easylaunch.registry import Entry
 from easylaunch_job.outcome import load_outcome
@@ -21,7 +22,6 @@ from easylaunch_job.outcome import load_outcome
 # Backend fields that name what runs a run, by mode family (first one present wins).
 JOB_FIELDS = ("slurm_job_id", "pbs_job_id", "instance_id", "instance_name")
 STATE_ORDER = ("queued", "running", "succeeded", "failed", "timeout", "cancelled")
-COMMAND_KEY = "command"  # the variant key of each run's command in a list of commands
 VALUE_WIDTH = 14  # a variant value wider than this is cut on a terminal
 TSV_COLUMNS = ("ID", "EXPERIMENT", "MODE", "STATE", "LAUNCHED", "LOG DIR", "SWEEP", "SECONDS",
                "JOB", "REASON")
@@ -79,6 +79,15 @@ def flat_items(record: Mapping, prefix: str = "") -> dict[str, Any]:
 def flatten(variant: Mapping) -> dict[str, str]:
     """Nested variant keys as ``a.b``, values as short text."""
     return {key: str(value) for key, value in flat_items(variant).items()}
+
+
+def shown_variant(entry: Entry) -> dict[str, str]:
+    """A run's variant as lists show it: flattened, less the command of a run from a list of
+    commands (its command has a column of its own)."""
+    values = flatten(entry.variant)
+    if entry.command:
+        values.pop(COMMAND_KEY, None)
+    return values
 
 
 def differing_keys(variants: Sequence[Mapping]) -> list[str]:
@@ -170,8 +179,7 @@ def grouped_lines(shown: Sequence[Shown], keys: Sequence[str] | None, width: int
         lines.append(_cut(heading, width))
         has_command = any(g.entry.command for g in group)
         columns = list(keys) if keys is not None else \
-            [k for k in differing_keys([g.entry.variant for g in group])
-             if not (has_command and k == COMMAND_KEY)]  # (a list of commands' variants)
+            differing_keys([shown_variant(g.entry) for g in group])
         has_job = any(job_label(g.entry) for g in group)
         header = ["ID", "STATE", "TIME", *(["JOB"] if has_job else []), *columns,
                   *(["COMMAND"] if has_command else [])]
@@ -201,7 +209,7 @@ def tsv_lines(shown: Sequence[Shown], keys: Sequence[str], now: float) -> list[s
     spaces."""
     plain = str.maketrans("\t\n\r", "   ")
     has_command = any(g.entry.command for g in shown)
-    rows = [[*TSV_COLUMNS, *keys, *([COMMAND_KEY] if has_command else [])]]
+    rows = [[*TSV_COLUMNS, *keys, *(["command"] if has_command else [])]]
     for g in shown:
         e, values = g.entry, flatten(g.entry.variant)
         run_for = seconds_run(e, now)

@@ -26,7 +26,7 @@ import sys
 import threading
 from typing import Any, Sequence
 
-from easylaunch_job.environment import ENV_CHECKPOINT_DIR
+from easylaunch_job.environment import ENV_CHECKPOINT_DIR, shell_exit_code
 from easylaunch_job.records import CHECKPOINT_DIR
 
 ENV_CODE_DIR = "EASYLAUNCH_CODE_DIR"  # set by the runner: the first code folder's snapshot
@@ -132,7 +132,7 @@ class Command:
         reader.join()
         if code != 0:
             text = b"".join(tail).decode(errors="replace").rstrip("\n")
-            raise CommandFailed(argv, code if code > 0 else 128 - code, text)
+            raise CommandFailed(argv, shell_exit_code(code), text)
         return 0
 
 

@@ -118,6 +118,11 @@ def exit_code(wait_status: int) -> int:
     return os.WEXITSTATUS(wait_status)
 
 
+def shell_exit_code(returncode: int) -> int:
+    """A process's return code as a shell gives it: 128 + N for one killed by signal N."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
 def signal_name(signum: int) -> str:
     """``SIGTERM`` for 15; ``signal 40`` for numbers without a name."""
     try:

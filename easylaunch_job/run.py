@@ -117,11 +117,12 @@ def call_and_record(fn: Any, config: DoodadConfig, variant: Any, log_dir: str,
             if reraise:
                 raise
             return (EXIT_RESTART if restarting else 128 + stop.signum), None
-        tb_text = str(exc) if isinstance(exc, CommandFailed) else user_traceback(exc)
+        command = isinstance(exc, CommandFailed)  # (its own exit code and stderr, no traceback)
+        tb_text = str(exc) if command else user_traceback(exc)
         save_error(log_dir, exc, tb_text)
         restarting = finish_attempt(log_dir, policy, "error" if policy.on_error else None,
                                     state="failed", error=tb_text,
-                                    exit_code=getattr(exc, "exit_code", EXIT_FAILED))
+                                    exit_code=exc.exit_code if command else EXIT_FAILED)
         if reraise:
             raise
         print(tb_text, file=sys.stderr, end="")

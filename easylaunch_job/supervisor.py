@@ -16,7 +16,13 @@ import time
 from typing import Any
 
 from easylaunch_job.attempts import RestartPolicy, record_lost_end
-from easylaunch_job.environment import exit_code, is_alive, own_job_id, rank_info
+from easylaunch_job.environment import (
+    exit_code,
+    is_alive,
+    own_job_id,
+    rank_info,
+    shell_exit_code,
+)
 from easylaunch_job.records import BUNDLE_JSON, DamagedRecord, read_json, read_status
 from easylaunch_job.resubmit import resubmit_self
 from easylaunch_job.run import (
@@ -74,7 +80,7 @@ def _job_exit(log_dir: str, returncode: int, queued: dict | None) -> int:
     if queued:
         resubmit_self(log_dir)
         return EXIT_RESTART
-    return 128 - returncode if returncode < 0 else returncode
+    return shell_exit_code(returncode)
 
 
 def end_of_job(log_dir: str, returncode: int, policy: RestartPolicy) -> int:

@@ -14,7 +14,7 @@ from easylaunch.cli.shared import AddCommand, count, parse_since, registry_of, t
 from easylaunch.errors import EasyLaunchError
 from easylaunch.reasons import reason_of
 from easylaunch.refresh import OPEN_STATES, STATES, job_for, refresh_entries, short
-from easylaunch.results.readers import read_run
+from easylaunch.results.readers import last_points, read_run
 
 STATUS_LOG_LINES = 100
 VALUE_CHARS = 2000  # longer values (a huge variant) are cut in `easylaunch status`
@@ -127,10 +127,7 @@ def _rank_logs(log_dir) -> str | None:
 
 def _last_metrics(job) -> str | None:
     """``loss=0.12 (step 49), acc=0.9 (step 49)``: each metric's last value the run logged."""
-    last: dict[str, tuple[float, float]] = {}
-    for point in read_run(job.mode.readable_folder(job)):
-        if point.metric not in last or point.step >= last[point.metric][0]:
-            last[point.metric] = (point.step, point.value)
+    last = last_points(read_run(job.mode.readable_folder(job)))
     return ", ".join(f"{name}={value:.6g} (step {step:g})"
                      for name, (step, value) in last.items()) or None
 

@@ -106,12 +106,10 @@ def _rows(shown: Sequence[listing.Shown], now: float) -> list[Row]:
     (all its keys when it is alone there)."""
     rows = {}
     for group in listing.sweeps(shown):
-        keys = listing.differing_keys([g.entry.variant for g in group]) if len(group) > 1 \
-            else None
+        keys = listing.differing_keys([listing.shown_variant(g.entry) for g in group]) \
+            if len(group) > 1 else None
         for g in group:
-            e, values = g.entry, listing.flatten(g.entry.variant)
-            if e.command:  # (a list of commands keeps each in its variant too)
-                values.pop(listing.COMMAND_KEY, None)
+            e, values = g.entry, listing.shown_variant(g.entry)
             text = "  ".join(t for t in (_variant_text(values, keys or list(values)),
                                          e.command and f"$ {e.command}") if t)
             rows[e.id] = Row(e.id, e.exp_name, e.sweep or "", e.mode, g.state_text,

@@ -16,7 +16,7 @@ import json
 import math
 import os
 import warnings
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from pathlib import Path
 from typing import NamedTuple
 
@@ -181,13 +181,17 @@ def read_run(run_dir: Path, metrics: Metrics = None) -> Iterator[Point]:
             yield point
 
 
-def _last_of(points: Iterator[Point]) -> dict[str, float]:
-    """Each metric's value at its largest step (of equal steps, the last written)."""
+def last_points(points: Iterable[Point]) -> dict[str, tuple[float, float]]:
+    """Each metric's (step, value) at its largest step (of equal steps, the last written)."""
     last: dict[str, tuple[float, float]] = {}
     for point in points:
         if point.metric not in last or point.step >= last[point.metric][0]:
             last[point.metric] = (point.step, point.value)
-    return {metric: value for metric, (_, value) in last.items()}
+    return last
+
+
+def _last_of(points: Iterable[Point]) -> dict[str, float]:
+    return {metric: value for metric, (_, value) in last_points(points).items()}
 
 
 def _jsonl_last_values(path: Path) -> dict[str, float] | None:
