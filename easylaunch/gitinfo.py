@@ -7,10 +7,10 @@ from collections.abc import Iterable
 
 from easylaunch_job.config import GitInfo
 
-_by_repo: dict[str, GitInfo | None] = {}
+_by_repo: dict[str, tuple[str, GitInfo] | None] = {}  # folder -> its repository's root, info
 
 
-def _read_repo(directory: str) -> GitInfo | None:
+def _read_repo(directory: str) -> tuple[str, GitInfo] | None:
     os.environ.setdefault("GIT_PYTHON_REFRESH", "quiet")  # no git binary: no entry, no crash
     try:
         import git
@@ -24,7 +24,7 @@ def _read_repo(directory: str) -> GitInfo | None:
             branch = repo.active_branch.name
         except TypeError:  # detached HEAD
             branch = None
-        return GitInfo(
+        return str(repo.working_tree_dir), GitInfo(
             directory=directory,
             code_diff=repo.git.diff(None),
             code_diff_staged=repo.git.diff("--staged"),
@@ -36,12 +36,14 @@ def _read_repo(directory: str) -> GitInfo | None:
 
 
 def git_infos(directories: Iterable[str]) -> list[GitInfo]:
-    """GitInfo for every directory that is inside a git repository (cached per directory)."""
-    infos = []
+    """GitInfo for every directory that is inside a git repository, one per repository (the
+    first directory naming it; cached per directory)."""
+    infos: dict[str, GitInfo] = {}
     for directory in directories:
         directory = os.path.abspath(directory)
         if directory not in _by_repo:
             _by_repo[directory] = _read_repo(directory)
         if _by_repo[directory] is not None:
-            infos.append(_by_repo[directory])
-    return infos
+            root, info = _by_repo[directory]
+            infos.setdefault(root, info)
+    return list(infos.values())

@@ -263,15 +263,10 @@ class Registry:
                             "give more characters")
         return found[0]
 
-    def list(self, exp: str | None = None, mode: str | None = None,
-             states: list[str] | None = None, since: float | None = None,
-             limit: int | None = None, sweep: str | None = None,
-             offset: int = 0) -> tuple[list[Entry], int]:
-        """Runs newest first, filtered, from the ``offset``-th on; also the number that matched
-        before ``limit`` and ``offset``.
-
-        ``exp`` is an experiment name, or (when no experiment has that name) a part of one;
-        ``sweep`` a sweep id or a unique start of one."""
+    def _where(self, exp: str | None = None, mode: str | None = None,
+               states: list[str] | None = None, since: float | None = None,
+               sweep: str | None = None, reason: str | None = None) -> tuple[str, list]:
+        """The WHERE clause (with its arguments) selecting the runs :meth:`list` lists."""
         where, args = [], []
         if exp is not None:
             known = self.db.execute("SELECT 1 FROM runs WHERE exp_name = ? LIMIT 1",
@@ -290,13 +285,47 @@ class Registry:
         if since is not None:
             where.append("created >= ?")
             args.append(since)
-        clause = f" WHERE {' AND '.join(where)}" if where else ""
+        if reason is not None:
+            where.append("reason = ?")
+            args.append(reason)
+        return (f" WHERE {' AND '.join(where)}" if where else ""), args
+
+    def list(self, exp: str | None = None, mode: str | None = None,
+             states: list[str] | None = None, since: float | None = None,
+             limit: int | None = None, sweep: str | None = None,
+             offset: int = 0, reason: str | None = None) -> tuple[list[Entry], int]:
+        """Runs newest first, filtered, from the ``offset``-th on; also the number that matched
+        before ``limit`` and ``offset``.
+
+        ``exp`` is an experiment name, or (when no experiment has that name) a part of one;
+        ``sweep`` a sweep id or a unique start of one; ``reason`` why runs ended, whole."""
+        clause, args = self._where(exp, mode, states, since, sweep, reason)
         total = self.db.execute(f"SELECT COUNT(*) FROM runs{clause}", args).fetchone()[0]
         query = f"SELECT {', '.join(COLUMNS)} FROM runs{clause} ORDER BY created DESC"
         if limit is not None or offset:
             query += f" LIMIT {-1 if limit is None else int(limit)} OFFSET {int(offset)}"
         return [Entry.from_row(r) for r in self.db.execute(query, args)], total
 
+    def reasons(self, limit: int = 8, **filters) -> list[tuple[str, int]]:
+        """The commonest reasons runs ended (as :meth:`list`'s filters select them), with how
+        many runs each, most first."""
+        clause, args = self._where(**filters)
+        clause += " AND " if clause else " WHERE "
+        return [tuple(r) for r in self.db.execute(
+            f"SELECT reason, COUNT(*) AS n FROM runs{clause}reason IS NOT NULL AND reason != '' "
+            f"GROUP BY reason ORDER BY n DESC, reason LIMIT {int(limit)}", args)]
+
+    def sweep_states(self, sweeps: Iterable[str]) -> dict[str, list[str]]:
+        """Each of these sweeps' runs' recorded states."""
+        sweeps = list(dict.fromkeys(sweeps))
+        found: dict[str, list[str]] = {s: [] for s in sweeps}
+        for start in range(0, len(sweeps), 500):
+            part = sweeps[start:start + 500]
+            for sweep, state in self.db.execute(
+                    f"SELECT sweep, state FROM runs WHERE sweep IN "
+                    f"({', '.join('?' * len(part))})", part):
+                found[sweep].append(state)
+        return found
 
     def forget(self, run_ids: Iterable[str]) -> int:
         """Delete these runs' rows (their folders are left alone); how many were deleted."""

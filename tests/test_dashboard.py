@@ -27,7 +27,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 
 from easylaunch import JobState, run_command, run_experiment, run_sweep
 from easylaunch.cli.shared import parse_since
-from easylaunch.dashboard import charts, views
+from easylaunch.dashboard import views
 from easylaunch.errors import EasyLaunchError
 from easylaunch.extras import install_hint
 from easylaunch.jobs import Job

@@ -51,7 +51,24 @@ def test_gathered_once_per_process_per_repository(cfg, tmp_path, monkeypatch):
     run_sweep(jobfns.train, [{}] * 5, config=cfg, mode="here_no_doodad")
     for _ in range(3):
         run_experiment(jobfns.train, config=cfg, mode="here_no_doodad")
-    assert calls == [str(tmp_path / "repo")]
+    assert calls.count(str(tmp_path / "repo")) == 1
+    assert len(calls) == len(set(calls))  # (the launching script's folder, once too)
+
+
+def test_a_script_in_a_repository_records_its_commit_without_code_folders(tmp_path):
+    commit = _repo(tmp_path / "repo")
+    script = tmp_path / "repo" / "launch.py"
+    script.write_text(
+        "from easylaunch import run_experiment\n"
+        "job = run_experiment(print, exp_name='from-repo', mode='local', config={\n"
+        f"    'LOCAL_LOG_DIR': {str(tmp_path / 'logs')!r}, 'CODE_DIRS_TO_MOUNT': [],\n"
+        f"    'REGISTRY_PATH': {str(tmp_path / 'registry.sqlite3')!r}}})\n"
+        "job.wait(timeout=60)\n"
+        "print(job.launch_info['git_commits'])\n")
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                         cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == repr({str(tmp_path / "repo"): commit})
 
 
 def test_no_git_binary_means_no_entry_and_no_crash(tmp_path):

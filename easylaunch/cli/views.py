@@ -97,4 +97,7 @@ def add_ui(command: AddCommand) -> None:
                     "loopback: whoever reaches it and has the URL (its token) can see and act "
                     "on your runs, unencrypted")
     parser.add_argument("--open", action="store_true", help="open it in a web browser")
+    parser.add_argument("--new-token", action="store_true", help="replace the kept token (open "
+                    "pages and printed URLs stop working); it is kept, private to you, beside "
+                    "the registry, so a restart keeps open pages working")
     parser.set_defaults(func=ui)

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import math
-import tempfile
+import time
+from collections.abc import Mapping
 from pathlib import Path
 from urllib.parse import urlencode
 
 import jinja2
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware.gzip import GZipMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Mount, Route
@@ -17,17 +19,17 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from easylaunch import __version__
-from easylaunch.dashboard import views
+from easylaunch.dashboard import sweeps, views
+from easylaunch.dashboard.curves import SeriesCache
 from easylaunch.dashboard.security import TOKEN_HEADER, Guard
 from easylaunch.errors import EasyLaunchError
 from easylaunch.modes import MODES
 from easylaunch.registry import NoSuchJob, open_registry
-from easylaunch.results.plot import plot_sweep
 from easylaunch.settings import ConfigArg, load_settings
 
 HERE = Path(__file__).resolve().parent
 POLL_SECONDS = 3  # how often pages ask for states and log lines
-CHARTS_POLL_SECONDS = 5  # and for an open run's charts (its metric files are read whole)
+CHARTS_POLL_SECONDS = 5  # and for open runs' curves
 
 
 class Pages:
@@ -36,6 +38,7 @@ class Pages:
     def __init__(self, config: ConfigArg, token: str) -> None:
         self.config = config
         self.registry = open_registry(load_settings(config).REGISTRY_PATH)
+        self.series = SeriesCache()
         env = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"),
                                  autoescape=True, undefined=jinja2.StrictUndefined)
         self.templates = Jinja2Templates(env=env)
@@ -51,10 +54,11 @@ class Pages:
 
     def runs(self, request: Request) -> Response:
         filters = views.Filters.of(request.query_params)
-        error, rows, total, page_no = None, [], 0, 1
+        error, groups, total, page_no, reasons = None, [], 0, 1, []
         try:
             page_no = views.page_number(request.query_params.get("page"))
-            rows, total = views.runs_page(self.registry, filters, page_no)
+            groups, total = views.runs_page(self.registry, filters, page_no)
+            reasons = views.reasons(self.registry, filters)
         except EasyLaunchError as exc:
             error = str(exc)
         pages = max(math.ceil(total / views.PER_PAGE), 1)
@@ -62,44 +66,53 @@ class Pages:
         def page_url(number: int) -> str:
             return "/?" + urlencode({**filters.params(), "page": number})
 
-        return self.page(request, "runs.html", status=400 if error else 200, rows=rows,
-                         total=total, page_no=page_no, pages=pages, page_url=page_url,
-                         per_page=views.PER_PAGE, filters=filters, error=error,
-                         modes=list(MODES), states=views.STATES,
+        def reason_url(reason: str) -> str:
+            return "/?" + urlencode({**filters.params(), "reason": reason})
+
+        return self.page(request, "runs.html", status=400 if error else 200, groups=groups,
+                         shown=sum(len(g.rows) for g in groups), total=total, page_no=page_no,
+                         pages=pages, page_url=page_url, reason_url=reason_url,
+                         reasons=reasons, per_page=views.PER_PAGE, filters=filters,
+                         error=error, modes=list(MODES), states=views.STATES,
                          experiments=self.registry.experiments())
 
     def run(self, request: Request) -> Response:
         return self.page(request, "run.html",
                          run=views.run_view(self.registry, request.path_params["id"]))
 
-    def charts(self, request: Request) -> Response:
-        run_id = request.path_params["id"]
-        found, still = views.run_charts(self.registry, run_id)
-        return self.page(request, "charts.html", charts=found, open=still, run_id=run_id)
-
     def _sweep_id(self, request: Request) -> str:
         return self.registry.find_sweep(request.path_params["id"])
 
     def sweep(self, request: Request) -> Response:
-        view = views.sweep_view(self._sweep_id(request), self.config)
-        by = request.query_params.get("by")
-        by = by if by in view.keys else (view.keys[0] if view.keys else None)
-        plot_query = {metric: urlencode({"metric": metric, **({"by": by} if by else {})})
-                      for metric in view.metrics}
-        return self.page(request, "sweep.html", sweep=view, by=by, plot_query=plot_query)
+        view = sweeps.sweep_view(self._sweep_id(request), self.config)
+        metric = request.query_params.get("metric")
+        return self.page(request, "sweep.html", sweep=view,
+                         hparams=sweeps.hparams_view(self.registry, view.sweep, metric))
 
-    def plot(self, request: Request) -> Response:
-        by = request.query_params.get("by") or None
-        with tempfile.TemporaryDirectory() as folder:
-            path = plot_sweep(self._sweep_id(request), request.query_params.get("metric", ""),
-                              by=by, out=Path(folder) / "plot.png", config=self.config)
-            return Response(path.read_bytes(), media_type="image/png")
+    def hparams(self, request: Request) -> Response:
+        return self.page(request, "hparams.html", hparams=sweeps.hparams_view(
+            self.registry, self._sweep_id(request), request.query_params.get("metric")))
+
+    def compare(self, request: Request) -> Response:
+        ids = [i for i in request.query_params.get("runs", "").split(",") if i]
+        shown = sweeps.chosen_runs(self.registry, ids, None) if ids else []
+        rows = views.groups_of(self.registry, shown, time.time())
+        return self.page(request, "compare.html", groups=rows,
+                         ids=",".join(s.entry.id for s in shown))
 
     # -- what the pages poll, and the actions ---------------------------------------------------
 
     def states(self, request: Request) -> Response:
         ids = [i for i in request.query_params.get("ids", "").split(",") if i]
         return JSONResponse(views.live_states(self.registry, ids))
+
+    def curves(self, request: Request) -> Response:
+        params = request.query_params
+        ids = [i for i in params.get("runs", "").split(",") if i]
+        metrics = [m for m in params.get("metrics", "").split(",") if m] or None
+        shown = sweeps.chosen_runs(self.registry, ids, params.get("sweep"))
+        lo, hi = (_number(params, "lo"), _number(params, "hi"))
+        return JSONResponse(sweeps.curves(shown, self.series, metrics, lo, hi))
 
     def log(self, request: Request) -> Response:
         try:
@@ -140,10 +153,11 @@ def create_app(config: ConfigArg, token: str, port: int,
     routes = [
         Route("/", pages.runs),
         Route("/run/{id}", pages.run),
-        Route("/run/{id}/charts", pages.charts),
         Route("/sweep/{id}", pages.sweep),
-        Route("/sweep/{id}/plot.png", pages.plot),
+        Route("/sweep/{id}/hparams", pages.hparams),
+        Route("/compare", pages.compare),
         Route("/api/states", pages.states),
+        Route("/api/curves", pages.curves),
         Route("/api/runs/{id}/log", pages.log),
         Route("/api/runs/{id}/cancel", pages.cancel, methods=["POST"]),
         Route("/api/runs/{id}/resubmit", pages.resubmit, methods=["POST"]),
@@ -151,4 +165,18 @@ def create_app(config: ConfigArg, token: str, port: int,
     ]
     app = Starlette(routes=routes, exception_handlers={
         EasyLaunchError: pages.failed, HTTPException: pages.failed, Exception: pages.failed})
-    return Guard(app, token=token, port=port, hosts=hosts)
+    return Guard(GZipMiddleware(app, minimum_size=2048), token=token, port=port, hosts=hosts)
+
+
+def _number(params: Mapping[str, str], name: str) -> float | None:
+    """A query parameter that is a number, if given."""
+    text = params.get(name)
+    if not text:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value):
+        raise EasyLaunchError(f"{name} {text!r}: a number (a step)")
+    return value

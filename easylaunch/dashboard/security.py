@@ -1,8 +1,10 @@
 """Who may use the dashboard, and the headers every answer carries (ASGI middleware).
 
-- Every request needs this start's random token: on the URL ``easylaunch ui`` prints
-  (``?token=``; answered by a redirect that keeps it as an HttpOnly, SameSite=Strict cookie
-  for this port) or that cookie. Another user of a shared machine reaches 127.0.0.1 too.
+- Every request needs the dashboard's random token (kept private beside the registry, so a
+  restart keeps open pages working; ``--new-token`` replaces it): on the URL ``easylaunch
+  ui`` prints (``?token=``; answered by a redirect that keeps it as an HttpOnly,
+  SameSite=Strict cookie for this port) or that cookie. Another user of a shared machine
+  reaches 127.0.0.1 too.
 - A request that changes something (POST) also needs the token in the ``X-EasyLaunch-Token``
   header (the pages hold it), and must come from the dashboard's own pages: an ``Origin``
   other than the server's own, or a ``Sec-Fetch-Site`` other than ``same-origin``, is refused.
@@ -12,8 +14,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import hmac
+import os
 import secrets
+from pathlib import Path
 from urllib.parse import urlencode
 
 from starlette.requests import Request
@@ -32,9 +37,27 @@ HEADERS = [(k.encode(), v.encode()) for k, v in (
     ("Cross-Origin-Resource-Policy", "same-origin"), ("Cache-Control", "no-store"))]
 
 
-def new_token() -> str:
-    """A fresh random token for one start of the server."""
-    return secrets.token_urlsafe(32)
+TOKEN_FILE = "ui-token"
+
+
+def kept_token(folder: Path, renew: bool = False) -> str:
+    """The dashboard's token kept in ``folder`` (the registry's, private to its user), made
+    on first use or when ``renew``; one that others could read or change is replaced."""
+    path = folder / TOKEN_FILE
+    if not renew:
+        with contextlib.suppress(OSError):
+            info = path.stat()
+            token = path.read_text().strip()
+            if info.st_uid == os.getuid() and not info.st_mode & 0o077 and len(token) >= 32:
+                return token
+    token = secrets.token_urlsafe(32)
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    partial = path.with_name(f".{TOKEN_FILE}.{os.getpid()}")
+    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(token + "\n")
+    os.replace(partial, path)
+    return token
 
 
 def host_name(host: str) -> str:

@@ -1,4 +1,4 @@
-"""``easylaunch ui``: check the address, bind it, print the URL (with this start's token) and
+"""``easylaunch ui``: check the address, bind it, print the URL (with the kept token) and
 serve the dashboard with uvicorn."""
 
 from __future__ import annotations
@@ -58,11 +58,14 @@ def serve_command(args: argparse.Namespace) -> int:
     import uvicorn
 
     from easylaunch.dashboard.app import create_app
-    from easylaunch.dashboard.security import host_name, loopback_hosts, new_token
+    from easylaunch.dashboard.security import host_name, kept_token, loopback_hosts
+    from easylaunch.registry import open_registry
+    from easylaunch.settings import load_settings
 
     sock = bind(args.host, args.port)
     port = sock.getsockname()[1]
-    token = new_token()
+    token = kept_token(open_registry(load_settings(args.config).REGISTRY_PATH).path.parent,
+                       renew=args.new_token)
     app = create_app(args.config, token, port,
                      loopback_hosts(args.host, port) if loopback else None)
     shown_host = socket.gethostname() if args.host in ("0.0.0.0", "::") else args.host

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import BinaryIO
 
 from easylaunch import bundle, listing
-from easylaunch.dashboard.charts import Chart, metric_charts
 from easylaunch.errors import EasyLaunchError
 from easylaunch.jobs import DamagedRecordError
 from easylaunch.listing import when
@@ -24,8 +23,8 @@ from easylaunch.modes import MODES
 from easylaunch.reasons import reason_of
 from easylaunch.refresh import OPEN_STATES, STATES, cancel_entry, job_for, refresh_entries
 from easylaunch.registry import Entry, NoSuchJob, Registry
-from easylaunch.results.readers import read_run
-from easylaunch.results.sweep import RUN_COLUMNS, load_sweep, metrics_folder, variant_of
+from easylaunch.results.readers import last_values
+from easylaunch.results.sweep import variant_of
 from easylaunch.settings import ConfigArg
 from easylaunch_job.records import STATUS_JSON, STDERR_LOG, STDOUT_LOG, DamagedRecord, read_json
 
@@ -37,6 +36,8 @@ LOG_TAIL_BYTES = 64 * 1024  # the first read of a log: its end
 LOG_CHUNK_BYTES = 256 * 1024  # each later read, at most
 DIFF_BYTES = 512 * 1024  # a git diff shown, at most
 LOG_STREAMS = {"stdout": STDOUT_LOG, "stderr": STDERR_LOG}
+FILTERS = ("exp", "mode", "state", "since", "sweep", "reason")
+SHOWN_METRICS = 3  # last values a runs-list row shows
 
 
 @dataclass(frozen=True)
@@ -48,12 +49,12 @@ class Filters:
     state: str | None = None
     since: str | None = None
     sweep: str | None = None
+    reason: str | None = None  # why runs ended, whole
 
     @classmethod
     def of(cls, params: Mapping[str, str]) -> Filters:
         """The filters in some query parameters (empty ones left out), unchecked."""
-        return cls(**{k: params[k].strip() or None
-                      for k in ("exp", "mode", "state", "since", "sweep") if k in params})
+        return cls(**{k: params[k].strip() or None for k in FILTERS if k in params})
 
     def query(self) -> dict:
         """Keyword arguments of ``Registry.list``; a bad value raises EasyLaunchError saying
@@ -67,7 +68,7 @@ class Filters:
         except EasyLaunchError as exc:
             raise EasyLaunchError(f"since {exc}") from None
         return {"exp": self.exp, "mode": self.mode, "since": since, "sweep": self.sweep,
-                "states": [self.state] if self.state else None}
+                "states": [self.state] if self.state else None, "reason": self.reason}
 
     def params(self) -> dict[str, str]:
         """The filters set, as query parameters (for links to other pages)."""
@@ -86,9 +87,21 @@ class Row:
     open: bool
     launched: str
     duration: str
+    seconds: float  # (what the time column sorts by)
     job: str
     variant: str  # the variant keys that tell it from the other runs of its sweep shown
     reason: str  # why it ended as it did, in one line ("": it succeeded, or is open)
+    metrics: list[tuple[str, str]]  # its first metrics' last values, rounded
+
+
+@dataclass(frozen=True)
+class Group:
+    """The runs of one sweep on a page, under a heading with the whole sweep's counts."""
+
+    sweep: str  # ("": a run from before sweeps)
+    exp_name: str
+    counts: str
+    rows: list[Row]
 
 
 def is_open(state: str) -> bool:
@@ -96,27 +109,52 @@ def is_open(state: str) -> bool:
     return state.split(" ", 1)[0] in OPEN_STATES
 
 
+def rounded(value: object) -> str:
+    """A number as a table shows it: 4 significant digits."""
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
 def _variant_text(values: Mapping[str, str], keys: Sequence[str]) -> str:
     """``lr=0.001  seed=2``: those of ``keys`` a flattened variant has."""
     return "  ".join(f"{k}={values[k]}" for k in keys if k in values)
 
 
-def _rows(shown: Sequence[listing.Shown], now: float) -> list[Row]:
-    """Table rows; a run's variant shows the keys that differ within its sweep on the page
-    (all its keys when it is alone there)."""
-    rows = {}
+def _last_metrics(entry: Entry) -> list[tuple[str, str]]:
+    """The run's first SHOWN_METRICS metrics' last values, from its own folder (nothing is
+    brought from elsewhere for a list)."""
+    try:
+        values = last_values(Path(entry.log_dir))
+    except OSError:
+        return []
+    return [(k, rounded(v)) for k, v in list(values.items())[:SHOWN_METRICS]]
+
+
+def _row(shown: listing.Shown, keys: Sequence[str] | None, now: float) -> Row:
+    e, values = shown.entry, listing.shown_variant(shown.entry)
+    text = "  ".join(t for t in (_variant_text(values, keys or list(values)),
+                                 e.command and f"$ {e.command}") if t)
+    seconds = listing.seconds_run(e, now)
+    return Row(e.id, e.exp_name, e.sweep or "", e.mode, shown.state_text, is_open(shown.state),
+               when(e.created), listing.duration(seconds), seconds or 0.0,
+               listing.job_label(e), text, e.reason or "", _last_metrics(e))
+
+
+def groups_of(registry: Registry, shown: Sequence[listing.Shown], now: float) -> list[Group]:
+    """The runs grouped by sweep; a run's variant shows the keys that differ within its sweep
+    on the page (all its keys when it is alone there)."""
+    states = registry.sweep_states(g[0].entry.sweep for g in listing.sweeps(shown)
+                                   if g[0].entry.sweep)
+    found = []
     for group in listing.sweeps(shown):
         keys = listing.differing_keys([listing.shown_variant(g.entry) for g in group]) \
             if len(group) > 1 else None
-        for g in group:
-            e, values = g.entry, listing.shown_variant(g.entry)
-            text = "  ".join(t for t in (_variant_text(values, keys or list(values)),
-                                         e.command and f"$ {e.command}") if t)
-            rows[e.id] = Row(e.id, e.exp_name, e.sweep or "", e.mode, g.state_text,
-                             is_open(g.state), when(e.created),
-                             listing.duration(listing.seconds_run(e, now)),
-                             listing.job_label(e), text, e.reason or "")
-    return [rows[g.entry.id] for g in shown]
+        sweep = group[0].entry.sweep or ""
+        found.append(Group(sweep, group[0].entry.exp_name,
+                           listing.counts(states.get(sweep) or [g.state for g in group]),
+                           [_row(g, keys, now) for g in group]))
+    return found
 
 
 def page_number(text: str | None) -> int:
@@ -130,13 +168,19 @@ def page_number(text: str | None) -> int:
     return min(number, MAX_PAGE)
 
 
-def runs_page(registry: Registry, filters: Filters, page: int) -> tuple[list[Row], int]:
-    """Page ``page`` (from 1) of the runs the filters select, newest first, with the number
-    that matched. Only the runs on the page are refreshed (the open ones ask their backend)."""
+def runs_page(registry: Registry, filters: Filters, page: int) -> tuple[list[Group], int]:
+    """Page ``page`` (from 1) of the runs the filters select, newest first and grouped by
+    sweep, with the number that matched. Only the runs on the page are refreshed (the open
+    ones ask their backend)."""
     entries, total = registry.list(**filters.query(), limit=PER_PAGE,
                                    offset=(page - 1) * PER_PAGE)
     shown = refresh_entries(registry, entries)
-    return _rows(shown, time.time()), total
+    return groups_of(registry, shown, time.time()), total
+
+
+def reasons(registry: Registry, filters: Filters) -> list[tuple[str, int]]:
+    """Why the runs the filters select ended, commonest first, with how many each."""
+    return registry.reasons(**{**filters.query(), "reason": None})
 
 
 def live_states(registry: Registry, ids: Sequence[str]) -> dict[str, dict]:
@@ -167,7 +211,6 @@ class RunView:
     variant: str  # as JSON
     commits: list[tuple[str, str]]  # code folder, commit
     diffs: list[tuple[str, str]]  # file name, text
-    charts: list[Chart]  # one per metric it logged
 
 
 def _read_record(path: Path) -> dict:
@@ -217,19 +260,7 @@ def run_view(registry: Registry, run_id: str) -> RunView:
     return RunView(e, shown.state_text, is_open(shown.state),
                    [(k, str(v)) for k, v in facts if v not in (None, "", "-")],
                    info.get("error"), json.dumps(variant, indent=2, default=repr),
-                   sorted((launch.get("git_commits") or {}).items()), diffs,
-                   charts_of(shown))
-
-
-def charts_of(shown: listing.Shown) -> list[Chart]:
-    """A chart per metric the run logged, read from where ``load_sweep`` reads them."""
-    return metric_charts(read_run(metrics_folder(shown, fetch=False)))
-
-
-def run_charts(registry: Registry, run_id: str) -> tuple[list[Chart], bool]:
-    """The run's charts as they are now, and whether it is still open."""
-    shown = refresh_entries(registry, [registry.find(run_id)])[0]
-    return charts_of(shown), is_open(shown.state)
+                   sorted((launch.get("git_commits") or {}).items()), diffs)
 
 
 @dataclass(frozen=True)
@@ -295,49 +326,6 @@ def log_chunk(registry: Registry, run_id: str, stream: str, offset: int) -> LogC
     job.mode.sync_logs(job)
     text, offset = read_log(job.mode.log_file(job, LOG_STREAMS[stream]), offset)
     return LogChunk(text, offset, still)
-
-
-SWEEP_COLUMNS = ("run_id", "state", "error", "note", "restarts", "runtime_s", "job_id")  # first
-
-
-@dataclass(frozen=True)
-class SweepView:
-    """A sweep's results table (``load_sweep``): column names, rows of text (the run id
-    first), the metrics it holds and the variant keys that differ, to group plots by."""
-
-    sweep: str
-    exp_name: str
-    counts: str
-    columns: list[str]
-    rows: list[list[str]]
-    metrics: list[str]
-    keys: list[str]
-
-
-def cell(value: object) -> str:
-    """A table value as text: numbers short, missing values empty."""
-    import pandas as pd
-
-    if value is None or (pd.api.types.is_scalar(value) and pd.isna(value)):
-        return ""
-    if isinstance(value, float):
-        return f"{value:.6g}"
-    return str(value)
-
-
-def sweep_view(sweep: str, config: ConfigArg) -> SweepView:
-    """The runs of ``sweep`` (its id or start) as ``load_sweep`` reads them, newest first."""
-    full = load_sweep(sweep, config=config)
-    variant = [c for c in full.columns if c not in RUN_COLUMNS
-               and not c.startswith(("result", "metric."))]
-    table = full[[*SWEEP_COLUMNS, *(c for c in full.columns if c not in RUN_COLUMNS)]]
-    table = table.dropna(axis=1, how="all")  # (a note or job id no run has)
-    return SweepView(
-        sweep=full["sweep"].iloc[0], exp_name=", ".join(full["exp_name"].unique()),
-        counts=listing.counts(list(full["state"])), columns=list(table.columns),
-        rows=[[cell(v) for v in row] for row in table.itertuples(index=False)],
-        metrics=[c.removeprefix("metric.") for c in table.columns if c.startswith("metric.")],
-        keys=[c for c in variant if full[c].astype(str).nunique() > 1])
 
 
 def cancel_run(registry: Registry, run_id: str) -> str:

@@ -238,3 +238,47 @@ def last_values(run_dir: Path) -> dict[str, float]:
     if fast is None:
         return _last_of(read_run(run_dir))
     return {**_last_of(_points_besides_jsonl(run_dir, None)), **fast}
+
+
+Series = tuple[list[float], list[float]]  # a metric's steps and values, in the order written
+_JSON_NUMBERS = frozenset({int, float, bool, type(None)})
+
+
+def _jsonl_series(path: Path) -> dict[str, Series] | None:
+    """:func:`read_series` of a metrics.jsonl whose lines all read and whose values are all
+    numbers or null, parsed in one go; None where the line-by-line reader is needed."""
+    lines = _whole_lines(path)
+    try:
+        records = json.loads("[" + ",".join(lines) + "]")
+    except ValueError:  # (a line that does not read, or an empty one)
+        return None
+    if not all(type(r) is dict for r in records):
+        return None
+    steps = [_number(r.get("step")) if type(r.get("step")) in _JSON_NUMBERS else None
+             for r in records]
+    steps = [float(i) if s is None or math.isnan(s) else s for i, s in enumerate(steps)]
+    found: dict[str, Series] = {}
+    for name in dict.fromkeys(k for r in records for k in r):
+        if name in ("step", "time"):
+            continue
+        logged = [(i, r[name]) for i, r in enumerate(records) if name in r]
+        if not {type(v) for _, v in logged} <= _JSON_NUMBERS:
+            return None
+        found[name] = ([steps[i] for i, _ in logged],
+                       [math.nan if v is None else float(v) for _, v in logged])
+    return found
+
+
+def read_series(run_dir: Path) -> dict[str, Series]:
+    """Every metric of a run folder as its steps and values (what :func:`read_run` gives,
+    grouped by metric, quicker for a plain metrics.jsonl)."""
+    path = run_dir / METRICS_JSONL
+    fast = _jsonl_series(path) if path.is_file() else {}
+    found: dict[str, Series] = {} if fast is None else dict(fast)
+    points = read_run(run_dir) if fast is None else _points_besides_jsonl(run_dir, None)
+    for point in points:
+        if fast is None or point.metric not in fast:
+            steps, values = found.setdefault(point.metric, ([], []))
+            steps.append(point.step)
+            values.append(point.value)
+    return found

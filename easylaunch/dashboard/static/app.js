@@ -1,4 +1,5 @@
-// easylaunch ui: live states, following logs, the Cancel and Resubmit actions, sortable tables.
+// easylaunch ui: live states, following logs, the Cancel and Resubmit actions, sortable and
+// filterable tables, runs picked to compare.
 // Whatever comes from runs (states, log lines) enters the page as text (textContent or text
 // nodes), never as HTML.
 "use strict";
@@ -8,7 +9,6 @@
   const token = meta("easylaunch-token");
   const tokenHeader = meta("easylaunch-token-header");
   const pollMs = Number(meta("easylaunch-poll-ms"));
-  const chartsPollMs = Number(meta("easylaunch-charts-poll-ms"));
   const LOG_KEEP_CHARS = 1 << 20;  // a log box keeps about its last 1 MB of text
 
   // The JSON a GET answers; an answer that is not OK throws its error with its status (a
@@ -48,6 +48,7 @@
         for (const holder of open) {
           if (states[holder.dataset.run]) showState(holder, states[holder.dataset.run]);
         }
+        recount();
       } catch (err) {
         // (the server may be restarting: ask again next time)
       }
@@ -105,24 +106,6 @@
     tick();
   }
 
-  // An open run's charts, drawn again by the server every so often: its markup (escaped
-  // there, parsed inert here) replaces theirs, until the run has ended.
-  function followCharts(charts) {
-    setTimeout(async () => {
-      try {
-        const answer = await fetch(charts.dataset.url, { credentials: "same-origin" });
-        if (!answer.ok) return;
-        const page = new DOMParser().parseFromString(await answer.text(), "text/html");
-        const fresh = document.importNode(page.querySelector("[data-charts]"), true);
-        charts.replaceWith(fresh);
-        charts = fresh;
-      } catch (err) {
-        // (the server may be restarting: ask again next time)
-      }
-      if (charts.dataset.url) followCharts(charts);
-    }, chartsPollMs);
-  }
-
   // Cancel / Resubmit: a POST carrying the token, after the user confirms.
   function actions(button) {
     button.addEventListener("click", async () => {
@@ -151,31 +134,113 @@
     });
   }
 
-  // Click a header to sort by its column (numbers as numbers), again to reverse.
+  // Click a header to sort by its column (numbers as numbers; a cell's data-sort, where it
+  // has one, is what it sorts by), again to reverse. Each table body (a sweep's runs) is
+  // sorted on its own, its heading row kept first.
   function sortable(table) {
     const headers = [...table.tHead.rows[0].cells];
-    headers.forEach((th, column) => th.addEventListener("click", () => {
-      const order = th.getAttribute("aria-sort") === "ascending" ? "descending" : "ascending";
-      headers.forEach((other) => other.removeAttribute("aria-sort"));
-      th.setAttribute("aria-sort", order);
-      const value = (row) => row.cells[column].textContent.trim();
-      const number = (text) => (text === "" ? NaN : Number(text));
-      const rows = [...table.tBodies[0].rows].sort((a, b) => {
-        const [x, y] = [value(a), value(b)];
-        const [nx, ny] = [number(x), number(y)];
+    headers.forEach((th, column) => {
+      if (th.hasAttribute("data-nosort")) return;
+      th.addEventListener("click", () => {
+        const order = th.getAttribute("aria-sort") === "ascending" ? "descending" : "ascending";
+        headers.forEach((other) => other.removeAttribute("aria-sort"));
+        th.setAttribute("aria-sort", order);
+        const value = (row) => {
+          const cell = row.cells[column];
+          return (cell.dataset.sort ?? cell.textContent).trim();
+        };
+        const number = (text) => (text === "" ? NaN : Number(text));
         const sign = order === "ascending" ? 1 : -1;
-        if (!isNaN(nx) && !isNaN(ny)) return sign * (nx - ny);
-        if (isNaN(nx) !== isNaN(ny)) return isNaN(nx) ? 1 : -1;  // numbers before the rest
-        return sign * x.localeCompare(y, undefined, { numeric: true });
+        for (const body of table.tBodies) {
+          const rows = [...body.rows].filter((row) => !row.classList.contains("group"));
+          rows.sort((a, b) => {
+            const [x, y] = [value(a), value(b)];
+            const [nx, ny] = [number(x), number(y)];
+            if (!isNaN(nx) && !isNaN(ny)) return sign * (nx - ny);
+            if (isNaN(nx) !== isNaN(ny)) return isNaN(nx) ? 1 : -1;  // numbers before the rest
+            return sign * x.localeCompare(y, undefined, { numeric: true });
+          });
+          body.append(...rows);
+        }
       });
-      table.tBodies[0].append(...rows);
-    }));
+    });
+  }
+
+  // Show only the rows holding some text (or, from a reason's button, that reason).
+  function filterRows(input) {
+    const table = document.getElementById(input.dataset.filterRows);
+    const apply = () => {
+      const wanted = input.value.trim().toLowerCase();
+      for (const row of table.tBodies[0].rows) {
+        const reason = input.dataset.reason;
+        row.hidden = reason !== undefined ? row.dataset.reason !== reason
+          : !!wanted && !row.textContent.toLowerCase().includes(wanted);
+      }
+    };
+    input.addEventListener("input", () => {
+      delete input.dataset.reason;
+      apply();
+    });
+    document.querySelectorAll("[data-filter-reason]").forEach((button) => {
+      button.addEventListener("click", () => {
+        input.value = button.dataset.filterReason;
+        input.dataset.reason = button.dataset.filterReason;
+        apply();
+      });
+    });
+  }
+
+  // Runs picked to compare, kept in this browser (any sweep's page adds to them).
+  const PICKS = "easylaunch-picks";
+  const picks = () => JSON.parse(localStorage.getItem(PICKS) || "[]");
+
+  function showPicks() {
+    const picked = picks();
+    for (const link of document.querySelectorAll("a[data-compare]")) {
+      link.textContent = `compare (${picked.length})`;
+      link.href = "/compare?runs=" + encodeURIComponent(picked.join(","));
+    }
+    for (const box of document.querySelectorAll("input[data-pick]")) {
+      box.checked = picked.includes(box.dataset.pick);
+    }
+  }
+
+  function pickable(box) {
+    box.addEventListener("change", () => {
+      const others = picks().filter((id) => id !== box.dataset.pick);
+      localStorage.setItem(PICKS, JSON.stringify(box.checked ? [...others, box.dataset.pick] : others));
+      showPicks();
+    });
+  }
+
+  // A sweep page's counts, from the states its rows show now.
+  function recount() {
+    const counts = document.querySelector("[data-counts]");
+    if (!counts) return;
+    const found = {};
+    document.querySelectorAll("#results [data-field=state]").forEach((cell) => {
+      const state = cell.textContent.split(" ")[0];
+      found[state] = (found[state] || 0) + 1;
+    });
+    const order = ["queued", "running", "succeeded", "failed", "timeout", "cancelled"];
+    const states = [...order.filter((s) => found[s]), ...Object.keys(found).filter((s) => !order.includes(s)).sort()];
+    counts.textContent = states.map((s) => `${found[s]} ${s}`).join(", ");
   }
 
   document.addEventListener("DOMContentLoaded", () => {
     followStates();
     document.querySelectorAll("pre[data-log]").forEach(followLog);
-    document.querySelectorAll("[data-charts][data-url]").forEach(followCharts);
+    document.querySelectorAll("input[data-pick]").forEach(pickable);
+    document.querySelectorAll("input[data-filter-rows]").forEach(filterRows);
+    document.querySelectorAll("button[data-clear-picks]").forEach((button) => {
+      button.addEventListener("click", () => {
+        localStorage.removeItem(PICKS);
+        window.location.assign("/compare");
+      });
+    });
+    const noPicks = document.querySelector("[data-no-picks]");
+    if (noPicks && picks().length) window.location.replace("/compare?runs=" + encodeURIComponent(picks().join(",")));
+    showPicks();
     document.querySelectorAll("button[data-action]").forEach(actions);
     document.querySelectorAll("table.sortable").forEach(sortable);
   });

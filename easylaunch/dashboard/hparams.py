@@ -1,0 +1,143 @@
+"""Hyperparameters against a result: parallel coordinates as SVG geometry, laid out on the
+server (a template draws a :class:`Parallel`). One axis per variant key that differs within
+the runs, then the metric's last value; one line per run, coloured by that value."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+WIDTH, HEIGHT = 860, 300
+LEFT, RIGHT, TOP, BOTTOM = 70, 70, 28, 16  # margins around the axes
+MAX_AXES = 10
+MISSING = "(not set)"
+
+
+@dataclass(frozen=True)
+class Axis:
+    """A vertical axis: its x, name and ticks as (y, label)."""
+
+    x: float
+    name: str
+    ticks: list[tuple[float, str]]
+
+
+@dataclass(frozen=True)
+class Line:
+    """One run's line: its points, colour and what hovering it shows."""
+
+    run_id: str
+    points: str  # "x,y x,y ..." for <polyline points>
+    colour: str
+    title: str
+
+
+@dataclass(frozen=True)
+class Parallel:
+    axes: list[Axis]
+    lines: list[Line]
+    metric: str
+    width: int = WIDTH
+    height: int = HEIGHT
+    top: int = TOP
+    bottom: int = HEIGHT - BOTTOM
+
+
+def nice_ticks(lo: float, hi: float, count: int = 5) -> list[float]:
+    """About ``count`` round values (1, 2 or 5 times a power of ten apart) within [lo, hi]."""
+    raw = hi / count - lo / count
+    if not (hi > lo and math.isfinite(raw) and raw > 0):  # (no span, or none a float holds)
+        return [lo] if math.isfinite(lo) else []
+    power = 10.0 ** math.floor(math.log10(raw))
+    step = next(m * power for m in (1, 2, 5, 10) if m * power >= raw)
+    first = math.ceil(lo / step) * step
+    return [first + i * step for i in range(int(hi / step - first / step + 1e-9) + 1)]
+
+
+def label(value: float) -> str:
+    """A short axis label: ``0.001``, ``2.5e+04``, ``120``."""
+    return f"{value:.4g}"
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) \
+        and math.isfinite(value)
+
+
+class _Scale:
+    """Where a value sits on an axis, from 0 (bottom) to 1 (top): numbers on a linear scale,
+    or a log one when all are positive and span 100x or more; other values as categories,
+    evenly spaced in sorted order."""
+
+    def __init__(self, values: Sequence[object]) -> None:
+        present = [v for v in values if v is not None]
+        self.numeric = bool(present) and all(_is_number(v) for v in present)
+        if self.numeric:
+            lo, hi = min(present), max(present)
+            self.log = lo > 0 and hi / lo >= 100
+            self.lo, self.hi = (math.log10(lo), math.log10(hi)) if self.log else (lo, hi)
+            if self.hi == self.lo:
+                self.lo, self.hi = self.lo - 1, self.hi + 1
+        else:
+            self.categories = sorted({str(v) for v in present}, key=_natural)
+
+    def share(self, value: object) -> float:
+        if not self.numeric:
+            names = self.categories
+            return names.index(str(value)) / (len(names) - 1) if len(names) > 1 else 0.5
+        v = math.log10(value) if self.log else value
+        return (v / 2 - self.lo / 2) / (self.hi / 2 - self.lo / 2)
+
+    def ticks(self) -> list[tuple[float, str]]:
+        if not self.numeric:
+            return [(self.share(c), c) for c in self.categories[:12]]
+        if self.log:
+            return [(self.share(10.0 ** p), label(10.0 ** p))
+                    for p in range(math.ceil(self.lo), math.floor(self.hi) + 1)]
+        return [(self.share(t), label(t)) for t in nice_ticks(self.lo, self.hi)]
+
+
+def _natural(text: str) -> tuple:
+    try:
+        return (0, float(text), text)
+    except ValueError:
+        return (1, 0.0, text)
+
+
+def colour(share: float | None) -> str:
+    """Blue (lowest) to red (highest); grey for a run without the metric."""
+    if share is None:
+        return "hsl(0, 0%, 70%)"
+    return f"hsl({240 - 240 * share:.0f}, 70%, 45%)"
+
+
+def parallel(runs: Sequence[tuple[str, Mapping[str, object], float | None]],
+             keys: Sequence[str], metric: str) -> Parallel:
+    """Parallel coordinates of ``runs`` (id, flattened variant, the metric's last value or
+    None) over ``keys`` (at most MAX_AXES - 1 of them) and ``metric``."""
+    names = [*keys[:MAX_AXES - 1], metric]
+    columns = [[variant.get(k) for _, variant, _ in runs] for k in keys[:MAX_AXES - 1]]
+    columns.append([value for *_, value in runs])
+    scales = [_Scale(c) for c in columns]
+    span = (WIDTH - LEFT - RIGHT) / max(len(names) - 1, 1)
+    xs = [LEFT + i * span for i in range(len(names))] if len(names) > 1 else [WIDTH / 2]
+    bottom = HEIGHT - BOTTOM
+
+    def y(share: float) -> float:
+        return round(bottom - share * (bottom - TOP), 1)
+
+    axes = [Axis(x, name, [(y(s), text) for s, text in scale.ticks()])
+            for x, name, scale in zip(xs, names, scales, strict=True)]
+    metric_scale = scales[-1]
+    lines = []
+    for row, (run_id, _, value) in enumerate(runs):
+        points = [f"{x:.1f},{y(scale.share(column[row]))}"
+                  for x, scale, column in zip(xs, scales, columns, strict=True)
+                  if column[row] is not None]
+        shown = [f"{n}={column[row]}" for n, column in zip(names, columns, strict=True)
+                 if column[row] is not None]
+        share = metric_scale.share(value) if value is not None and metric_scale.numeric else None
+        lines.append(Line(run_id, " ".join(points), colour(share),
+                          f"{run_id}: {'  '.join(shown) or 'no values'}"))
+    return Parallel(axes, lines, metric)
