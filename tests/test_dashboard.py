@@ -4,11 +4,14 @@ send. Screenshots go to $EASYLAUNCH_ARTIFACTS (else the test's tmp_path)."""
 
 import argparse
 import asyncio
+import itertools
 import json
+import math
 import os
 import re
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -22,16 +25,19 @@ from helpers import alive, run_pids, wait_for
 from selenium import webdriver
 from selenium.webdriver.chrome.options import Options
 from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
 from easylaunch import JobState, run_command, run_experiment, run_sweep
 from easylaunch.cli.shared import parse_since
-from easylaunch.dashboard import views
+from easylaunch.dashboard import hparams, views
+from easylaunch.dashboard.curves import align
 from easylaunch.errors import EasyLaunchError
 from easylaunch.extras import install_hint
 from easylaunch.jobs import Job
 from easylaunch.registry import NoSuchJob, Registry
+from easylaunch.results.readers import read_series
 
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 CHROME_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
@@ -113,10 +119,13 @@ def wait_until(driver, predicate, timeout: float = 15):
     return WebDriverWait(driver, timeout, poll_frequency=0.1).until(predicate)
 
 
-def scripts(driver) -> int:
-    """How many <script> elements the page holds: app.js alone, unless some text a run wrote
-    became markup (the CSP would keep it from running, so an alert proves nothing)."""
-    return len(driver.find_elements(By.TAG_NAME, "script"))
+def foreign_scripts(driver) -> int:
+    """How many <script> elements the page holds besides its own files under /static/: none,
+    unless some text a run wrote became markup (the CSP would keep it from running, so an
+    alert proves nothing)."""
+    return driver.execute_script(
+        "return [...document.scripts].filter((s) => !s.getAttribute('src')"
+        "  || !s.getAttribute('src').startsWith('/static/')).length")
 
 
 def open_page(driver, dashboard: Dashboard, path: str) -> None:
@@ -143,7 +152,10 @@ def test_runs_page_lists_a_sweep_and_a_run_shows_its_logs_as_text(dashboard, bro
             for tr in browser.find_elements(By.CSS_SELECTOR, "table.runs tbody tr")}
     assert {j.id for j in (*jobs, failed)} <= set(rows)
     row = rows[jobs[0].id].text
-    assert "dash-sweep" in row and "succeeded" in row and "local" in row
+    assert "succeeded" in row and "local" in row
+    heading = rows[jobs[0].id].find_element(By.XPATH, "..").find_element(By.CSS_SELECTOR,
+                                                                          "tr.group")
+    assert heading.text == f"dash-sweep · sweep {sweep_of(jobs[0])[:8]} · 2 succeeded"
     assert f"learning_rate={SCRIPT}" in row  # the key that differs within the sweep, as text
     assert "seed" not in row  # (the same in both runs)
     assert "failed" in rows[failed.id].text
@@ -156,7 +168,7 @@ def test_runs_page_lists_a_sweep_and_a_run_shows_its_logs_as_text(dashboard, bro
     stdout = browser.find_element(By.CSS_SELECTOR, 'pre[data-log="stdout"]')
     wait_until(browser, lambda d: "logs to" in stdout.text)
     assert f"lr {SCRIPT} logs to {jobs[0].log_dir}" in stdout.text
-    assert scripts(browser) == 1
+    assert foreign_scripts(browser) == 0
     assert not browser.find_elements(By.CSS_SELECTOR, "pre script")  # text, not an element
     assert browser.find_element(By.CSS_SELECTOR, "[data-field=state]").text == "succeeded"
     assert SCRIPT in browser.find_element(By.CSS_SELECTOR, "pre.variant-json").text
@@ -168,7 +180,7 @@ def test_runs_page_lists_a_sweep_and_a_run_shows_its_logs_as_text(dashboard, bro
     assert f"bad learning rate {SCRIPT}" in stderr.text
     assert f"bad learning rate {SCRIPT}" in browser.find_element(By.CSS_SELECTOR,
                                                                  "pre.error-text").text
-    assert scripts(browser) == 1
+    assert foreign_scripts(browser) == 0
     browser.save_screenshot(str(artifacts / "dashboard-run.png"))
 
 
@@ -177,43 +189,70 @@ def write_metrics(job, lines: list[dict]) -> None:
     (job.log_dir / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
 
 
-def test_a_sweeps_results_sort_and_plot_and_a_run_charts_its_metrics(dashboard, browser,
+def curve(driver, metric: str) -> dict:
+    """What a drawn chart shows: its series' labels and data, its x range, whether thinned."""
+    return driver.execute_script(
+        "const f = document.querySelector(`figure.curve[data-metric=\"${arguments[0]}\"]`);"
+        "if (!f || !f.plot) return null;"
+        "const u = f.plot;"
+        "return {labels: u.series.slice(1).map((s) => s.label), data: u.data,"
+        "        x: [u.scales.x.min, u.scales.x.max], perPoint: f.chart.curve.per_point,"
+        "        caption: f.querySelector('figcaption').textContent,"
+        "        pixels: f.querySelector('canvas').toDataURL()};", metric)
+
+
+def wait_for_curve(driver, metric: str, timeout: float = 15) -> dict:
+    return wait_until(driver, lambda d: curve(d, metric), timeout)
+
+
+def sweep_of(job) -> str:
+    return job.launch_info["sweep_id"]
+
+
+def test_a_sweeps_results_sort_and_draw_and_a_run_draws_its_metrics(dashboard, browser,
                                                                      artifacts):
     variants = [dict(learning_rate=lr, seed=seed) for lr in (0.1, 0.01) for seed in (0, 1)]
     jobs = run_sweep(jobfns.train, variants, exp_name="dash-results", config=dashboard.config)
     for job, v in zip(jobs, variants, strict=True):
         job.wait(timeout=60)
         write_metrics(job, [{"step": s, "time": 1.7e9 + s, "loss": v["learning_rate"] * (5 - s)
-                             + v["seed"], "acc": s / 4} for s in range(5)])
-    sweep = jobs[0].launch_info["sweep_id"]
-    open_page(browser, dashboard, f"/sweep/{sweep}")
+                             + v["seed"] + 1e-7, "acc": s / 4} for s in range(5)])
+    open_page(browser, dashboard, f"/sweep/{sweep_of(jobs[0])}")
+    assert browser.find_element(By.TAG_NAME, "h1").text.startswith("dash-results · sweep")
     headers = [th.text for th in browser.find_elements(By.CSS_SELECTOR, "table.results th")]
-    assert {"run_id", "state", "learning_rate", "seed", "result.loss", "metric.loss",
-            "metric.acc"} <= set(headers)
-    column = headers.index("metric.loss")
+    assert {"run", "state", "time run", "learning_rate", "seed", "loss (result)",
+            "loss (last)", "acc (last)"} <= set(headers)
+    assert not {"run_id", "runtime_s", "metric.loss"} & set(headers)  # pandas' names
+    column = headers.index("loss (last)")
 
-    def losses() -> list[float]:
-        return [float(tr.find_elements(By.TAG_NAME, "td")[column].text)
+    def losses() -> list[str]:
+        return [tr.find_elements(By.TAG_NAME, "td")[column].text
                 for tr in browser.find_elements(By.CSS_SELECTOR, "table.results tbody tr")]
 
-    assert sorted(losses()) == [0.01, 0.1, 1.01, 1.1]  # each run's last value (step 4)
+    assert sorted(losses()) == ["0.01", "0.1", "1.01", "1.1"]  # last values, 4 digits shown
+    cell = browser.find_element(By.CSS_SELECTOR, "table.results tbody td[title^='0.0100']")
+    assert cell.get_attribute("title") == repr(0.01 + 1e-7)  # the whole value on hover
     browser.find_elements(By.CSS_SELECTOR, "table.results th")[column].click()
-    assert losses() == [0.01, 0.1, 1.01, 1.1]
+    assert losses() == ["0.01", "0.1", "1.01", "1.1"]
     browser.find_elements(By.CSS_SELECTOR, "table.results th")[column].click()
-    assert losses() == [1.1, 1.01, 0.1, 0.01]
-    plots = browser.find_elements(By.CSS_SELECTOR, ".plots img")
-    assert {img.get_attribute("data-metric") for img in plots} == {"loss", "acc"}
-    assert "by=learning_rate" in plots[0].get_attribute("src")
-    wait_until(browser, lambda d: all(d.execute_script(
-        "return arguments[0].complete && arguments[0].naturalWidth", img) > 0 for img in plots))
+    assert losses() == ["1.1", "1.01", "0.1", "0.01"]
+
+    drawn = wait_for_curve(browser, "loss")
+    assert sorted(drawn["labels"]) == sorted(f"learning_rate={v['learning_rate']}  seed="
+                                             f"{v['seed']}" for v in variants)
+    assert drawn["data"][0] == [0, 1, 2, 3, 4] and drawn["perPoint"] == 1
+    lines = browser.find_elements(By.CSS_SELECTOR, "svg.hparams polyline.hp-line")
+    assert sorted(line.get_attribute("data-run") for line in lines) == sorted(j.id for j in jobs)
+    names = [t.text for t in browser.find_elements(By.CSS_SELECTOR, "svg.hparams .axis-name")]
+    assert names == ["learning_rate", "seed", "loss"]
     browser.save_screenshot(str(artifacts / "dashboard-sweep.png"))
 
     open_page(browser, dashboard, f"/run/{jobs[0].id}")
-    charts = {f.get_attribute("data-metric"): f
-              for f in browser.find_elements(By.CSS_SELECTOR, "figure.chart")}
-    assert set(charts) == {"loss", "acc"}
-    assert len(charts["loss"].find_elements(By.CSS_SELECTOR, "svg circle.point")) == 5
-    assert "last 0.1" in charts["loss"].text
+    loss, acc = wait_for_curve(browser, "loss"), wait_for_curve(browser, "acc")
+    assert loss["data"][0] == [0, 1, 2, 3, 4]
+    assert loss["data"][1] == pytest.approx([0.5, 0.4, 0.3, 0.2, 0.1], abs=2e-7)
+    assert acc["data"][1] == [0, 0.25, 0.5, 0.75, 1]
+    assert "every point" in loss["caption"]
     browser.save_screenshot(str(artifacts / "dashboard-run-metrics.png"))
 
 
@@ -232,10 +271,9 @@ def test_states_logs_and_charts_follow_runs_without_reloading(dashboard, browser
     assert long.status() is JobState.RUNNING
     open_page(browser, dashboard, f"/run/{long.id}")
     browser.execute_script("document.body.dataset.loadedOnce = '1'")
-    assert not browser.find_elements(By.CSS_SELECTOR, "figure.chart")
+    assert not browser.find_elements(By.CSS_SELECTOR, "figure.curve")
     write_metrics(long, [{"step": s, "loss": 1 / (s + 1)} for s in range(3)])
-    chart = wait_until(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "figure.chart"))[0]
-    assert len(chart.find_elements(By.CSS_SELECTOR, "circle.point")) == 3
+    assert wait_for_curve(browser, "loss")["data"][0] == [0, 1, 2]
     stdout = browser.find_element(By.CSS_SELECTOR, 'pre[data-log="stdout"]')
     wait_until(browser, lambda d: "line 39" in stdout.text)
     assert stdout.text.splitlines() == [f"line {i}" for i in range(40)]
@@ -344,12 +382,14 @@ def test_pages_hold_the_runs_a_filter_selects(tmp_path):
                       state=("succeeded", "failed")[i % 2], log_dir=str(tmp_path / f"r{i}"),
                       variant={"lr": i, "seed": 0}, created=1e9 + i, sweep="s")
                  for i in range(120))
-    rows, total = views.runs_page(registry, views.Filters(), 3)
+    groups, total = views.runs_page(registry, views.Filters(), 3)
+    assert len(groups) == 1 and groups[0].counts == "60 succeeded, 60 failed"  # the sweep's
+    rows = groups[0].rows
     assert total == 120 and [r.id for r in rows] == [f"{i:08x}" for i in range(19, -1, -1)]
     assert rows[0].variant == "lr=19"  # (seed is the same in every run of the sweep)
-    rows, total = views.runs_page(registry, views.Filters.of({"exp": "exp-1",
-                                                             "state": "failed"}), 1)
-    assert total == 20 and {r.exp_name for r in rows} == {"exp-1"}
+    groups, total = views.runs_page(registry, views.Filters.of({"exp": "exp-1",
+                                                               "state": "failed"}), 1)
+    assert total == 20 and {r.exp_name for g in groups for r in g.rows} == {"exp-1"}
     with pytest.raises(EasyLaunchError, match="a page number"):
         views.page_number("0")
     with pytest.raises(EasyLaunchError, match="states are"):
@@ -421,7 +461,14 @@ def test_odd_input_is_answered_without_a_crash(dashboard, tmp_path):
         assert client.get("/?page=99999999999999999999").status_code == 200
         page = client.get(f"/run/{job.id}")
         assert page.status_code == 200 and 'data-log="stdout"' in page.text
-        assert 'data-metric="huge"' in page.text and 'data-metric="loss"' in page.text
+        drawn = client.get(f"/api/curves?runs={job.id}&metrics=*").json()
+        assert drawn["metrics"] == ["huge", "loss"]
+        assert drawn["curves"]["huge"]["ys"] == [[1e308, -1e308]]
+        for query, said in ((f"runs={job.id}&lo=abc&hi=1", "lo 'abc': a number"),
+                            (f"runs={job.id}&lo=nan&hi=1", "lo 'nan': a number"),
+                            ("runs=", "no run to draw"), ("sweep=nosuch", "no sweep id")):
+            answer = client.get(f"/api/curves?{query}")
+            assert answer.status_code in (400, 404) and said in answer.json()["error"]
 
 
 def test_a_crash_is_answered_with_the_security_headers(tmp_path, monkeypatch):
@@ -444,25 +491,49 @@ def test_a_crash_is_answered_with_the_security_headers(tmp_path, monkeypatch):
     assert answer.headers["cache-control"] == "no-store"
 
 
-def test_a_chart_of_any_numbers_and_of_many_points(monkeypatch):
-    chart = charts.line_chart("m", [0, 1, 2], [1e308, -1e308, 0])
-    coordinates = [float(v) for point in chart.line.split() for v in point.split(",")]
-    assert len(coordinates) == 6 and all(map(charts.math.isfinite, coordinates))
-    assert chart.y_ticks and chart.x_ticks
+def test_curves_are_thinned_for_a_first_draw_and_whole_when_zoomed():
+    steps = list(range(100_000))
+    one = (steps, [float(s % 1000) for s in steps])
+    other = ([s * 10.0 for s in range(100)], [1.0] * 100)
+    first = align([one, None, other], buckets=400)
+    assert len(first.x) <= 400 and first.per_point > 100  # means of spans of steps
+    assert first.extent == (0, 99_999) and first.ys[1] == [None] * len(first.x)
+    assert all(v is None or 0 <= v <= 999 for v in first.ys[0])
+    zoomed = align([one, None], lo=5000, hi=5100, buckets=400)
+    assert zoomed.per_point == 1  # every point in range, and one on either side
+    assert zoomed.x[0] == 4999 and zoomed.x[-1] == 5101
+    assert zoomed.ys[0][1:-1] == [float(s % 1000) for s in range(5000, 5101)]
+    wide = align([([0, 1, 2], [1e308, -1e308, math.nan])])
+    assert wide.ys == [[1e308, -1e308, None]]  # (NaN: a gap)
+    repeated = align([([0, 1, 1, 2], [5.0, 6.0, 7.0, 8.0])])
+    assert repeated.x == [0, 1, 2] and repeated.ys == [[5.0, 7.0, 8.0]]  # the last written
 
-    steps = range(200_000)
-    chart = charts.line_chart("m", steps, [(s % 1000) * (-1) ** s for s in steps])
-    points = [tuple(map(float, p.split(","))) for p in chart.line.split()]
-    assert chart.points == 200_000 and len(points) <= 4 * (charts.WIDTH + 1)
-    ys = {y for _, y in points}
-    assert {min(ys), max(ys)} == {charts.TOP, charts.HEIGHT - charts.BOTTOM}  # extremes kept
 
-    line_chart = charts.line_chart
-    monkeypatch.setattr(charts, "line_chart", lambda title, xs, ys: line_chart(title, xs, ys)
-                        if title == "ok" else 1 / 0)
-    points = [charts.Point("metrics.jsonl", name, 0, 0.0, 1.0) for name in ("ok", "bad")]
-    ok, bad = charts.metric_charts(points)
-    assert ok.failed is None and bad.failed == "ZeroDivisionError: division by zero"
+def test_metrics_are_read_alike_however_a_metrics_jsonl_is_written(tmp_path):
+    lines = ['{"loss": 1, "x": null}', '{"step": 5, "loss": 2, "flag": true}',
+             '{"step": null, "x": 3}', '{"loss": 4']  # (the last: being written)
+    (tmp_path / "metrics.jsonl").write_text("\n".join(lines))
+    quick = read_series(tmp_path)
+    (tmp_path / "metrics.jsonl").write_text("\n".join([*lines[:3], "not json", lines[3]]))
+    slow = read_series(tmp_path)  # (line by line: one line does not read)
+    expected = {"loss": ([0.0, 5.0], [1.0, 2.0]), "x": ([0.0, 2.0], [math.nan, 3.0]),
+                "flag": ([5.0], [1.0])}
+    for found in (quick, slow):
+        assert found.keys() == expected.keys()
+        for name, (steps, values) in expected.items():
+            assert found[name][0] == steps and str(found[name][1]) == str(values)
+
+
+def test_parallel_coordinates_have_a_line_per_run_and_say_its_values():
+    runs = [("a", {"lr": 0.1, "opt": "adam"}, 0.5), ("b", {"lr": 0.001, "opt": "sgd"}, 0.1),
+            ("c", {"lr": 0.01, "opt": SCRIPT}, None)]
+    drawn = hparams.parallel(runs, ["lr", "opt"], "loss")
+    assert [a.name for a in drawn.axes] == ["lr", "opt", "loss"]
+    assert [line.run_id for line in drawn.lines] == ["a", "b", "c"]
+    assert len(drawn.lines[2].points.split()) == 2  # no loss: its line stops at opt
+    assert drawn.lines[2].colour == hparams.colour(None)
+    assert drawn.lines[0].title == "a: lr=0.1  opt=adam  loss=0.5"
+    assert [label for _, label in drawn.axes[0].ticks] == ["0.001", "0.01", "0.1"]  # log
 
 
 def test_a_log_without_newlines_shows_its_end(tmp_path):
@@ -508,3 +579,189 @@ def test_a_log_read_asks_the_runs_state_once(tmp_path, monkeypatch):
     monkeypatch.setattr(Job, "status", lambda self: asked.append(1) or status(self))
     chunk = views.log_chunk(Registry(tmp_path / "registry.sqlite3"), job.id, "stdout", 0)
     assert "logs to" in chunk.text and not chunk.open and len(asked) == 1
+
+
+def long_sweep(dashboard, exp_name: str, rates: list, steps: int = 2000,
+               names: list | None = None) -> list:
+    """A finished sweep whose runs logged ``steps`` steps of a loss falling at their rate
+    (and were given ``names``, if any)."""
+    variants = [dict(learning_rate=lr, **({"name": names[i]} if names else {}))
+                for i, lr in enumerate(rates)]
+    jobs = run_sweep(jobfns.train, variants, exp_name=exp_name, config=dashboard.config)
+    for job, lr in zip(jobs, rates, strict=True):
+        job.wait(timeout=60)
+        write_metrics(job, [{"step": s, "loss": 1 / (1 + lr * s) + (s % 7) * 0.01}
+                            for s in range(steps)])
+    return jobs
+
+
+def test_curves_hover_zoom_log_and_smooth(dashboard, browser, artifacts):
+    jobs = long_sweep(dashboard, "dash-interact", [0.1, 0.01, 0.001],
+                      names=["a", "b", SCRIPT])
+    open_page(browser, dashboard, f"/sweep/{sweep_of(jobs[0])}")
+    first = wait_for_curve(browser, "loss")
+    assert first["perPoint"] == 5 and len(first["data"][0]) == 400  # thinned for a first draw
+    assert f"learning_rate=0.001  name={SCRIPT}" in first["labels"]
+    legend = browser.find_element(By.CSS_SELECTOR, "figure.curve .u-legend")
+    assert f"name={SCRIPT}" in legend.text and foreign_scripts(browser) == 0
+    titles = [t.get_attribute("textContent")
+              for t in browser.find_elements(By.CSS_SELECTOR, "svg.hparams title")]
+    assert any(f"name={SCRIPT}" in t for t in titles)  # the hover text, as text
+    assert not legend.find_elements(By.TAG_NAME, "script")
+
+    over = browser.find_element(By.CSS_SELECTOR, "figure.curve .u-over")
+    values = "figure.curve .u-legend .u-series .u-value"
+    assert {v.text for v in browser.find_elements(By.CSS_SELECTOR, values)} == {"--"}
+    ActionChains(browser).move_to_element_with_offset(over, 40, 20).perform()
+    shown = [v.text for v in browser.find_elements(By.CSS_SELECTOR, values)]
+    assert shown[0] != "--" and float(shown[1]) > 0  # the step, then each run's value there
+
+    width = over.size["width"]
+    ActionChains(browser).move_to_element_with_offset(over, -width // 2 + 20, 0) \
+        .click_and_hold().move_by_offset(40, 0).release().perform()
+    zoomed = wait_until(browser, lambda d: (c := curve(d, "loss"))["perPoint"] == 1 and c)
+    assert 0 < zoomed["x"][0] < zoomed["x"][1] < 200  # a range near the start
+    assert zoomed["data"][0] == list(range(int(zoomed["data"][0][0]),
+                                           int(zoomed["data"][0][-1]) + 1))  # every step
+    assert zoomed["pixels"] != first["pixels"]
+    browser.save_screenshot(str(artifacts / "dashboard-zoomed.png"))
+    ActionChains(browser).double_click(over).perform()
+    back = wait_until(browser, lambda d: (c := curve(d, "loss"))["perPoint"] == 5 and c)
+    assert back["x"] == first["x"]
+
+    browser.find_element(By.CSS_SELECTOR, "[data-control=log]").click()
+    logged = wait_until(browser, lambda d: "log axis" in curve(d, "loss")["caption"] and
+                        curve(d, "loss"))
+    assert logged["pixels"] != back["pixels"]
+    browser.find_element(By.CSS_SELECTOR, "[data-control=log]").click()
+    smoothing = browser.find_element(By.CSS_SELECTOR, "[data-control=smoothing]")
+    browser.execute_script("arguments[0].value = '0.9';"
+                           "arguments[0].dispatchEvent(new Event('input'))", smoothing)
+    smoothed = curve(browser, "loss")
+    raw, drawn = back["data"][1], smoothed["data"][1]
+    assert drawn[0] == raw[0] and drawn[5] != raw[5]  # (debiased: the first point stays)
+    wiggle = [sum(abs(b - a) for a, b in itertools.pairwise(ys[200:300]))
+              for ys in (raw, drawn)]
+    assert wiggle[1] < wiggle[0] / 3  # the wiggle is smoothed out
+    browser.save_screenshot(str(artifacts / "dashboard-smoothed.png"))
+
+
+def test_runs_picked_on_two_sweeps_are_overlaid(dashboard, browser, artifacts):
+    one = long_sweep(dashboard, "dash-pick-a", [0.1, 0.2], steps=50)
+    other = long_sweep(dashboard, "dash-pick-b", [0.3, 0.4], steps=50)
+    open_page(browser, dashboard, "/")
+    browser.execute_script("localStorage.clear()")
+    for job in (one[0], other[1]):
+        open_page(browser, dashboard, f"/sweep/{sweep_of(job)}")
+        browser.find_element(By.CSS_SELECTOR, f'input[data-pick="{job.id}"]').click()
+    link = browser.find_element(By.CSS_SELECTOR, "a[data-compare]")
+    assert link.text == "compare (2)"
+    link.click()
+    drawn = wait_for_curve(browser, "loss")
+    assert sorted(drawn["labels"]) == ["dash-pick-a · learning_rate=0.1",
+                                       "dash-pick-b · learning_rate=0.4"]
+    assert len(drawn["data"]) == 3 and drawn["data"][0] == list(range(50))
+    rows = browser.find_elements(By.CSS_SELECTOR, "table.runs tr[data-run]")
+    assert {r.get_attribute("data-run") for r in rows} == {one[0].id, other[1].id}
+    browser.save_screenshot(str(artifacts / "dashboard-compare.png"))
+
+
+def test_a_sweep_page_follows_its_runs_without_reloading(dashboard, browser):
+    jobs = run_sweep(jobfns.print_slowly, [dict(lines=3), dict(lines=30)],
+                     exp_name="dash-live", config=dashboard.config)
+    assert wait_for(lambda: jobs[1].status() is JobState.RUNNING)
+    open_page(browser, dashboard, f"/sweep/{sweep_of(jobs[0])}")
+    browser.execute_script("document.body.dataset.loadedOnce = '1'")
+    counts = browser.find_element(By.CSS_SELECTOR, "[data-counts]")
+    assert "running" in counts.text
+    write_metrics(jobs[1], [{"step": s, "loss": 1 / (s + 1)} for s in range(3)])
+    assert wait_for_curve(browser, "loss")["data"][0] == [0, 1, 2]
+    write_metrics(jobs[1], [{"step": s, "loss": 1 / (s + 1)} for s in range(6)])
+    wait_until(browser, lambda d: curve(d, "loss")["data"][0] == [0, 1, 2, 3, 4, 5])
+    wait_until(browser, lambda d: counts.text == "2 succeeded", timeout=60)
+    state = browser.find_element(By.CSS_SELECTOR, f'tr[data-run="{jobs[1].id}"] '
+                                                  '[data-field=state]')
+    assert state.text == "succeeded"
+    assert browser.execute_script("return document.body.dataset.loadedOnce") == "1"
+
+
+def test_why_runs_failed_is_listed_and_filters_them(dashboard, browser):
+    failed = run_sweep(jobfns.fail, [dict(learning_rate=r) for r in (1, 2)],
+                       exp_name="dash-why", config=dashboard.config)
+    fine = run_experiment(jobfns.train, exp_name="dash-why", variant=dict(learning_rate=3),
+                          config=dashboard.config)
+    for job in (*failed, fine):
+        job.wait(timeout=60)
+    open_page(browser, dashboard, "/?exp=dash-why")
+    browser.find_element(By.CSS_SELECTOR, "details.reasons summary").click()
+    reason = browser.find_element(By.CSS_SELECTOR, 'a[data-reason="ValueError: bad learning '
+                                                   'rate 1"]')
+    assert reason.text == "1 ValueError: bad learning rate 1"
+    reason.click()
+    rows = browser.find_elements(By.CSS_SELECTOR, "table.runs tr[data-run]")
+    assert [r.get_attribute("data-run") for r in rows] == [failed[0].id]
+
+    open_page(browser, dashboard, f"/sweep/{sweep_of(failed[0])}")
+    buttons = browser.find_elements(By.CSS_SELECTOR, "[data-filter-reason]")
+    assert sorted(b.text for b in buttons) == [f"1 ValueError: bad learning rate {r}"
+                                               for r in (1, 2)]
+    buttons[0].click()
+    shown = [r for r in browser.find_elements(By.CSS_SELECTOR, "#results tbody tr")
+             if r.is_displayed()]
+    assert len(shown) == 1 and buttons[0].get_attribute("data-filter-reason") in shown[0].text
+
+
+def test_pages_load_nothing_from_elsewhere_and_hold_at_900_px(dashboard, browser, artifacts):
+    jobs = long_sweep(dashboard, "dash-narrow", [0.1, 0.2], steps=20)
+    pages = {"runs": "/", "sweep": f"/sweep/{sweep_of(jobs[0])}", "run": f"/run/{jobs[0].id}",
+             "compare": f"/compare?runs={jobs[0].id},{jobs[1].id}"}
+    browser.set_window_size(900, 1000)
+    try:
+        for name, path in pages.items():
+            open_page(browser, dashboard, path)
+            if name != "runs":
+                wait_for_curve(browser, "loss")
+            loaded = browser.execute_script(
+                "return performance.getEntriesByType('resource').map((e) => e.name)")
+            assert loaded and all(url.startswith(dashboard.base + "/") for url in loaded), loaded
+            width, room = browser.execute_script(
+                "return [document.documentElement.scrollWidth, "
+                "document.documentElement.clientWidth]")
+            assert width <= room, f"{name}: {width} px wide in a {room} px window"
+            browser.save_screenshot(str(artifacts / f"dashboard-{name}-900px.png"))
+    finally:
+        browser.set_window_size(1400, 1000)
+
+
+def test_the_token_outlives_a_restart_of_the_dashboard(tmp_path):
+    config = settings_file(tmp_path)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = str(probe.getsockname()[1])
+
+    def start(*args: str) -> tuple[subprocess.Popen, str]:
+        proc = ui(config, "--port", port, *args)
+        return proc, proc.stdout.readline().split()[2]
+
+    def stop(proc: subprocess.Popen) -> None:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+    proc, url = start()
+    stop(proc)
+    token_file = tmp_path / "ui-token"
+    assert token_file.stat().st_mode & 0o777 == 0o600
+    proc, again = start()
+    try:
+        assert again == url
+        client = httpx.Client(base_url=url.split("/?")[0], timeout=30)
+        client.cookies.set(f"easylaunch-ui-{port}", url.rsplit("token=", 1)[1])
+        assert client.get("/").status_code == 200  # the open tab's cookie still works
+    finally:
+        stop(proc)
+    proc, renewed = start("--new-token")
+    try:
+        assert renewed != url
+        assert client.get("/").status_code == 403
+    finally:
+        stop(proc)

@@ -135,8 +135,9 @@ def parallel(runs: Sequence[tuple[str, Mapping[str, object], float | None]],
         points = [f"{x:.1f},{y(scale.share(column[row]))}"
                   for x, scale, column in zip(xs, scales, columns, strict=True)
                   if column[row] is not None]
-        shown = [f"{n}={column[row]}" for n, column in zip(names, columns, strict=True)
-                 if column[row] is not None]
+        shown = [f"{n}={label(v) if isinstance(v, float) else v}"
+                 for n, v in zip(names, (c[row] for c in columns), strict=True)
+                 if v is not None]
         share = metric_scale.share(value) if value is not None and metric_scale.numeric else None
         lines.append(Line(run_id, " ".join(points), colour(share),
                           f"{run_id}: {'  '.join(shown) or 'no values'}"))
