@@ -130,6 +130,15 @@ def test_load_histories_is_a_long_table_with_the_variants_joined(local_sweep):
         load_histories("curves", metrics=["reward"], config=config)
 
 
+def test_a_plot_is_titled_by_its_experiment(local_sweep):
+    from easylaunch.results.plot import _named
+
+    config, jobs = local_sweep
+    sweep = jobs[0].launch_info["sweep_id"]
+    assert _named("curves", config) == "curves"
+    assert _named(sweep, config) == f"curves ({sweep})"
+
+
 def test_plot_sweep_writes_a_png_of_the_curves(local_sweep, tmp_path):
     from matplotlib import image
 

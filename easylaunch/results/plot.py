@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from easylaunch.errors import EasyLaunchError
 from easylaunch.results.errors import NoSuchKey, choices, closest, need
-from easylaunch.results.sweep import POINT_COLUMNS, Selection, load_histories
+from easylaunch.results.sweep import POINT_COLUMNS, Selection, load_histories, select
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -63,6 +63,18 @@ def _default_out(metric: str, by: str | None) -> Path:
     return Path(re.sub(r"[^\w.=-]+", "_", name).strip("_") + ".png")
 
 
+def _named(selection: Selection, config: ConfigArg) -> str:
+    """The experiments of the selected runs, and the selection where it says more (a sweep
+    or run id)."""
+    from easylaunch.registry import open_registry
+    from easylaunch.settings import load_settings
+
+    chosen = selection if isinstance(selection, str) else " ".join(selection)
+    entries = select(open_registry(load_settings(config).REGISTRY_PATH), selection)
+    names = ", ".join(dict.fromkeys(e.exp_name for e in entries))
+    return names if names == chosen else f"{names} ({chosen})"
+
+
 def plot_sweep(selection: Selection, metric: str, by: str | None = None, x: str = "step",
                out: str | os.PathLike | None = None,
                config: ConfigArg = None) -> Path:
@@ -94,8 +106,8 @@ def plot_sweep(selection: Selection, metric: str, by: str | None = None, x: str 
         line, = axes.plot(curve["x"], curve["mean"], label=label)
         axes.fill_between(curve["x"], curve["low"], curve["high"], color=line.get_color(),
                           alpha=0.2, linewidth=0)
-    chosen = selection if isinstance(selection, str) else " ".join(selection)
-    axes.set_title(f"{metric}: {chosen}\nmean across runs, shaded from min to max")
+    axes.set_title(f"{metric}: {_named(selection, config)}\n"
+                   "mean across runs, shaded from min to max")
     axes.set_xlabel("step" if x == "step" else "seconds since the run's first value")
     if x == "step":  # (whole steps: no tick at 0.5 on a short run)
         axes.xaxis.set_major_locator(MaxNLocator(integer=True))
