@@ -20,7 +20,6 @@ from starlette.templating import Jinja2Templates
 
 from easylaunch import __version__
 from easylaunch.dashboard import sweeps, views
-from easylaunch.dashboard.curves import SeriesCache
 from easylaunch.dashboard.security import TOKEN_HEADER, Guard
 from easylaunch.errors import EasyLaunchError
 from easylaunch.modes import MODES
@@ -38,7 +37,6 @@ class Pages:
     def __init__(self, config: ConfigArg, token: str) -> None:
         self.config = config
         self.registry = open_registry(load_settings(config).REGISTRY_PATH)
-        self.series = SeriesCache()
         env = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"),
                                  autoescape=True, undefined=jinja2.StrictUndefined)
         self.templates = Jinja2Templates(env=env)
@@ -112,7 +110,7 @@ class Pages:
         metrics = [m for m in params.get("metrics", "").split(",") if m] or None
         shown = sweeps.chosen_runs(self.registry, ids, params.get("sweep"))
         lo, hi = (_number(params, "lo"), _number(params, "hi"))
-        return JSONResponse(sweeps.curves(shown, self.series, metrics, lo, hi))
+        return JSONResponse(sweeps.curves(shown, metrics, lo, hi))
 
     def log(self, request: Request) -> Response:
         try:

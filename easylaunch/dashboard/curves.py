@@ -1,59 +1,19 @@
 """Learning curves as the browser's chart draws them: runs' metric histories on one shared
 step axis (uPlot's aligned data), thinned on the server for the first draw and read whole
-within a zoomed range. Run folders are read once per change of their metric files."""
+within a zoomed range."""
 
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
-from easylaunch.results.readers import (
-    METRICS_JSONL,
-    PROGRESS_CSV,
-    Series,
-    event_folders,
-    read_series,
-)
+from easylaunch.results.readers import Series
 
 BUCKETS = 400  # points per curve at most, for a first draw (a chart is ~800 px wide)
-CACHED_FOLDERS = 2000
 DIGITS = 7  # significant digits a value keeps on the way to the browser
-
-
-def _signature(folder: Path) -> tuple:
-    """What changes when a run folder's metric files do."""
-    files = [folder / METRICS_JSONL, folder / PROGRESS_CSV]
-    files += [f for d in event_folders(folder) for f in sorted(d.iterdir())]
-    found = []
-    for path in files:
-        try:
-            stat = os.stat(path)
-        except OSError:
-            continue
-        found.append((str(path), stat.st_mtime_ns, stat.st_size))
-    return tuple(found)
-
-
-class SeriesCache:
-    """Each run folder's metrics (:func:`read_series`), read again only when its files
-    change; the least recently read folders are dropped past CACHED_FOLDERS."""
-
-    def __init__(self) -> None:
-        self._held: dict[Path, tuple[tuple, dict[str, Series]]] = {}
-
-    def series(self, folder: Path) -> dict[str, Series]:
-        signature = _signature(folder)
-        held = self._held.pop(folder, None)
-        found = held[1] if held and held[0] == signature else read_series(folder)
-        self._held[folder] = (signature, found)
-        while len(self._held) > CACHED_FOLDERS:
-            self._held.pop(next(iter(self._held)))
-        return found
 
 
 @dataclass(frozen=True)

@@ -12,13 +12,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from easylaunch import listing
-from easylaunch.dashboard.curves import SeriesCache, align
+from easylaunch.dashboard.curves import align
 from easylaunch.dashboard.hparams import Parallel, parallel
 from easylaunch.dashboard.views import MAX_IDS, is_open, rounded
 from easylaunch.errors import EasyLaunchError
 from easylaunch.refresh import refresh_entries
 from easylaunch.registry import NoSuchJob, Registry
-from easylaunch.results.readers import last_values
+from easylaunch.results.readers import last_values, read_series
 from easylaunch.results.sweep import RUN_COLUMNS, load_sweep, metrics_folder, variant_of
 from easylaunch.settings import ConfigArg
 
@@ -141,13 +141,13 @@ def labels(shown: Sequence[listing.Shown]) -> list[str]:
     return found
 
 
-def curves(shown: Sequence[listing.Shown], cache: SeriesCache, metrics: Sequence[str] | None,
-           lo: float | None, hi: float | None) -> dict:
+def curves(shown: Sequence[listing.Shown], metrics: Sequence[str] | None, lo: float | None,
+           hi: float | None) -> dict:
     """The runs' curves as the page's chart takes them (JSON): ``runs`` (id, label,
     experiment, sweep, state, whether open), every metric they logged (``metrics``) and, for
     each of ``metrics`` (None: the first only; ``["*"]``: all), the runs' values on one step axis
     within [lo, hi] (all: None), thinned for a first draw (``per_point`` > 1)."""
-    series = [cache.series(metrics_folder(s, fetch=False)) for s in shown]
+    series = [read_series(metrics_folder(s, fetch=False)) for s in shown]
     logged = list(dict.fromkeys(m for found in series for m in found))
     wanted = logged[:1] if metrics is None else logged if list(metrics) == ["*"] \
         else [m for m in metrics if m in logged]

@@ -194,52 +194,6 @@ def _last_of(points: Iterable[Point]) -> dict[str, float]:
     return {metric: value for metric, (_, value) in last_points(points).items()}
 
 
-def _jsonl_last_values(path: Path) -> dict[str, float] | None:
-    """:func:`last_values` of a plain metrics.jsonl, read by pandas in one go (what
-    ``log_metrics`` writes: numbers, a step on every line); None where the file needs the
-    line-by-line reader (a null, which the long table keeps apart from an absent value; a line
-    that does not read; a value that is not a number)."""
-    pd = need("pandas", "results", "to load results")
-    import numpy as np
-
-    data = path.read_bytes()
-    body = data[:data.rfind(b"\n") + 1]  # (a last line without its newline is left out)
-    if not body:
-        return {}
-    if b"null" in body or b"\n\n" in body or body.startswith(b"\n"):
-        return None
-    try:
-        frame = pd.read_json(io.BytesIO(body), lines=True, dtype=False, precise_float=True)
-    except ValueError:
-        return None
-    columns = [c for c in frame.columns if c not in ("step", "time")]
-    if any(frame[c].dtype.kind not in "biuf" for c in [*columns, *(
-            ["step"] if "step" in frame.columns else [])]):
-        return None
-    index = np.arange(len(frame), dtype=float)
-    steps = frame["step"].to_numpy(float) if "step" in frame.columns else index
-    steps = np.where(np.isnan(steps), index, steps)
-    last = {}
-    for column in columns:
-        values = frame[column].to_numpy(float)
-        logged = np.flatnonzero(~np.isnan(values))
-        if len(logged):
-            at = steps[logged]
-            last[str(column)] = float(values[logged[np.flatnonzero(at == at.max())[-1]]])
-    return last
-
-
-def last_values(run_dir: Path) -> dict[str, float]:
-    """Each metric's last value in a run folder: at its largest step, of equal steps the last
-    written, each metric from the first format of SOURCES that holds it (what
-    :func:`read_run` gives, without making every point)."""
-    path = run_dir / METRICS_JSONL
-    fast = _jsonl_last_values(path) if path.is_file() else {}
-    if fast is None:
-        return _last_of(read_run(run_dir))
-    return {**_last_of(_points_besides_jsonl(run_dir, None)), **fast}
-
-
 Series = tuple[list[float], list[float]]  # a metric's steps and values, in the order written
 _JSON_NUMBERS = frozenset({int, float, bool, type(None)})
 
@@ -269,9 +223,7 @@ def _jsonl_series(path: Path) -> dict[str, Series] | None:
     return found
 
 
-def read_series(run_dir: Path) -> dict[str, Series]:
-    """Every metric of a run folder as its steps and values (what :func:`read_run` gives,
-    grouped by metric, quicker for a plain metrics.jsonl)."""
+def _read_series(run_dir: Path) -> dict[str, Series]:
     path = run_dir / METRICS_JSONL
     fast = _jsonl_series(path) if path.is_file() else {}
     found: dict[str, Series] = {} if fast is None else dict(fast)
@@ -282,3 +234,46 @@ def read_series(run_dir: Path) -> dict[str, Series]:
             steps.append(point.step)
             values.append(point.value)
     return found
+
+
+def _signature(run_dir: Path) -> tuple:
+    """What changes when a run folder's metric files do."""
+    files = [run_dir / METRICS_JSONL, run_dir / PROGRESS_CSV]
+    files += [f for d in event_folders(run_dir) for f in sorted(d.iterdir())]
+    found = []
+    for path in files:
+        try:
+            stat = os.stat(path)
+        except OSError:
+            continue
+        found.append((str(path), stat.st_mtime_ns, stat.st_size))
+    return tuple(found)
+
+
+_read: dict[Path, tuple[tuple, dict[str, Series]]] = {}  # run folder -> its files, series
+CACHED_FOLDERS = 4000
+
+
+def read_series(run_dir: Path) -> dict[str, Series]:
+    """Every metric of a run folder as its steps and values (what :func:`read_run` gives,
+    grouped by metric; quicker for a plain metrics.jsonl). Kept for the process, and read
+    again when the folder's metric files change (a dashboard asks again and again); the
+    least recently read folders are dropped past CACHED_FOLDERS."""
+    signature = _signature(run_dir)
+    held = _read.pop(run_dir, None)
+    found = held[1] if held and held[0] == signature else _read_series(run_dir)
+    _read[run_dir] = (signature, found)
+    while len(_read) > CACHED_FOLDERS:
+        _read.pop(next(iter(_read)))
+    return found
+
+
+def last_values(run_dir: Path) -> dict[str, float]:
+    """Each metric's last value in a run folder: at its largest step, of equal steps the last
+    written, each metric from the first format of SOURCES that holds it (what
+    :func:`read_run` gives, from :func:`read_series`)."""
+    last = {}
+    for metric, (steps, values) in read_series(run_dir).items():
+        top = max(steps)
+        last[metric] = values[len(steps) - 1 - steps[::-1].index(top)]
+    return last

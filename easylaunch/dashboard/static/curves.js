@@ -252,8 +252,9 @@
     // The sweep's hyperparameter view, for the metric shown (its markup escaped by the server).
     async showHparams(metric) {
       const url = this.holder.dataset.hparamsUrl;
-      if (!url || !metric || metric === this.hparamsMetric) return;
-      this.hparamsMetric = metric;
+      const shown = document.querySelector("[data-hparams]");
+      if (!url || !metric || !shown || metric === shown.dataset.metric) return;
+      shown.dataset.metric = metric;
       const answer = await fetch(`${url}?metric=${encodeURIComponent(metric)}`,
                                  { credentials: "same-origin" });
       if (!answer.ok) return;
