@@ -163,7 +163,8 @@ def create_app(config: ConfigArg, token: str, port: int,
     ]
     app = Starlette(routes=routes, exception_handlers={
         EasyLaunchError: pages.failed, HTTPException: pages.failed, Exception: pages.failed})
-    return Guard(GZipMiddleware(app, minimum_size=2048), token=token, port=port, hosts=hosts)
+    return Guard(GZipMiddleware(app, minimum_size=2048, compresslevel=1), token=token, port=port,
+                 hosts=hosts)
 
 
 def _number(params: Mapping[str, str], name: str) -> float | None:
