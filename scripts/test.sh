@@ -8,6 +8,6 @@ scripts/slurm-up.sh  # a real one-node Slurm cluster (and bubblewrap) for the Sl
 scripts/ssh-up.sh    # an OpenSSH server on 127.0.0.1 with a second user: the remote cluster side
 scripts/browser-up.sh  # Debian's chromium and chromedriver for the dashboard's browser tests
 .venv/bin/ruff check .
-# the dashboard tests' screenshots (runs page, run page, sweep page) are kept here
+# the dashboard tests' screenshots (every page, zoomed and smoothed curves, 900 px) are kept here
 export EASYLAUNCH_ARTIFACTS=${EASYLAUNCH_ARTIFACTS:-$PWD/test-artifacts}
 exec .venv/bin/python -m pytest "$@"

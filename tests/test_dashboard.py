@@ -497,7 +497,7 @@ def test_curves_are_thinned_for_a_first_draw_and_whole_when_zoomed():
     other = ([s * 10.0 for s in range(100)], [1.0] * 100)
     first = align([one, None, other], buckets=400)
     assert len(first.x) <= 400 and first.per_point > 100  # means of spans of steps
-    assert first.extent == (0, 99_999) and first.ys[1] == [None] * len(first.x)
+    assert first.x[0] < 200 and first.x[-1] > 99_800 and first.ys[1] == [None] * len(first.x)
     assert all(v is None or 0 <= v <= 999 for v in first.ys[0])
     zoomed = align([one, None], lo=5000, hi=5100, buckets=400)
     assert zoomed.per_point == 1  # every point in range, and one on either side

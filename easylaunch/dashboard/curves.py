@@ -24,7 +24,6 @@ class Aligned:
     x: list[float]
     ys: list[list[float | None]]
     per_point: float
-    extent: tuple[float, float] | None  # the steps the whole curves span
 
 
 def _short(values: np.ndarray) -> list[float | None]:
@@ -55,11 +54,10 @@ def align(curves: Sequence[Series | None], lo: float | None = None, hi: float | 
               for c in curves]
     present = [a for a in arrays if a is not None and len(a[0])]
     if not present:
-        return Aligned([], [[] for _ in curves], 1.0, None)
+        return Aligned([], [[] for _ in curves], 1.0)
     everywhere = np.concatenate([s for s, _ in present])
-    extent = (float(everywhere.min()), float(everywhere.max()))
-    lo = extent[0] if lo is None else lo
-    hi = extent[1] if hi is None else hi
+    lo = float(everywhere.min()) if lo is None else lo
+    hi = float(everywhere.max()) if hi is None else hi
     kept = [None if a is None else (a[0][_within(a[0], lo, hi)], a[1][_within(a[0], lo, hi)])
             for a in arrays]
     steps = np.unique(np.concatenate([k[0] for k in kept if k is not None]))
@@ -70,7 +68,7 @@ def align(curves: Sequence[Series | None], lo: float | None = None, hi: float | 
             if k is not None:
                 y[np.searchsorted(steps, k[0])] = k[1]  # (of repeated steps, the last)
             ys.append(_short(y))
-        return Aligned(_short(steps), ys, 1.0, extent)
+        return Aligned(_short(steps), ys, 1.0)
     edges = np.linspace(steps[0], steps[-1], buckets + 1)
 
     def bucket_of(s: np.ndarray) -> np.ndarray:
@@ -91,4 +89,4 @@ def align(curves: Sequence[Series | None], lo: float | None = None, hi: float | 
         total = np.bincount(at, weights=k[1][finite], minlength=buckets)
         with np.errstate(invalid="ignore", divide="ignore"):
             ys.append(_short((total / n)[used]))
-    return Aligned(_short(x), ys, len(steps) / int(used.sum()), extent)
+    return Aligned(_short(x), ys, len(steps) / int(used.sum()))

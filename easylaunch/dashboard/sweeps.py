@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import collections
 import math
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -154,13 +153,12 @@ def curves(shown: Sequence[listing.Shown], metrics: Sequence[str] | None, lo: fl
     drawn = {}
     for metric in wanted:
         aligned = align([found.get(metric) for found in series], lo, hi)
-        drawn[metric] = {"x": aligned.x, "ys": aligned.ys, "per_point": aligned.per_point,
-                         "extent": aligned.extent}
+        drawn[metric] = {"x": aligned.x, "ys": aligned.ys, "per_point": aligned.per_point}
     return {"runs": [{"id": s.entry.id, "label": label, "exp": s.entry.exp_name,
                       "sweep": s.entry.sweep or "", "state": s.state_text,
                       "open": is_open(s.state)} for s, label in zip(shown, labels(shown),
                                                                       strict=True)],
-            "metrics": logged, "curves": drawn, "at": time.time()}
+            "metrics": logged, "curves": drawn}
 
 
 def hparams_view(registry: Registry, sweep: str, metric: str | None) -> Parallel | None:
