@@ -54,7 +54,7 @@ def main() -> None:
         made = time.perf_counter() - t
         ours, theirs, again = [], [], []
         for _ in range(args.rounds):
-            readers._read.clear()
+            readers._kept.clear()
             t = time.perf_counter()
             table = load_sweep("big", config=cfg)
             ours.append(time.perf_counter() - t)

@@ -250,7 +250,7 @@ def _signature(run_dir: Path) -> tuple:
     return tuple(found)
 
 
-_read: dict[Path, tuple[tuple, dict[str, Series]]] = {}  # run folder -> its files, series
+_kept: dict[Path, tuple[tuple, dict[str, Series]]] = {}  # run folder -> its files, series
 CACHED_FOLDERS = 4000
 
 
@@ -260,11 +260,11 @@ def read_series(run_dir: Path) -> dict[str, Series]:
     again when the folder's metric files change (a dashboard asks again and again); the
     least recently read folders are dropped past CACHED_FOLDERS."""
     signature = _signature(run_dir)
-    held = _read.pop(run_dir, None)
+    held = _kept.pop(run_dir, None)
     found = held[1] if held and held[0] == signature else _read_series(run_dir)
-    _read[run_dir] = (signature, found)
-    while len(_read) > CACHED_FOLDERS:
-        _read.pop(next(iter(_read)))
+    _kept[run_dir] = (signature, found)
+    while len(_kept) > CACHED_FOLDERS:
+        _kept.pop(next(iter(_kept)))
     return found
 
 
