@@ -107,6 +107,14 @@ def seconds_run(entry: Entry, now: float) -> float | None:
     return (entry.ended or now) - entry.started
 
 
+def rounded(value: object) -> str:
+    """A number as a table or an axis shows it: 4 significant digits (``0.001``,
+    ``2.5e+04``); another value as text."""
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
 def duration(seconds: float | None) -> str:
     """``0.4s``, ``42s``, ``3m12s``, ``1h05m``, ``2d03h``; "-" when unknown."""
     if seconds is None:

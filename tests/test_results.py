@@ -337,11 +337,11 @@ def test_load_sweep_of_an_ec2_sweep_reads_the_metrics_the_instance_synced(ec2_cf
     '{"step": 0, "train_time": 1700000000, "created_at": 5}\n',  # (no dates made of these)
     '', '{"step": 0, "lo'])
 def test_a_runs_last_values_are_the_long_tables(tmp_path, text):
-    from easylaunch.results.readers import _last_of, last_values, read_run
+    from easylaunch.results.readers import last_points, last_values, read_run
 
     (tmp_path / "metrics.jsonl").write_text(text)
     (tmp_path / "progress.csv").write_text("Epoch,loss,other\n0,7,1\n1,8,2\n")
-    expected = _last_of(read_run(tmp_path))
+    expected = {m: value for m, (_, value) in last_points(read_run(tmp_path)).items()}
     got = last_values(tmp_path)
     assert got.keys() == expected.keys()
     assert all(got[k] == expected[k] or (got[k] != got[k] and expected[k] != expected[k])

@@ -58,8 +58,8 @@ def align(curves: Sequence[Series | None], lo: float | None = None, hi: float | 
     everywhere = np.concatenate([s for s, _ in present])
     lo = float(everywhere.min()) if lo is None else lo
     hi = float(everywhere.max()) if hi is None else hi
-    kept = [None if a is None else (a[0][_within(a[0], lo, hi)], a[1][_within(a[0], lo, hi)])
-            for a in arrays]
+    masks = [None if a is None else _within(a[0], lo, hi) for a in arrays]
+    kept = [None if a is None else (a[0][m], a[1][m]) for a, m in zip(arrays, masks, strict=True)]
     steps = np.unique(np.concatenate([k[0] for k in kept if k is not None]))
     if len(steps) <= 2 * buckets:
         ys = []

@@ -8,10 +8,11 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from easylaunch.listing import rounded
+
 WIDTH, HEIGHT = 860, 300
 LEFT, RIGHT, TOP, BOTTOM = 70, 70, 28, 16  # margins around the axes
 MAX_AXES = 10
-MISSING = "(not set)"
 
 
 @dataclass(frozen=True)
@@ -55,11 +56,6 @@ def nice_ticks(lo: float, hi: float, count: int = 5) -> list[float]:
     return [first + i * step for i in range(int(hi / step - first / step + 1e-9) + 1)]
 
 
-def label(value: float) -> str:
-    """A short axis label: ``0.001``, ``2.5e+04``, ``120``."""
-    return f"{value:.4g}"
-
-
 def _is_number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) \
         and math.isfinite(value)
@@ -93,9 +89,9 @@ class _Scale:
         if not self.numeric:
             return [(self.share(c), c) for c in self.categories[:12]]
         if self.log:
-            return [(self.share(10.0 ** p), label(10.0 ** p))
+            return [(self.share(10.0 ** p), rounded(10.0 ** p))
                     for p in range(math.ceil(self.lo), math.floor(self.hi) + 1)]
-        return [(self.share(t), label(t)) for t in nice_ticks(self.lo, self.hi)]
+        return [(self.share(t), rounded(float(t))) for t in nice_ticks(self.lo, self.hi)]
 
 
 def _natural(text: str) -> tuple:
@@ -135,7 +131,7 @@ def parallel(runs: Sequence[tuple[str, Mapping[str, object], float | None]],
         points = [f"{x:.1f},{y(scale.share(column[row]))}"
                   for x, scale, column in zip(xs, scales, columns, strict=True)
                   if column[row] is not None]
-        shown = [f"{n}={label(v) if isinstance(v, float) else v}"
+        shown = [f"{n}={rounded(v)}"
                  for n, v in zip(names, (c[row] for c in columns), strict=True)
                  if v is not None]
         share = metric_scale.share(value) if value is not None and metric_scale.numeric else None

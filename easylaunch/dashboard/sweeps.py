@@ -13,10 +13,10 @@ from pathlib import Path
 from easylaunch import listing
 from easylaunch.dashboard.curves import align
 from easylaunch.dashboard.hparams import Parallel, parallel
-from easylaunch.dashboard.views import MAX_IDS, is_open, rounded
+from easylaunch.dashboard.views import is_open, registered
 from easylaunch.errors import EasyLaunchError
 from easylaunch.refresh import refresh_entries
-from easylaunch.registry import NoSuchJob, Registry
+from easylaunch.registry import Registry
 from easylaunch.results.readers import last_values, read_series
 from easylaunch.results.sweep import RUN_COLUMNS, load_sweep, metrics_folder, variant_of
 from easylaunch.settings import ConfigArg
@@ -81,7 +81,7 @@ def _cell(column: str, value: object) -> Cell:
     if column == "runtime_s":
         return Cell(listing.duration(float(value)), repr(float(value)), "")
     if isinstance(value, float):
-        return Cell(rounded(value), repr(value), repr(value))
+        return Cell(listing.rounded(value), repr(value), repr(value))
     if isinstance(value, (int, bool)):
         return Cell(str(value), str(int(value)), "")
     return Cell(str(value), str(value), str(value))
@@ -109,17 +109,10 @@ def sweep_view(sweep: str, config: ConfigArg) -> SweepView:
 
 
 def chosen_runs(registry: Registry, ids: Sequence[str], sweep: str | None) -> list:
-    """The runs a chart draws, refreshed: a sweep's (its id or start), else those of ``ids``
-    found in the registry (at most MAX_CURVES)."""
-    if sweep:
-        entries = registry.list(sweep=registry.find_sweep(sweep), limit=MAX_CURVES)[0]
-    else:
-        entries = []
-        for run_id in list(dict.fromkeys(ids))[:MAX_IDS]:
-            try:
-                entries.append(registry.find(run_id))
-            except NoSuchJob:
-                continue
+    """The runs a chart draws, refreshed: a sweep's (its id or start; at most MAX_CURVES),
+    else those of ``ids`` found in the registry."""
+    entries = registry.list(sweep=registry.find_sweep(sweep), limit=MAX_CURVES)[0] if sweep \
+        else registered(registry, ids)
     if not entries:
         raise EasyLaunchError("no run to draw: give runs=ID,ID,... or sweep=ID")
     return refresh_entries(registry, entries)

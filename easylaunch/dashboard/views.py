@@ -109,13 +109,6 @@ def is_open(state: str) -> bool:
     return state.split(" ", 1)[0] in OPEN_STATES
 
 
-def rounded(value: object) -> str:
-    """A number as a table shows it: 4 significant digits."""
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return str(value)
-
-
 def _variant_text(values: Mapping[str, str], keys: Sequence[str]) -> str:
     """``lr=0.001  seed=2``: those of ``keys`` a flattened variant has."""
     return "  ".join(f"{k}={values[k]}" for k in keys if k in values)
@@ -128,7 +121,7 @@ def _last_metrics(entry: Entry) -> list[tuple[str, str]]:
         values = last_values(Path(entry.log_dir))
     except OSError:
         return []
-    return [(k, rounded(v)) for k, v in list(values.items())[:SHOWN_METRICS]]
+    return [(k, listing.rounded(v)) for k, v in list(values.items())[:SHOWN_METRICS]]
 
 
 def _row(shown: listing.Shown, keys: Sequence[str] | None, now: float) -> Row:
@@ -183,15 +176,21 @@ def reasons(registry: Registry, filters: Filters) -> list[tuple[str, int]]:
     return registry.reasons(**{**filters.query(), "reason": None})
 
 
-def live_states(registry: Registry, ids: Sequence[str]) -> dict[str, dict]:
-    """The runs ``ids`` refreshed: state text, whether still open, time run, job; ids not in
-    the registry are left out."""
+def registered(registry: Registry, ids: Sequence[str]) -> list[Entry]:
+    """The entries of the first MAX_IDS distinct ``ids``; ids not in the registry left out."""
     entries = []
     for run_id in list(dict.fromkeys(ids))[:MAX_IDS]:
         try:
             entries.append(registry.find(run_id))
         except NoSuchJob:
             continue
+    return entries
+
+
+def live_states(registry: Registry, ids: Sequence[str]) -> dict[str, dict]:
+    """The runs ``ids`` refreshed: state text, whether still open, time run, job; ids not in
+    the registry are left out."""
+    entries = registered(registry, ids)
     now = time.time()
     return {s.entry.id: {"state": s.state_text, "open": is_open(s.state),
                          "duration": listing.duration(listing.seconds_run(s.entry, now)),

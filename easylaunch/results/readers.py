@@ -190,10 +190,6 @@ def last_points(points: Iterable[Point]) -> dict[str, tuple[float, float]]:
     return last
 
 
-def _last_of(points: Iterable[Point]) -> dict[str, float]:
-    return {metric: value for metric, (_, value) in last_points(points).items()}
-
-
 Series = tuple[list[float], list[float]]  # a metric's steps and values, in the order written
 _JSON_NUMBERS = frozenset({int, float, bool, type(None)})
 
