@@ -366,3 +366,37 @@ GCP_NUM_EXPS_PER_INSTANCE: int = 1
 GCP_DOCKER_IMAGE: str | None = None
 GCP_PYTHON: str = "python3"
 GCP_PIP_REQUIREMENTS: list = ["google-cloud-storage", "cloudpickle"]
+
+# ---------------------------------------------------------------------------------------------
+# Ray mode (ray): each run a job on a Ray cluster, submitted through Ray's Job Submission API;
+# the run folders come back through a storage path the cluster and this machine both reach.
+# ---------------------------------------------------------------------------------------------
+
+# The cluster's dashboard address, "http://HEAD:8265". None: the RAY_ADDRESS environment
+# variable. The mode option address= wins (one settings file, several clusters).
+RAY_ADDRESS: str | None = None
+
+# Where code, bundles and run folders go: "s3://bucket/prefix" or "gs://bucket/prefix".
+# Required. Laid out as under AWS_S3_PATH. The cluster's workers reach it with their own
+# credentials (an instance role, a service account): none are sent with the jobs.
+RAY_STORAGE_PATH: str | None = None
+# The S3 region of RAY_STORAGE_PATH (None: boto3's default).
+RAY_STORAGE_REGION: str | None = None
+
+# What each job asks of the cluster (Ray's entrypoint resources): CPUs, and GPUs for use_gpu
+# runs. The mode options num_cpus= and num_gpus= win.
+RAY_NUM_CPUS: float = 1
+RAY_NUM_GPUS: float = 1
+
+# As the AWS_ keys of the same names: files synced, seconds between syncs, runs per job, and
+# the Python on the workers (it needs boto3, or google-cloud-storage, and cloudpickle) with the
+# pip packages installed into it when a job starts (empty: it has them).
+RAY_FILE_PATTERNS_TO_SAVE: list = ["*"]
+RAY_SYNC_INTERVAL_SECONDS: float = 10.0
+RAY_NUM_EXPS_PER_INSTANCE: int = 1
+RAY_PYTHON: str = "python3"
+RAY_PIP_REQUIREMENTS: list = []
+
+# The folder on the worker where a job's runs live while it runs: RAY_WORKDIR/<job's
+# submission id>, removed when the job ends (everything in it is synced first).
+RAY_WORKDIR: str = "/tmp/easylaunch-ray"

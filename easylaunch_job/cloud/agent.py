@@ -36,9 +36,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from easylaunch_job.cloud.platforms import PLATFORMS, Platform, log
+from easylaunch_job.cloud.platforms import ENV_WORKDIR, PLATFORMS, Platform, log
 from easylaunch_job.cloud.runs import RunSlot, files_to_sync, unpack
-from easylaunch_job.cloud.stores import Store
+from easylaunch_job.cloud.stores import STORES, Store
 from easylaunch_job.environment import signal_group
 from easylaunch_job.records import (
     BUNDLE_DIR,
@@ -55,7 +55,6 @@ from easylaunch_job.records import (
 from easylaunch_job.states import TERMINAL_STATES
 
 DEFAULT_WORKDIR = "/var/lib/easylaunch"
-ENV_WORKDIR = "EASYLAUNCH_WORKDIR"
 AGENT_JSON = "agent.json"
 AGENT_PID = "agent.pid"
 INSTANCE_LOG = "instance.log"
@@ -313,8 +312,9 @@ def _stop(signum: int, frame: Any) -> None:
     raise Stop
 
 
-def run(cloud: str, bucket: str, manifest_key: str, region: str) -> None:
-    """Run this instance's share of the manifest, then end the instance."""
+def run(cloud: str, bucket: str, manifest_key: str, region: str, store_scheme: str = "") -> None:
+    """Run this instance's share of the manifest, then end the instance; the bucket is of the
+    cloud's own kind unless ``store_scheme`` ("s3", "gs") names another."""
     workdir = Path(os.environ.get(ENV_WORKDIR) or DEFAULT_WORKDIR).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     platform = PLATFORMS[cloud](region)
@@ -325,7 +325,8 @@ def run(cloud: str, bucket: str, manifest_key: str, region: str) -> None:
     signal.signal(signal.SIGTERM, _stop)
     agent = None
     try:
-        store = platform.store_class.default(bucket, region)
+        store_class = STORES[store_scheme] if store_scheme else platform.store_class
+        store = store_class.default(bucket, region)
         manifest = json.loads(store.get(manifest_key) or b"{}")
         if manifest.get("format") != 1:
             raise RuntimeError(f"{store.url(manifest_key)} is not a launch manifest")
@@ -361,6 +362,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("manifest_key")
     parser.add_argument("--cloud", choices=sorted(PLATFORMS), default="aws")
     parser.add_argument("--region", default="")
+    parser.add_argument("--store", choices=sorted(STORES), default="",
+                        help="the bucket's kind (default: the cloud's own)")
     args = parser.parse_args(argv)
-    run(args.cloud, args.bucket, args.manifest_key, args.region)
+    run(args.cloud, args.bucket, args.manifest_key, args.region, args.store)
     return 0

@@ -1,8 +1,8 @@
 """The machine the instance agent runs on: who it is, interruption notices, its end.
 
 The metadata service and the Compute API are reached with urllib alone. Environment overrides
-(tests point them at stand-ins): ``EASYLAUNCH_METADATA_URL``, ``EASYLAUNCH_COMPUTE_URL`` and
-``EASYLAUNCH_SHUTDOWN_CMD`` (``shutdown -h now``).
+(tests point them at stand-ins): ``EASYLAUNCH_WORKDIR``, ``EASYLAUNCH_METADATA_URL``,
+``EASYLAUNCH_COMPUTE_URL`` and ``EASYLAUNCH_SHUTDOWN_CMD`` (``shutdown -h now``).
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import time
 import urllib.error
@@ -22,6 +23,9 @@ DEFAULT_COMPUTE_URL = "https://compute.googleapis.com"
 ENV_METADATA_URL = "EASYLAUNCH_METADATA_URL"
 ENV_COMPUTE_URL = "EASYLAUNCH_COMPUTE_URL"
 ENV_SHUTDOWN_CMD = "EASYLAUNCH_SHUTDOWN_CMD"
+ENV_WORKDIR = "EASYLAUNCH_WORKDIR"  # the folder runs live in
+ENV_RAY_JOB = "EASYLAUNCH_RAY_JOB"  # a Ray job's submission id, in its own environment
+ENV_RAY_INDEX = "EASYLAUNCH_RAY_INDEX"  # its share of the manifest
 GCE_INDEX_KEY = "easylaunch-index"  # the instance's share of the manifest, in its metadata
 TOKEN_TTL_SECONDS = 21600
 HTTP_TIMEOUT_SECONDS = 5
@@ -170,4 +174,24 @@ class Gce(Platform):
         shutdown()
 
 
-PLATFORMS: dict[str, type[Platform]] = {"aws": Aws, "gcp": Gce}
+class RayJob(Platform):
+    """A Ray job: its entrypoint is the agent. Who it is comes from the variables the job was
+    submitted with (``EASYLAUNCH_RAY_JOB``, ``EASYLAUNCH_RAY_INDEX``); no interruption notice
+    (a lost worker ends the job, which the launching side sees); at the end only the job's work
+    folder goes (everything in it is synced), the machine stays: it is the cluster's."""
+
+    def describe(self) -> dict:
+        return {"instance_id": os.environ.get(ENV_RAY_JOB, ""), "region": self.region,
+                "index": os.environ.get(ENV_RAY_INDEX, "0"),
+                "workdir": os.environ.get(ENV_WORKDIR, "")}
+
+    def interruption_notice(self) -> str | None:
+        return None
+
+    def end(self, instance: dict) -> None:
+        workdir = instance.get("workdir")
+        if workdir and os.path.basename(workdir) == instance.get("instance_id"):
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+PLATFORMS: dict[str, type[Platform]] = {"aws": Aws, "gcp": Gce, "ray": RayJob}

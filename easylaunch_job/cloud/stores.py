@@ -45,6 +45,11 @@ class Store:
         at once, exactly one gets True (the store decides, not the callers)."""
         raise NotImplementedError
 
+    def bucket_exists(self) -> bool:
+        """Whether the bucket is there (an error: it cannot be reached with these
+        credentials)."""
+        raise NotImplementedError
+
 
 def aws_error_code(exc: Exception) -> str:
     """The error code of a botocore ClientError ("NoSuchKey", "404"...), or ""."""
@@ -65,6 +70,17 @@ class S3Store(Store):
 
     def _missing(self, exc: Exception) -> bool:
         return aws_error_code(exc) in self.NOT_FOUND
+
+    def bucket_exists(self) -> bool:
+        from botocore.exceptions import ClientError
+
+        try:
+            self.client.head_bucket(Bucket=self.bucket)
+        except ClientError as exc:
+            if self._missing(exc):
+                return False
+            raise
+        return True
 
     def exists(self, key: str) -> bool:
         from botocore.exceptions import ClientError
@@ -125,6 +141,9 @@ class GcsStore(Store):
     def _blob(self, key: str) -> Any:
         return self.client.bucket(self.bucket).blob(key)
 
+    def bucket_exists(self) -> bool:
+        return self.client.bucket(self.bucket).exists()
+
     def exists(self, key: str) -> bool:
         return self._blob(key).exists()
 
@@ -154,3 +173,6 @@ class GcsStore(Store):
         except PreconditionFailed:
             return False
         return True
+
+
+STORES: dict[str, type[Store]] = {"s3": S3Store, "gs": GcsStore}  # by URL scheme

@@ -85,6 +85,8 @@ class CloudMode(Mode):
     """Runs on cloud instances, tracked through the bucket and the cloud's API."""
 
     cloud: ClassVar[str]  # the agent's --cloud
+    store_scheme: ClassVar[str]  # the bucket's kind: "s3", "gs"
+    own_machines: ClassVar[bool] = True  # each batch starts machines of its own (paid for)
     settings_prefix: ClassVar[str]  # "AWS": the mode reads AWS_PYTHON, AWS_SYNC_INTERVAL_SECONDS...
     max_instances_per_batch: ClassVar[int] = 100
     restarts = True  # (relaunch.py)
@@ -94,7 +96,11 @@ class CloudMode(Mode):
 
     def launch_info(self, request: LaunchRequest) -> dict[str, str]:
         return {"instance_type": self.settings[self.machine_type_keys[request.use_gpu]],
-                "docker_image": str(self.setting("DOCKER_IMAGE"))}
+                "docker_image": str(self.docker_image())}
+
+    def docker_image(self) -> str | None:
+        """The image runs start in (None: the machine's own Python)."""
+        return self.setting("DOCKER_IMAGE")
 
     def setting(self, name: str) -> Any:
         """The mode's own setting ``<PREFIX>_<name>``."""
@@ -142,7 +148,7 @@ class CloudMode(Mode):
 
     def _check_values(self) -> None:
         problems = []
-        if not isinstance(self.opts["confirm"], bool):
+        if not isinstance(self.opts.get("confirm", False), bool):
             problems.append(f"confirm must be True or False, got {self.opts['confirm']!r}")
         n = self.per_instance()
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:
@@ -160,7 +166,8 @@ class CloudMode(Mode):
 
     def _confirm(self, request: LaunchRequest, target: Target) -> None:
         """Ask once before starting paid instances, on an interactive terminal only."""
-        if self.opts["confirm"] is False or not (sys.stdin.isatty() and sys.stderr.isatty()):
+        if not self.own_machines or self.opts["confirm"] is False or not (
+                sys.stdin.isatty() and sys.stderr.isatty()):
             return
         count = -(-len(request.variants) // self.per_instance())
         print(f"easylaunch {self.name}: {count} {target.machine_type} {target.market} "
@@ -194,7 +201,7 @@ class CloudMode(Mode):
                      for snap in instances[0][0].launch["code_snapshots"]}
         return self.batch_of(target, {
             "format": cloud.MANIFEST_FORMAT, "python": self.setting("PYTHON"),
-            "docker_image": self.setting("DOCKER_IMAGE"), "use_gpu": use_gpu,
+            "docker_image": self.docker_image(), "use_gpu": use_gpu,
             "sync_interval": interval, "poll_seconds": min(AGENT_POLL_SECONDS, interval),
             "patterns": list(self.setting("FILE_PATTERNS_TO_SAVE")), "snapshots": snapshots,
             "control_prefix": cloud.join_key(prefix, "control", launch_id),
@@ -206,7 +213,8 @@ class CloudMode(Mode):
         """The batch that starts ``manifest``'s instances with the agent ``agent_key``."""
         archive = cloud.manifest_archive(target.prefix, manifest)
         boot = cloud.boot_script(cloud.BootSpec(
-            cloud=self.cloud, python=manifest["python"],
+            cloud=self.cloud, store=self.store_scheme, python=manifest["python"],
+            shutdown_on_failure=self.own_machines,
             pip_requirements=tuple(self.setting("PIP_REQUIREMENTS")), bucket=target.bucket,
             region=self.agent_region(target), agent_key=agent_key, manifest_key=archive.key))
         ids = [[spec["run_id"] for spec in group] for group in manifest["instances"]]
@@ -221,20 +229,24 @@ class CloudMode(Mode):
         maximum); None where only the cloud's price list knows."""
         return None
 
+    def resources(self, target: Target, count: int) -> dict[str, Any]:
+        """What a dry run says the launch's ``count`` instances are."""
+        price = self.hourly_price(target)
+        return {"instances": count, "runs per instance": self.per_instance(),
+                "machine type": target.machine_type, "image": target.image,
+                "market": target.market,
+                "price": f"at most ${price * count:.2f}/hour ({count} x ${price})" if price
+                else "not at hand here (see the cloud's price list for this machine type)"}
+
     def preview(self, request: LaunchRequest, runs: list[Run], prepared: CloudPlan) -> Preview:
         target = prepared.target
         count = sum(len(batch.instances) for batch in prepared.batches)
         objects = [*prepared.shared, *prepared.bundles, *(b.manifest for b in prepared.batches)]
-        price = self.hourly_price(target)
         return Preview(
             self.name, len(runs), f"{self.name} {target.location}",
-            {f"boot script (user-data) of batch {i}": batch.boot_script
+            {f"boot script of batch {i}": batch.boot_script
              for i, batch in enumerate(prepared.batches, start=1)},
-            [], {"instances": count, "runs per instance": self.per_instance(),
-                 "machine type": target.machine_type, "image": target.image,
-                 "market": target.market,
-                 "price": f"at most ${price * count:.2f}/hour ({count} x ${price})" if price
-                 else "not at hand here (see the cloud's price list for this machine type)"},
+            [], self.resources(target, count),
             [f"uploads up to {len(objects)} objects ({sum(len(o.data) for o in objects) / 1e6:.2f}"
              f" MB) to {target.bucket}/{target.prefix} (those stored already are skipped)"])
 

@@ -58,7 +58,7 @@ def _cached_client(service: str, region: str, _environment: tuple) -> Any:
     return session().client(service, region_name=region, config=config)
 
 
-def _client(service: str, region: str) -> Any:
+def client(service: str, region: str) -> Any:
     """A client (and its connection pool), kept while the AWS environment stays the same."""
     return _cached_client(service, region, _environment())
 
@@ -79,6 +79,7 @@ class Ec2Mode(CloudMode):
 
     name = "ec2"
     cloud = "aws"
+    store_scheme = "s3"
     settings_prefix = "AWS"
     machine_type_keys = ("AWS_INSTANCE_TYPE", "AWS_GPU_INSTANCE_TYPE")
 
@@ -118,7 +119,7 @@ class Ec2Mode(CloudMode):
         return target.location
 
     def store(self, bucket: str, location: str) -> S3Store:
-        return S3Store(bucket, _client("s3", location))
+        return S3Store(bucket, client("s3", location))
 
     def check_cloud(self, target: Target) -> None:
         """Credentials, region, bucket, image, instance type and network settings, asked of AWS."""
@@ -141,7 +142,7 @@ class Ec2Mode(CloudMode):
         from botocore.exceptions import ClientError
 
         try:
-            _client("s3", target.location).head_bucket(Bucket=target.bucket)
+            client("s3", target.location).head_bucket(Bucket=target.bucket)
         except ClientError as exc:
             code = aws_error_code(exc)
             why = ("does not exist" if code in S3Store.NOT_FOUND else
@@ -154,7 +155,7 @@ class Ec2Mode(CloudMode):
         from botocore.exceptions import ClientError
 
         s = self.settings
-        ec2 = _client("ec2", target.location)
+        ec2 = client("ec2", target.location)
         checks = [
             ("AWS_GPU_IMAGE_IDS / AWS_IMAGE_IDS", target.image, ec2.describe_images,
              {"ImageIds": [target.image]}, "Images"),
@@ -217,7 +218,7 @@ class Ec2Mode(CloudMode):
 
         args = self.run_instances_args(request, target, batch)
         try:
-            reply = _client("ec2", target.location).run_instances(**args)
+            reply = client("ec2", target.location).run_instances(**args)
         except ClientError as exc:
             raise LaunchError(f"EC2 did not start {args['MaxCount']} {args['InstanceType']} "
                               f"{target.market} instance(s) of {args['ImageId']}: {exc}") from exc
@@ -228,7 +229,7 @@ class Ec2Mode(CloudMode):
                  "spot_price": target.spot_price} for i in instances]
 
     def end_instances(self, record: dict, instance_ids: list[str]) -> None:
-        _client("ec2", record["region"]).terminate_instances(InstanceIds=instance_ids)
+        client("ec2", record["region"]).terminate_instances(InstanceIds=instance_ids)
 
     def instance_states(self, backends: list[dict]) -> dict[str, InstanceState]:
         """One describe_instances call per region."""
@@ -237,7 +238,7 @@ class Ec2Mode(CloudMode):
             by_region.setdefault(backend["region"], set()).add(backend["instance_id"])
         states = {}
         for region, ids in by_region.items():
-            for iid, desc in _describe(_client("ec2", region), sorted(ids)).items():
+            for iid, desc in _describe(client("ec2", region), sorted(ids)).items():
                 name = desc["State"]["Name"]
                 reason = desc.get("StateReason", {}).get("Message", "")
                 states[iid] = InstanceState(name, name in ENDED_INSTANCE_STATES, reason,

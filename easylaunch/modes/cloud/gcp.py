@@ -130,6 +130,7 @@ class GcpMode(CloudMode):
 
     name = "gcp"
     cloud = "gcp"
+    store_scheme = "gs"
     settings_prefix = "GCP"
     machine_type_keys = ("GCP_MACHINE_TYPE", "GCP_GPU_MACHINE_TYPE")
     options = {**CloudMode.options, "gcp_kwargs": None}

@@ -176,27 +176,30 @@ def manifest_run(run: Run, prefix: str, bundle_key: str) -> dict:
             "queued_at": run.launch.get("launched_at")}
 
 
-# How the boot script fetches the agent with the cloud's storage library (argv: region, bucket,
-# key, destination), before the agent and its Store classes are on the machine.
+# How the boot script fetches the agent with the bucket's storage library, by the bucket's kind
+# (argv: region, bucket, key, destination), before the agent and its Store classes are there.
 FETCH_AGENT = {
-    "aws": ('import sys, boto3; boto3.client("s3", region_name=sys.argv[1] or None)'
+    "s3": ('import sys, boto3; boto3.client("s3", region_name=sys.argv[1] or None)'
             ".download_file(sys.argv[2], sys.argv[3], sys.argv[4])"),
-    "gcp": ("import sys; from google.cloud import storage; storage.Client().bucket(sys.argv[2])"
+    "gs": ("import sys; from google.cloud import storage; storage.Client().bucket(sys.argv[2])"
             ".blob(sys.argv[3]).download_to_filename(sys.argv[4])"),
 }
 
 
 @dataclass(frozen=True)
 class BootSpec:
-    """What the boot script needs: the cloud, the Python, packages, the agent and manifest."""
+    """What the boot script needs: the platform, the bucket's kind, the Python, packages, the
+    agent and manifest; whether a failed boot ends the machine (not a machine of its own: no)."""
 
     cloud: str
+    store: str  # "s3", "gs"
     python: str
     pip_requirements: tuple[str, ...]
     bucket: str
     region: str
     agent_key: str
     manifest_key: str
+    shutdown_on_failure: bool = True
 
 
 # The instance's work folder: EASYLAUNCH_WORKDIR when set (tests point it at a sandbox).
@@ -208,8 +211,9 @@ def boot_script(spec: BootSpec) -> str:
     """The short bash boot script: install packages, fetch the agent, run it on the manifest.
 
     ``EASYLAUNCH_WORKDIR`` and ``EASYLAUNCH_SHUTDOWN_CMD`` override the work folder and the
-    shutdown command (tests point them at a sandbox). A failure before the agent starts shuts
-    the machine down, so a broken boot never leaves an instance running.
+    shutdown command (tests point them at a sandbox). With ``shutdown_on_failure``, a failure
+    before the agent starts shuts the machine down, so a broken boot never leaves an instance
+    running.
     """
     q = shlex.quote
     python = q(spec.python)
@@ -220,18 +224,18 @@ def boot_script(spec: BootSpec) -> str:
         _WORKDIR_LINE,
         'mkdir -p "$WORKDIR" && cd "$WORKDIR"',
         'exec >>"$WORKDIR"/boot.log 2>&1',
-        f"trap '${{{ENV_SHUTDOWN_CMD}:-{DEFAULT_SHUTDOWN_CMD}}}' "
-        "EXIT",
     ]
+    if spec.shutdown_on_failure:
+        lines.append(f"trap '${{{ENV_SHUTDOWN_CMD}:-{DEFAULT_SHUTDOWN_CMD}}}' EXIT")
     if spec.pip_requirements:
         lines.append(f"PIP_BREAK_SYSTEM_PACKAGES=1 {python} -m pip install --quiet "
                      + " ".join(q(r) for r in spec.pip_requirements))
     lines += [
-        f"{python} -c {q(FETCH_AGENT[spec.cloud])} {q(spec.region)} {q(spec.bucket)} "
+        f"{python} -c {q(FETCH_AGENT[spec.store])} {q(spec.region)} {q(spec.bucket)} "
         f"{q(spec.agent_key)} job.pyz",
-        "trap - EXIT",
+        *(["trap - EXIT"] if spec.shutdown_on_failure else []),
         f"exec {python} job.pyz agent {q(spec.bucket)} {q(spec.manifest_key)} "
-        f"--cloud {q(spec.cloud)} --region {q(spec.region)}",
+        f"--cloud {q(spec.cloud)} --region {q(spec.region)} --store {q(spec.store)}",
     ]
     text = "\n".join(lines) + "\n"
     if len(text.encode()) > MAX_BOOT_SCRIPT_BYTES:
