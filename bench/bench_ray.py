@@ -81,7 +81,7 @@ def main() -> None:
     try:
         cluster.start()
         wait_until_up(cluster)
-        cfg = json.dumps(cluster.config(root / "logs", RAY_SYNC_INTERVAL_SECONDS=5.0))
+        cfg = json.dumps(cluster.config(root / "logs", RAY_SYNC_INTERVAL_SECONDS=10.0))
         for rnd in range(args.rounds):
             for side in (("easylaunch", "by hand") if rnd % 2 == 0 else
                          ("by hand", "easylaunch")):

@@ -94,10 +94,10 @@ class RayCluster:
 
     def config(self, log_dir: Path, **extra) -> dict:
         """Settings for launches onto this cluster."""
-        return dict(LOCAL_LOG_DIR=str(log_dir), CODE_DIRS_TO_MOUNT=[str(TESTS)],
-                    RAY_ADDRESS=self.address, RAY_STORAGE_PATH=f"s3://{BUCKET}/exps",
-                    RAY_PYTHON=sys.executable, RAY_SYNC_INTERVAL_SECONDS=1.0,
-                    RAY_WORKDIR=str(self.root / "workers"), **extra)
+        return {"LOCAL_LOG_DIR": str(log_dir), "CODE_DIRS_TO_MOUNT": [str(TESTS)],
+                "RAY_ADDRESS": self.address, "RAY_STORAGE_PATH": f"s3://{BUCKET}/exps",
+                "RAY_PYTHON": sys.executable, "RAY_SYNC_INTERVAL_SECONDS": 1.0,
+                "RAY_WORKDIR": str(self.root / "workers"), **extra}
 
     def jobs(self) -> dict[str, dict]:
         """The cluster's jobs by submission id, as its job API lists them."""

@@ -90,7 +90,9 @@ def test_a_function_sweep_and_a_command_sweep_run_as_ray_jobs_and_come_back(ray,
     # nothing Ray holds of the jobs, the run folders or the bucket carries a credential
     assert_no_secrets([json.dumps(j) for j in mine.values()] + ray.s3_keys(),
                       [tmp_path / "logs", tmp_path / "home"], [KEYS[1], CANARY])
-    assert not list(Path(ray_cfg["RAY_WORKDIR"]).iterdir())  # each job's work folder is gone
+    # each job's work folder is gone; the code snapshot was unpacked once for all of them
+    left = list(Path(ray_cfg["RAY_WORKDIR"]).iterdir())
+    assert [p.name for p in left] == [".snapshots"] and len(list(left[0].iterdir())) == 1
     # a second sweep with the same code uploads no snapshot and no job side again
     shared = sorted(k for k in ray.s3_keys("exps/") if "/snapshots/" in k or "/agent/" in k)
     again = ("import json, sys, jobfns; from easylaunch import run_sweep; "

@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from easylaunch_job.cloud.platforms import ENV_WORKDIR, PLATFORMS, Platform, log
+from easylaunch_job.cloud.platforms import ENV_SNAPSHOTS, ENV_WORKDIR, PLATFORMS, Platform, log
 from easylaunch_job.cloud.runs import RunSlot, files_to_sync, unpack
 from easylaunch_job.cloud.stores import STORES, Store
 from easylaunch_job.environment import signal_group
@@ -63,6 +63,7 @@ INSTANCE_FILES = (AGENT_JSON, INSTANCE_LOG)  # the instance's own, in each run's
 CANCEL_SUFFIX = ".cancel"
 TAG_KEY = "easylaunch:agent"
 KILL_GRACE_SECONDS = 10.0
+EXIT_CHECK_SECONDS = 0.05  # how often the agent looks whether a run's process exited
 # How long runs that may restart get, when the machine goes down, to checkpoint and record their
 # stop (GCE gives the shutdown script about 30 s, of which the last sync needs a few).
 STOP_GRACE_SECONDS = 15.0
@@ -260,7 +261,8 @@ class Agent:
             self.sync_all(everything=True)
 
     def supervise(self, interval: float, poll: float) -> None:
-        """Run until every run has ended; sync statuses each poll and everything each interval."""
+        """Run until every run has ended: reap a run as soon as its process exits; look at the
+        bucket (cancels) and sync statuses each poll, and everything each interval."""
         next_sync = time.monotonic() + interval
         while True:
             try:
@@ -275,7 +277,15 @@ class Agent:
             if everything:
                 next_sync = time.monotonic() + interval
             self.sync_all(everything)
-            time.sleep(poll)
+            self.wait_for_exit(time.monotonic() + poll)
+
+    def wait_for_exit(self, deadline: float) -> None:
+        """Until ``deadline``, or sooner when a running run's process exits."""
+        while time.monotonic() < deadline:
+            if any(not s.ended and s.proc is not None and s.proc.poll() is not None
+                   for s in self.slots):
+                return
+            time.sleep(EXIT_CHECK_SECONDS)
 
     # -- syncing --------------------------------------------------------------------------------
 
@@ -312,11 +322,21 @@ def _stop(signum: int, frame: Any) -> None:
     raise Stop
 
 
+def share_snapshots(workdir: Path, store: str | None) -> None:
+    """Keep code snapshots in ``store``, shared with the other work folders of this machine
+    (a Ray node's jobs: each snapshot fetched and unpacked once per node), where given."""
+    if not store or (workdir / SNAPSHOT_STORE).exists():
+        return
+    Path(store).mkdir(parents=True, exist_ok=True)
+    os.symlink(store, workdir / SNAPSHOT_STORE)
+
+
 def run(cloud: str, bucket: str, manifest_key: str, region: str, store_scheme: str = "") -> None:
     """Run this instance's share of the manifest, then end the instance; the bucket is of the
     cloud's own kind unless ``store_scheme`` ("s3", "gs") names another."""
     workdir = Path(os.environ.get(ENV_WORKDIR) or DEFAULT_WORKDIR).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
+    share_snapshots(workdir, os.environ.get(ENV_SNAPSHOTS))
     platform = PLATFORMS[cloud](region)
     instance = dict(platform.describe(), started_at=time.time())
     log(f"instance {instance['instance_id']} "

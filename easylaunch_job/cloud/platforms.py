@@ -24,6 +24,7 @@ ENV_METADATA_URL = "EASYLAUNCH_METADATA_URL"
 ENV_COMPUTE_URL = "EASYLAUNCH_COMPUTE_URL"
 ENV_SHUTDOWN_CMD = "EASYLAUNCH_SHUTDOWN_CMD"
 ENV_WORKDIR = "EASYLAUNCH_WORKDIR"  # the folder runs live in
+ENV_SNAPSHOTS = "EASYLAUNCH_SNAPSHOTS"  # a code snapshot store shared by the work folders
 ENV_RAY_JOB = "EASYLAUNCH_RAY_JOB"  # a Ray job's submission id, in its own environment
 ENV_RAY_INDEX = "EASYLAUNCH_RAY_INDEX"  # its share of the manifest
 GCE_INDEX_KEY = "easylaunch-index"  # the instance's share of the manifest, in its metadata

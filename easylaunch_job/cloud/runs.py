@@ -30,14 +30,20 @@ RECORD_FILES = (STDOUT_LOG, STDERR_LOG, RESULT_PKL, STATUS_JSON)
 
 
 def unpack(data: bytes, dest: Path) -> None:
-    """Unpack a gzipped tarball into ``dest`` (made complete, then renamed into place)."""
-    tmp = dest.with_name(dest.name + ".partial")
+    """Unpack a gzipped tarball into ``dest`` (made complete, then renamed into place; where
+    another process placed the same content first, its copy is kept)."""
+    tmp = dest.with_name(f"{dest.name}.partial-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     extra = {"filter": "tar"} if hasattr(tarfile, "tar_filter") else {}
     with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
         tar.extractall(tmp, **extra)
-    os.replace(tmp, dest)
+    try:
+        os.replace(tmp, dest)
+    except OSError:
+        if not dest.is_dir():
+            raise
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 class RunSlot:

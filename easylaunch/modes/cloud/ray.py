@@ -32,10 +32,16 @@ from easylaunch.jobs import Job
 from easylaunch.modes.cloud import transfer as cloud
 from easylaunch.modes.cloud.base import Batch, CloudMode, InstanceState, Target
 from easylaunch.request import LaunchRequest
-from easylaunch_job.cloud.platforms import ENV_RAY_INDEX, ENV_RAY_JOB, ENV_WORKDIR
+from easylaunch_job.cloud.platforms import (
+    ENV_RAY_INDEX,
+    ENV_RAY_JOB,
+    ENV_SNAPSHOTS,
+    ENV_WORKDIR,
+)
 from easylaunch_job.cloud.stores import STORES, Store
 
 ENDED_JOB_STATES = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
+FEW_JOBS = 8  # asked about one by one; more: one list_jobs call (it lists every job)
 
 
 def _sdk() -> Any:
@@ -196,8 +202,9 @@ class RayMode(CloudMode):
             try:
                 client.submit_job(
                     entrypoint=entrypoint, submission_id=name,
-                    runtime_env={"env_vars": {ENV_WORKDIR: f"{workdir}/{name}",
-                                              ENV_RAY_JOB: name, ENV_RAY_INDEX: str(index)}},
+                    runtime_env={"env_vars": {
+                        ENV_WORKDIR: f"{workdir}/{name}", ENV_SNAPSHOTS: f"{workdir}/.snapshots",
+                        ENV_RAY_JOB: name, ENV_RAY_INDEX: str(index)}},
                     entrypoint_num_cpus=target.cpus, entrypoint_num_gpus=target.gpus or None,
                     metadata={"easylaunch_exp": request.exp_name[:200],
                               "easylaunch_runs": " ".join(ids)[:1000]})
@@ -217,18 +224,25 @@ class RayMode(CloudMode):
                 client.stop_job(name)
 
     def instance_states(self, backends: list[dict]) -> dict[str, InstanceState]:
-        """One list_jobs call per cluster."""
+        """A few jobs one by one, more with one list_jobs call per cluster."""
         wanted: dict[str, set[str]] = {}
         for backend in backends:
             wanted.setdefault(backend["address"], set()).add(backend["instance_id"])
         states = {}
         for address, names in wanted.items():
-            for details in job_client(address).list_jobs():
-                if details.submission_id in names:
-                    status = str(getattr(details.status, "value", details.status))
-                    reason = (details.message or "").strip().split("\n", 1)[0]
-                    states[details.submission_id] = InstanceState(
-                        status, status in ENDED_JOB_STATES, reason, False)
+            client = job_client(address)
+            if len(names) <= FEW_JOBS:
+                found = []
+                for name in names:
+                    with contextlib.suppress(RuntimeError):  # a job the cluster forgot
+                        found.append(client.get_job_info(name))
+            else:
+                found = [d for d in client.list_jobs() if d.submission_id in names]
+            for details in found:
+                status = str(getattr(details.status, "value", details.status))
+                reason = (details.message or "").strip().split("\n", 1)[0]
+                states[details.submission_id] = InstanceState(
+                    status, status in ENDED_JOB_STATES, reason, False)
         return states
 
     def shell(self, job: Job) -> tuple[list[str], dict[str, str] | None]:

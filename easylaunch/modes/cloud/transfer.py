@@ -176,13 +176,16 @@ def manifest_run(run: Run, prefix: str, bundle_key: str) -> dict:
             "queued_at": run.launch.get("launched_at")}
 
 
-# How the boot script fetches the agent with the bucket's storage library, by the bucket's kind
-# (argv: region, bucket, key, destination), before the agent and its Store classes are there.
-FETCH_AGENT = {
+# How the boot script fetches the job side with the bucket's storage library, by the bucket's
+# kind, and runs its agent in the same Python (argv: region, bucket, key, the agent's arguments),
+# before the agent and its Store classes are there.
+_RUN_AGENT = ('; sys.path.insert(0, "job.pyz"); from easylaunch_job.__main__ import main; '
+              "sys.exit(main(sys.argv[4:]))")
+FETCH_AND_RUN_AGENT = {
     "s3": ('import sys, boto3; boto3.client("s3", region_name=sys.argv[1] or None)'
-            ".download_file(sys.argv[2], sys.argv[3], sys.argv[4])"),
+           '.download_file(sys.argv[2], sys.argv[3], "job.pyz")' + _RUN_AGENT),
     "gs": ("import sys; from google.cloud import storage; storage.Client().bucket(sys.argv[2])"
-            ".blob(sys.argv[3]).download_to_filename(sys.argv[4])"),
+           '.blob(sys.argv[3]).download_to_filename("job.pyz")' + _RUN_AGENT),
 }
 
 
@@ -217,6 +220,7 @@ def boot_script(spec: BootSpec) -> str:
     """
     q = shlex.quote
     python = q(spec.python)
+    shutdown = f"${{{ENV_SHUTDOWN_CMD}:-{DEFAULT_SHUTDOWN_CMD}}}"
     lines = [
         "#!/bin/bash",
         "# easylaunch boot script: fetch the instance agent, which runs the launch manifest.",
@@ -226,17 +230,18 @@ def boot_script(spec: BootSpec) -> str:
         'exec >>"$WORKDIR"/boot.log 2>&1',
     ]
     if spec.shutdown_on_failure:
-        lines.append(f"trap '${{{ENV_SHUTDOWN_CMD}:-{DEFAULT_SHUTDOWN_CMD}}}' EXIT")
+        lines.append(f"trap '{shutdown}' EXIT")
     if spec.pip_requirements:
         lines.append(f"PIP_BREAK_SYSTEM_PACKAGES=1 {python} -m pip install --quiet "
                      + " ".join(q(r) for r in spec.pip_requirements))
-    lines += [
-        f"{python} -c {q(FETCH_AGENT[spec.store])} {q(spec.region)} {q(spec.bucket)} "
-        f"{q(spec.agent_key)} job.pyz",
-        *(["trap - EXIT"] if spec.shutdown_on_failure else []),
-        f"exec {python} job.pyz agent {q(spec.bucket)} {q(spec.manifest_key)} "
-        f"--cloud {q(spec.cloud)} --region {q(spec.region)} --store {q(spec.store)}",
-    ]
+    agent = (f"{python} -c {q(FETCH_AND_RUN_AGENT[spec.store])} {q(spec.region)} "
+             f"{q(spec.bucket)} {q(spec.agent_key)} agent {q(spec.bucket)} "
+             f"{q(spec.manifest_key)} --cloud {q(spec.cloud)} --region {q(spec.region)} "
+             f"--store {q(spec.store)}")
+    if spec.shutdown_on_failure:  # the agent ends the machine; a failed fetch does here
+        lines += ["trap - EXIT", f"{agent} || {{ {shutdown}; exit 1; }}"]
+    else:
+        lines.append(f"exec {agent}")
     text = "\n".join(lines) + "\n"
     if len(text.encode()) > MAX_BOOT_SCRIPT_BYTES:
         raise LaunchError(f"the boot script is {len(text.encode())} bytes, more than "
