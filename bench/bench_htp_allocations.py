@@ -1,10 +1,13 @@
 """``htp`` over several allocations against one allocation of the same total workers, side
 by side (issue: past one node): N runs of a 10 ms function, launch to every run's recorded
-end, alternating which goes first (goal: K allocations <= 1.2x one).
+end, alternating which goes first (goal: K allocations <= 1.2x one); and, as the outside
+reference for packing tasks, HyperQueue's local cluster (PyPI ``hyperqueue``: its server and
+one worker of the same cores) running the same function as N Python function tasks.
 
-Needs the local cluster (scripts/slurm-up.sh). Usage: python bench/bench_htp_allocations.py
-[--runs 2000] [--allocations 2] [--rounds 2]; the workers in all are --allocations (one per
-allocation, against one allocation of that many).
+Needs the local cluster (scripts/slurm-up.sh) and, for the reference, ``pip install
+hyperqueue``. Usage: python bench/bench_htp_allocations.py [--runs 2000] [--allocations 2]
+[--rounds 2] [--no-hyperqueue]; the workers in all are --allocations (one per allocation,
+against one allocation of that many).
 """
 
 from __future__ import annotations
@@ -41,11 +44,35 @@ def seconds(settings: dict, runs: int, allocations: int, workers: int) -> float:
     return time.perf_counter() - start
 
 
+def work_plain(i: int) -> int:
+    time.sleep(0.01)
+    return i
+
+
+def hyperqueue_seconds(runs: int, cores: int) -> float:
+    """N function tasks on HyperQueue's local cluster with one worker of ``cores`` cores."""
+    from hyperqueue import Job
+    from hyperqueue.cluster import LocalCluster, WorkerConfig
+
+    # its tasks start "python" from PATH: this one, which has hyperqueue
+    os.environ["PATH"] = f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}"
+    with tempfile.TemporaryDirectory() as tmp, LocalCluster(server_dir=tmp) as cluster:
+        cluster.start_worker(WorkerConfig(cores=cores))
+        client = cluster.client()
+        start = time.perf_counter()
+        job = Job(f"{tmp}/work")
+        for i in range(runs):
+            job.function(work_plain, args=(i,), stdout=None, stderr=None)
+        client.wait_for_jobs([client.submit(job)])
+        return time.perf_counter() - start
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=2000)
     parser.add_argument("--allocations", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--no-hyperqueue", action="store_true")
     args = parser.parse_args()
     k = args.allocations
     with tempfile.TemporaryDirectory(dir=os.path.expanduser("~")) as tmp:
@@ -61,6 +88,10 @@ def main() -> None:
     a, b = statistics.median(one), statistics.median(many)
     print(f"{args.runs} runs: 1 allocation x {k} workers {a:.2f} s; {k} allocations x 1 "
           f"worker {b:.2f} s: {b / a:.2f}x (goal <= 1.2x)")
+    if not args.no_hyperqueue:
+        hq = hyperqueue_seconds(args.runs, k)
+        print(f"HyperQueue's local cluster, {args.runs} Python function tasks on one worker of "
+              f"{k} cores: {hq:.2f} s; htp is {hq / min(a, b):.1f}x faster")
 
 
 if __name__ == "__main__":

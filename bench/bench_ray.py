@@ -3,7 +3,8 @@
 A sweep of N runs of a 10 ms function, from launch to every result back on the launching side:
 
 * easylaunch: ``run_sweep(fn, variants, mode="ray")``, then ``job.result()`` for each run (the
-  run folders come back through the storage path, moto's S3 here);
+  run folders come back through the storage path, moto's S3 here); and the same with
+  ``num_exps_per_instance=10`` (10 runs a job, side by side);
 * by hand: the loop a user writes with Ray's client: the function pickled once into a
   ``working_dir`` (Ray uploads it once), one ``submit_job`` per variant whose entrypoint loads
   and calls it and prints the result, a ``list_jobs`` poll until all ended, and
@@ -41,10 +42,11 @@ def work(doodad_config, variant):
 
 side, n, cfg = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3])
 start = time.perf_counter()
-if side == "easylaunch":
+if side.startswith("easylaunch"):
     from easylaunch import run_sweep
+    per_job = 10 if side.endswith("packed") else 1
     jobs = run_sweep(work, [{"i": i} for i in range(n)], exp_name="bench-ray", mode="ray",
-                     config=cfg)
+                     config=cfg, num_exps_per_instance=per_job)
     results = [job.result(timeout=900) for job in jobs]
 else:
     client = JobSubmissionClient(cfg["RAY_ADDRESS"])
@@ -77,24 +79,25 @@ def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="bench-ray-"))
     cluster = RayCluster(f"el-bench-ray-{os.getpid()}", root)
     os.environ["HOME"] = str(root / "home")  # its own registry
-    times: dict[str, list[float]] = {"easylaunch": [], "by hand": []}
+    sides = ("easylaunch", "by hand", "easylaunch packed")
+    times: dict[str, list[float]] = {side: [] for side in sides}
     try:
         cluster.start()
         wait_until_up(cluster)
         cfg = json.dumps(cluster.config(root / "logs", RAY_SYNC_INTERVAL_SECONDS=10.0))
         for rnd in range(args.rounds):
-            for side in (("easylaunch", "by hand") if rnd % 2 == 0 else
-                         ("by hand", "easylaunch")):
-                out = cluster.python(SIDES, side.split()[0], str(args.runs), cfg, timeout=1800)
+            for side in sides if rnd % 2 == 0 else reversed(sides):
+                out = cluster.python(SIDES, side, str(args.runs), cfg, timeout=1800)
                 seconds = json.loads(out.splitlines()[-1])["seconds"]
                 times[side].append(seconds)
-                print(f"round {rnd + 1}: {side:10s} {seconds:7.1f} s", flush=True)
+                print(f"round {rnd + 1}: {side:17s} {seconds:7.1f} s", flush=True)
     finally:
         cluster.stop()
-    ours, theirs = (statistics.median(times[s]) for s in ("easylaunch", "by hand"))
+    ours, theirs, packed = (statistics.median(times[s]) for s in sides)
     print(f"{args.runs} runs of a 10 ms function on a 2-CPU Ray cluster, launch to every result "
           f"(medians of {args.rounds}): easylaunch {ours:.1f} s ({ours / args.runs:.2f} s a run),"
-          f" JobSubmissionClient by hand {theirs:.1f} s: {ours / theirs:.2f}x")
+          f" JobSubmissionClient by hand {theirs:.1f} s: {ours / theirs:.2f}x; easylaunch with "
+          f"10 runs a job {packed:.1f} s: {packed / theirs:.2f}x")
 
 
 if __name__ == "__main__":
