@@ -6,15 +6,18 @@ leaves anything behind.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
 import os
 import re
 import shlex
+import shutil
 import sys
 import tempfile
 from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -343,19 +346,46 @@ class _Launch:
                              for r in runs]
         return show(shown.replace_path(folder, root))
 
-    def start(self, registry: Registry) -> list[Job]:
-        """Make the runs (each registered as it is made), then prepare and submit them."""
-        spec = self.bundle_spec(self.request.log_root)
-        remove_abandoned_partials(self.request.log_root)
+    def start(self, registry: Registry, check: Callable[[LaunchRequest], Any] | None = None
+              ) -> list[Job]:
+        """Make the runs (each registered as it is made), then prepare and submit them. With
+        ``check`` (the mode's, for a far host), the host is asked while the runs are made; if
+        it refuses, the runs made are taken back (folders and registry rows) before the
+        refusal is raised."""
+        pool = pending = None
+        if check is not None:
+            pool = ThreadPoolExecutor(1, thread_name_prefix="easylaunch-check")
+            pending = pool.submit(check, self.request)
         runs: list[Run] = []
         try:
+            spec = self.bundle_spec(self.request.log_root)
+            remove_abandoned_partials(self.request.log_root)
             for i, (variant, data) in enumerate(track(self._pairs(), "bundling runs")):
                 runs.append(create_run(spec, variant, data, i))
                 registry.add([_registry_row(runs[-1])])  # visible at once, should we die
         except BaseException as exc:  # the runs made so far are recorded, as never started
             registry.update_many(_abort(runs, exc))
             raise
-        return _start(self.mode, self.request, runs, self.facts, registry)
+        finally:
+            if pool is not None:
+                pool.shutdown(wait=False)
+        facts = self.facts if pending is None else _checked(pending, runs, registry)
+        return _start(self.mode, self.request, runs, facts, registry)
+
+
+def _checked(pending: Future, runs: list[Run], registry: Registry) -> Any:
+    """What the mode's check learned; if it refused the launch, the runs made meanwhile are
+    removed (folders, and rows), as if never made, and the refusal raised."""
+    try:
+        return pending.result()
+    except BaseException:
+        registry.forget([run.run_id for run in runs])
+        for run in runs:
+            shutil.rmtree(run.log_dir, ignore_errors=True)
+        if runs:
+            with contextlib.suppress(OSError):  # the experiment's folder, if now empty
+                os.rmdir(runs[0].log_dir.parent)
+        raise
 
 
 def _launch(method_call: Callable[..., Any], variants: Iterable[Mapping | None],
@@ -382,6 +412,10 @@ def _launch(method_call: Callable[..., Any], variants: Iterable[Mapping | None],
     check_code_programs(request, code_mounts[0].local_dir if code_mounts else None)
     function_bytes, variant_bytes = _payloads(mode_obj, method_call, checked, settings)
     warn_text_values(checked)
+    if registry is not None and mode_obj.checks_while_runs_are_made():
+        return _Launch(opts, settings, mode_obj, mode_options, request, launch_id,
+                       sweep_id or launch_id, function_bytes, variant_bytes, None
+                       ).start(registry, check=mode_obj.check)
     facts = mode_obj.check(request)
     launch = _Launch(opts, settings, mode_obj, mode_options, request, launch_id,
                      sweep_id or launch_id, function_bytes, variant_bytes, facts)

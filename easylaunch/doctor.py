@@ -7,6 +7,7 @@ command exit non-zero.
 from __future__ import annotations
 
 import difflib
+import os
 import shutil
 import warnings
 from collections.abc import Callable, Iterator
@@ -53,6 +54,8 @@ MODE_SETTINGS: dict[str, Callable[[settings.Settings], list[str]]] = {
     "local_docker": lambda s: _needs(s, "DOCKER_IMAGE"),
     "ec2": lambda s: _needs(s, "AWS_S3_PATH", "AWS_IAM_INSTANCE_PROFILE", "AWS_IMAGE_IDS"),
     "gcp": lambda s: _needs(s, "GCP_GCS_PATH"),
+    "ray": lambda s: _needs(s, "RAY_STORAGE_PATH") + (
+        [] if s.RAY_ADDRESS or os.environ.get("RAY_ADDRESS") else ["RAY_ADDRESS is not set"]),
 }
 
 

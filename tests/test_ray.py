@@ -239,3 +239,18 @@ def test_a_missing_cluster_address_names_the_setting(cfg, monkeypatch):
         run_experiment(lambda c, v: None, exp_name="ray-bad", mode="ray",
                        config=dict(cfg, RAY_STORAGE_PATH=f"s3://{BUCKET}/x"))
     assert not (Path(cfg["LOCAL_LOG_DIR"]) / "ray-bad").exists()
+
+
+def test_doctor_names_what_the_ray_mode_lacks(tmp_path, monkeypatch, capsys):
+    from easylaunch.cli import main as cli
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    settings = tmp_path / "settings.py"
+    settings.write_text(f"LOCAL_LOG_DIR = {str(tmp_path / 'logs')!r}\n")
+    cli(["doctor", str(settings)])
+    assert "mode ray: RAY_STORAGE_PATH is not set; RAY_ADDRESS is not set" in \
+        capsys.readouterr().out
+    settings.write_text(f"RAY_STORAGE_PATH = 's3://{BUCKET}/x'\n")
+    monkeypatch.setenv("RAY_ADDRESS", "http://127.0.0.1:8265")
+    cli(["doctor", str(settings)])
+    assert "mode ray: settings complete" in capsys.readouterr().out

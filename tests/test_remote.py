@@ -168,7 +168,18 @@ def test_faults_name_the_host_and_the_fix_before_anything_is_submitted(remote_cf
     no_python = dict(remote_cfg, CLUSTERS={"test": dict(remote_cfg["CLUSTERS"]["test"],
                                                         python="/nope/python3")})
     with pytest.raises(LaunchError, match="no Python '/nope/python3'"):
-        run_experiment(jobfns.train, mode="slurm", config=no_python)
+        run_sweep(jobfns.train, [{}] * 5, mode="slurm", config=no_python)
+    assert_nothing_made(remote_cfg)
+
+
+def assert_nothing_made(cfg) -> None:
+    """No run folder here and no run in the registry (the runs made while the cluster was
+    asked were taken back when it refused)."""
+    from easylaunch.registry import open_registry
+
+    root = Path(cfg["LOCAL_LOG_DIR"])
+    assert not root.exists() or not [p for p in root.iterdir() if not p.name.startswith(".")]
+    assert open_registry().list()[0] == []
 
 
 def _with(cfg, **fields):
@@ -228,6 +239,7 @@ def test_a_cluster_python_of_another_minor_version_is_refused(remote_cfg, ssh_cl
                                           rf"Python {sys.version_info[0]}\.{sys.version_info[1]}"):
         run_experiment(jobfns.double, variant={"x": 1}, mode="slurm",
                        config=_with(remote_cfg, python=str(old)))
+    assert_nothing_made(remote_cfg)
 
 
 def test_a_folder_there_that_cannot_be_written_or_is_full_is_refused(remote_cfg, ssh_cluster,

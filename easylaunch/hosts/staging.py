@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import io
 import os
+import stat
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -89,21 +90,44 @@ def upload(transport: Transport, up: Upload, then: list[dict] | None = None) -> 
 
 def _packed(local_root: Path, rels: list[str]) -> str:
     """``rels`` as a gzipped tar (links kept as links), in base64. Files of one name go side by
-    side, so what every run repeats (the same git diff in each bundle.json) compresses away."""
+    side, so what every run repeats (the same git diff in each bundle.json) compresses away.
+    Each entry's header comes from one ``lstat`` (no owner names looked up: the far side
+    unpacks as its own user)."""
     folders, files = [], []
     for rel in rels:
-        top = local_root / rel
-        (folders if top.is_dir() and not top.is_symlink() else files).append(top)
-        if top.is_dir() and not top.is_symlink():  # (links to folders stay links)
-            for folder, dirs, names in os.walk(top):
-                for name in dirs + names:
-                    path = Path(folder) / name
-                    (folders if path.is_dir() and not path.is_symlink() else files).append(path)
+        for path in _walk(local_root / rel):
+            st = os.lstat(path)
+            info = tarfile.TarInfo(str(path.relative_to(local_root)))
+            info.mode, info.mtime = stat.S_IMODE(st.st_mode), int(st.st_mtime)
+            if stat.S_ISDIR(st.st_mode):
+                info.type = tarfile.DIRTYPE
+                folders.append((info, path))
+                continue
+            if stat.S_ISLNK(st.st_mode):
+                info.type, info.linkname = tarfile.SYMTYPE, os.readlink(path)
+            else:
+                info.size = st.st_size
+            files.append((info, path))
     buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w:gz", compresslevel=6) as tar:
-        for path in [*folders, *sorted(files, key=lambda p: (p.name, p))]:
-            tar.add(path, arcname=str(path.relative_to(local_root)), recursive=False)
+    with tarfile.open(fileobj=buffer, mode="w:gz", compresslevel=6,
+                      format=tarfile.GNU_FORMAT) as tar:
+        for info, path in [*folders, *sorted(files, key=lambda f: (f[1].name, f[1]))]:
+            if info.isreg():
+                with open(path, "rb") as data:
+                    tar.addfile(info, data)
+            else:
+                tar.addfile(info)
     return base64.b64encode(buffer.getvalue()).decode()
+
+
+def _walk(top: Path) -> list[Path]:
+    """``top`` and, for a folder (not a link to one), everything under it."""
+    if not top.is_dir() or top.is_symlink():
+        return [top]
+    found = [top]
+    for folder, dirs, names in os.walk(top):
+        found += [Path(folder) / name for name in dirs + names]
+    return found
 
 
 def bundle_items(log_root: Path, runs) -> tuple[list[str], list[str]]:

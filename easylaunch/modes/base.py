@@ -78,6 +78,11 @@ class Mode(ABC):
         choose another way to run returns that mode's object)."""
         return cls(settings, mode_options, kind)
 
+    def checks_while_runs_are_made(self) -> bool:
+        """Whether :meth:`check` asks a far host (a round trip worth overlapping with making
+        the runs, which it does not need); a refusal then takes the runs made back."""
+        return False
+
     def check(self, request: LaunchRequest) -> Any:
         """Refuse a request this mode cannot run, before anything is made; return what it
         learned of the target on the way (a cluster's folder and limits, a host's GPUs), which

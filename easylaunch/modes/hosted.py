@@ -100,6 +100,9 @@ class HostedMode(Mode):
         """This machine, or the far side over SSH."""
         return hosts.transport_to(self.settings, self.host_name(), self.runs_python)
 
+    def checks_while_runs_are_made(self) -> bool:
+        return not self.transport.is_local  # (the transport is made here, not in the check)
+
     def check_host(self, folder: str, runs_there: bool, *ops: dict,
                    programs: Sequence[str] = ()) -> tuple[str, dict, list[dict]]:
         """Ask the far side, in one round trip, whether it can take this launch: ``folder``

@@ -70,7 +70,6 @@ def job_client(address: str) -> Any:
 class RayTarget(Target):
     """A target with what each job asks of the cluster."""
 
-    scheme: str  # the storage path's: "s3", "gs"
     cpus: float
     gpus: float
 
@@ -108,7 +107,9 @@ class RayMode(CloudMode):
         return (scheme, *cloud.split_url(url, scheme, "RAY_STORAGE_PATH"))
 
     def _asked(self, name: str, use_gpu: bool = True) -> float:
-        value = self.opts[name.lower()]
+        """``num_cpus`` or ``num_gpus`` one job asks for: the option, else the setting (GPUs:
+        none without use_gpu, unless the option asks)."""
+        value = self.opts[name]
         if value is None:
             value = self.setting(name.upper()) if use_gpu or name == "num_cpus" else 0
         return value
@@ -133,10 +134,10 @@ class RayMode(CloudMode):
         return address if "://" in address else f"http://{address}"
 
     def target(self, request: LaunchRequest) -> RayTarget:
-        scheme, bucket, prefix = self._storage()
+        _, bucket, prefix = self._storage()
         cpus, gpus = self._asked("num_cpus"), self._asked("num_gpus", request.use_gpu)
         asked = f"{cpus:g} CPU" + (f", {gpus:g} GPU" if gpus else "")
-        return RayTarget(self.address(), bucket, prefix, "", asked, "", scheme, cpus, gpus)
+        return RayTarget(self.address(), bucket, prefix, "", asked, "", cpus, gpus)
 
     def docker_image(self) -> str | None:
         return None  # the cluster's own environment (RAY_PYTHON)
