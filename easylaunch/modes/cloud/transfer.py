@@ -29,7 +29,7 @@ from easylaunch.errors import LaunchError
 from easylaunch.jobpack import job_archive
 from easylaunch_job.cloud.agent import AGENT_PID, DEFAULT_WORKDIR, ENV_WORKDIR
 from easylaunch_job.cloud.platforms import DEFAULT_SHUTDOWN_CMD, ENV_SHUTDOWN_CMD
-from easylaunch_job.cloud.stores import Store
+from easylaunch_job.cloud.stores import ENV_AZURE_CONNECTION, Store
 from easylaunch_job.records import SNAPSHOT_STORE, write_bytes_atomic
 
 MANIFEST_FORMAT = 1
@@ -186,6 +186,14 @@ FETCH_AND_RUN_AGENT = {
            '.download_file(sys.argv[2], sys.argv[3], "job.pyz")' + _RUN_AGENT),
     "gs": ("import sys; from google.cloud import storage; storage.Client().bucket(sys.argv[2])"
            '.blob(sys.argv[3]).download_to_filename("job.pyz")' + _RUN_AGENT),
+    # (the account's endpoint in the region's place; a connection string where the machine
+    # has one, else its managed identity)
+    "az": ('import os, sys; from azure.storage.blob import BlobServiceClient as S; '
+           f'c = os.environ.get("{ENV_AZURE_CONNECTION}"); '
+           's = S.from_connection_string(c) if c else S(sys.argv[1], credential=__import__('
+           '"azure.identity", fromlist=["_"]).DefaultAzureCredential()); '
+           'open("job.pyz", "wb").write(s.get_blob_client(sys.argv[2], sys.argv[3])'
+           '.download_blob().readall())' + _RUN_AGENT),
 }
 
 
@@ -195,7 +203,7 @@ class BootSpec:
     agent and manifest; whether a failed boot ends the machine (not a machine of its own: no)."""
 
     cloud: str
-    store: str  # "s3", "gs"
+    store: str  # "s3", "gs", "az"
     python: str
     pip_requirements: tuple[str, ...]
     bucket: str
