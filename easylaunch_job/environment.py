@@ -65,6 +65,13 @@ def rank_info(env: dict | None = None) -> tuple[int, int, int]:
     return rank, rank if local is None else local, first_int(env, WORLD_SIZE_VARS) or 1
 
 
+def forget_rank() -> None:
+    """Drop the launcher's rank variables from this process's environment: a packer that
+    srun started (one a node) starts runs that are processes of their own, rank 0 of 1."""
+    for name in (*RANK_VARS, *LOCAL_RANK_VARS, *WORLD_SIZE_VARS):
+        os.environ.pop(name, None)
+
+
 def submission_id() -> str:
     """What the processes of one submission share (a job array's id), and no other does."""
     env = os.environ

@@ -39,6 +39,7 @@ from easylaunch_job.attempts import RestartPolicy, give_up_restart
 from easylaunch_job.environment import (
     ENV_CONTINUE,
     ENV_RERUN,
+    forget_rank,
     signal_group,
     submission_id,
 )
@@ -319,6 +320,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shared", action="store_true", help="several packers (a job array) "
                         "take tasks from this task file, each task claimed once")
     args = parser.parse_args(argv)
+    forget_rank()  # (srun's, where it started a packer on each node: not the runs' rank)
     tasks = read_tasks(args.taskfile)
     runs = None
     if args.runs:

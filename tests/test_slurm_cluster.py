@@ -1,5 +1,6 @@
 """Real jobs on the local one-node Slurm cluster (started by scripts/slurm-up.sh)."""
 
+import json
 import os
 import re
 import shutil
@@ -272,6 +273,31 @@ def test_htp_spreads_a_sweep_over_allocations_that_share_its_tasks(batch_cfg):
     assert len({j.info()["job_id"] for j in jobs}) == 2  # both allocations took runs
     claims = list((cluster / "task-state").glob(f"claims-{array}/task-*"))
     assert len(claims) == 6  # each task taken once
+
+
+def test_htp_starts_a_packer_on_each_node_of_an_allocation(batch_cfg):
+    """n_nodes=2: srun starts a packer per node and they share the task file. The test cluster
+    has one node, so the script's own srun line is run with both packers on it."""
+    batch_cfg["SSS_CPU_IMAGE"] = None
+    batch_cfg["SLURM_CONFIGS"]["cpu"]["max_num_cores_per_node"] = 1  # a worker each
+    jobs = run_sweep(jobfns.sleep_a_while, [{"seconds": 1}] * 6, mode="htp", n_nodes=2,
+                     config=batch_cfg)
+    cluster = Path(copy_to_cluster(jobs[0]))
+    script = (cluster / "htp.sbatch").read_text()
+    assert "#SBATCH --nodes=2\n#SBATCH --ntasks=2\n#SBATCH --cpus-per-task=1\n" in script
+    packer = script.splitlines()[-1]
+    assert packer.startswith("exec srun -u -N 2 -n 2 --ntasks-per-node=1 --cpus-per-task=1 ")
+    assert packer.endswith(" --workers 1 --runs " + f"{cluster}/runs.tsv --warm --shared")
+    one_node = script.replace("--nodes=2", "--nodes=1").replace(
+        "-N 2 -n 2 --ntasks-per-node=1", "-N 1 -n 2 --ntasks-per-node=2")
+    (cluster / "htp.sbatch").write_text(one_node)
+    subprocess.run(["bash", f"{cluster}/submit.sh"], check=True, capture_output=True)
+    assert [j.wait(timeout=180) for j in jobs] == [JobState.SUCCEEDED] * 6
+    assert len(list((cluster / "task-state").glob("claims-*/task-*"))) == 6  # each taken once
+    spans = sorted((r["started"], r["ended"]) for r in (
+        json.loads((cluster / "task-state" / f"task-{i}.json").read_text()) for i in range(6)))
+    # one worker a packer: runs overlap only if both packers ran them
+    assert any(later[0] < earlier[1] for earlier, later in zip(spans, spans[1:], strict=False))
 
 
 @pytest.mark.parametrize("container", [True, False], ids=["in-container", "warm-workers"])

@@ -230,6 +230,18 @@ def test_htp_ht_helper_command_is_the_seed_form(tmp_path):
     assert ansi_c_quote("it's") == "$'it\\'s'"
 
 
+def test_htp_of_several_nodes_is_refused_where_it_cannot_run(tmp_path):
+    with pytest.raises(LaunchError, match="htp allocation of 2 nodes does not restart its runs "
+                                          "yet: .* allocations=K"):
+        run_sweep(jobfns.train, [{}] * 4, mode="htp", n_nodes=2, max_restarts=1,
+                  config=batch_settings(tmp_path))
+    with pytest.raises(LaunchError, match="ht_helper.sh packs one node"):
+        run_sweep(jobfns.train, [{}] * 4, mode="htp", n_nodes=2,
+                  config=batch_settings(tmp_path, HTP_RUNNER="ht_helper",
+                                        TASKFILE_PATH_ON_BRC="/x/tasks.sh"))
+    assert not (tmp_path / "logs" / "default").exists()
+
+
 def test_sss_binds_every_code_and_data_folder_at_its_mount_point(tmp_path):
     cfg = batch_settings(
         tmp_path,
