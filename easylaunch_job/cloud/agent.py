@@ -339,8 +339,9 @@ def run(cloud: str, bucket: str, manifest_key: str, region: str, store_scheme: s
     share_snapshots(workdir, os.environ.get(ENV_SNAPSHOTS))
     platform = PLATFORMS[cloud](region)
     instance = dict(platform.describe(), started_at=time.time())
-    log(f"instance {instance['instance_id']} "
-        f"in {instance.get('region') or instance.get('zone')}, index {instance['index']}")
+    log(f"instance {instance['instance_id']} in "
+        f"{instance.get('region') or instance.get('zone') or 'its cluster'}, "
+        f"index {instance['index']}")
     (workdir / AGENT_PID).write_text(str(os.getpid()))
     signal.signal(signal.SIGTERM, _stop)
     agent = None

@@ -34,7 +34,9 @@ HTTP_TIMEOUT_SECONDS = 5
 
 def log(message: str) -> None:
     """One timestamped line in the instance log."""
-    print(f"[easylaunch agent {time.strftime('%H:%M:%S')}] {message}", flush=True)
+    now = time.time()
+    print(f"[easylaunch agent {time.strftime('%H:%M:%S', time.localtime(now))}"
+          f".{int(now % 1 * 1000):03d}] {message}", flush=True)
 
 
 def http(url: str, method: str = "GET", headers: dict | None = None) -> str | None:
@@ -182,7 +184,7 @@ class RayJob(Platform):
     folder goes (everything in it is synced), the machine stays: it is the cluster's."""
 
     def describe(self) -> dict:
-        return {"instance_id": os.environ.get(ENV_RAY_JOB, ""), "region": self.region,
+        return {"instance_id": os.environ.get(ENV_RAY_JOB, ""), "region": "",
                 "index": os.environ.get(ENV_RAY_INDEX, "0"),
                 "workdir": os.environ.get(ENV_WORKDIR, "")}
 
