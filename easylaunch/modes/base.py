@@ -86,9 +86,8 @@ class Mode(ABC):
     def check(self, request: LaunchRequest) -> Any:
         """Refuse a request this mode cannot run, before anything is made (or, where
         :meth:`checks_while_runs_are_made`, while the runs are made: a refusal takes them
-        back); return what it
-        learned of the target on the way (a cluster's folder and limits, a host's GPUs), which
-        :meth:`prepare` receives. Nothing is kept on the mode."""
+        back); return what it learned of the target on the way (a cluster's folder and
+        limits, a host's GPUs), which :meth:`prepare` receives. Nothing is kept on the mode."""
         return None
 
     @abstractmethod
