@@ -13,6 +13,7 @@ import jobfns
 import pytest
 from helpers import assert_no_secrets, wait_for
 from ray_cluster import (
+    AZURITE,
     BUCKET,
     DASHBOARD_PORT,
     KEYS,
@@ -30,6 +31,10 @@ CANARY = "canary-secret-" + os.urandom(8).hex()
 
 @pytest.fixture(scope="module")
 def ray(tmp_path_factory):
+    if os.geteuid() != 0:
+        pytest.skip("the Ray tests make a network namespace: run them as root (scripts/test.sh)")
+    if not AZURITE.exists():
+        pytest.skip(f"Azurite is not installed at {AZURITE}: run scripts/setup.sh")
     cluster = RayCluster(f"el-ray-{os.getpid()}", tmp_path_factory.mktemp("ray"))
     try:
         cluster.start()
