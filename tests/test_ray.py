@@ -1,6 +1,6 @@
-"""The ray mode end to end on a real Ray cluster (``ray start --head``) with moto's S3 server as
-the storage path, both in a network namespace of this module's own where only ``lo`` is up
-(tests/ray_cluster.py). Every launch and every ``easylaunch`` command runs in the namespace;
+"""The ray mode end to end on a real Ray cluster (``ray start --head``) with moto's S3 server
+and Azurite as storage paths, all in a network namespace of this module's own where only ``lo``
+is up (tests/ray_cluster.py). Every launch and every ``easylaunch`` command runs in the namespace;
 the tests read the run folders they leave on the shared file system."""
 
 import json
