@@ -64,6 +64,8 @@ CANCEL_SUFFIX = ".cancel"
 TAG_KEY = "easylaunch:agent"
 KILL_GRACE_SECONDS = 10.0
 EXIT_CHECK_SECONDS = 0.05  # how often the agent looks whether a run's process exited
+LAST_SYNC_TRIES = 3  # the last sync before the machine goes: a storage hiccup must not lose it
+LAST_SYNC_PAUSE_SECONDS = 0.5
 # How long runs that may restart get, when the machine goes down, to checkpoint and record their
 # stop (GCE gives the shutdown script about 30 s, of which the last sync needs a few).
 STOP_GRACE_SECONDS = 15.0
@@ -305,12 +307,18 @@ class Agent:
         self.store.put_bytes(f"{prefix}/{AGENT_JSON}", json.dumps(info, indent=2).encode())
         slot.put_if_changed(self.store, INSTANCE_LOG, self.workdir / BOOT_LOG)
 
-    def sync_all(self, everything: bool) -> None:
+    def sync_all(self, everything: bool, tries: int = 1) -> None:
+        """Sync each run; one that fails is tried again next time, or (the last sync, which
+        has no next time) up to ``tries`` times now."""
         for slot in self.slots:
-            try:
-                self.sync(slot, everything)
-            except Exception as exc:  # noqa: BLE001 - a failed sync is retried next time
-                log(f"run {slot.run_id}: sync failed: {exc!r}")
+            for attempt in range(1, tries + 1):
+                try:
+                    self.sync(slot, everything)
+                    break
+                except Exception as exc:  # noqa: BLE001 - logged; tried again
+                    log(f"run {slot.run_id}: sync failed (try {attempt} of {tries}): {exc!r}")
+                    if attempt < tries:
+                        time.sleep(LAST_SYNC_PAUSE_SECONDS)
 
 
 class Stop(BaseException):
@@ -370,7 +378,7 @@ def run(cloud: str, bucket: str, manifest_key: str, region: str, store_scheme: s
         if agent is not None:
             agent.stop_all()
             agent.final = True
-            agent.sync_all(everything=True)
+            agent.sync_all(everything=True, tries=LAST_SYNC_TRIES)
         platform.tag(instance, {TAG_KEY: "done"})
         with contextlib.suppress(OSError):
             (workdir / AGENT_PID).unlink()
