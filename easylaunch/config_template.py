@@ -393,8 +393,9 @@ RAY_NUM_CPUS: float = 1
 RAY_NUM_GPUS: float = 1
 
 # As the AWS_ keys of the same names: files synced, seconds between syncs, runs per job, and
-# the Python on the workers (it needs boto3, or google-cloud-storage, and cloudpickle) with the
-# pip packages installed into it when a job starts (empty: it has them).
+# the Python on the workers (it needs cloudpickle and the storage's library: boto3,
+# google-cloud-storage, or azure-storage-blob and azure-identity) with the pip packages
+# installed into it when a job starts (empty: it has them).
 RAY_FILE_PATTERNS_TO_SAVE: list = ["*"]
 RAY_SYNC_INTERVAL_SECONDS: float = 10.0
 RAY_NUM_EXPS_PER_INSTANCE: int = 1

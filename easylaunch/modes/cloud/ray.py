@@ -170,6 +170,11 @@ class RayMode(CloudMode):
         and whereabouts come from the settings)."""
         scheme, where = self.store_scheme, self.settings.RAY_STORAGE_LOCATION
         if scheme == "s3":
+            try:
+                import boto3  # noqa: F401 - (the ec2 mode's clients use it)
+            except ImportError:
+                raise LaunchError("an s3:// RAY_STORAGE_PATH needs boto3: "
+                                  f"{install_hint('aws')}") from None
             from easylaunch.modes.cloud import ec2
 
             return STORES[scheme](bucket, ec2.client("s3", where))
