@@ -143,6 +143,14 @@ def test_install_hints_name_the_install_that_works_where_easylaunch_is(monkeypat
     assert extras.install_hint("ui").endswith("-m pip install 'easylaunch[ui]'")
 
 
+def test_a_library_not_installed_names_what_needs_it_and_the_install():
+    from easylaunch import LaunchError, extras
+
+    with pytest.raises(LaunchError, match=r"^mode 'ray' needs Ray's job client: .*\[ray\]'$"):
+        extras.needed("easylaunch_no_such_module", "mode 'ray'", "ray", "Ray's job client")
+    assert extras.needed("json", "mode 'x'", "x").dumps([1]) == "[1]"
+
+
 def test_doctor_without_a_settings_file_still_checks_each_mode():
     checked = _easylaunch("doctor")
     assert checked.returncode == 0, checked.stdout

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from easylaunch.errors import LaunchError
-from easylaunch.extras import install_hint
+from easylaunch.extras import needed
 from easylaunch.modes.cloud import transfer as cloud
 from easylaunch.modes.cloud.base import Batch, CloudMode, InstanceState, Target
 from easylaunch.request import LaunchRequest
@@ -27,11 +27,7 @@ _SESSION_ENV = ("AWS_ENDPOINT_URL", "AWS_PROFILE", "AWS_ACCESS_KEY_ID", "AWS_DEF
 
 
 def _boto3() -> Any:
-    try:
-        import boto3
-    except ImportError:
-        raise LaunchError(f"mode 'ec2' needs boto3: {install_hint('aws')}") from None
-    return boto3
+    return needed("boto3", "mode 'ec2'", "aws")
 
 
 @functools.lru_cache(maxsize=8)
@@ -142,14 +138,14 @@ class Ec2Mode(CloudMode):
         from botocore.exceptions import ClientError
 
         try:
-            client("s3", target.location).head_bucket(Bucket=target.bucket)
+            why = None if self.store(target.bucket, target.location).bucket_exists() \
+                else "does not exist"
         except ClientError as exc:
-            code = aws_error_code(exc)
-            why = ("does not exist" if code in S3Store.NOT_FOUND else
-                   "is not accessible with these credentials" if code in ("403", "AccessDenied")
-                   else f"cannot be used ({exc})")
+            why = ("is not accessible with these credentials"
+                   if aws_error_code(exc) in ("403", "AccessDenied") else f"cannot be used ({exc})")
+        if why:
             raise LaunchError(f"the S3 bucket {target.bucket!r} of AWS_S3_PATH {why}; create "
-                              "it, or set AWS_S3_PATH to a bucket you can write") from exc
+                              "it, or set AWS_S3_PATH to a bucket you can write")
 
     def _check_ec2(self, target: Target) -> None:
         from botocore.exceptions import ClientError

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from easylaunch.errors import LaunchError
-from easylaunch.extras import install_hint
+from easylaunch.extras import needed
 from easylaunch.modes.base import Composed
 from easylaunch.modes.cloud import transfer as cloud
 from easylaunch.modes.cloud.base import Batch, CloudMode, InstanceState, Target
@@ -40,12 +40,9 @@ _CLIENT_ENV = ("GOOGLE_APPLICATION_CREDENTIALS", "GOOGLE_CLOUD_PROJECT", ENV_COM
 
 
 def _compute() -> Any:
-    try:
-        from google.cloud import compute_v1, storage  # noqa: F401 - both are needed
-    except ImportError:
-        raise LaunchError("mode 'gcp' needs google-cloud-compute and google-cloud-storage: "
-                          f"{install_hint('gcp')}") from None
-    return compute_v1
+    named = "google-cloud-compute and google-cloud-storage"  # (both are needed)
+    needed("google.cloud.storage", "mode 'gcp'", "gcp", named)
+    return needed("google.cloud.compute_v1", "mode 'gcp'", "gcp", named)
 
 
 def _environment() -> tuple:

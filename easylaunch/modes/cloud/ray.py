@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from easylaunch.errors import LaunchError
-from easylaunch.extras import install_hint
+from easylaunch.extras import install_hint, needed
 from easylaunch.jobs import Job
 from easylaunch.modes.cloud import transfer as cloud
 from easylaunch.modes.cloud.base import Batch, CloudMode, InstanceState, Target
@@ -45,11 +45,7 @@ FEW_JOBS = 8  # asked about one by one; more: one list_jobs call (it lists every
 
 
 def _sdk() -> Any:
-    try:
-        from ray import job_submission
-    except ImportError:
-        raise LaunchError(f"mode 'ray' needs Ray's job client: {install_hint('ray')}") from None
-    return job_submission
+    return needed("ray.job_submission", "mode 'ray'", "ray", "Ray's job client")
 
 
 @functools.lru_cache(maxsize=8)
@@ -170,11 +166,7 @@ class RayMode(CloudMode):
         and whereabouts come from the settings)."""
         scheme, where = self.store_scheme, self.settings.RAY_STORAGE_LOCATION
         if scheme == "s3":
-            try:
-                import boto3  # noqa: F401 - (the ec2 mode's clients use it)
-            except ImportError:
-                raise LaunchError("an s3:// RAY_STORAGE_PATH needs boto3: "
-                                  f"{install_hint('aws')}") from None
+            needed("boto3", "an s3:// RAY_STORAGE_PATH", "aws")  # (the ec2 mode's clients)
             from easylaunch.modes.cloud import ec2
 
             return STORES[scheme](bucket, ec2.client("s3", where))
