@@ -267,6 +267,7 @@ class Agent:
         bucket (cancels) and sync statuses each poll, and everything each interval."""
         next_sync = time.monotonic() + interval
         while True:
+            check_stop()
             try:
                 self.handle_cancels()
             except Exception as exc:  # noqa: BLE001 - the bucket is asked again next time
@@ -282,8 +283,8 @@ class Agent:
             self.wait_for_exit(time.monotonic() + poll)
 
     def wait_for_exit(self, deadline: float) -> None:
-        """Until ``deadline``, or sooner when a running run's process exits."""
-        while time.monotonic() < deadline:
+        """Until ``deadline``, or sooner when a running run's process exits or SIGTERM came."""
+        while time.monotonic() < deadline and not _stop_asked:
             if any(not s.ended and s.proc is not None and s.proc.poll() is not None
                    for s in self.slots):
                 return
@@ -326,8 +327,20 @@ class Stop(BaseException):
     ``except Exception`` handlers, which retry what failed)."""
 
 
+_stop_asked = False  # SIGTERM came: the supervision raises Stop at its next step
+
+
 def _stop(signum: int, frame: Any) -> None:
-    raise Stop
+    """Note the SIGTERM. (Raising here could land in any code, a garbage-collected connection
+    pool's finalizer too, which swallows the exception: the agent then missed its last sync.)"""
+    global _stop_asked
+    _stop_asked = True
+
+
+def check_stop() -> None:
+    """Raise Stop where the agent may stop, once SIGTERM came."""
+    if _stop_asked:
+        raise Stop
 
 
 def share_snapshots(workdir: Path, store: str | None) -> None:
@@ -363,6 +376,7 @@ def run(cloud: str, bucket: str, manifest_key: str, region: str, store_scheme: s
         platform.tag(instance, agent.tags("running"))
         agent.handle_cancels()
         for slot in agent.slots:
+            check_stop()
             if not slot.ended:
                 agent.start(slot)
         agent.sync_all(everything=False)
