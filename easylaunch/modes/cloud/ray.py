@@ -2,14 +2,14 @@
 
 A Ray job is submitted through Ray's Job Submission API (``JobSubmissionClient``) with the
 cloud family's boot script as its entrypoint: it fetches the instance agent from the storage
-path (``RAY_STORAGE_PATH``, S3 or GCS, which the cluster and this machine both reach), and the
-agent runs the job's share of the launch manifest as it does on a cloud instance, mirroring each
-run's folder to the storage path. So a Ray job is the family's "instance": code snapshots and
-bundles are uploaded once per content, status, logs, results, cancel, ``fetch`` and restarts
-work as for ``ec2``/``gcp`` from any later process, and what is Ray's own is here: submitting
-(with CPUs and GPUs as entrypoint resources, the job's variables in its runtime environment; no
-credential travels: the workers reach the storage with the cluster's own), the jobs' states
-(one ``list_jobs`` call per cluster), and ``stop_job``.
+path (``RAY_STORAGE_PATH``: S3, GCS or Azure Blob, which the cluster and this machine both
+reach), and the agent runs the job's share of the launch manifest as it does on a cloud
+instance, mirroring each run's folder to the storage path. So a Ray job is the family's
+"instance": code snapshots and bundles are uploaded once per content, status, logs, results,
+cancel, ``fetch`` and restarts work as for ``ec2``/``gcp`` from any later process, and what is
+Ray's own is here: submitting (with CPUs and GPUs as entrypoint resources, the job's variables
+in its runtime environment; no credential travels: the workers reach the storage with the
+cluster's own), the jobs' states (one ``list_jobs`` call per cluster), and ``stop_job``.
 
 Why a storage path rather than Ray's ``working_dir`` and job logs: the run folder (results,
 checkpoints, metrics, every file the run writes) must come back whole and be kept while a job
