@@ -368,6 +368,80 @@ GCP_PYTHON: str = "python3"
 GCP_PIP_REQUIREMENTS: list = ["google-cloud-storage", "cloudpickle"]
 
 # ---------------------------------------------------------------------------------------------
+# Azure mode (azure): runs on Azure VMs that sync their log folders to a Blob Storage container
+# and delete themselves (with their disk, NIC and IP) when done; doodad's mode='azure'.
+# Credentials on this machine: the service principal below where it is set, else
+# azure-identity's chain (AZURE_CLIENT_ID/AZURE_TENANT_ID/AZURE_CLIENT_SECRET in the
+# environment, a managed identity, ``az login``). The VMs get none: they use AZURE_IDENTITY.
+# ---------------------------------------------------------------------------------------------
+
+# The subscription and resource group VMs start in (doodad: AZ_SUB_ID). Required.
+AZURE_SUBSCRIPTION_ID: str | None = None
+AZURE_RESOURCE_GROUP: str | None = None
+
+# The region VMs start in (doodad: DEFAULT_AZURE_REGION).
+AZURE_LOCATION: str = "eastus"
+
+# A service principal for this machine only (doodad: AZ_TENANT_ID, AZ_CLIENT_ID, AZ_SECRET).
+# None: azure-identity's chain. Never sent anywhere but Microsoft Entra ID.
+AZURE_TENANT_ID: str | None = None
+AZURE_CLIENT_ID: str | None = None
+AZURE_CLIENT_SECRET: str | None = None
+
+# The container and prefix code, bundles and run logs go to: "az://container/prefix" (doodad:
+# AZ_CONTAINER, as az://AZ_CONTAINER/easylaunch). Required. Laid out as under AWS_S3_PATH.
+AZURE_STORAGE_PATH: str | None = None
+# The container's account: its blob endpoint, "https://ACCOUNT.blob.core.windows.net" (None:
+# the account of the connection string below). The VMs reach it with AZURE_IDENTITY.
+AZURE_STORAGE_ACCOUNT_URL: str | None = None
+# The account's connection string, for this machine only (doodad: AZ_CONN_STR; None: the
+# AZURE_STORAGE_CONNECTION_STRING environment variable, else the credentials above).
+AZURE_STORAGE_CONNECTION_STRING: str | None = None
+
+# The resource id of a user-assigned managed identity every VM gets; it needs Storage Blob Data
+# Contributor on the account and Virtual Machine Contributor on the resource group (a VM
+# deletes itself when its runs end). Required.
+AZURE_IDENTITY: str | None = None
+
+# The resource id of the subnet the VMs' NICs join. Required. A public IP per VM (Standard SKU,
+# deleted with it) gives it outbound access; False where the subnet has a NAT gateway.
+AZURE_SUBNET_ID: str | None = None
+AZURE_PUBLIC_IP: bool = True
+
+# Images as URNs, PUBLISHER:OFFER:SKU:VERSION (az vm image list). The image needs python3 with
+# pip (or AZURE_PIP_REQUIREMENTS = [] and the packages installed); cloud-init runs the boot
+# script as custom data.
+AZURE_IMAGE: str = "Canonical:0001-com-ubuntu-server-jammy:22_04-lts-gen2:latest"
+AZURE_GPU_IMAGE: str = "microsoft-dsvm:ubuntu-hpc:2204:latest"
+AZURE_DISK_SIZE_GB: int = 64
+
+# VM sizes (doodad: DEFAULT_AZURE_INSTANCE_TYPE). For use_gpu runs AZURE_GPU_VM_SIZE, or where
+# it is None the size with AZURE_GPU_COUNT GPUs of AZURE_GPU_MODEL (doodad:
+# DEFAULT_AZURE_GPU_MODEL): nvidia-tesla-t4, nvidia-tesla-v100, nvidia-a100, nvidia-h100.
+AZURE_VM_SIZE: str = "Standard_D2s_v5"
+AZURE_GPU_VM_SIZE: str | None = None
+AZURE_GPU_MODEL: str = "nvidia-tesla-t4"
+AZURE_GPU_COUNT: int = 1
+
+# Spot VMs (evicted when Azure needs the capacity: the checkpoint is synced and the run goes on
+# on a new VM, once per eviction, as EC2 spot and GCE preemption). AZURE_SPOT_MAX_PRICE: the
+# most a VM may cost an hour in US dollars; None: up to the on-demand price.
+AZURE_SPOT: bool = False
+AZURE_SPOT_MAX_PRICE: float | None = None
+
+# The public key Azure puts on the VMs for user "easylaunch". None: a key whose private half no
+# one has (the VMs need no logins).
+AZURE_SSH_PUBLIC_KEY: str | None = None
+
+# As the AWS_ keys of the same names. The agent needs azure-storage-blob and azure-identity.
+AZURE_FILE_PATTERNS_TO_SAVE: list = ["*"]
+AZURE_SYNC_INTERVAL_SECONDS: float = 60.0
+AZURE_NUM_EXPS_PER_INSTANCE: int = 1
+AZURE_DOCKER_IMAGE: str | None = None
+AZURE_PYTHON: str = "python3"
+AZURE_PIP_REQUIREMENTS: list = ["azure-storage-blob", "azure-identity", "cloudpickle"]
+
+# ---------------------------------------------------------------------------------------------
 # Ray mode (ray): each run a job on a Ray cluster, submitted through Ray's Job Submission API;
 # the run folders come back through a storage path the cluster and this machine both reach.
 # ---------------------------------------------------------------------------------------------

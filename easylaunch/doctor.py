@@ -54,6 +54,8 @@ MODE_SETTINGS: dict[str, Callable[[settings.Settings], list[str]]] = {
     "local_docker": lambda s: _needs(s, "DOCKER_IMAGE"),
     "ec2": lambda s: _needs(s, "AWS_S3_PATH", "AWS_IAM_INSTANCE_PROFILE", "AWS_IMAGE_IDS"),
     "gcp": lambda s: _needs(s, "GCP_GCS_PATH"),
+    "azure": lambda s: _needs(s, "AZURE_SUBSCRIPTION_ID", "AZURE_RESOURCE_GROUP",
+                              "AZURE_STORAGE_PATH", "AZURE_IDENTITY", "AZURE_SUBNET_ID"),
     "ray": lambda s: _needs(s, "RAY_STORAGE_PATH") + (
         [] if s.RAY_ADDRESS or os.environ.get("RAY_ADDRESS") else ["RAY_ADDRESS is not set"]),
 }

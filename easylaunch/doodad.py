@@ -55,6 +55,10 @@ def _bucket_url(value: Any) -> Any:
     return f"gs://{value}" if isinstance(value, str) and "://" not in value else value
 
 
+def _container_url(value: Any) -> Any:
+    return f"az://{value}/easylaunch" if isinstance(value, str) and "://" not in value else value
+
+
 _RUNNER = ("the bundle's job side (job.pyz) does its job, on any machine, with no doodad "
            "checkout there")
 _NOT_DOODAD = ("kept in configs from rlkit's older doodad launcher; doodad's easy_launch never "
@@ -104,9 +108,15 @@ DOODAD_KEYS: dict[str, Renamed | Extends | Spread | NotNeeded] = {
     "SPACEMOUSE_HOSTNAME": NotNeeded(_NOT_DOODAD),
     "GCP_BUCKET": NotNeeded(_NOT_DOODAD + "; GCP_BUCKET_NAME (or GCP_GCS_PATH) is read"),
     "S3_BUCKET": NotNeeded(_NOT_DOODAD + "; AWS_S3_PATH is read"),
-    **dict.fromkeys(("AZ_SUB_ID", "AZ_CLIENT_ID", "AZ_TENANT_ID", "AZ_SECRET", "AZ_CONTAINER",
-                     "AZ_CONN_STR"), NotNeeded("read by doodad's later Azure mode, which "
-                                               "easylaunch does not have; never stored")),
+    "AZ_SUB_ID": Renamed("AZURE_SUBSCRIPTION_ID"),
+    "AZ_TENANT_ID": Renamed("AZURE_TENANT_ID"),
+    "AZ_CLIENT_ID": Renamed("AZURE_CLIENT_ID"),
+    "AZ_SECRET": Renamed("AZURE_CLIENT_SECRET"),
+    "AZ_CONTAINER": Renamed("AZURE_STORAGE_PATH", _container_url),
+    "AZ_CONN_STR": Renamed("AZURE_STORAGE_CONNECTION_STRING"),
+    "DEFAULT_AZURE_REGION": Renamed("AZURE_LOCATION"),
+    "DEFAULT_AZURE_INSTANCE_TYPE": Renamed("AZURE_VM_SIZE"),
+    "DEFAULT_AZURE_GPU_MODEL": Renamed("AZURE_GPU_MODEL"),
 }
 
 

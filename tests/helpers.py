@@ -4,6 +4,7 @@ import json
 import os
 import shlex
 import shutil
+import ssl
 import subprocess
 import sys
 import threading
@@ -78,10 +79,11 @@ class PlayedInstance:
             raise AssertionError(f"the instance did not finish:\n{self.boot_log()}") from None
 
 
-def check_a_synced_run(job, box: PlayedInstance, read, keys) -> dict:
+def check_a_synced_run(job, box: PlayedInstance, read, keys, root: str = "exps") -> dict:
     """The middle of the cloud end-to-end tests, on a ``jobfns.wait_for_release`` run with
-    tag "a": its log and status reach the bucket (``read(key)``, ``keys(prefix)``) while it
-    waits, then it succeeds with code from the snapshot the instance fetched. Its result."""
+    tag "a": its log and status reach the bucket (``read(key)``, ``keys(prefix)``; the launch's
+    prefix ``root``) while it waits, then it succeeds with code from the snapshot the instance
+    fetched. Its result."""
     prefix = job.launch_info["backend"]["log_prefix"]
     assert wait_for(lambda: "started a" in (read(f"{prefix}/stdout.log") or ""), 30), \
         box.boot_log()
@@ -94,7 +96,7 @@ def check_a_synced_run(job, box: PlayedInstance, read, keys) -> dict:
     # the function came from the code snapshot fetched from the bucket into the work folder
     assert os.path.realpath(result["module_file"]).startswith(str(box.workdir / ".snapshots"))
     digest = job.launch_info["code_snapshots"][0]["digest"]
-    assert f"exps/snapshots/{digest}.tar.gz" in keys("exps/snapshots/")
+    assert f"{root}/snapshots/{digest}.tar.gz" in keys(f"{root}/snapshots/")
     return result
 
 
@@ -102,7 +104,9 @@ class LoopbackServer:
     """A threading HTTP server on a free loopback port for the cloud stand-ins:
     ``handle(method, path, headers, body)`` returns (status, headers, body bytes)."""
 
-    def __init__(self, handle) -> None:
+    def __init__(self, handle, tls: tuple[Path, Path] | None = None) -> None:
+        """``tls``: (certificate, key) files to serve HTTPS with."""
+
         class Handler(BaseHTTPRequestHandler):
             def log_message(self, *args):
                 pass
@@ -121,7 +125,13 @@ class LoopbackServer:
             do_GET = do_POST = do_DELETE = do_PUT = _any
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        scheme = "http"
+        if tls:
+            context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            context.load_cert_chain(*tls)
+            self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
+            scheme = "https"
+        self.url = f"{scheme}://127.0.0.1:{self.server.server_address[1]}"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def close(self) -> None:

@@ -39,7 +39,6 @@ from easylaunch import (  # noqa: E402
     run_sweep,
 )
 from easylaunch.modes.cloud import base as cloud_base  # noqa: E402
-from easylaunch.modes.cloud import gcp as gcp_mode  # noqa: E402
 from easylaunch_job.cloud.stores import GcsStore  # noqa: E402
 
 ZONE = gce_stubs.ZONES[0]
@@ -131,7 +130,7 @@ def box_of(compute, job) -> gce_stubs.Instance:
 
 
 def instances_of(compute, exp_name: str) -> list[dict]:
-    label = gcp_mode._name_part(exp_name, 63)
+    label = cloud_base.name_part(exp_name, 63)
     return [r for r in compute.instances.values()
             if r.get("labels", {}).get("easylaunch-exp") == label]
 

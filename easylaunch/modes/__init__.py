@@ -23,6 +23,7 @@ MODES: dict[str, str] = {
     "ssh": "easylaunch.modes.ssh:SshMode",
     "ec2": "easylaunch.modes.cloud.ec2:Ec2Mode",
     "gcp": "easylaunch.modes.cloud.gcp:GcpMode",
+    "azure": "easylaunch.modes.cloud.azure:AzureMode",
     "ray": "easylaunch.modes.cloud.ray:RayMode",
 }
 

@@ -1,8 +1,9 @@
 """The machine the instance agent runs on: who it is, interruption notices, its end.
 
-The metadata service and the Compute API are reached with urllib alone. Environment overrides
-(tests point them at stand-ins): ``EASYLAUNCH_WORKDIR``, ``EASYLAUNCH_METADATA_URL``,
-``EASYLAUNCH_COMPUTE_URL`` and ``EASYLAUNCH_SHUTDOWN_CMD`` (``shutdown -h now``).
+The metadata service and the compute API (Compute Engine's, Azure Resource Manager) are reached
+with urllib alone. Environment overrides (tests point them at stand-ins): ``EASYLAUNCH_WORKDIR``,
+``EASYLAUNCH_METADATA_URL``, ``EASYLAUNCH_COMPUTE_URL`` and ``EASYLAUNCH_SHUTDOWN_CMD``
+(``shutdown -h now``).
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ import shutil
 import subprocess
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 
-from easylaunch_job.cloud.stores import GcsStore, S3Store, Store
+from easylaunch_job.cloud.stores import AzureBlobStore, GcsStore, S3Store, Store
 
 DEFAULT_SHUTDOWN_CMD = "shutdown -h now"
 DEFAULT_COMPUTE_URL = "https://compute.googleapis.com"
@@ -28,6 +30,11 @@ ENV_SNAPSHOTS = "EASYLAUNCH_SNAPSHOTS"  # a code snapshot store shared by the wo
 ENV_RAY_JOB = "EASYLAUNCH_RAY_JOB"  # a Ray job's submission id, in its own environment
 ENV_RAY_INDEX = "EASYLAUNCH_RAY_INDEX"  # its share of the manifest
 GCE_INDEX_KEY = "easylaunch-index"  # the instance's share of the manifest, in its metadata
+AZURE_INDEX_TAG = "easylaunch-index"  # the same, as a tag of an Azure VM
+DEFAULT_ARM_URL = "https://management.azure.com"
+ARM_VM_API_VERSION = "2024-07-01"
+IMDS_API_VERSION = "2021-02-01"
+SCHEDULED_EVENTS_API_VERSION = "2020-07-01"
 TOKEN_TTL_SECONDS = 21600
 HTTP_TIMEOUT_SECONDS = 5
 
@@ -177,6 +184,56 @@ class Gce(Platform):
         shutdown()
 
 
+class Azure(Platform):
+    """An Azure VM: the Instance Metadata Service (``Metadata: true``), Spot eviction as a
+    scheduled ``Preempt`` event, and deleting itself (with the disk and NIC created with it)
+    through Azure Resource Manager with its managed identity's token."""
+
+    store_class = AzureBlobStore
+    base_url = "http://169.254.169.254"
+
+    def __init__(self, region: str) -> None:
+        super().__init__(region)
+        self.base = (os.environ.get(ENV_METADATA_URL) or self.base_url).rstrip("/")
+
+    def get(self, path: str, **query: str) -> dict:
+        """``/metadata/<path>`` as JSON ({} when absent or unreachable)."""
+        params = urllib.parse.urlencode(query)
+        return json.loads(http(f"{self.base}/metadata/{path}?{params}",
+                               headers={"Metadata": "true"}) or "{}")
+
+    def describe(self) -> dict:
+        compute = self.get("instance/compute", **{"api-version": IMDS_API_VERSION})
+        tags = {t["name"]: t["value"] for t in compute.get("tagsList", [])}
+        return {"instance_id": compute.get("name"), "region": compute.get("location"),
+                "subscription": compute.get("subscriptionId"),
+                "resource_group": compute.get("resourceGroupName"),
+                "index": tags.get(AZURE_INDEX_TAG, "0")}
+
+    def interruption_notice(self) -> str | None:
+        events = self.get("scheduledevents", **{"api-version": SCHEDULED_EVENTS_API_VERSION})
+        for event in events.get("Events", []):
+            if event.get("EventType") == "Preempt":
+                return f"Spot eviction scheduled (not before {event.get('NotBefore') or 'now'})"
+        return None
+
+    def end(self, instance: dict) -> None:
+        """Delete this VM; shut down if the delete request is refused (a VM shut down from
+        inside is stopped, not deallocated: the launching side deletes it when it looks)."""
+        token = self.get("identity/oauth2/token", **{
+            "api-version": "2018-02-01", "resource": DEFAULT_ARM_URL + "/"}).get("access_token")
+        url = (f"{os.environ.get(ENV_COMPUTE_URL) or DEFAULT_ARM_URL}/subscriptions/"
+               f"{instance['subscription']}/resourceGroups/{instance['resource_group']}/"
+               f"providers/Microsoft.Compute/virtualMachines/{instance['instance_id']}"
+               f"?api-version={ARM_VM_API_VERSION}")
+        log(f"deleting this VM: DELETE {url}")
+        if token and http(url, "DELETE", {"Authorization": f"Bearer {token}"}) is not None:
+            return
+        log("the delete request failed (may the VM's managed identity delete it: Virtual "
+            "Machine Contributor on the resource group?); shutting down instead")
+        shutdown()
+
+
 class RayJob(Platform):
     """A Ray job: its entrypoint is the agent. Who it is comes from the variables the job was
     submitted with (``EASYLAUNCH_RAY_JOB``, ``EASYLAUNCH_RAY_INDEX``); no interruption notice
@@ -197,4 +254,5 @@ class RayJob(Platform):
             shutil.rmtree(workdir, ignore_errors=True)
 
 
-PLATFORMS: dict[str, type[Platform]] = {"aws": Aws, "gcp": Gce, "ray": RayJob}
+PLATFORMS: dict[str, type[Platform]] = {"aws": Aws, "gcp": Gce, "azure": Azure,
+                                         "ray": RayJob}

@@ -14,6 +14,7 @@ describing and ending instances.
 from __future__ import annotations
 
 import json
+import re
 import sys
 import time
 from abc import abstractmethod
@@ -36,6 +37,20 @@ from easylaunch_job.states import TERMINAL_STATES
 
 AGENT_POLL_SECONDS = 5.0  # how often the agent looks at statuses, cancels and notices
 CANCEL_WAIT_SECONDS = 30.0  # how long cancel waits for the agent's last sync
+
+
+def name_part(text: str, limit: int) -> str:
+    """Lowercase letters, digits and dashes, as GCE and Azure names, GCE label values
+    allow."""
+    return re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")[:limit].strip("-")
+
+
+def instance_name(exp_name: str, run_id: str, relaunch: int = 0) -> str:
+    """A valid, unique instance name: ``el-<experiment>-<run id>``, with ``-r<n>`` for the
+    n-th relaunch (at most 63 characters)."""
+    ident = f"{run_id}-r{relaunch}" if relaunch else run_id
+    exp = name_part(exp_name, 63 - len("el--") - len(ident))
+    return f"el-{exp}-{ident}" if exp else f"el-{ident}"
 
 
 class InstanceState(NamedTuple):

@@ -16,7 +16,6 @@ import contextlib
 import difflib
 import functools
 import os
-import re
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -25,7 +24,14 @@ from easylaunch.errors import LaunchError
 from easylaunch.extras import needed
 from easylaunch.modes.base import Composed
 from easylaunch.modes.cloud import transfer as cloud
-from easylaunch.modes.cloud.base import Batch, CloudMode, InstanceState, Target
+from easylaunch.modes.cloud.base import (
+    Batch,
+    CloudMode,
+    InstanceState,
+    Target,
+    instance_name,
+    name_part,
+)
 from easylaunch.request import LaunchRequest
 from easylaunch.settings import Settings, override
 from easylaunch_job.cloud.platforms import ENV_COMPUTE_URL, GCE_INDEX_KEY
@@ -97,19 +103,6 @@ def _clients(project: str, _environment: tuple) -> Clients:
 def clients(project: str) -> Clients:
     """API clients for ``project`` (``EASYLAUNCH_COMPUTE_URL`` points Compute elsewhere)."""
     return _clients(project, _environment())
-
-
-def _name_part(text: str, limit: int) -> str:
-    """Lowercase letters, digits and dashes, as GCE names and label values allow."""
-    return re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")[:limit].strip("-")
-
-
-def instance_name(exp_name: str, run_id: str, relaunch: int = 0) -> str:
-    """A valid, unique instance name: ``el-<experiment>-<run id>``, with ``-r<n>`` for the
-    n-th relaunch (at most 63 characters)."""
-    ident = f"{run_id}-r{relaunch}" if relaunch else run_id
-    exp = _name_part(exp_name, 63 - len("el--") - len(ident))
-    return f"el-{exp}-{ident}" if exp else f"el-{ident}"
 
 
 @dataclass(frozen=True)
@@ -222,7 +215,7 @@ class GcpMode(CloudMode):
                                                        disk_size_gb=s.GCP_DISK_SIZE_GB)
         instance = compute_v1.Instance(
             name=name, machine_type=f"zones/{zone}/machineTypes/{target.machine_type}",
-            labels={"easylaunch-exp": _name_part(request.exp_name, 63) or "none",
+            labels={"easylaunch-exp": name_part(request.exp_name, 63) or "none",
                     "easylaunch-run": run_ids[0],
                     "easylaunch-launch": batch.launch_id},
             disks=[compute_v1.AttachedDisk(boot=True, auto_delete=True, initialize_params=disk)],
