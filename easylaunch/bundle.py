@@ -33,6 +33,7 @@ from easylaunch_job.command import Command
 from easylaunch_job.config import GitInfo
 from easylaunch_job.environment import process_start_time, python_minor
 from easylaunch_job.records import (
+    BLOB_STORE,
     BUNDLE_DIR,
     BUNDLE_FORMAT,
     BUNDLE_JSON,
@@ -49,7 +50,6 @@ CODE_DIR = "code"
 GIT_DIR = "git"
 LAUNCH_JSON = "launch.json"
 VARIANT_JSON = "variant.json"
-BLOB_STORE = ".blobs"
 LAUNCH_STORE = ".launches"  # one empty file per launch its mode took: <launch id>
 PARTIAL_DIR = ".partial"  # run folders being made (in the log root), renamed out when complete
 OLD_RUNNER = "runner.py"  # the job side in bundles made before easylaunch_job (one file)

@@ -208,6 +208,10 @@ KEYWORD_SETTINGS: dict[str, dict[str, tuple[str, ...]]] = {
             "docker_image": ("AWS_DOCKER_IMAGE",)},
     "gcp": {"sync_interval": ("GCP_SYNC_INTERVAL_SECONDS",),
             "docker_image": ("GCP_DOCKER_IMAGE",)},
+    "azure": {"region": ("AZURE_LOCATION",),
+              "instance_type": ("AZURE_VM_SIZE", "AZURE_GPU_VM_SIZE"),
+              "sync_interval": ("AZURE_SYNC_INTERVAL_SECONDS",),
+              "docker_image": ("AZURE_DOCKER_IMAGE",)},
     "local_docker": {"docker_image": ("DOCKER_IMAGE", "GPU_DOCKER_IMAGE")},
     "ssh": {"ssh_host": ("SSH_DEFAULT_HOST",)},
 }

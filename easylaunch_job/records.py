@@ -18,6 +18,7 @@ BUNDLE_FORMAT = 1
 BUNDLE_DIR = "bundle"  # in a run folder: what the runner needs
 JOB_PYZ = "job.pyz"  # in a bundle: this package as one file, stored once per content
 SNAPSHOT_STORE = ".snapshots"  # beside the run folders: code snapshots, one per content
+BLOB_STORE = ".blobs"  # beside them: pickled functions and job sides, one per content
 BUNDLE_JSON = "bundle.json"
 FUNCTION_PKL = "function.pkl"
 VARIANT_PKL = "variant.pkl"

@@ -8,6 +8,7 @@ identity tokens Azurite (OAuth on, over HTTPS) accepts. The launching side signs
 AZ_* keys (a service principal) through azure-identity's real flow; the VMs get no key.
 """
 
+import base64
 import json
 import subprocess
 import sys
@@ -298,3 +299,37 @@ def test_a_dry_run_counts_vms_and_their_spot_price(az_cfg, az, arm, exp):
     [script] = shown.files.values()
     assert "--cloud azure" in script and "--store az" in script and SECRET not in script
     assert not vms_of(arm, exp) and not blob_keys(az)
+
+
+def test_the_vm_body_reads_back_through_the_sdks_own_model(az_cfg, az, arm):
+    """The JSON easylaunch writes names what azure-mgmt-compute's VirtualMachine model reads (a
+    misspelt key would read back as None)."""
+    from azure.mgmt.compute.models import VirtualMachine
+
+    from easylaunch.modes.cloud.azure import AzureMode
+    from easylaunch.modes.cloud.base import Batch
+    from easylaunch.request import LaunchRequest
+    from easylaunch.settings import load_settings
+
+    mode = AzureMode(load_settings(dict(az_cfg, AZURE_SPOT=True)), {"confirm": False,
+                                                                     "num_exps_per_instance": 1})
+    request = LaunchRequest(method_call=None, variants=[{}], exp_name="model", use_gpu=False,
+                            gpu_id=None, log_root=Path(az_cfg["LOCAL_LOG_DIR"]),
+                            slurm_config_name=None, script_name="t.py")
+    target = mode.target(request)
+    batch = Batch([["r1"]], None, "r1", "ctl", "#!/bin/bash\necho hi\n")
+    vm = VirtualMachine(mode.vm_resource(request, target, batch, 0, "el-model-r1"))
+    p = vm.properties
+    assert (p.priority, p.eviction_policy, p.billing_profile.max_price) == ("Spot", "Delete", -1)
+    assert p.hardware_profile.vm_size == "Standard_D2s_v5"
+    assert base64.b64decode(p.os_profile.custom_data) == b"#!/bin/bash\necho hi\n"
+    assert p.os_profile.linux_configuration.ssh.public_keys[0].key_data.startswith("ssh-ed25519 ")
+    assert p.storage_profile.os_disk.delete_option == "Delete"
+    assert p.storage_profile.image_reference.offer == "0001-com-ubuntu-server-jammy"
+    nic = p.network_profile.network_interface_configurations[0].properties
+    assert nic.delete_option == "Delete" and nic.primary is True
+    ip = nic.ip_configurations[0].properties
+    assert ip.subnet.id == azure_stubs.SUBNET
+    assert ip.public_ip_address_configuration.properties.delete_option == "Delete"
+    assert list(vm.identity.user_assigned_identities) == [azure_stubs.IDENTITY]
+    assert vm.tags["easylaunch-index"] == "0"

@@ -41,6 +41,7 @@ from easylaunch_job.cloud.runs import RunSlot, files_to_sync, unpack
 from easylaunch_job.cloud.stores import STORES, Store
 from easylaunch_job.environment import signal_group
 from easylaunch_job.records import (
+    BLOB_STORE,
     BUNDLE_DIR,
     BUNDLE_JSON,
     JOB_PYZ,
@@ -127,11 +128,17 @@ class Agent:
     # -- setup ----------------------------------------------------------------------------------
 
     def prepare(self, slot: RunSlot) -> None:
-        """Unpack the run's code snapshots (once per digest) and its bundle."""
+        """Unpack the run's code snapshots (once per digest), fetch the blobs its bundle links
+        to (once per content), and unpack its bundle."""
         for digest, key in self.manifest["snapshots"].items():
             dest = self.workdir / SNAPSHOT_STORE / digest
             if not dest.is_dir():
                 unpack(self._fetch(key), dest)
+        for name, key in self.manifest.get("blobs", {}).items():
+            dest = self.workdir / BLOB_STORE / name
+            if not dest.exists():
+                dest.parent.mkdir(exist_ok=True)
+                write_bytes_atomic(str(dest), self._fetch(key))
         slot.log_dir.mkdir(parents=True, exist_ok=True)
         if slot.spec.get("resume") and not (slot.log_dir / STATUS_JSON).exists():
             self.resume(slot)

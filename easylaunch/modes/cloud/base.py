@@ -200,15 +200,17 @@ class CloudMode(Mode):
         agent = cloud.agent_archive(target.prefix)
         snapshots = cloud.pack_snapshots(runs, request.log_root, target.prefix)
         bundles = {run.run_id: cloud.pack_bundle(run, target.prefix) for run in runs}
+        blobs = cloud.pack_blobs(runs, request.log_root, target.prefix)
         n = self.per_instance()
         instances = [runs[i:i + n] for i in range(0, len(runs), n)]
         step = self.max_instances_per_batch
-        batches = [self._batch(target, instances[i:i + step], bundles, agent.key,
+        blob_keys = {b.key.rsplit("/", 1)[-1]: b.key for b in blobs}
+        batches = [self._batch(target, instances[i:i + step], bundles, blob_keys, agent.key,
                                request.use_gpu) for i in range(0, len(instances), step)]
-        return CloudPlan(target, [agent, *snapshots], list(bundles.values()), batches)
+        return CloudPlan(target, [agent, *snapshots, *blobs], list(bundles.values()), batches)
 
     def _batch(self, target: Target, instances: list[list[Run]], bundles: dict,
-               agent_key: str, use_gpu: bool) -> Batch:
+               blobs: dict[str, str], agent_key: str, use_gpu: bool) -> Batch:
         prefix = target.prefix
         interval = float(self.setting("SYNC_INTERVAL_SECONDS"))
         launch_id = instances[0][0].run_id
@@ -219,6 +221,7 @@ class CloudMode(Mode):
             "docker_image": self.docker_image(), "use_gpu": use_gpu,
             "sync_interval": interval, "poll_seconds": min(AGENT_POLL_SECONDS, interval),
             "patterns": list(self.setting("FILE_PATTERNS_TO_SAVE")), "snapshots": snapshots,
+            "blobs": blobs,
             "control_prefix": cloud.join_key(prefix, "control", launch_id),
             "instances": [[cloud.manifest_run(r, prefix, bundles[r.run_id].key) for r in group]
                           for group in instances]}, agent_key, launch_id)

@@ -1,11 +1,14 @@
 """What every cloud mode shares: packing runs for object storage, uploads once per content, and
 the boot script that starts the instance agent.
 
-A run travels as two kinds of archives: one per code snapshot (``snapshots/<digest>.tar.gz``)
-and one for the run's bundle folder without the snapshots (``bundles/<sha>.tar.gz``). Keys are
+A run travels as three kinds of objects: one archive per code snapshot
+(``snapshots/<digest>.tar.gz``), each blob its bundle links to (``blobs/<sha>.function.pkl``,
+``blobs/<sha>.job.pyz``) and an archive of the run's bundle folder without those
+(``bundles/<sha>.tar.gz``). Keys are
 named by content, so an archive whose key already exists is never uploaded again. On the
-instance, snapshots unpack to ``<workdir>/.snapshots/<digest>`` and a bundle to
-``<workdir>/<exp>/<run folder>/bundle``, where its relative ``code/`` links resolve.
+instance, snapshots unpack to ``<workdir>/.snapshots/<digest>``, blobs go to
+``<workdir>/.blobs/`` and a bundle to ``<workdir>/<exp>/<run folder>/bundle``, where its
+relative links resolve.
 
 Nothing here imports a cloud SDK: buckets are reached through the instance agent's
 :class:`~easylaunch.modes.cloud.Store` classes, given the mode's own client.
@@ -30,7 +33,7 @@ from easylaunch.jobpack import job_archive
 from easylaunch_job.cloud.agent import AGENT_PID, DEFAULT_WORKDIR, ENV_WORKDIR
 from easylaunch_job.cloud.platforms import DEFAULT_SHUTDOWN_CMD, ENV_SHUTDOWN_CMD
 from easylaunch_job.cloud.stores import ENV_AZURE_CONNECTION, Store
-from easylaunch_job.records import SNAPSHOT_STORE, write_bytes_atomic
+from easylaunch_job.records import BLOB_STORE, SNAPSHOT_STORE, write_bytes_atomic
 
 MANIFEST_FORMAT = 1
 # The largest object a single upload may hold (S3's single PUT limit, 5 GiB; GCS allows more).
@@ -89,8 +92,9 @@ def join_key(*parts: str) -> str:
 
 
 def tar_gz(folder: Path) -> bytes:
-    """A reproducible gzipped tarball of ``folder``'s content: links to folders (code
-    snapshots) kept as links, links to files (a bundle's blobs) stored as those files."""
+    """A reproducible gzipped tarball of ``folder``'s content: links to folders (a bundle's
+    code snapshots) and to the blob store (its pickled function and job side) kept as links,
+    other links to files stored as those files."""
     buf = io.BytesIO()
     with gzip.GzipFile(fileobj=buf, mode="wb", mtime=0) as gz, \
             tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
@@ -98,7 +102,8 @@ def tar_gz(folder: Path) -> bytes:
             dirnames.sort()
             for name in sorted(dirnames + filenames):
                 path = Path(dirpath) / name
-                source = path.resolve() if path.is_symlink() and path.is_file() else path
+                source = path.resolve() if path.is_symlink() and path.is_file() and \
+                    path.resolve().parent.name != BLOB_STORE else path
                 info = tar.gettarinfo(str(source), arcname=str(path.relative_to(folder)))
                 info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
                 if info.isreg():
@@ -139,8 +144,24 @@ def pack_snapshots(runs: list[Run], log_root: Path, prefix: str) -> list[Archive
                         f"code snapshot {d}") for d in digests]
 
 
+def blob_key(prefix: str, name: str) -> str:
+    """Where blob ``name`` (content-named: ``<sha>.function.pkl``) is stored."""
+    return join_key(prefix, "blobs", name)
+
+
+def pack_blobs(runs: list[Run], log_root: Path, prefix: str) -> list[Archive]:
+    """One object per blob the runs' bundles link to (each pickled function and job side
+    once)."""
+    names = dict.fromkeys(link.resolve().name for run in runs for link in run.bundle_dir.iterdir()
+                          if link.is_symlink() and link.resolve().parent.name == BLOB_STORE)
+    return [_check_size(Archive(blob_key(prefix, name),
+                                (log_root / BLOB_STORE / name).read_bytes()), f"blob {name}")
+            for name in names]
+
+
 def pack_bundle(run: Run, prefix: str) -> Archive:
-    """The run's bundle folder (links to snapshots kept as links) as a content-named archive."""
+    """The run's bundle folder (links to snapshots and blobs kept as links) as a content-named
+    archive."""
     data = tar_gz(run.bundle_dir)
     return _check_size(Archive(join_key(prefix, "bundles", f"{_sha(data)}.tar.gz"), data),
                        f"the bundle of run {run.run_id}")
