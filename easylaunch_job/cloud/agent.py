@@ -39,7 +39,7 @@ from typing import Any
 from easylaunch_job.cloud.platforms import ENV_SNAPSHOTS, ENV_WORKDIR, PLATFORMS, Platform, log
 from easylaunch_job.cloud.runs import RunSlot, files_to_sync, unpack
 from easylaunch_job.cloud.stores import STORES, Store
-from easylaunch_job.environment import signal_group
+from easylaunch_job.environment import rank_info, signal_group
 from easylaunch_job.records import (
     BLOB_STORE,
     BUNDLE_DIR,
@@ -359,6 +359,46 @@ def share_snapshots(workdir: Path, store: str | None) -> None:
     os.symlink(store, workdir / SNAPSHOT_STORE)
 
 
+def _manifest(store: Store, key: str) -> dict:
+    manifest = json.loads(store.get(key) or b"{}")
+    if manifest.get("format") != 1:
+        raise RuntimeError(f"{store.url(key)} is not a launch manifest")
+    return manifest
+
+
+def follow(agent: Agent, rank: int) -> None:
+    """Rank ``rank`` (not 0) of a job of several processes (Azure ML's distribution): start
+    this rank's process of each run (the job side runs the function as that rank; rank 0's
+    agent keeps the runs' records and syncs them), wait for them, and put each one's output
+    beside its run's as ``rank-<k>.log``. SIGTERM (a cancel) stops them first."""
+    name = f"rank-{rank}.log"
+    started = []
+    try:
+        for slot in agent.slots:
+            agent.prepare(slot)
+            with open(slot.log_dir / name, "ab") as out:
+                slot.proc = subprocess.Popen(
+                    agent.command(slot), cwd=str(slot.log_dir), stdin=subprocess.DEVNULL,
+                    stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                    env=dict(os.environ, PYTHONUNBUFFERED="1"))
+            started.append(slot)
+            log(f"run {slot.run_id}: rank {rank} started (pid {slot.proc.pid})")
+        for slot in started:
+            while slot.proc.poll() is None:
+                check_stop()
+                time.sleep(EXIT_CHECK_SECONDS)
+    except Stop:
+        log(f"SIGTERM: stopping rank {rank}'s processes")
+        for slot in started:
+            if slot.proc.poll() is None:
+                signal_group(slot.proc.pid, signal.SIGTERM)
+    finally:
+        for slot in started:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                slot.proc.wait(KILL_GRACE_SECONDS)
+            agent.store.put_file(f"{slot.spec['log_prefix']}/{name}", slot.log_dir / name)
+
+
 def run(cloud: str, bucket: str, manifest_key: str, region: str, store_scheme: str = "") -> None:
     """Run this instance's share of the manifest, then end the instance; the bucket is of the
     cloud's own kind unless ``store_scheme`` ("s3", "gs") names another."""
@@ -367,19 +407,21 @@ def run(cloud: str, bucket: str, manifest_key: str, region: str, store_scheme: s
     share_snapshots(workdir, os.environ.get(ENV_SNAPSHOTS))
     platform = PLATFORMS[cloud](region)
     instance = dict(platform.describe(), started_at=time.time())
+    rank = rank_info()[0]
     log(f"instance {instance['instance_id']} in "
         f"{instance.get('region') or instance.get('zone') or 'its cluster'}, "
-        f"index {instance['index']}")
-    (workdir / AGENT_PID).write_text(str(os.getpid()))
+        f"index {instance['index']}" + (f", rank {rank}" if rank else ""))
     signal.signal(signal.SIGTERM, _stop)
+    store_class = STORES[store_scheme] if store_scheme else platform.store_class
+    if rank:
+        store = store_class.default(bucket, region)
+        follow(Agent(store, _manifest(store, manifest_key), workdir, platform, instance), rank)
+        return
+    (workdir / AGENT_PID).write_text(str(os.getpid()))
     agent = None
     try:
-        store_class = STORES[store_scheme] if store_scheme else platform.store_class
         store = store_class.default(bucket, region)
-        manifest = json.loads(store.get(manifest_key) or b"{}")
-        if manifest.get("format") != 1:
-            raise RuntimeError(f"{store.url(manifest_key)} is not a launch manifest")
-        agent = Agent(store, manifest, workdir, platform, instance)
+        agent = Agent(store, _manifest(store, manifest_key), workdir, platform, instance)
         platform.tag(instance, agent.tags("running"))
         agent.handle_cancels()
         for slot in agent.slots:
@@ -387,7 +429,8 @@ def run(cloud: str, bucket: str, manifest_key: str, region: str, store_scheme: s
             if not slot.ended:
                 agent.start(slot)
         agent.sync_all(everything=False)
-        agent.supervise(float(manifest["sync_interval"]), float(manifest["poll_seconds"]))
+        agent.supervise(float(agent.manifest["sync_interval"]),
+                        float(agent.manifest["poll_seconds"]))
     except Stop:
         log("SIGTERM: the machine is going down; syncing a last time")
         if agent is not None and agent.spot_notice is None:

@@ -28,7 +28,8 @@ ENV_SHUTDOWN_CMD = "EASYLAUNCH_SHUTDOWN_CMD"
 ENV_WORKDIR = "EASYLAUNCH_WORKDIR"  # the folder runs live in
 ENV_SNAPSHOTS = "EASYLAUNCH_SNAPSHOTS"  # a code snapshot store shared by the work folders
 ENV_RAY_JOB = "EASYLAUNCH_RAY_JOB"  # a Ray job's submission id, in its own environment
-ENV_RAY_INDEX = "EASYLAUNCH_RAY_INDEX"  # its share of the manifest
+ENV_AML_JOB = "AZUREML_RUN_ID"  # an Azure ML job's name, which Azure ML sets
+ENV_INDEX = "EASYLAUNCH_INDEX"  # a managed job's share of the manifest, in its environment
 GCE_INDEX_KEY = "easylaunch-index"  # the instance's share of the manifest, in its metadata
 AZURE_INDEX_TAG = "easylaunch-index"  # the same, as a tag of an Azure VM
 DEFAULT_ARM_URL = "https://management.azure.com"
@@ -234,15 +235,17 @@ class Azure(Platform):
         shutdown()
 
 
-class RayJob(Platform):
-    """A Ray job: its entrypoint is the agent. Who it is comes from the variables the job was
-    submitted with (``EASYLAUNCH_RAY_JOB``, ``EASYLAUNCH_RAY_INDEX``); no interruption notice
-    (a lost worker ends the job, which the launching side sees); at the end only the job's work
-    folder goes (everything in it is synced), the machine stays: it is the cluster's."""
+class ManagedJob(Platform):
+    """A job of a managed job service, whose entrypoint is the agent: who it is comes from its
+    environment (``job_var``, ``EASYLAUNCH_INDEX``); no interruption notice (a lost job is
+    seen by the launching side); at the end only the job's work folder goes (everything in it
+    is synced), the machine stays: it is the service's."""
+
+    job_var = ""
 
     def describe(self) -> dict:
-        return {"instance_id": os.environ.get(ENV_RAY_JOB, ""), "region": "",
-                "index": os.environ.get(ENV_RAY_INDEX, "0"),
+        return {"instance_id": os.environ.get(self.job_var, ""), "region": "",
+                "index": os.environ.get(ENV_INDEX, "0"),
                 "workdir": os.environ.get(ENV_WORKDIR, "")}
 
     def interruption_notice(self) -> str | None:
@@ -254,5 +257,18 @@ class RayJob(Platform):
             shutil.rmtree(workdir, ignore_errors=True)
 
 
+class RayJob(ManagedJob):
+    """A Ray job (``EASYLAUNCH_RAY_JOB``: its submission id)."""
+
+    job_var = ENV_RAY_JOB
+
+
+class AmlJob(ManagedJob):
+    """An Azure ML command job (``AZUREML_RUN_ID``: its name); each of its processes runs the
+    agent, rank 0 as the agent, the others as followers."""
+
+    job_var = ENV_AML_JOB
+
+
 PLATFORMS: dict[str, type[Platform]] = {"aws": Aws, "gcp": Gce, "azure": Azure,
-                                         "ray": RayJob}
+                                         "ray": RayJob, "aml": AmlJob}

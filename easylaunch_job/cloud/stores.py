@@ -10,6 +10,8 @@ import os
 from typing import Any
 
 ENV_AZURE_CONNECTION = "AZURE_STORAGE_CONNECTION_STRING"
+# The client id of an Azure ML compute's user-assigned identity, which Azure ML sets in jobs
+ENV_AML_IDENTITY = "DEFAULT_IDENTITY_CLIENT_ID"
 
 
 class Store:
@@ -196,7 +198,8 @@ class AzureBlobStore(Store):
         else:
             from azure.identity import DefaultAzureCredential
 
-            service = BlobServiceClient(region, credential=DefaultAzureCredential())
+            service = BlobServiceClient(region, credential=DefaultAzureCredential(
+                managed_identity_client_id=os.environ.get(ENV_AML_IDENTITY)))
         return cls(bucket, service.get_container_client(bucket))
 
     @property

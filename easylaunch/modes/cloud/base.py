@@ -102,6 +102,7 @@ class CloudMode(Mode):
     cloud: ClassVar[str]  # the agent's --cloud
     store_scheme: ClassVar[str]  # the bucket's kind: "s3", "gs"
     own_machines: ClassVar[bool] = True  # each batch starts machines of its own (paid for)
+    per_rank: ClassVar[bool] = False  # an instance may be several processes (ranks)
     settings_prefix: ClassVar[str]  # "AWS": the mode reads AWS_PYTHON, AWS_SYNC_INTERVAL_SECONDS...
     max_instances_per_batch: ClassVar[int] = 100
     restarts = True  # (relaunch.py)
@@ -232,7 +233,7 @@ class CloudMode(Mode):
         archive = cloud.manifest_archive(target.prefix, manifest)
         boot = cloud.boot_script(cloud.BootSpec(
             cloud=self.cloud, store=self.store_scheme, python=manifest["python"],
-            shutdown_on_failure=self.own_machines,
+            shutdown_on_failure=self.own_machines, per_rank=self.per_rank,
             pip_requirements=tuple(self.setting("PIP_REQUIREMENTS")), bucket=target.bucket,
             region=self.agent_region(target), agent_key=agent_key, manifest_key=archive.key))
         ids = [[spec["run_id"] for spec in group] for group in manifest["instances"]]

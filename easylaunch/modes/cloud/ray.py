@@ -33,7 +33,7 @@ from easylaunch.modes.cloud import transfer as cloud
 from easylaunch.modes.cloud.base import Batch, CloudMode, InstanceState, Target
 from easylaunch.request import LaunchRequest
 from easylaunch_job.cloud.platforms import (
-    ENV_RAY_INDEX,
+    ENV_INDEX,
     ENV_RAY_JOB,
     ENV_SNAPSHOTS,
     ENV_WORKDIR,
@@ -220,7 +220,7 @@ class RayMode(CloudMode):
                     entrypoint=entrypoint, submission_id=name,
                     runtime_env={"env_vars": {
                         ENV_WORKDIR: f"{workdir}/{name}", ENV_SNAPSHOTS: f"{workdir}/.snapshots",
-                        ENV_RAY_JOB: name, ENV_RAY_INDEX: str(index)}},
+                        ENV_RAY_JOB: name, ENV_INDEX: str(index)}},
                     entrypoint_num_cpus=target.cpus, entrypoint_num_gpus=target.gpus or None,
                     metadata={"easylaunch_exp": request.exp_name[:200],
                               "easylaunch_runs": " ".join(ids)[:1000]})

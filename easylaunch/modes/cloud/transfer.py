@@ -32,7 +32,7 @@ from easylaunch.errors import LaunchError
 from easylaunch.jobpack import job_archive
 from easylaunch_job.cloud.agent import AGENT_PID, DEFAULT_WORKDIR, ENV_WORKDIR
 from easylaunch_job.cloud.platforms import DEFAULT_SHUTDOWN_CMD, ENV_SHUTDOWN_CMD
-from easylaunch_job.cloud.stores import ENV_AZURE_CONNECTION, Store
+from easylaunch_job.cloud.stores import ENV_AML_IDENTITY, ENV_AZURE_CONNECTION, Store
 from easylaunch_job.records import BLOB_STORE, SNAPSHOT_STORE, write_bytes_atomic
 
 MANIFEST_FORMAT = 1
@@ -212,7 +212,8 @@ FETCH_AND_RUN_AGENT = {
     "az": ('import os, sys; from azure.storage.blob import BlobServiceClient as S; '
            f'c = os.environ.get("{ENV_AZURE_CONNECTION}"); '
            's = S.from_connection_string(c) if c else S(sys.argv[1], credential=__import__('
-           '"azure.identity", fromlist=["_"]).DefaultAzureCredential()); '
+           '"azure.identity", fromlist=["_"]).DefaultAzureCredential('
+           f'managed_identity_client_id=os.environ.get("{ENV_AML_IDENTITY}"))); '
            'open("job.pyz", "wb").write(s.get_blob_client(sys.argv[2], sys.argv[3])'
            '.download_blob().readall())' + _RUN_AGENT),
 }
@@ -232,11 +233,16 @@ class BootSpec:
     agent_key: str
     manifest_key: str
     shutdown_on_failure: bool = True
+    per_rank: bool = False  # each process of a multi-process job (Azure ML) works apart
 
 
 # The instance's work folder: EASYLAUNCH_WORKDIR when set (tests point it at a sandbox).
 _WORKDIR_LINE = (f'WORKDIR="${{{ENV_WORKDIR}:-}}"; '
                  f'[ -n "$WORKDIR" ] || WORKDIR={shlex.quote(DEFAULT_WORKDIR)}')
+
+# The work folder of a process other than rank 0 (RANK, or Open MPI's rank): its own.
+_RANK_LINE = ('RANK_HERE="${RANK:-${OMPI_COMM_WORLD_RANK:-0}}"; '
+              '[ "$RANK_HERE" = 0 ] || WORKDIR="$WORKDIR/rank-$RANK_HERE"')
 
 
 def boot_script(spec: BootSpec) -> str:
@@ -255,6 +261,7 @@ def boot_script(spec: BootSpec) -> str:
         "# easylaunch boot script: fetch the instance agent, which runs the launch manifest.",
         "set -eu",
         _WORKDIR_LINE,
+        *([_RANK_LINE] if spec.per_rank else []),
         'mkdir -p "$WORKDIR" && cd "$WORKDIR"',
         'exec >>"$WORKDIR"/boot.log 2>&1',
     ]
