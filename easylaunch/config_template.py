@@ -442,6 +442,66 @@ AZURE_PYTHON: str = "python3"
 AZURE_PIP_REQUIREMENTS: list = ["azure-storage-blob", "azure-identity", "cloudpickle"]
 
 # ---------------------------------------------------------------------------------------------
+# Azure ML mode (aml): each run an Azure ML command job (the seed's aml_client). The seed's files
+# are read as they are: AML_YAML names its aml.yaml (compute_target, docker.image,
+# experiment_name, multi_process, gpu_per_node, env, datastore_name, config_param's *_folder
+# paths, aml_config), AML_CONFIG its workspace config.json (subscription_id, resource_group,
+# workspace_name); a setting below wins over them. Credentials on this machine as in the Azure
+# mode (AZURE_TENANT_ID... or azure-identity's chain); the jobs get none: they use the compute's
+# managed identity (it needs Storage Blob Data Contributor on the datastore's account).
+# ---------------------------------------------------------------------------------------------
+
+AML_YAML: str | None = None
+AML_CONFIG: str | None = None
+AML_SUBSCRIPTION_ID: str | None = None
+AML_RESOURCE_GROUP: str | None = None
+AML_WORKSPACE: str | None = None
+
+# The compute target (cluster) jobs run on; the mode option compute= wins.
+AML_COMPUTE: str | None = None
+
+# The Docker image jobs run in, or a registered environment "azureml:NAME:VERSION" (which wins).
+# It needs AML_PYTHON with cloudpickle, azure-storage-blob and azure-identity (or
+# AML_PIP_REQUIREMENTS installs them when a job starts).
+AML_IMAGE: str | None = None
+AML_ENVIRONMENT: str | None = None
+
+# The Azure ML experiment jobs are filed under. None: the launch's exp_name.
+AML_EXPERIMENT: str | None = None
+
+# GPUs per node of the compute. A launch asking for num_gpus=N (the seed's -n N; default with
+# use_gpu: one node's) gets N / AML_GPU_PER_NODE nodes; with AML_MULTI_PROCESS (None: True, the
+# seed's default) a process per GPU, else one per node, started by Azure ML's distribution
+# (AML_DISTRIBUTION: "pytorch", or "mpi"), each with its RANK, LOCAL_RANK and WORLD_SIZE.
+AML_GPU_PER_NODE: int | None = None
+AML_MULTI_PROCESS: bool | None = None
+AML_DISTRIBUTION: str = "pytorch"
+
+# Extra environment variables of every job (aml.yaml's env), e.g. {"NCCL_IB_DISABLE": "0"}.
+AML_ENV: dict = {}
+
+# The datastore (a Blob container) code, bundles and run folders go to, under
+# AML_STORAGE_PREFIX. None: the workspace's default datastore. Its blob endpoint is
+# https://ACCOUNT.blob.core.windows.net unless AML_STORAGE_ACCOUNT_URL says otherwise.
+AML_DATASTORE: str | None = None
+AML_STORAGE_PREFIX: str = "easylaunch"
+AML_STORAGE_ACCOUNT_URL: str | None = None
+
+# Folders of that datastore mounted into every job: read-only data folders by name (a run finds
+# each at the path in AZURE_ML_INPUT_<name>), and one output folder mounted read-write
+# (AZURE_ML_OUTPUT_output). Paths in the datastore, or azureml:// URIs.
+AML_DATA_FOLDERS: dict = {}
+AML_OUTPUT_FOLDER: str | None = None
+
+# As the AWS_ keys of the same names, and the folder jobs work in on the nodes.
+AML_FILE_PATTERNS_TO_SAVE: list = ["*"]
+AML_SYNC_INTERVAL_SECONDS: float = 30.0
+AML_NUM_EXPS_PER_INSTANCE: int = 1
+AML_PYTHON: str = "python"
+AML_PIP_REQUIREMENTS: list = []
+AML_WORKDIR: str = "/tmp/easylaunch-aml"
+
+# ---------------------------------------------------------------------------------------------
 # Ray mode (ray): each run a job on a Ray cluster, submitted through Ray's Job Submission API;
 # the run folders come back through a storage path the cluster and this machine both reach.
 # ---------------------------------------------------------------------------------------------

@@ -348,9 +348,16 @@ def override(settings: Settings, values: Mapping[str, Any], source: str) -> Sett
                     dict(settings.sources, **dict.fromkeys(checked, source)), settings.path)
 
 
+# Settings that are credentials (doodad's AZ_SECRET, AZ_CONN_STR): never saved with a launch; a
+# later process takes them from its own settings (or, for azure-identity, the environment).
+CREDENTIAL_KEYS = ("AZURE_CLIENT_SECRET", "AZURE_STORAGE_CONNECTION_STRING")
+
+
 def save_settings(settings: Settings, store: Path) -> Path:
-    """Keep the effective settings of a launch (once per unique content) for resubmitting."""
-    data = json.dumps(dict(settings), sort_keys=True, default=repr).encode()
+    """Keep the effective settings of a launch (once per unique content, credentials left
+    out) for tracking and resubmitting."""
+    kept = {k: v for k, v in settings.items() if k not in CREDENTIAL_KEYS}
+    data = json.dumps(kept, sort_keys=True, default=repr).encode()
     path = store / f"{hashlib.sha256(data).hexdigest()[:16]}.json"
     if not path.exists():
         store.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -373,10 +380,22 @@ def launch_settings(settings_file: str | None) -> Settings:
     longer reads."""
     if settings_file:
         try:
-            return _saved(settings_file)  # named by content: the same file never changes
+            saved = _saved(settings_file)  # named by content: the same file never changes
         except (OSError, ValueError):  # SettingsError is a ValueError
             pass
+        else:
+            return _with_credentials(saved)
     return load_settings()
+
+
+def _with_credentials(saved: Settings) -> Settings:
+    """``saved`` with the credentials of the settings in effect now (which it left out)."""
+    try:
+        now = load_settings()
+    except (OSError, ValueError):
+        return saved
+    found = {k: now[k] for k in CREDENTIAL_KEYS if now[k] is not None}
+    return override(saved, found, "the settings in effect now") if found else saved
 
 
 # What most users change: ``easylaunch init`` writes these (as the template has them).

@@ -143,9 +143,10 @@ def _now() -> str:
 
 
 class ImdsStub:
-    """One VM's Instance Metadata Service (``Metadata: true`` on every request)."""
+    """One VM's (or Azure ML job's) Instance Metadata Service (``Metadata: true`` on every
+    request)."""
 
-    def __init__(self, vm: "AzureVm") -> None:
+    def __init__(self, vm) -> None:
         self.vm = vm
         self.events: list[dict] = []
         self.incarnation = 1
@@ -168,7 +169,7 @@ class ImdsStub:
         return _json(404, {"error": "Not found"})
 
     def _token(self, resource: str):
-        if not self.vm.resource.get("identity", {}).get("userAssignedIdentities"):
+        if not self.vm.has_identity():
             return _json(400, {"error": "invalid_request",
                                "error_description": "Identity not found"})
         if resource.rstrip("/") == "https://storage.azure.com":
@@ -225,6 +226,9 @@ class AzureVm(PlayedInstance):
                         FAKE_SHUTDOWN_LOG=str(self.shutdown_log))
         self.proc: subprocess.Popen | None = None
 
+    def has_identity(self) -> bool:
+        return bool(self.resource.get("identity", {}).get("userAssignedIdentities"))
+
     def compute_metadata(self) -> dict:
         tags = self.resource.get("tags", {})
         return {"name": self.name, "location": self.resource["location"],
@@ -275,6 +279,7 @@ class ArmStub:
         self.tokens: dict[str, str] = {}  # token -> "client" or a VM's name
         self.calls: list[tuple[str, str, str]] = []  # (method, path, caller)
         self.groups = {RESOURCE_GROUP}
+        self.providers: dict = {}  # other resource providers' stand-ins (aml_stubs)
         self.core_usage = 0  # vCPUs used by others
         self.lock = threading.RLock()
         self._server = LoopbackServer(self._handle, tls)
@@ -322,6 +327,8 @@ class ArmStub:
                      parts.path)
         if m:
             return self._entra(method, m.group(1), m.group(2), body)
+        if parts.path == "/metadata/endpoints":
+            return self._cloud_metadata()
         token = headers.get("Authorization", "").removeprefix("Bearer ")
         caller = self.tokens.get(token)
         self.calls.append((method, parts.path, caller or "anonymous"))
@@ -357,6 +364,12 @@ class ArmStub:
             return _error(404, "SubscriptionNotFound",
                           f"The subscription '{m.group(1) if m else ''}' could not be found.")
         rest = m.group(2) or ""
+        m = re.match(r"^/resourceGroups/([^/]+)/providers/([^/]+)/(.*)$", rest)
+        if m and m.group(2) in self.providers:
+            if m.group(1) not in self.groups:
+                return _error(404, "ResourceGroupNotFound",
+                              f"Resource group '{m.group(1)}' could not be found.")
+            return self.providers[m.group(2)].route(method, m.group(1), m.group(3), query, body)
         m = re.match(r"^/providers/Microsoft\.Compute/locations/([^/]+)/(.*)$", rest)
         if m and method == "GET":
             return self._location(m.group(1), m.group(2))
@@ -385,6 +398,17 @@ class ArmStub:
         if method == "DELETE":
             return self._delete(group, resource)
         return _error(405, "MethodNotAllowed", f"{method} is not allowed here")
+
+    def _cloud_metadata(self):
+        """This cloud's endpoints, as Resource Manager's metadata/endpoints lists them (what
+        azure-ai-ml reads from ARM_CLOUD_METADATA_URL)."""
+        return _json(200, [{
+            "name": "EasylaunchStandIn", "portal": "https://portal.azure.com",
+            "resourceManager": self.url + "/",
+            "authentication": {"loginEndpoint": self.url + "/",
+                               "audiences": ["https://management.azure.com/"],
+                               "tenant": "common", "identityProvider": "AAD"},
+            "suffixes": {"storage": "core.windows.net"}}])
 
     def _location(self, location, what):
         if what == "vmSizes":

@@ -222,3 +222,9 @@ def shell_answers(argv: list[str], typed: str, expect: str, timeout: float = 30,
         return shown
     finally:
         subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+
+
+def write_settings(path: Path, values: dict) -> Path:
+    """``values`` as an easylaunch settings file (Python: ``KEY = value`` lines)."""
+    path.write_text("".join(f"{key} = {value!r}\n" for key, value in values.items()))
+    return path

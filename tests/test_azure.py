@@ -19,7 +19,13 @@ from types import SimpleNamespace
 import azure_stubs
 import jobfns
 import pytest
-from helpers import assert_no_secrets, check_a_synced_run, launch_and_exit, wait_for
+from helpers import (
+    assert_no_secrets,
+    check_a_synced_run,
+    launch_and_exit,
+    wait_for,
+    write_settings,
+)
 
 pytest.importorskip("azure.mgmt.compute")
 blob = pytest.importorskip("azure.storage.blob")
@@ -75,9 +81,11 @@ def az(arm, azurite, tls, monkeypatch, tmp_path):
 
 
 @pytest.fixture
-def az_cfg(cfg, az, azurite):
-    """doodad's keys, as a doodad config fills them from the environment, and easylaunch's."""
-    return dict(cfg, AZ_SUB_ID=azure_stubs.SUBSCRIPTION, AZ_TENANT_ID=azure_stubs.TENANT,
+def az_cfg(cfg, az, azurite, monkeypatch, tmp_path):
+    """doodad's keys, as a doodad config fills them from the environment, and easylaunch's;
+    also the settings file of later processes (launches save no credential: a process that
+    takes a run up again reads them from its settings)."""
+    values = dict(cfg, AZ_SUB_ID=azure_stubs.SUBSCRIPTION, AZ_TENANT_ID=azure_stubs.TENANT,
                 AZ_CLIENT_ID=azure_stubs.CLIENT_ID, AZ_SECRET=SECRET, AZ_CONTAINER=az.name,
                 AZ_CONN_STR=azure_stubs.connection_string(azurite),
                 DEFAULT_AZURE_REGION=azure_stubs.LOCATION,
@@ -88,6 +96,9 @@ def az_cfg(cfg, az, azurite):
                                  "22.04.202410020"),
                 AZURE_PIP_REQUIREMENTS=[], AZURE_PYTHON=sys.executable,
                 AZURE_SYNC_INTERVAL_SECONDS=0.5)
+    monkeypatch.setenv("EASYLAUNCH_CONFIG", str(write_settings(tmp_path / "settings.py",
+                                                                values)))
+    return values
 
 
 def blob_text(az, key: str) -> str | None:
@@ -168,7 +179,7 @@ def test_a_run_boots_syncs_while_running_ends_and_deletes_itself(az_cfg, az, arm
     texts = [vm.custom_data, json.dumps(vm.env), json.dumps(resource)]
     texts += [az.container.download_blob(k).readall().decode("latin-1") for k in blob_keys(az)]
     registry = Path(az_cfg["LOCAL_LOG_DIR"]).parent / "home"
-    assert_no_secrets(texts, [vm.root, job.log_dir, registry], secrets)
+    assert_no_secrets(texts, [vm.root, Path(az_cfg["LOCAL_LOG_DIR"]), registry], secrets)
 
 
 def test_a_command_and_a_failing_function(az_cfg, az, arm):

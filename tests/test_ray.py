@@ -11,7 +11,7 @@ from pathlib import Path
 
 import jobfns
 import pytest
-from helpers import assert_no_secrets, wait_for
+from helpers import assert_no_secrets, wait_for, write_settings
 from ray_cluster import (
     AZURITE,
     BUCKET,
@@ -48,13 +48,13 @@ def ray(tmp_path_factory):
 def ray_cfg(ray, tmp_path):
     """Settings for launches onto the cluster, also as a settings file (``--config``)."""
     cfg = ray.config(tmp_path / "logs")
-    (tmp_path / "ray.json").write_text(json.dumps(cfg))
+    write_settings(tmp_path / "ray_settings.py", cfg)
     return cfg
 
 
 def easylaunch(ray, tmp_path, *args, **kw):
     """``easylaunch ARGS --config <the test's settings>`` in the namespace."""
-    return ray.easylaunch(*args, "--config", str(tmp_path / "ray.json"), **kw)
+    return ray.easylaunch(*args, "--config", str(tmp_path / "ray_settings.py"), **kw)
 
 
 SWEEPS = """

@@ -59,6 +59,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return EXIT_USAGE
     args = parser.parse_args(argv)
+    if args.config:  # (also for what runs reconnect with: the credentials they left out)
+        os.environ["EASYLAUNCH_CONFIG"] = os.path.abspath(args.config)
     try:
         return args.func(args)
     except EasyLaunchError as exc:

@@ -24,6 +24,7 @@ MODES: dict[str, str] = {
     "ec2": "easylaunch.modes.cloud.ec2:Ec2Mode",
     "gcp": "easylaunch.modes.cloud.gcp:GcpMode",
     "azure": "easylaunch.modes.cloud.azure:AzureMode",
+    "aml": "easylaunch.modes.cloud.aml:AmlMode",
     "ray": "easylaunch.modes.cloud.ray:RayMode",
 }
 

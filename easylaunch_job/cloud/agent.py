@@ -370,8 +370,9 @@ def follow(agent: Agent, rank: int) -> None:
     """Rank ``rank`` (not 0) of a job of several processes (Azure ML's distribution): start
     this rank's process of each run (the job side runs the function as that rank; rank 0's
     agent keeps the runs' records and syncs them), wait for them, and put each one's output
-    beside its run's as ``rank-<k>.log``. SIGTERM (a cancel) stops them first."""
-    name = f"rank-{rank}.log"
+    (stdout and stderr) beside its run's as ``stdout.rank<k>.log``. SIGTERM (a cancel) stops
+    them first."""
+    name = f"stdout.rank{rank}.log"
     started = []
     try:
         for slot in agent.slots:

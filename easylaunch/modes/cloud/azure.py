@@ -94,6 +94,13 @@ def _container(bucket: str, account_url: str | None, connection: str | None, cre
     return service.get_container_client(bucket)
 
 
+def container(bucket: str, account_url: str | None, settings: Any) -> Any:
+    """A container client: through the storage connection string of the settings or the
+    environment where one is set, else on ``account_url`` with :func:`credential`."""
+    connection = settings.AZURE_STORAGE_CONNECTION_STRING or os.environ.get(ENV_AZURE_CONNECTION)
+    return _container(bucket, account_url, connection, credential(settings))
+
+
 def _price(value: float | None) -> str:
     return f"max ${value}/hour each" if value and value > 0 else "up to the on-demand price"
 
@@ -196,9 +203,8 @@ class AzureMode(CloudMode):
                                os.environ.get(ENV_COMPUTE_URL))
 
     def store(self, bucket: str, location: str) -> AzureBlobStore:
-        return AzureBlobStore(bucket, _container(
-            bucket, self.settings.AZURE_STORAGE_ACCOUNT_URL, self.connection_string(),
-            credential(self.settings)))
+        return AzureBlobStore(bucket, container(bucket, self.settings.AZURE_STORAGE_ACCOUNT_URL,
+                                                self.settings))
 
     def agent_region(self, target: Target) -> str:
         """The account's blob endpoint: the VMs sign in to it with their managed identity."""

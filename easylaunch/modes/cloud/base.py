@@ -32,7 +32,14 @@ from easylaunch.preview import Preview
 from easylaunch.request import LaunchRequest
 from easylaunch_job.cloud.agent import AGENT_JSON, CANCEL_SUFFIX
 from easylaunch_job.cloud.stores import Store
-from easylaunch_job.records import RESULT_PKL, STATUS_JSON, update_status, write_bytes_atomic
+from easylaunch_job.records import (
+    RESULT_PKL,
+    STATUS_JSON,
+    STDERR_LOG,
+    STDOUT_LOG,
+    update_status,
+    write_bytes_atomic,
+)
 from easylaunch_job.states import TERMINAL_STATES
 
 AGENT_POLL_SECONDS = 5.0  # how often the agent looks at statuses, cancels and notices
@@ -445,6 +452,14 @@ class CloudMode(Mode):
             if data is not None:
                 write_bytes_atomic(str(job.log_dir / name), data)
         return job.log_dir / name
+
+    def sync_logs(self, job: Job) -> None:
+        """The run's other logs (each rank's, the instance's) as last synced to the bucket
+        (its stdout and stderr come as they are read: ``log_file``)."""
+        backend = job.launch_info.get("backend", {})
+        if "instance_id" in backend:
+            cloud.download_prefix(self.store_of(backend), backend["log_prefix"], job.log_dir,
+                                  skip=(STDOUT_LOG, STDERR_LOG), suffix=".log")
 
     def fetch(self, job: Job) -> str:
         backend = self._backend(job)

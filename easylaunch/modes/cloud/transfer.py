@@ -46,8 +46,9 @@ SHUTDOWN_GRACE_SECONDS = 25
 
 
 def download_prefix(store: Store, prefix: str, dest: str | os.PathLike,
-                    skip: Iterable[str] = ()) -> list[str]:
-    """Copy every object under ``prefix/`` into ``dest`` (keeping relative paths).
+                    skip: Iterable[str] = (), suffix: str = "") -> list[str]:
+    """Copy every object under ``prefix/`` (whose name ends with ``suffix``) into ``dest``
+    (keeping relative paths).
 
     Relative paths in ``skip`` are left out; returns the relative paths written.
     """
@@ -57,7 +58,7 @@ def download_prefix(store: Store, prefix: str, dest: str | os.PathLike,
     for key in store.list(prefix):
         rel = key[len(prefix):]
         target = (dest / rel).resolve()
-        if not rel or rel in skip or not target.is_relative_to(dest):
+        if not rel or rel in skip or not rel.endswith(suffix) or not target.is_relative_to(dest):
             continue
         data = store.get(key)
         if data is None:
@@ -240,9 +241,10 @@ class BootSpec:
 _WORKDIR_LINE = (f'WORKDIR="${{{ENV_WORKDIR}:-}}"; '
                  f'[ -n "$WORKDIR" ] || WORKDIR={shlex.quote(DEFAULT_WORKDIR)}')
 
-# The work folder of a process other than rank 0 (RANK, or Open MPI's rank): its own.
+# The work folder of a process other than rank 0 (RANK, or Open MPI's rank): its own, beside
+# rank 0's (which goes when rank 0's agent ends).
 _RANK_LINE = ('RANK_HERE="${RANK:-${OMPI_COMM_WORLD_RANK:-0}}"; '
-              '[ "$RANK_HERE" = 0 ] || WORKDIR="$WORKDIR/rank-$RANK_HERE"')
+              '[ "$RANK_HERE" = 0 ] || WORKDIR="$WORKDIR-rank-$RANK_HERE"')
 
 
 def boot_script(spec: BootSpec) -> str:
@@ -262,6 +264,7 @@ def boot_script(spec: BootSpec) -> str:
         "set -eu",
         _WORKDIR_LINE,
         *([_RANK_LINE] if spec.per_rank else []),
+        f'export {ENV_WORKDIR}="$WORKDIR"',
         'mkdir -p "$WORKDIR" && cd "$WORKDIR"',
         'exec >>"$WORKDIR"/boot.log 2>&1',
     ]
