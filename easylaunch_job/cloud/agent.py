@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gzip
 import json
 import os
 import signal
@@ -62,6 +63,7 @@ INSTANCE_LOG = "instance.log"
 BOOT_LOG = "boot.log"
 INSTANCE_FILES = (AGENT_JSON, INSTANCE_LOG)  # the instance's own, in each run's prefix
 CANCEL_SUFFIX = ".cancel"
+BUNDLES_STORE = ".bundles"  # bundle archives unpacked, until each run's folder is moved out
 TAG_KEY = "easylaunch:agent"
 KILL_GRACE_SECONDS = 10.0
 EXIT_CHECK_SECONDS = 0.05  # how often the agent looks whether a run's process exited
@@ -143,12 +145,24 @@ class Agent:
         if slot.spec.get("resume") and not (slot.log_dir / STATUS_JSON).exists():
             self.resume(slot)
         if not (slot.log_dir / BUNDLE_DIR).is_dir():
-            unpack(self._fetch(slot.spec["bundle_key"]), slot.log_dir / BUNDLE_DIR)
+            self.place_bundle(slot)
         if not (slot.log_dir / STATUS_JSON).exists():
             write_json_atomic(str(slot.log_dir / STATUS_JSON), {
                 "state": "queued", "run_id": slot.run_id, "queued_at": slot.spec["queued_at"]})
         restart = read_json(str(slot.log_dir / BUNDLE_DIR / BUNDLE_JSON)).get("restart") or {}
         slot.restartable = int(restart.get("max_restarts", 0)) > 0
+
+    def place_bundle(self, slot: RunSlot) -> None:
+        """Unpack the archive holding the run's bundle (once for all its runs here) and move
+        the run's folder of it into place (where its relative links resolve)."""
+        if "bundle_key" in slot.spec:  # (a manifest of a launch made before bundles were packed)
+            unpack(self._fetch(slot.spec["bundle_key"]), slot.log_dir / BUNDLE_DIR)
+            return
+        key = slot.spec["bundles_key"]
+        unpacked = self.workdir / BUNDLES_STORE / key.rsplit("/", 1)[-1].split(".")[0]
+        if not unpacked.is_dir():
+            unpack(self._fetch(key), unpacked)
+        os.replace(unpacked / slot.spec["folder"], slot.log_dir / BUNDLE_DIR)
 
     def resume(self, slot: RunSlot) -> None:
         """Bring what the run's earlier instances synced (its status with the attempts so far,
@@ -359,8 +373,15 @@ def share_snapshots(workdir: Path, store: str | None) -> None:
     os.symlink(store, workdir / SNAPSHOT_STORE)
 
 
+def parse_manifest(data: bytes | None) -> dict:
+    """A launch manifest from its stored bytes (gzipped JSON, or JSON from before)."""
+    if data and data[:2] == b"\x1f\x8b":
+        data = gzip.decompress(data)
+    return json.loads(data or b"{}")
+
+
 def _manifest(store: Store, key: str) -> dict:
-    manifest = json.loads(store.get(key) or b"{}")
+    manifest = parse_manifest(store.get(key))
     if manifest.get("format") != 1:
         raise RuntimeError(f"{store.url(key)} is not a launch manifest")
     return manifest

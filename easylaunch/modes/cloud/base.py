@@ -207,17 +207,19 @@ class CloudMode(Mode):
         target = self.target(request)
         agent = cloud.agent_archive(target.prefix)
         snapshots = cloud.pack_snapshots(runs, request.log_root, target.prefix)
-        bundles = {run.run_id: cloud.pack_bundle(run, target.prefix) for run in runs}
-        blobs = cloud.pack_blobs(runs, request.log_root, target.prefix)
         n = self.per_instance()
         instances = [runs[i:i + n] for i in range(0, len(runs), n)]
         step = self.max_instances_per_batch
+        groups = [instances[i:i + step] for i in range(0, len(instances), step)]
+        bundles = [cloud.pack_bundles([r for group in g for r in group], target.prefix)
+                   for g in groups]
+        blobs = cloud.pack_blobs(runs, request.log_root, target.prefix)
         blob_keys = {b.key.rsplit("/", 1)[-1]: b.key for b in blobs}
-        batches = [self._batch(target, instances[i:i + step], bundles, blob_keys, agent.key,
-                               request.use_gpu) for i in range(0, len(instances), step)]
-        return CloudPlan(target, [agent, *snapshots, *blobs], list(bundles.values()), batches)
+        batches = [self._batch(target, g, b.key, blob_keys, agent.key, request.use_gpu)
+                   for g, b in zip(groups, bundles, strict=True)]
+        return CloudPlan(target, [agent, *snapshots, *blobs], bundles, batches)
 
-    def _batch(self, target: Target, instances: list[list[Run]], bundles: dict,
+    def _batch(self, target: Target, instances: list[list[Run]], bundles_key: str,
                blobs: dict[str, str], agent_key: str, use_gpu: bool) -> Batch:
         prefix = target.prefix
         interval = float(self.setting("SYNC_INTERVAL_SECONDS"))
@@ -231,7 +233,7 @@ class CloudMode(Mode):
             "patterns": list(self.setting("FILE_PATTERNS_TO_SAVE")), "snapshots": snapshots,
             "blobs": blobs,
             "control_prefix": cloud.join_key(prefix, "control", launch_id),
-            "instances": [[cloud.manifest_run(r, prefix, bundles[r.run_id].key) for r in group]
+            "instances": [[cloud.manifest_run(r, prefix, bundles_key) for r in group]
                           for group in instances]}, agent_key, launch_id)
 
     def batch_of(self, target: Target, manifest: dict, agent_key: str, launch_id: str,

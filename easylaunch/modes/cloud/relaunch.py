@@ -25,7 +25,7 @@ from easylaunch.jobs import Job
 from easylaunch.modes.cloud import transfer as cloud
 from easylaunch.request import LaunchRequest
 from easylaunch_job.attempts import RestartPolicy, finish_attempt, give_up_restart
-from easylaunch_job.cloud.agent import CANCEL_SUFFIX
+from easylaunch_job.cloud.agent import CANCEL_SUFFIX, parse_manifest
 from easylaunch_job.cloud.stores import Store
 from easylaunch_job.records import BUNDLE_DIR, BUNDLE_JSON, STATUS_JSON, read_json
 
@@ -130,7 +130,7 @@ def _start_group(mode: Relaunching, group: list[Job]) -> None:
     launch = group[0].launch_info
     old = launch["backend"]
     store = mode.store_of(old)
-    manifest = json.loads(store.get(old["manifest_key"]) or b"{}")
+    manifest = parse_manifest(store.get(old["manifest_key"]))
     ids = {job.id for job in group}
     specs = [dict(spec, resume=True) for specs in manifest["instances"] for spec in specs
              if spec["run_id"] in ids]

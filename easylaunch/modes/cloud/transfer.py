@@ -3,8 +3,8 @@ the boot script that starts the instance agent.
 
 A run travels as three kinds of objects: one archive per code snapshot
 (``snapshots/<digest>.tar.gz``), each blob its bundle links to (``blobs/<sha>.function.pkl``,
-``blobs/<sha>.job.pyz``) and an archive of the run's bundle folder without those
-(``bundles/<sha>.tar.gz``). Keys are
+``blobs/<sha>.job.pyz``) and its bundle folder without those, in one archive with the bundles of
+the runs started with it (``bundles/<sha>.tar.gz``, a folder a run). Keys are
 named by content, so an archive whose key already exists is never uploaded again. On the
 instance, snapshots unpack to ``<workdir>/.snapshots/<digest>``, blobs go to
 ``<workdir>/.blobs/`` and a bundle to ``<workdir>/<exp>/<run folder>/bundle``, where its
@@ -93,25 +93,32 @@ def join_key(*parts: str) -> str:
 
 
 def tar_gz(folder: Path) -> bytes:
-    """A reproducible gzipped tarball of ``folder``'s content: links to folders (a bundle's
-    code snapshots) and to the blob store (its pickled function and job side) kept as links,
-    other links to files stored as those files."""
+    """A reproducible gzipped tarball of ``folder``'s content (see :func:`tar_gz_folders`)."""
+    return tar_gz_folders({"": folder})
+
+
+def tar_gz_folders(folders: dict[str, Path]) -> bytes:
+    """A reproducible gzipped tarball of each folder's content under its name (""): links to
+    folders (a bundle's code snapshots) and to the blob store (its pickled function and job
+    side) kept as links, other links to files stored as those files."""
     buf = io.BytesIO()
     with gzip.GzipFile(fileobj=buf, mode="wb", mtime=0) as gz, \
             tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for dirpath, dirnames, filenames in os.walk(folder):
-            dirnames.sort()
-            for name in sorted(dirnames + filenames):
-                path = Path(dirpath) / name
-                source = path.resolve() if path.is_symlink() and path.is_file() and \
-                    path.resolve().parent.name != BLOB_STORE else path
-                info = tar.gettarinfo(str(source), arcname=str(path.relative_to(folder)))
-                info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
-                if info.isreg():
-                    with open(source, "rb") as f:
-                        tar.addfile(info, f)
-                else:
-                    tar.addfile(info)
+        for root, folder in folders.items():
+            for dirpath, dirnames, filenames in os.walk(folder):
+                dirnames.sort()
+                for name in sorted(dirnames + filenames):
+                    path = Path(dirpath) / name
+                    source = path.resolve() if path.is_symlink() and path.is_file() and \
+                        path.resolve().parent.name != BLOB_STORE else path
+                    arcname = os.path.join(root, str(path.relative_to(folder)))
+                    info = tar.gettarinfo(str(source), arcname=arcname)
+                    info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
+                    if info.isreg():
+                        with open(source, "rb") as f:
+                            tar.addfile(info, f)
+                    else:
+                        tar.addfile(info)
     return buf.getvalue()
 
 
@@ -132,7 +139,7 @@ def run_log_prefix(prefix: str, run: Run) -> str:
 def _check_size(archive: Archive, what: str) -> Archive:
     if len(archive.data) > MAX_OBJECT_BYTES:
         raise LaunchError(
-            f"{what} packs to {len(archive.data) / 2**20:.1f} MB, more than the "
+            f"{what}: {len(archive.data) / 2**20:.1f} MB packed, more than the "
             f"{MAX_OBJECT_BYTES / 2**20:.0f} MB one upload may hold; move data out of the code "
             "folders and the variant (NON_CODE_DIRS_TO_MOUNT, or read it from the bucket)")
     return archive
@@ -160,12 +167,14 @@ def pack_blobs(runs: list[Run], log_root: Path, prefix: str) -> list[Archive]:
             for name in names]
 
 
-def pack_bundle(run: Run, prefix: str) -> Archive:
-    """The run's bundle folder (links to snapshots and blobs kept as links) as a content-named
-    archive."""
-    data = tar_gz(run.bundle_dir)
+def pack_bundles(runs: list[Run], prefix: str) -> Archive:
+    """The runs' bundle folders (links to snapshots and blobs kept as links), each under its
+    run folder's name, as one content-named archive (one upload a batch; alike bundles
+    compress together)."""
+    data = tar_gz_folders({run.log_dir.name: run.bundle_dir for run in runs})
+    ids = runs[0].run_id + (f"..{runs[-1].run_id}, {len(runs)} runs" if len(runs) > 1 else "")
     return _check_size(Archive(join_key(prefix, "bundles", f"{_sha(data)}.tar.gz"), data),
-                       f"the bundle of run {run.run_id}")
+                       f"the bundles of run {ids}")
 
 
 def agent_archive(prefix: str) -> Archive:
@@ -176,9 +185,10 @@ def agent_archive(prefix: str) -> Archive:
 
 
 def manifest_archive(prefix: str, manifest: dict) -> Archive:
-    """A launch manifest as JSON, named by its content."""
-    data = json.dumps(manifest, indent=1, sort_keys=True).encode()
-    return Archive(join_key(prefix, "manifests", f"{_sha(data)}.json"), data)
+    """A launch manifest as gzipped JSON, named by its content."""
+    data = gzip.compress(json.dumps(manifest, sort_keys=True, separators=(",", ":")).encode(),
+                         mtime=0)
+    return Archive(join_key(prefix, "manifests", f"{_sha(data)}.json.gz"), data)
 
 
 def upload(storage: Store, shared: Iterable[Archive], fresh: Iterable[Archive]) -> None:
@@ -191,10 +201,11 @@ def upload(storage: Store, shared: Iterable[Archive], fresh: Iterable[Archive]) 
         storage.put_bytes(archive.key, archive.data)
 
 
-def manifest_run(run: Run, prefix: str, bundle_key: str) -> dict:
-    """What the agent needs to know about one run."""
+def manifest_run(run: Run, prefix: str, bundles_key: str) -> dict:
+    """What the agent needs to know about one run (its bundle: the folder named as its run
+    folder in the archive ``bundles_key``)."""
     return {"run_id": run.run_id, "exp_name": run.exp_name, "folder": run.log_dir.name,
-            "bundle_key": bundle_key, "log_prefix": run_log_prefix(prefix, run),
+            "bundles_key": bundles_key, "log_prefix": run_log_prefix(prefix, run),
             "queued_at": run.launch.get("launched_at")}
 
 
