@@ -13,7 +13,6 @@ from scripts/setup.sh)
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import tempfile
 import time
@@ -54,48 +53,36 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=100)
     parser.add_argument("--per-vm", type=int, default=10)
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        root = Path(tmp)
-        tls = azure_stubs.make_certificate(root / "tls")
-        azurite, account = azure_stubs.start_azurite(root / "azurite", tls)
-        secret = uuid.uuid4().hex
-        arm = azure_stubs.ArmStub({"LANG": "C.UTF-8"}, tls, secret)
-        arm.sandbox = root / "sandbox"
-        os.environ.update(REQUESTS_CA_BUNDLE=str(tls[0]), AZURE_AUTHORITY_HOST=arm.url,
-                          EASYLAUNCH_COMPUTE_URL=arm.url, HOME=str(root / "home"))
-        try:
-            BlobServiceClient.from_connection_string(
-                azure_stubs.connection_string(account)).create_container("bench")
-            cfg = {"LOCAL_LOG_DIR": str(root / "logs"),
-                   "CODE_DIRS_TO_MOUNT": [str(REPO / "easylaunch")],
-                   "AZ_SUB_ID": azure_stubs.SUBSCRIPTION, "AZ_TENANT_ID": azure_stubs.TENANT,
-                   "AZ_CLIENT_ID": azure_stubs.CLIENT_ID, "AZ_SECRET": secret,
-                   "AZ_CONTAINER": "bench",
-                   "AZ_CONN_STR": azure_stubs.connection_string(account),
-                   "DEFAULT_AZURE_REGION": azure_stubs.LOCATION,
-                   "AZURE_RESOURCE_GROUP": azure_stubs.RESOURCE_GROUP,
-                   "AZURE_IDENTITY": azure_stubs.IDENTITY, "AZURE_SUBNET_ID": azure_stubs.SUBNET,
-                   "AZURE_PIP_REQUIREMENTS": [], "AZURE_PYTHON": sys.executable,
-                   "AZURE_SYNC_INTERVAL_SECONDS": 1.0}
-            counts = count_uploads()
-            variants = [{"i": i} for i in range(args.runs)]
-            started = time.perf_counter()
-            jobs = run_sweep(ten_ms, variants, exp_name="bench", mode="azure", config=cfg,
-                             num_exps_per_instance=args.per_vm, confirm=False)
-            launched = time.perf_counter() - started
-            first = Counter(counts)
-            results = [job.result(timeout=600) for job in jobs]
-            done = time.perf_counter() - started
-            assert results == list(range(args.runs))
-            vms = len({job.launch_info["backend"]["instance_id"] for job in jobs})
-            counts.clear()
-            run_sweep(ten_ms, variants, exp_name="bench", mode="azure", config=cfg,
-                      num_exps_per_instance=args.per_vm, confirm=False)
-            second = Counter(counts)
-        finally:
-            arm.close()
-            azurite.terminate()
-            azurite.wait(10)
+    secret = uuid.uuid4().hex
+    with tempfile.TemporaryDirectory() as tmp, \
+            azure_stubs.stand_ins(Path(tmp), secret) as (arm, account):
+        BlobServiceClient.from_connection_string(
+            azure_stubs.connection_string(account)).create_container("bench")
+        cfg = {"LOCAL_LOG_DIR": str(Path(tmp) / "logs"),
+               "CODE_DIRS_TO_MOUNT": [str(REPO / "easylaunch")],
+               "AZ_SUB_ID": azure_stubs.SUBSCRIPTION, "AZ_TENANT_ID": azure_stubs.TENANT,
+               "AZ_CLIENT_ID": azure_stubs.CLIENT_ID, "AZ_SECRET": secret,
+               "AZ_CONTAINER": "bench", "AZ_CONN_STR": azure_stubs.connection_string(account),
+               "DEFAULT_AZURE_REGION": azure_stubs.LOCATION,
+               "AZURE_RESOURCE_GROUP": azure_stubs.RESOURCE_GROUP,
+               "AZURE_IDENTITY": azure_stubs.IDENTITY, "AZURE_SUBNET_ID": azure_stubs.SUBNET,
+               "AZURE_PIP_REQUIREMENTS": [], "AZURE_PYTHON": sys.executable,
+               "AZURE_SYNC_INTERVAL_SECONDS": 1.0}
+        counts = count_uploads()
+        variants = [{"i": i} for i in range(args.runs)]
+        started = time.perf_counter()
+        jobs = run_sweep(ten_ms, variants, exp_name="bench", mode="azure", config=cfg,
+                         num_exps_per_instance=args.per_vm, confirm=False)
+        launched = time.perf_counter() - started
+        first = Counter(counts)
+        results = [job.result(timeout=600) for job in jobs]
+        done = time.perf_counter() - started
+        assert results == list(range(args.runs))
+        vms = len({job.launch_info["backend"]["instance_id"] for job in jobs})
+        counts.clear()
+        run_sweep(ten_ms, variants, exp_name="bench", mode="azure", config=cfg,
+                  num_exps_per_instance=args.per_vm, confirm=False)
+        second = Counter(counts)
     n = args.runs
     print(f"azure sweep of {n} runs, {args.per_vm} a VM (Azurite + the Resource Manager "
           "stand-in; VMs played here)")

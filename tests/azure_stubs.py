@@ -529,3 +529,23 @@ class ArmStub:
 
         threading.Thread(target=end, daemon=True).start()
         return 202, {"Azure-AsyncOperation": url, "Location": url, "Retry-After": "0"}, b""
+
+
+@contextlib.contextmanager
+def stand_ins(root: Path, secret: str):
+    """Azurite and the Resource Manager stand-in, with this process's environment pointed at
+    them (for the benches): yields (ArmStub, Azurite's account URL)."""
+    tls = make_certificate(root / "tls")
+    azurite, account = start_azurite(root / "azurite", tls)
+    arm = ArmStub({"LANG": "C.UTF-8"}, tls, secret)
+    arm.sandbox = root / "sandbox"
+    os.environ.update(REQUESTS_CA_BUNDLE=str(tls[0]), AZURE_AUTHORITY_HOST=arm.url,
+                      EASYLAUNCH_COMPUTE_URL=arm.url, HOME=str(root / "home"),
+                      ARM_CLOUD_METADATA_URL=f"{arm.url}/metadata/endpoints?api-version=2019-05-01",
+                      AZUREML_CURRENT_CLOUD="EasylaunchStandIn")
+    try:
+        yield arm, account
+    finally:
+        arm.close()
+        azurite.terminate()
+        azurite.wait(10)
