@@ -291,6 +291,14 @@ def test_bad_settings_are_refused_before_anything_is_made(aml_cfg, aml, change, 
     assert set(aml.ws.jobs) == before and not blob_keys(aml, f"easylaunch/logs/{exp}")
 
 
+def test_restarts_of_a_job_of_several_processes_are_refused(aml_cfg, aml, exp):
+    with pytest.raises(EasyLaunchError, match="a job of 2 node.* does not restart its runs yet"
+                                              ".*max_restarts=0"):
+        run_experiment(jobfns.quick, exp_name=exp, mode="aml", config=aml_cfg, num_gpus=4,
+                       max_restarts=2)
+    assert not (Path(aml_cfg["LOCAL_LOG_DIR"]) / exp).exists()
+
+
 def test_gpus_that_do_not_fill_whole_nodes_are_refused(aml_cfg, aml, exp):
     with pytest.raises(EasyLaunchError, match="num_gpus=3 must be a multiple of "
                                               "AML_GPU_PER_NODE"):

@@ -66,7 +66,7 @@ def read_seed_files(values: dict[str, Any]) -> dict[str, Any]:
         import yaml
 
         path = Path(out["AML_YAML"]).expanduser()
-        seed = _read(path, yaml.safe_load) or {}
+        seed = _read_seed_file(path, yaml.safe_load) or {}
         for key, setting in YAML_KEYS.items():
             if seed.get(key) is not None and out.get(setting) in (None, {}):
                 value = seed[key]
@@ -84,7 +84,7 @@ def read_seed_files(values: dict[str, Any]) -> dict[str, Any]:
         if not out.get("AML_DATA_FOLDERS"):
             out["AML_DATA_FOLDERS"] = {k: v for k, v in folders.items() if v}
     if out.get("AML_CONFIG"):
-        workspace = _read(Path(out["AML_CONFIG"]).expanduser(), json.load) or {}
+        workspace = _read_seed_file(Path(out["AML_CONFIG"]).expanduser(), json.load) or {}
         for key, setting in (("subscription_id", "AML_SUBSCRIPTION_ID"),
                              ("resource_group", "AML_RESOURCE_GROUP"),
                              ("workspace_name", "AML_WORKSPACE")):
@@ -100,7 +100,7 @@ def _seed_root(yaml_path: Path) -> Path:
     return yaml_path.parent
 
 
-def _read(path: Path, load: Any) -> Any:
+def _read_seed_file(path: Path, load: Any) -> Any:
     try:
         with open(path) as f:
             return load(f)
@@ -185,8 +185,12 @@ class AmlMode(CloudMode):
 
     def target(self, request: LaunchRequest) -> AmlTarget:
         v = self.values
-        datastore = self._datastore()
         nodes, processes = self.shape(request.use_gpu)
+        if nodes * processes > 1 and self.settings.MAX_RESTARTS:
+            raise LaunchError(f"a job of {nodes} node(s) x {processes} process(es) does not "
+                              "restart its runs yet (its other ranks would not start again); "
+                              "launch it with max_restarts=0")
+        datastore = self._datastore()
         environment = str(v.get("AML_ENVIRONMENT") or "")
         if environment and not environment.startswith("azureml:"):
             environment = f"azureml:{environment}"
