@@ -28,6 +28,7 @@ sys.path.insert(0, str(REPO / "tests"))
 import aml_stubs  # noqa: E402
 import azure_stubs  # noqa: E402
 from azure.storage.blob import BlobServiceClient  # noqa: E402
+from uploads import count_uploads  # noqa: E402
 
 from easylaunch import run_sweep  # noqa: E402
 from easylaunch_job.cloud.stores import AzureBlobStore  # noqa: E402
@@ -45,18 +46,6 @@ def variant(i: int) -> dict:
             "target_entropy": "auto", "reward_scale": 1.0 + i % 4, "policy_lr": 3e-4,
             "qf_lr": 3e-4, "eval_every": 10, "save_every": 100, "use_automatic_entropy": True,
             "layer_norm": bool(i % 2), "dropout": 0.0, "notes": f"sweep point {i}"}
-
-
-def count_uploads() -> Counter:
-    counts: Counter = Counter()
-    real = AzureBlobStore.put_bytes
-
-    def put_bytes(self, key: str, data: bytes) -> None:
-        counts[key.split("/")[1]] += len(data)
-        real(self, key, data)
-
-    AzureBlobStore.put_bytes = put_bytes
-    return counts
 
 
 def main() -> int:
@@ -80,7 +69,7 @@ def main() -> int:
                "AML_IMAGE": "python:3.11", "AML_STORAGE_ACCOUNT_URL": account,
                "AZ_TENANT_ID": azure_stubs.TENANT, "AZ_CLIENT_ID": azure_stubs.CLIENT_ID,
                "AZ_SECRET": secret, "AZ_CONN_STR": azure_stubs.connection_string(account)}
-        counts = count_uploads()
+        counts = count_uploads(AzureBlobStore)
         times, uploads = [], []
         for _ in range(2):
             counts.clear()

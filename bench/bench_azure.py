@@ -25,6 +25,7 @@ sys.path.insert(0, str(REPO / "tests"))
 
 import azure_stubs  # noqa: E402
 from azure.storage.blob import BlobServiceClient  # noqa: E402
+from uploads import count_uploads  # noqa: E402
 
 from easylaunch import run_sweep  # noqa: E402
 from easylaunch_job.cloud.stores import AzureBlobStore  # noqa: E402
@@ -33,19 +34,6 @@ from easylaunch_job.cloud.stores import AzureBlobStore  # noqa: E402
 def ten_ms(doodad_config, variant):
     time.sleep(0.01)
     return variant["i"]
-
-
-def count_uploads() -> Counter:
-    """Bytes uploaded by kind of key (snapshots, bundles, manifests, agent)."""
-    counts: Counter = Counter()
-    real = AzureBlobStore.put_bytes
-
-    def put_bytes(self, key: str, data: bytes) -> None:
-        counts[key.split("/")[1]] += len(data)
-        real(self, key, data)
-
-    AzureBlobStore.put_bytes = put_bytes
-    return counts
 
 
 def main() -> int:
@@ -68,7 +56,7 @@ def main() -> int:
                "AZURE_IDENTITY": azure_stubs.IDENTITY, "AZURE_SUBNET_ID": azure_stubs.SUBNET,
                "AZURE_PIP_REQUIREMENTS": [], "AZURE_PYTHON": sys.executable,
                "AZURE_SYNC_INTERVAL_SECONDS": 1.0}
-        counts = count_uploads()
+        counts = count_uploads(AzureBlobStore)
         variants = [{"i": i} for i in range(args.runs)]
         started = time.perf_counter()
         jobs = run_sweep(ten_ms, variants, exp_name="bench", mode="azure", config=cfg,

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import boto3
 from moto.server import ThreadedMotoServer
+from uploads import count_uploads
 
 from easylaunch import run_sweep
 from easylaunch_job.cloud.stores import S3Store
@@ -56,19 +57,6 @@ def settings(log_dir: str) -> dict:
             "REGISTRY_PATH": os.path.join(log_dir, "registry.sqlite3"),
             "AWS_S3_PATH": "s3://easylaunch-bench/exps", "AWS_REGION": REGION,
             "AWS_IMAGE_IDS": {REGION: image}, "AWS_IAM_INSTANCE_PROFILE": "bench"}
-
-
-def count_uploads() -> Counter:
-    """Bytes uploaded by kind of key (snapshots, bundles, manifests, agent)."""
-    counts: Counter = Counter()
-    real = S3Store.put_bytes
-
-    def put_bytes(self, key: str, data: bytes) -> None:
-        counts[key.split("/")[1]] += len(data)
-        real(self, key, data)
-
-    S3Store.put_bytes = put_bytes
-    return counts
 
 
 def sweep(cfg: dict, n: int, counts: Counter) -> tuple[float, Counter, list]:
@@ -108,7 +96,7 @@ def main() -> int:
     try:
         with tempfile.TemporaryDirectory() as tmp:
             cfg = settings(tmp)
-            counts = count_uploads()
+            counts = count_uploads(S3Store)
             per_variant, first, jobs = sweep(cfg, n, counts)
             raw, archive = snapshot_sizes(cfg, jobs)
             instances = len({j.launch_info["backend"]["instance_id"] for j in jobs})

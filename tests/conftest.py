@@ -155,3 +155,23 @@ def remote_cfg(cfg, ssh_cluster):
                 SLURM_CONFIGS=dict(cpu=dict(max_num_cores_per_node=os.cpu_count(),
                                             time_in_mins=10)),
                 SSS_LOG_DIR=f"{ssh_cluster}/sss-logs/{tag}", SSS_SCRIPT_PATH=None)
+
+
+@pytest.fixture(scope="module")
+def azure_tls(tmp_path_factory):
+    """A test certificate for 127.0.0.1 and its key (Azurite and the Azure stand-ins serve
+    HTTPS, as Azure does)."""
+    import azure_stubs
+
+    return azure_stubs.make_certificate(tmp_path_factory.mktemp("tls"))
+
+
+@pytest.fixture(scope="module")
+def azurite(azure_tls, tmp_path_factory):
+    """Azurite's blob service over HTTPS with OAuth on: its account's blob endpoint."""
+    import azure_stubs
+
+    proc, url = azure_stubs.start_azurite(tmp_path_factory.mktemp("azurite"), azure_tls)
+    yield url
+    proc.terminate()
+    proc.wait(10)

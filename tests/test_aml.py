@@ -46,24 +46,11 @@ EASYLAUNCH = str(Path(sys.executable).parent / "easylaunch")
 
 
 @pytest.fixture(scope="module")
-def tls(tmp_path_factory):
-    return azure_stubs.make_certificate(tmp_path_factory.mktemp("tls"))
-
-
-@pytest.fixture(scope="module")
-def azurite(tls, tmp_path_factory):
-    proc, url = azure_stubs.start_azurite(tmp_path_factory.mktemp("azurite"), tls)
+def arm(azure_tls, azurite):
     blob.BlobServiceClient.from_connection_string(
-        azure_stubs.connection_string(url), connection_verify=str(tls[0])).create_container(
-        CONTAINER)
-    yield url
-    proc.terminate()
-    proc.wait(10)
-
-
-@pytest.fixture(scope="module")
-def arm(tls, azurite):
-    stub = azure_stubs.ArmStub({"LANG": "C.UTF-8"}, tls, SECRET)
+        azure_stubs.connection_string(azurite), connection_verify=str(azure_tls[0])
+    ).create_container(CONTAINER)
+    stub = azure_stubs.ArmStub({"LANG": "C.UTF-8"}, azure_tls, SECRET)
     workspace = aml_stubs.AmlWorkspace(stub, azurite, CONTAINER)
     yield SimpleNamespace(stub=stub, ws=workspace)
     workspace.close()
@@ -71,11 +58,11 @@ def arm(tls, azurite):
 
 
 @pytest.fixture
-def aml(arm, azurite, tls, monkeypatch, tmp_path):
+def aml(arm, azurite, azure_tls, monkeypatch, tmp_path):
     for name in ("AZURE_CLIENT_ID", "AZURE_TENANT_ID", "AZURE_CLIENT_SECRET",
                  "AZURE_STORAGE_CONNECTION_STRING"):
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(tls[0]))
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(azure_tls[0]))
     monkeypatch.setenv("AZURE_AUTHORITY_HOST", arm.stub.url)
     monkeypatch.setenv("ARM_CLOUD_METADATA_URL",
                        f"{arm.stub.url}/metadata/endpoints?api-version=2019-05-01")

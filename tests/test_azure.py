@@ -43,32 +43,19 @@ SECRET = "az-secret-" + uuid.uuid4().hex
 
 
 @pytest.fixture(scope="module")
-def tls(tmp_path_factory):
-    return azure_stubs.make_certificate(tmp_path_factory.mktemp("tls"))
-
-
-@pytest.fixture(scope="module")
-def azurite(tls, tmp_path_factory):
-    proc, url = azure_stubs.start_azurite(tmp_path_factory.mktemp("azurite"), tls)
-    yield url
-    proc.terminate()
-    proc.wait(10)
-
-
-@pytest.fixture(scope="module")
-def arm(tls):
-    stub = azure_stubs.ArmStub({"LANG": "C.UTF-8"}, tls, SECRET)
+def arm(azure_tls):
+    stub = azure_stubs.ArmStub({"LANG": "C.UTF-8"}, azure_tls, SECRET)
     yield stub
     stub.close()
 
 
 @pytest.fixture
-def az(arm, azurite, tls, monkeypatch, tmp_path):
+def az(arm, azurite, azure_tls, monkeypatch, tmp_path):
     """The stand-ins' endpoints and certificate, a fresh container and sandbox."""
     for name in ("AZURE_CLIENT_ID", "AZURE_TENANT_ID", "AZURE_CLIENT_SECRET",
                  "AZURE_STORAGE_CONNECTION_STRING", "AZURE_SUBSCRIPTION_ID"):
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(tls[0]))
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(azure_tls[0]))
     monkeypatch.setenv("AZURE_AUTHORITY_HOST", arm.url)
     monkeypatch.setenv("EASYLAUNCH_COMPUTE_URL", arm.url)
     monkeypatch.setattr(cloud_base, "AGENT_POLL_SECONDS", 0.2)
