@@ -290,3 +290,24 @@ def test_gpus_that_do_not_fill_whole_nodes_are_refused(aml_cfg, aml, exp):
     with pytest.raises(EasyLaunchError, match="num_gpus=3 must be a multiple of "
                                               "AML_GPU_PER_NODE"):
         run_experiment(jobfns.quick, exp_name=exp, mode="aml", config=aml_cfg, num_gpus=3)
+
+
+def test_the_seeds_files_fill_what_the_settings_leave_unset(tmp_path):
+    """aml.yaml and config.json as the seed wrote them; a setting wins over them; the blob
+    account files they name are not opened (here they do not even exist)."""
+    from easylaunch.modes.cloud.aml import read_seed_files
+
+    path = seed_files(tmp_path / "repo")
+    (tmp_path / "repo/aux_data/configs/blob_account.yaml").unlink()
+    values = read_seed_files({"AML_YAML": str(path), "AML_COMPUTE": "gpu-cluster",
+                              "AML_IMAGE": None, "AML_ENVIRONMENT": None})
+    assert values["AML_COMPUTE"] == "gpu-cluster"  # the setting, not compute_target
+    assert values["AML_IMAGE"] == "amsword/setup:py36pt16"
+    assert values["AML_WORKSPACE"] == aml_stubs.WORKSPACE  # through aml_config, relative to
+    assert values["AML_CONFIG"] == str(tmp_path / "repo/aux_data/aml/config.json")  # aux_data's
+    assert (values["AML_GPU_PER_NODE"], values["AML_MULTI_PROCESS"]) == (2, True)
+    assert values["AML_DATA_FOLDERS"] == {"data": "me/data"}  # (code_path: not a folder)
+    assert values["AML_OUTPUT_FOLDER"] == "me/output"
+    assert values["AML_ENV"] == {"NCCL_IB_DISABLE": "0"}
+    with pytest.raises(EasyLaunchError, match="cannot read .*nope.yaml.*fix AML_YAML"):
+        read_seed_files({"AML_YAML": str(tmp_path / "nope.yaml")})
