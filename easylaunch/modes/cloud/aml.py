@@ -135,9 +135,11 @@ class AmlMode(CloudMode):
     options: ClassVar[dict[str, Any]] = {"num_exps_per_instance": None, "num_gpus": None,
                                          "multi_process": None, "compute": None}
 
-    def __init__(self, settings: Any, mode_options: dict[str, Any], kind: Any = None) -> None:
-        super().__init__(settings, mode_options, kind)
-        self.values = read_seed_files(dict(settings))
+    @functools.cached_property
+    def values(self) -> dict[str, Any]:
+        """The settings with the seed's files read in (when a launch or a check needs them:
+        tracking a run does not, so runs stay tracked if the files move)."""
+        return read_seed_files(dict(self.settings))
 
     def docker_image(self) -> str | None:
         return None  # the job's environment is the image
