@@ -94,11 +94,16 @@ def _container(bucket: str, account_url: str | None, connection: str | None, cre
     return service.get_container_client(bucket)
 
 
+def connection_string(settings: Any) -> str | None:
+    """The storage account's connection string for this machine (never sent anywhere): the
+    settings', else the environment's."""
+    return settings.AZURE_STORAGE_CONNECTION_STRING or os.environ.get(ENV_AZURE_CONNECTION)
+
+
 def container(bucket: str, account_url: str | None, settings: Any) -> Any:
-    """A container client: through the storage connection string of the settings or the
-    environment where one is set, else on ``account_url`` with :func:`credential`."""
-    connection = settings.AZURE_STORAGE_CONNECTION_STRING or os.environ.get(ENV_AZURE_CONNECTION)
-    return _container(bucket, account_url, connection, credential(settings))
+    """A container client: through the storage connection string where there is one, else on
+    ``account_url`` with :func:`credential`."""
+    return _container(bucket, account_url, connection_string(settings), credential(settings))
 
 
 def _price(value: float | None) -> str:
@@ -167,16 +172,11 @@ class AzureMode(CloudMode):
             problems.append("AZURE_IMAGE and AZURE_GPU_IMAGE must be image URNs, "
                             "PUBLISHER:OFFER:SKU:VERSION (az vm image list), got "
                             f"{s.AZURE_IMAGE!r} and {s.AZURE_GPU_IMAGE!r}")
-        if not (s.AZURE_STORAGE_ACCOUNT_URL or self.connection_string()):
+        if not (s.AZURE_STORAGE_ACCOUNT_URL or connection_string(s)):
             problems.append("AZURE_STORAGE_ACCOUNT_URL is not set: the blob endpoint of "
                             "AZURE_STORAGE_PATH's account, https://ACCOUNT.blob.core.windows.net"
                             f" (or {ENV_AZURE_CONNECTION}, in the settings or the environment)")
         return problems
-
-    def connection_string(self) -> str | None:
-        """The storage account's connection string for this machine (never sent to VMs)."""
-        return self.settings.AZURE_STORAGE_CONNECTION_STRING or os.environ.get(
-            ENV_AZURE_CONNECTION)
 
     def target(self, request: LaunchRequest) -> AzureTarget:
         s = self.settings
