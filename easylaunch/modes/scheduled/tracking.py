@@ -190,7 +190,7 @@ class ScheduledMode(HostedMode):
         if output:
             return f"see {output}"
         return ("the job wrote no log (it may have failed before it started: check the "
-                f"queue, the paths and what {self.scheduler} says about the job)")
+                f"queue, the paths and what {self.scheduler.NAME} says about the job)")
 
     def cancel(self, job: Job) -> None:
         job_id = self.job_id(job)
