@@ -45,6 +45,7 @@ from easylaunch_job.environment import (
 )
 from easylaunch_job.records import (
     BUNDLE_JSON,
+    STATUS_JSON,
     DamagedRecord,
     read_json,
     update_status,
@@ -280,11 +281,13 @@ class Packer:
             problem = f"sbatch printed no job id: {out.strip()!r}"
         for index in left:
             log_dir = self.runs[index][1]
-            if not os.path.isdir(log_dir):
-                continue
             if problem is None:
-                update_status(log_dir, next_job_id=job)
-            else:
+                # (a run never started has no record yet: it gets one saying where it goes
+                # on, or the launching side takes this allocation's end for the run's)
+                fresh = not os.path.exists(os.path.join(log_dir, STATUS_JSON))
+                os.makedirs(log_dir, exist_ok=True)
+                update_status(log_dir, next_job_id=job, **({"state": "queued"} if fresh else {}))
+            elif os.path.isdir(log_dir):
                 give_up_restart(log_dir, f"{' '.join(argv)}: {problem}")
         print(f"packer: {len(left)} run(s) go on as job {job}" if problem is None
               else f"packer: could not submit the runs left: {problem}", file=sys.stderr)

@@ -52,14 +52,17 @@ KEPT_HERE = (BUNDLE_DIR, LAUNCH_JSON)  # sent there, never brought back (launch.
 
 def _copy_newer(source: Path, dest: Path) -> None:
     """Copy the run's record from where the job writes it into the local run folder, when
-    that copy is newer than the local one."""
+    that copy is newer than the local one (or as old but different: two writes within one
+    tick of the file system's clock get the same time)."""
     for name in MIRRORED:
         try:  # (stat before reading: a record rewritten while it is copied is newer next time)
             there = (source / name).stat()
         except FileNotFoundError:
             continue
         try:
-            if there.st_mtime_ns <= (dest / name).stat().st_mtime_ns:
+            here = (dest / name).stat().st_mtime_ns
+            if there.st_mtime_ns < here or (there.st_mtime_ns == here and (
+                    source / name).read_bytes() == (dest / name).read_bytes()):
                 continue
         except FileNotFoundError:
             pass
