@@ -56,8 +56,10 @@ MODE_SETTINGS: dict[str, Callable[[settings.Settings], list[str]]] = {
     "gcp": lambda s: _needs(s, "GCP_GCS_PATH"),
     "azure": lambda s: _needs(s, "AZURE_SUBSCRIPTION_ID", "AZURE_RESOURCE_GROUP",
                               "AZURE_STORAGE_PATH", "AZURE_IDENTITY", "AZURE_SUBNET_ID"),
-    "aml": lambda s: [] if s.AML_YAML or s.AML_CONFIG else _needs(
-        s, "AML_SUBSCRIPTION_ID", "AML_RESOURCE_GROUP", "AML_WORKSPACE", "AML_COMPUTE"),
+    "aml": lambda s: [f"{key} names no file ({s[key]})" for key in ("AML_YAML", "AML_CONFIG")
+                      if s[key] and not os.path.isfile(os.path.expanduser(s[key]))] or (
+        [] if s.AML_YAML or s.AML_CONFIG else _needs(
+            s, "AML_SUBSCRIPTION_ID", "AML_RESOURCE_GROUP", "AML_WORKSPACE", "AML_COMPUTE")),
     "ray": lambda s: _needs(s, "RAY_STORAGE_PATH") + (
         [] if s.RAY_ADDRESS or os.environ.get("RAY_ADDRESS") else ["RAY_ADDRESS is not set"]),
 }

@@ -311,3 +311,20 @@ def test_the_seeds_files_fill_what_the_settings_leave_unset(tmp_path):
     assert values["AML_ENV"] == {"NCCL_IB_DISABLE": "0"}
     with pytest.raises(EasyLaunchError, match="cannot read .*nope.yaml.*fix AML_YAML"):
         read_seed_files({"AML_YAML": str(tmp_path / "nope.yaml")})
+
+
+def test_doctor_names_what_the_aml_mode_lacks(tmp_path, capsys):
+    from easylaunch.cli import main as cli
+
+    settings = tmp_path / "settings.py"
+    settings.write_text(f"AML_YAML = {str(tmp_path / 'nope.yaml')!r}\n")
+    cli(["doctor", str(settings)])
+    assert f"mode aml: AML_YAML names no file ({tmp_path / 'nope.yaml'})" in \
+        capsys.readouterr().out
+    settings.write_text(f"AML_YAML = {str(seed_files(tmp_path / 'repo'))!r}\n")
+    cli(["doctor", str(settings)])
+    assert "mode aml: settings complete" in capsys.readouterr().out
+    settings.write_text("AML_WORKSPACE = 'ws'\n")
+    cli(["doctor", str(settings)])
+    assert "mode aml: AML_SUBSCRIPTION_ID is not set; AML_RESOURCE_GROUP is not set; " \
+           "AML_COMPUTE is not set" in capsys.readouterr().out

@@ -331,3 +331,15 @@ def test_the_vm_body_reads_back_through_the_sdks_own_model(az_cfg, az, arm):
     assert ip.public_ip_address_configuration.properties.delete_option == "Delete"
     assert list(vm.identity.user_assigned_identities) == [azure_stubs.IDENTITY]
     assert vm.tags["easylaunch-index"] == "0"
+
+
+def test_doctor_names_what_the_azure_mode_lacks(tmp_path, capsys):
+    from easylaunch.cli import main as cli
+
+    settings = tmp_path / "settings.py"
+    settings.write_text("AZ_SUB_ID = 'sub'\nAZ_CONTAINER = 'runs'\n")
+    cli(["doctor", str(settings)])
+    out = capsys.readouterr().out
+    assert "AZ_CONTAINER (doodad) -> AZURE_STORAGE_PATH" in out
+    assert "mode azure: AZURE_RESOURCE_GROUP is not set; AZURE_IDENTITY is not set; " \
+           "AZURE_SUBNET_ID is not set" in out
