@@ -32,7 +32,7 @@ sys.path.insert(0, str(REPO / "tests"))
 from ray_cluster import RayCluster, wait_until_up  # noqa: E402 - the tests' cluster
 
 SIDES = r"""
-import json, os, sys, tempfile, time
+import json, os, re, sys, tempfile, time
 import cloudpickle
 from ray.job_submission import JobSubmissionClient
 
@@ -65,7 +65,12 @@ else:
         if all(s.is_terminal() for s in states.values()) and len(states) == n:
             break
         time.sleep(0.5)
-    results = [int(client.get_job_logs(i).split("RESULT")[-1].split()[0]) for i in ids]
+    logs = {i: client.get_job_logs(i) for i in ids}
+    found = {i: re.search(r"^RESULT (-?[0-9]+)$", text, re.M) for i, text in logs.items()}
+    failed = [i for i, m in found.items() if m is None]
+    assert not failed, f"{len(failed)} job(s) printed no result; {failed[0]}: " + \
+        logs[failed[0]][-3000:]
+    results = [int(found[i].group(1)) for i in ids]
 assert results == [2 * i for i in range(n)], results
 print(json.dumps({"seconds": time.perf_counter() - start}))
 """

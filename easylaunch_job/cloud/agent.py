@@ -153,15 +153,15 @@ class Agent:
         slot.restartable = int(restart.get("max_restarts", 0)) > 0
 
     def place_bundle(self, slot: RunSlot) -> None:
-        """Unpack the archive holding the run's bundle (once for all its runs here) and move
-        the run's folder of it into place (where its relative links resolve)."""
+        """Unpack the archive holding the run's bundle (once, the folders of the runs here)
+        and move the run's folder of it into place (where its relative links resolve)."""
         if "bundle_key" in slot.spec:  # (a manifest of a launch made before bundles were packed)
             unpack(self._fetch(slot.spec["bundle_key"]), slot.log_dir / BUNDLE_DIR)
             return
         key = slot.spec["bundles_key"]
         unpacked = self.workdir / BUNDLES_STORE / key.rsplit("/", 1)[-1].split(".")[0]
-        if not unpacked.is_dir():
-            unpack(self._fetch(key), unpacked)
+        if not unpacked.is_dir():  # (only this instance's runs: the batch may hold thousands)
+            unpack(self._fetch(key), unpacked, {s.spec["folder"] for s in self.slots})
         os.replace(unpacked / slot.spec["folder"], slot.log_dir / BUNDLE_DIR)
 
     def resume(self, slot: RunSlot) -> None:

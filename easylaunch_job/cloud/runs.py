@@ -29,15 +29,18 @@ from easylaunch_job.states import TERMINAL_STATES
 RECORD_FILES = (STDOUT_LOG, STDERR_LOG, RESULT_PKL, STATUS_JSON)
 
 
-def unpack(data: bytes, dest: Path) -> None:
+def unpack(data: bytes, dest: Path, only: set[str] | None = None) -> None:
     """Unpack a gzipped tarball into ``dest`` (made complete, then renamed into place; where
-    another process placed the same content first, its copy is kept)."""
+    another process placed the same content first, its copy is kept); with ``only``, just the
+    entries under those top-level names."""
     tmp = dest.with_name(f"{dest.name}.partial-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     extra = {"filter": "tar"} if hasattr(tarfile, "tar_filter") else {}
     with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
-        tar.extractall(tmp, **extra)
+        members = None if only is None else \
+            [m for m in tar.getmembers() if m.name.split("/", 1)[0] in only]
+        tar.extractall(tmp, members=members, **extra)
     try:
         os.replace(tmp, dest)
     except OSError:
