@@ -24,6 +24,7 @@ import uuid
 from pathlib import Path
 
 import azure_stubs
+from helpers import free_port
 
 WORKSPACE = "easylaunch-ws"
 COMPUTES = {"cpu-cluster": "STANDARD_D2S_V3", "gpu-cluster": "STANDARD_NC24RS_V3"}
@@ -77,7 +78,7 @@ class PlayedJob:
         world = nodes * per_node
         mounts = self._mount(props)
         (self.root / "user_logs").mkdir(parents=True, exist_ok=True)
-        port = str(azure_stubs.free_port())
+        port = str(free_port())
         for rank in range(world):
             node, local = divmod(rank, per_node)
             env = dict(self.ws.arm.instance_env, **props.get("environmentVariables", {}),

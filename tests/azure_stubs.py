@@ -32,7 +32,7 @@ import urllib.parse
 import uuid
 from pathlib import Path
 
-from helpers import LoopbackServer, PlayedInstance
+from helpers import LoopbackServer, PlayedInstance, free_port
 
 TESTS = Path(__file__).resolve().parent
 AZURITE = TESTS.parent / ".tools" / "azurite" / "node_modules" / "azurite" / "dist" / "src" / \
@@ -56,12 +56,6 @@ CORE_QUOTA = 20
 NAME_RE = re.compile(r"^[a-zA-Z0-9]([-a-zA-Z0-9.]{0,62}[a-zA-Z0-9])?$")
 STOP_GRACE_SECONDS = 30
 API_PREFIX = "/subscriptions/"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def make_certificate(folder: Path) -> tuple[Path, Path]:

@@ -24,7 +24,7 @@ import time
 import urllib.parse
 from pathlib import Path
 
-from helpers import LoopbackServer, PlayedInstance
+from helpers import LoopbackServer, PlayedInstance, free_port
 
 PROJECT = "easylaunch-test"
 PROJECT_NUMBER = "123456789012"
@@ -41,12 +41,6 @@ def no_access_boundary_lookup() -> None:
 
     CredentialsWithRegionalAccessBoundary._is_regional_access_boundary_lookup_required = \
         lambda self: False
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start_fake_gcs() -> tuple[subprocess.Popen, str]:

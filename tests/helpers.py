@@ -4,6 +4,7 @@ import json
 import os
 import shlex
 import shutil
+import socket
 import ssl
 import subprocess
 import sys
@@ -222,6 +223,13 @@ def shell_answers(argv: list[str], typed: str, expect: str, timeout: float = 30,
         return shown
     finally:
         subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def write_settings(path: Path, values: dict) -> Path:

@@ -190,16 +190,24 @@ class AzureBlobStore(Store):
     @classmethod
     def default(cls, bucket: str, region: str = "") -> AzureBlobStore:
         """The container ``bucket`` of the account whose blob endpoint is ``region``."""
-        from azure.storage.blob import BlobServiceClient
-
         connection = os.environ.get(ENV_AZURE_CONNECTION)
-        if connection:
-            service = BlobServiceClient.from_connection_string(connection)
-        else:
+        credential = None
+        if not connection:
             from azure.identity import DefaultAzureCredential
 
-            service = BlobServiceClient(region, credential=DefaultAzureCredential(
-                managed_identity_client_id=os.environ.get(ENV_AML_IDENTITY)))
+            credential = DefaultAzureCredential(
+                managed_identity_client_id=os.environ.get(ENV_AML_IDENTITY))
+        return cls.connect(bucket, region, connection, credential)
+
+    @classmethod
+    def connect(cls, bucket: str, account_url: str | None, connection: str | None,
+                credential: Any) -> AzureBlobStore:
+        """The container ``bucket``: through ``connection`` (a connection string) where there
+        is one, else on ``account_url`` with ``credential``."""
+        from azure.storage.blob import BlobServiceClient
+
+        service = (BlobServiceClient.from_connection_string(connection) if connection
+                   else BlobServiceClient(account_url, credential=credential))
         return cls(bucket, service.get_container_client(bucket))
 
     @property

@@ -266,7 +266,7 @@ class AmlMode(CloudMode):
             f"{datastore.endpoint or 'core.windows.net'}")
 
     def store(self, bucket: str, location: str) -> AzureBlobStore:
-        return AzureBlobStore(bucket, azure.container(bucket, location, self.settings))
+        return azure.store(bucket, location, self.settings)
 
     def agent_region(self, target: Target) -> str:
         return target.location  # the account's endpoint: the job signs in with its identity

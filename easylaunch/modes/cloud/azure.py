@@ -86,12 +86,9 @@ def _compute_client(subscription: str, cred: Any, url: str | None) -> Any:
 
 
 @functools.lru_cache(maxsize=8)
-def _container(bucket: str, account_url: str | None, connection: str | None, cred: Any) -> Any:
-    from azure.storage.blob import BlobServiceClient
-
-    service = (BlobServiceClient.from_connection_string(connection) if connection
-               else BlobServiceClient(account_url, credential=cred))
-    return service.get_container_client(bucket)
+def _store(bucket: str, account_url: str | None, connection: str | None,
+           cred: Any) -> AzureBlobStore:
+    return AzureBlobStore.connect(bucket, account_url, connection, cred)
 
 
 def connection_string(settings: Any) -> str | None:
@@ -100,10 +97,10 @@ def connection_string(settings: Any) -> str | None:
     return settings.AZURE_STORAGE_CONNECTION_STRING or os.environ.get(ENV_AZURE_CONNECTION)
 
 
-def container(bucket: str, account_url: str | None, settings: Any) -> Any:
-    """A container client: through the storage connection string where there is one, else on
-    ``account_url`` with :func:`credential`."""
-    return _container(bucket, account_url, connection_string(settings), credential(settings))
+def store(bucket: str, account_url: str | None, settings: Any) -> AzureBlobStore:
+    """The container ``bucket``: through the storage connection string where there is one,
+    else on ``account_url`` with :func:`credential` (one client per process and settings)."""
+    return _store(bucket, account_url, connection_string(settings), credential(settings))
 
 
 def _price(value: float | None) -> str:
@@ -203,8 +200,7 @@ class AzureMode(CloudMode):
                                os.environ.get(ENV_COMPUTE_URL))
 
     def store(self, bucket: str, location: str) -> AzureBlobStore:
-        return AzureBlobStore(bucket, container(bucket, self.settings.AZURE_STORAGE_ACCOUNT_URL,
-                                                self.settings))
+        return store(bucket, self.settings.AZURE_STORAGE_ACCOUNT_URL, self.settings)
 
     def agent_region(self, target: Target) -> str:
         """The account's blob endpoint: the VMs sign in to it with their managed identity."""
