@@ -22,7 +22,10 @@ go on in the new allocation (only those: ``EASYLAUNCH_CONTINUE`` is set there).
 
 With ``--shared``, the packers of one job array (an allocation each) share the task file: a
 task is claimed once per submission by creating ``claims-<job>/task-<i>`` (atomic, on NFS
-too), so an allocation that starts first or runs faster takes more tasks.
+too; it names the allocation and the packer), so an allocation that starts first or runs
+faster takes more tasks. In an allocation of several nodes (a packer per node, started by
+srun), a stop is gathered by packer 0: the others mark when their tasks have ended, and packer
+0 submits once for all the allocation left.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from easylaunch_job.environment import (
     ENV_CONTINUE,
     ENV_RERUN,
     forget_rank,
+    rank_info,
     signal_group,
     submission_id,
 )
@@ -60,6 +64,7 @@ from easylaunch_job.warm import WarmWorker, WorkerDied
 CANCEL_POLL_SECONDS = 0.5
 KILL_AFTER_SECONDS = 10.0
 LEFT = (None, "queued", "running")  # task states an allocation that goes on takes up
+PEERS_WAIT_SECONDS = 60.0  # how long packer 0 of a stopped allocation waits for the others
 
 
 def read_tasks(path: str) -> list[str]:
@@ -75,7 +80,7 @@ class Packer:
                  runs: list[tuple[str, str]] | None = None, gpus: list[str] | None = None,
                  warm: bool = False, resubmit: str | None = None,
                  continuing: bool = False, claims: str | None = None,
-                 only: frozenset[int] | None = None) -> None:
+                 only: frozenset[int] | None = None, peer: tuple[int, int] = (0, 1)) -> None:
         self.tasks = tasks
         self.state_dir = state_dir
         self.workers = workers
@@ -85,9 +90,11 @@ class Packer:
         self.resubmit = resubmit
         self.continuing = continuing  # take up only the runs a stopped allocation left
         self.claims = claims  # (shared) the folder where tasks are claimed for this submission
-        self.claimed: set[int] = set()  # (shared) the tasks this packer claimed
         self.only = only  # (continuing a shared allocation) the tasks it left
         self.own_failures = 0  # (shared) tasks this packer ran that did not succeed
+        self.peer, self.peers = peer  # (shared) this packer's place among its allocation's
+        # (shared) what a claim file holds: the allocation (array element) and the packer
+        self.allocation = os.environ.get("SLURM_ARRAY_TASK_ID", "0")
         self.next = 0
         self.again: list[int] = []  # tasks whose run is queued for another attempt
         self.lock = threading.Lock()
@@ -123,12 +130,21 @@ class Packer:
         if self.claims is None:
             return True
         try:
-            os.close(os.open(os.path.join(self.claims, f"task-{index}"),
-                             os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+            fd = os.open(os.path.join(self.claims, f"task-{index}"),
+                         os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
         except FileExistsError:
             return False
-        self.claimed.add(index)
+        with os.fdopen(fd, "w") as f:
+            f.write(f"{self.allocation} {self.peer}")
         return True
+
+    def _ours(self, index: int) -> bool:
+        """(shared) Whether a packer of this allocation claimed task ``index``."""
+        try:
+            with open(os.path.join(self.claims, f"task-{index}")) as f:
+                return f.read().split(" ")[0] == self.allocation
+        except OSError:
+            return False
 
     def _settle(self, index: int, code: int) -> bool:
         """Record an end its run could not record (killed, out of memory); True if the run is
@@ -236,17 +252,40 @@ class Packer:
         for t in threads:
             t.join()
         done.set()
+        gathers = self.stopping and self.resubmit and self.claims is not None
+        if gathers and not self._gathered():
+            return 1 if self.own_failures else 0  # (packer 0 submits for the allocation)
         states = [self._state(i) for i in range(len(self.tasks))]
         ok = states.count("succeeded")
         print(f"packer: {ok} of {len(states)} tasks succeeded", file=sys.stderr)
         left = [i for i, state in enumerate(states) if state in LEFT]
-        if self.claims is not None and self.stopping:  # (its own, and those no one took)
-            left = [i for i in left if i in self.claimed or self._claim(i)]
+        if self.claims is not None and self.stopping:  # (its allocation's, and those no one
+            left = [i for i in left if self._ours(i) or self._claim(i)]  # took)
         if self.stopping and self.resubmit and left:
             self._go_on_elsewhere(left)
         if self.claims is not None:  # (the others' tasks may still run)
             return 1 if self.own_failures else 0
         return 0 if ok == len(states) else 1
+
+    def _gathered(self) -> bool:
+        """(a stopped shared allocation) Packer 0: True once every other packer of the
+        allocation has marked its tasks ended (or PEERS_WAIT_SECONDS passed). The others mark
+        theirs and return False."""
+        def mark(peer: int) -> str:
+            return os.path.join(self.claims, f"stopped-{self.allocation}-{peer}")
+        if self.peer:
+            write_json_atomic(mark(self.peer), {"host": os.uname()[1]})
+            return False
+        deadline = time.time() + PEERS_WAIT_SECONDS
+        missing = list(range(1, self.peers))
+        while missing and time.time() < deadline:
+            missing = [p for p in missing if not os.path.exists(mark(p))]
+            time.sleep(0.2 if missing else 0)
+        if missing:
+            print(f"packer: packer(s) {missing} of this allocation did not end in "
+                  f"{PEERS_WAIT_SECONDS:.0f} s; their tasks go on with the others",
+                  file=sys.stderr)
+        return True
 
     def _lock(self) -> object:
         """The lock of the task file (False: another packer holds it)."""
@@ -272,8 +311,8 @@ class Packer:
         argv = sbatch_command(self.resubmit)
         going_on = "1"  # (shared: the tasks this allocation leaves, for the next to take)
         if self.claims is not None:
-            going_on = os.path.join(self.state_dir, f"continue-{submission_id()}-"
-                                    f"{os.environ.get('SLURM_ARRAY_TASK_ID', '0')}.txt")
+            going_on = os.path.join(self.state_dir,
+                                    f"continue-{submission_id()}-{self.allocation}.txt")
             write_json_atomic(going_on, {"tasks": left})
         out, problem = submit_from_job(argv, **{ENV_CONTINUE: going_on})
         job = sbatch_job_id(out)
@@ -323,7 +362,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shared", action="store_true", help="several packers (a job array) "
                         "take tasks from this task file, each task claimed once")
     args = parser.parse_args(argv)
-    forget_rank()  # (srun's, where it started a packer on each node: not the runs' rank)
+    rank, _, world = rank_info()  # (srun's, a packer on each node: the packer's place;
+    forget_rank()                  # not the runs' rank)
     tasks = read_tasks(args.taskfile)
     runs = None
     if args.runs:
@@ -336,7 +376,7 @@ def main(argv: list[str] | None = None) -> int:
                     continuing=bool(os.environ.get(ENV_CONTINUE)),
                     only=_tasks_left(os.environ.get(ENV_CONTINUE)),
                     claims=os.path.join(args.state_dir, f"claims-{submission_id()}")
-                    if args.shared else None)
+                    if args.shared else None, peer=(rank, world))
     signal.signal(signal.SIGTERM, packer.forward)
     signal.signal(signal.SIGUSR1, packer.forward)
     return packer.run()

@@ -169,6 +169,14 @@ def copy_to_cluster(job) -> str:
     return backend["cluster_batch_dir"]
 
 
+def packers_on_one_node(cluster: Path, nodes: int) -> None:
+    """Rewrite an htp batch's script of ``nodes`` nodes to start its packers on the test
+    cluster's one node (its srun line otherwise as generated)."""
+    script = cluster / "htp.sbatch"
+    script.write_text(script.read_text().replace(f"--nodes={nodes}", "--nodes=1").replace(
+        f"-N {nodes} -n {nodes} --ntasks-per-node=1", f"-N 1 -n {nodes} --ntasks-per-node={nodes}"))
+
+
 # A launcher that exits once its run is launched: what happens next needs no launching process.
 _LAUNCH_AND_EXIT = """
 import json, sys

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import jobfns
 import pytest
-from helpers import alive, copy_to_cluster, run_pids, wait_for
+from helpers import alive, copy_to_cluster, packers_on_one_node, run_pids, wait_for
 
 from easylaunch import JobState, LaunchError, run_experiment, run_sweep, wait_all
 from easylaunch.schedulers import slurm
@@ -288,9 +288,7 @@ def test_htp_starts_a_packer_on_each_node_of_an_allocation(batch_cfg):
     packer = script.splitlines()[-1]
     assert packer.startswith("exec srun -u -N 2 -n 2 --ntasks-per-node=1 --cpus-per-task=1 ")
     assert packer.endswith(" --workers 1 --runs " + f"{cluster}/runs.tsv --warm --shared")
-    one_node = script.replace("--nodes=2", "--nodes=1").replace(
-        "-N 2 -n 2 --ntasks-per-node=1", "-N 1 -n 2 --ntasks-per-node=2")
-    (cluster / "htp.sbatch").write_text(one_node)
+    packers_on_one_node(cluster, 2)
     subprocess.run(["bash", f"{cluster}/submit.sh"], check=True, capture_output=True)
     assert [j.wait(timeout=180) for j in jobs] == [JobState.SUCCEEDED] * 6
     assert len(list((cluster / "task-state").glob("claims-*/task-*"))) == 6  # each taken once

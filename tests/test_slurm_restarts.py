@@ -11,7 +11,7 @@ from pathlib import Path
 
 import jobfns
 import pytest
-from helpers import copy_to_cluster, wait_for
+from helpers import copy_to_cluster, packers_on_one_node, wait_for
 from jobfns import steps_done
 
 from easylaunch import JobState, run_experiment, run_sweep
@@ -213,3 +213,33 @@ def test_a_stopped_allocation_of_several_goes_on_with_its_runs_and_those_left(ba
     untaken = next(j for j in jobs if j not in running)
     assert untaken.info()["job_id"].startswith(going_on.split("_")[0])  # it ran there
     assert running[1].info()["job_id"].split("_")[0] == stopped_element.split("_")[0]
+
+
+def test_a_stopped_allocation_of_two_nodes_goes_on_as_one_new_allocation(batch_cfg):
+    """n_nodes=2 (both packers on the test cluster's one node), one worker each, three runs:
+    at the warning the two running save; packer 0 waits for the other and submits the
+    allocation once for both and the run never started, which all end there."""
+    batch_cfg["SSS_CPU_IMAGE"] = None
+    batch_cfg["SLURM_CONFIGS"]["cpu"]["max_num_cores_per_node"] = 1
+    jobs = run_sweep(jobfns.count_steps, [{"steps": 30, "every": 5, "step_seconds": 0.2}] * 3,
+                     mode="htp", max_restarts=2, n_nodes=2, config=batch_cfg)
+    cluster = Path(copy_to_cluster(jobs[0]))
+    packers_on_one_node(cluster, 2)
+    subprocess.run(["bash", f"{cluster}/submit.sh"], check=True, capture_output=True)
+    log_dirs = [Path(j.launch_info["backend"]["job_log_dir"]) for j in jobs]
+    assert wait_for(lambda: sum(len(steps_done(d)) >= 3 for d in log_dirs) == 2, timeout=120)
+    allocation = jobs[0].info()["job_id"]
+    _slurm("scancel", "--batch", "--signal=USR1", allocation)  # (srun passes it to both)
+    results = [j.result(timeout=180) for j in jobs]
+    assert [r["steps"] for r in results] == [30] * 3
+    stopped = [j for j in jobs if j.info().get("restarts")]
+    assert len(stopped) == 2
+    for job in stopped:
+        assert [r["reason"] for r in job.info()["restarts"]] == ["time limit"]
+        _assert_resumed(job, results[jobs.index(job)], every=5,
+                        log_dir=log_dirs[jobs.index(job)])
+    going_on = {j.info()["next_job_id"] for j in stopped}
+    assert len(going_on) == 1 and going_on != {allocation}  # one new allocation, for all
+    assert {j.info()["job_id"] for j in jobs} == going_on
+    claims = cluster / "task-state" / f"claims-{allocation}"
+    assert sorted(p.name for p in claims.glob("stopped-*")) == ["stopped-0-1"]

@@ -231,10 +231,6 @@ def test_htp_ht_helper_command_is_the_seed_form(tmp_path):
 
 
 def test_htp_of_several_nodes_is_refused_where_it_cannot_run(tmp_path):
-    with pytest.raises(LaunchError, match="htp allocation of 2 nodes does not restart its runs "
-                                          "yet: .* allocations=K"):
-        run_sweep(jobfns.train, [{}] * 4, mode="htp", n_nodes=2, max_restarts=1,
-                  config=batch_settings(tmp_path))
     with pytest.raises(LaunchError, match="ht_helper.sh packs one node"):
         run_sweep(jobfns.train, [{}] * 4, mode="htp", n_nodes=2,
                   config=batch_settings(tmp_path, HTP_RUNNER="ht_helper",

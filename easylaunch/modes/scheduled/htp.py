@@ -9,7 +9,7 @@ allocation stopped at its time limit (or preempted) submits itself again for the
 file, each task taken once: an allocation that starts first or runs faster takes more); one
 stopped goes on in a new array with the runs it held and those no allocation had taken.
 ``n_nodes=N`` makes each allocation N nodes: ``srun`` starts a packer on each node, and the
-packers share the task file as allocations do.
+packers share the task file as allocations do (a stopped one goes on as one new allocation).
 """
 
 from __future__ import annotations
@@ -64,10 +64,6 @@ def check(mode: BatchMode, request: LaunchRequest) -> None:
     if res.nodes > 1 and s.HTP_RUNNER == "ht_helper":
         raise LaunchError("BRC's ht_helper.sh packs one node: use HTP_RUNNER='packer' for "
                           f"n_nodes={res.nodes}, or one node")
-    if res.nodes > 1 and s.MAX_RESTARTS:
-        raise LaunchError(f"an htp allocation of {res.nodes} nodes does not restart its runs "
-                          "yet: with max_restarts, spread the sweep with allocations=K (one "
-                          "node each) instead of n_nodes")
     allocations = mode.opts["allocations"]
     if allocations is None:
         return
