@@ -1,8 +1,10 @@
 """``htp`` over several allocations against one allocation of the same total workers, side
 by side (issue: past one node): N runs of a 10 ms function, launch to every run's recorded
-end, alternating which goes first (goal: K allocations <= 1.2x one); and, as the outside
-reference for packing tasks, HyperQueue's local cluster (PyPI ``hyperqueue``: its server and
-one worker of the same cores) running the same function as N Python function tasks.
+end, alternating which goes first (goal: K allocations <= 1.2x one); the packer's own cost,
+from its first task's start to its last task's end against the ideal n x t / workers (goal <=
+2x at 300 runs: ``--runs 300 --no-hyperqueue``); and, as the outside reference for packing
+tasks, HyperQueue's local cluster (PyPI ``hyperqueue``: its server and one worker of the same
+cores) running the same function as N Python function tasks.
 
 Needs the local cluster (scripts/slurm-up.sh) and, for the reference, ``pip install
 hyperqueue``. Usage: python bench/bench_htp_allocations.py [--runs 2000] [--allocations 2]
@@ -13,12 +15,14 @@ against one allocation of that many).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import sys
 import tempfile
 import time
 import uuid
+from pathlib import Path
 
 from batches import submit_copied_batch
 
@@ -30,7 +34,15 @@ def work(doodad_config, variant):
     return variant["i"]
 
 
-def seconds(settings: dict, runs: int, allocations: int, workers: int) -> float:
+def packer_span(jobs: list) -> float:
+    """Seconds from the first task's start to the last task's end, by the packers' records."""
+    records = [json.loads(p.read_text()) for p in Path(
+        jobs[0].launch_info["backend"]["cluster_batch_dir"], "task-state").glob("task-*.json")]
+    return max(r["ended"] for r in records) - min(r["started"] for r in records)
+
+
+def seconds(settings: dict, runs: int, allocations: int, workers: int) -> tuple[float, float]:
+    """Launch to every recorded end, and the packers' span."""
     cfg = dict(settings, SLURM_CONFIGS={"cpu": {"max_num_cores_per_node": workers,
                                                 "time_in_mins": 120}})
     start = time.perf_counter()
@@ -41,7 +53,7 @@ def seconds(settings: dict, runs: int, allocations: int, workers: int) -> float:
     others = [(j.id, j.info()) for j, s in zip(jobs, states, strict=True)
               if s is not JobState.SUCCEEDED]
     assert not others, (len(others), others[:2])
-    return time.perf_counter() - start
+    return time.perf_counter() - start, packer_span(jobs)
 
 
 def work_plain(i: int) -> int:
@@ -85,9 +97,15 @@ def main() -> None:
             order = [(one, 1, k), (many, k, 1)]
             for times, allocations, workers in order if r % 2 == 0 else order[::-1]:
                 times.append(seconds(settings, args.runs, allocations, workers))
-    a, b = statistics.median(one), statistics.median(many)
+    a, b = (statistics.median(t for t, _ in times) for times in (one, many))
     print(f"{args.runs} runs: 1 allocation x {k} workers {a:.2f} s; {k} allocations x 1 "
           f"worker {b:.2f} s: {b / a:.2f}x (goal <= 1.2x)")
+    ideal = args.runs * 0.01 / k
+    for name, times in ((f"1 allocation x {k} workers", one), (f"{k} allocations", many)):
+        span = statistics.median(s for _, s in times)
+        print(f"  the packers' own time, {name}: first task's start to last task's end "
+              f"{span:.2f} s vs the ideal n x t / workers {ideal:.2f} s: {span / ideal:.2f}x "
+              f"({(span - ideal) * k / args.runs * 1000:.1f} ms a run over it; goal <= 2x)")
     if not args.no_hyperqueue:
         hq = hyperqueue_seconds(args.runs, k)
         print(f"HyperQueue's local cluster, {args.runs} Python function tasks on one worker of "

@@ -7,13 +7,14 @@ Prints:
 1. a 100-variant ``slurm`` sweep over SSH: ssh connections sshd accepted for the launch and for a
    later ``easylaunch ls`` (goal: 1 each), bytes copied vs snapshot + one function + the
    variants (goal <= 1.2x), and snapshot bytes a repeat sweep copies (goal 0);
-2. launch time per variant over SSH vs local sbatch (goal <= 1.5x), and one status poll of the
-   100 runs over SSH vs a local poll (goal <= 2x);
+2. launch time per variant over SSH vs local sbatch (goal <= 1.5x), from a cold connection and
+   over an open one, and one status poll of the 100 runs over SSH vs a local poll (goal <= 2x);
 3. launch to all results back here for N runs of a 10 ms function packed with ``htp`` over SSH
    across allocations, vs submitit's ``map_array`` run on the cluster side itself at the sizes
    that fit a bench run, its time extrapolated linearly to N (goal >= 50x at N = 10,000).
 
 Usage: python bench/bench_remote.py [--runs N] [--allocations K] [--submitit-runs 100,200]
+[--warm-rounds 5]
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from __future__ import annotations
 import argparse
 import os
 import pwd
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -139,6 +141,29 @@ def sweep_figures(tmp: Path, pushes: Uploads) -> None:
           f"{poll_local * 1000:.0f} ms: {poll_ssh / poll_local:.2f}x (goal <= 2x)")
 
 
+def warm_launches(tmp: Path, rounds: int) -> None:
+    """Launch per variant over an open connection (a later launch of the same process, or
+    within ControlPersist of an earlier command) vs local sbatch, alternating; medians."""
+    remote, local = settings(tmp, remote=True), settings(tmp, remote=False)
+
+    def launch(config: dict) -> float:
+        start = time.perf_counter()
+        run_sweep(work, [{"i": i} for i in range(100)], mode="slurm", config=config,
+                  exp_name="bench", array_parallelism=1)
+        return time.perf_counter() - start
+
+    launch(remote), launch(local)  # (the code snapshot made and sent once)
+    ssh, here = [], []
+    for _ in range(rounds):
+        ssh.append(launch(remote))
+        here.append(launch(local))
+    subprocess.run(["scancel", "-u", "easyremote"], check=True)
+    subprocess.run(["scancel", "-u", "root"], check=True)
+    a, b = statistics.median(ssh), statistics.median(here)
+    print(f"   launch per variant, the connection already open: {a * 10:.1f} ms vs "
+          f"{b * 10:.1f} ms: {a / b:.2f}x (goal <= 1.5x; medians of {rounds})")
+
+
 def write_config(path: Path, values: dict) -> str:
     path.write_text("".join(f"{k} = {v!r}\n" for k, v in values.items()))
     return str(path)
@@ -185,11 +210,14 @@ def main() -> None:
     parser.add_argument("--submitit-runs", default="100,200",
                         help="sizes submitit runs for figure 3, comma-separated (its time grows "
                              "linearly: ~1.3 s a run here); empty: none")
+    parser.add_argument("--warm-rounds", type=int, default=5,
+                        help="launches over an open connection vs local (default 5)")
     args = parser.parse_args()
     pushes = Uploads()
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["HOME"] = tmp  # the registry and settings of this bench only
         sweep_figures(Path(tmp), pushes)
+        warm_launches(Path(tmp), args.warm_rounds)
         if args.runs:
             laptop_first(Path(tmp), args.runs, args.allocations,
                          [int(n) for n in args.submitit_runs.split(",") if n])
