@@ -217,8 +217,8 @@ PBS_CONFIGS: dict = dict(
 PBS_PYTHON: str | None = None
 PBS_PRE_CMDS: list = []
 
-# ``sss`` and ``htp`` modes write a batch folder to copy to the cluster. Cluster-side absolute
-# paths: where runs write their logs (required), and where the batch folders go (None:
+# ``sss``, ``htp`` and ``pbs_htp`` write a batch folder to copy to the cluster. Cluster-side
+# absolute paths: where runs write their logs (required), and where the batch folders go (None:
 # SSS_LOG_DIR/.batches). Consecutive launches of one script grow one batch, as doodad's did.
 SSS_LOG_DIR: str | None = None
 SLURM_DIRECTORY_FOR_JOB_SCRIPT: str | None = None

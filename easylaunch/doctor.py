@@ -32,6 +32,7 @@ MODE_COMMANDS: dict[str, tuple[tuple[str, ...], ...]] = {
     "slurm_singularity": (("sbatch",), ("squeue",), ("scancel",)),
     "sss": (("rsync",), ("ssh",)),
     "htp": (("rsync",), ("ssh",)),
+    "pbs_htp": (("rsync",), ("ssh",)),
     "ssh": (("ssh",), ("rsync",)),
     "pbs": (("qsub",), ("qstat",), ("qdel",)),
     "local_singularity": (("singularity", "apptainer"),),
@@ -48,6 +49,7 @@ MODE_SETTINGS: dict[str, Callable[[settings.Settings], list[str]]] = {
     "sss": lambda s: _needs(s, "SSS_LOG_DIR") + (
         [] if s.SSS_CPU_IMAGE or s.SSS_GPU_IMAGE else ["SSS_CPU_IMAGE / SSS_GPU_IMAGE not set"]),
     "htp": lambda s: [] if s.DEFAULT_CLUSTER else _needs(s, "SSS_LOG_DIR"),  # (its log_dir)
+    "pbs_htp": lambda s: [] if s.DEFAULT_CLUSTER else _needs(s, "SSS_LOG_DIR"),
     "ssh": lambda s: _needs(s, "SSH_DEFAULT_HOST"),
     "slurm_singularity": lambda s: _needs(s, "SINGULARITY_IMAGE"),
     "local_singularity": lambda s: _needs(s, "SINGULARITY_IMAGE"),

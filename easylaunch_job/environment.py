@@ -79,6 +79,12 @@ def submission_id() -> str:
         env.get("PBS_JOBID", "").split("[")[0] or f"pid{os.getppid()}"
 
 
+def array_index() -> str:
+    """This job's index in its job array (Slurm's or PBS's); "0" outside an array."""
+    env = os.environ
+    return env.get("SLURM_ARRAY_TASK_ID") or env.get("PBS_ARRAY_INDEX") or "0"
+
+
 def own_job_id() -> str | None:
     """The scheduler's id of the job (or array element) this process runs in: what the job
     script exported (PBS), else Slurm's ``<array job>_<task>`` or job id."""

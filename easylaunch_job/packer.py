@@ -2,7 +2,7 @@
 remote machine; detached local runs' supervisor).
 
 ``python job.pyz pack TASKFILE --state-dir DIR [--workers N] [--runs RUNS.tsv [--warm]
-[--resubmit SCRIPT]] [--gpus 0,1] [--shared]``
+[--resubmit SCRIPT [--submit-with qsub]]] [--gpus 0,1] [--shared]``
 
 Each worker takes the next task, runs its line with bash, and records ``task-<i>.json``
 (state, exit code, times) plus ``task-<i>.out``/``.err`` in the state folder. A failing task
@@ -17,8 +17,9 @@ runs a task again when its run ended queued for another attempt (easylaunch's re
 ``--warm`` (a task line does nothing but start the run), each worker is a warm Python that has
 loaded the job side and cloudpickle once and forks a child per run (``job.pyz serve``), instead
 of paying a new interpreter per task. With ``--resubmit SCRIPT``, an allocation stopped by a
-signal (its time limit, a preemption) submits SCRIPT again with sbatch for the runs left, which
-go on in the new allocation (only those: ``EASYLAUNCH_CONTINUE`` is set there).
+signal (its time limit, a preemption) submits SCRIPT again (``--submit-with``: sbatch, or qsub)
+for the runs left, which go on in the new allocation (only those: ``EASYLAUNCH_CONTINUE`` is
+set there).
 
 With ``--shared``, the packers of one job array (an allocation each) share the task file: a
 task is claimed once per submission by creating ``claims-<job>/task-<i>`` (atomic, on NFS
@@ -42,6 +43,7 @@ from easylaunch_job.attempts import RestartPolicy, give_up_restart
 from easylaunch_job.environment import (
     ENV_CONTINUE,
     ENV_RERUN,
+    array_index,
     forget_rank,
     rank_info,
     signal_group,
@@ -57,7 +59,7 @@ from easylaunch_job.records import (
 )
 from easylaunch_job.resubmit import submit_from_job
 from easylaunch_job.run import EXIT_RESTART
-from easylaunch_job.submission import sbatch_command, sbatch_job_id
+from easylaunch_job.submission import qsub_command, qsub_job_id, sbatch_command, sbatch_job_id
 from easylaunch_job.supervisor import end_of_job
 from easylaunch_job.warm import WarmWorker, WorkerDied
 
@@ -78,7 +80,7 @@ class Packer:
 
     def __init__(self, tasks: list[str], state_dir: str, workers: int,
                  runs: list[tuple[str, str]] | None = None, gpus: list[str] | None = None,
-                 warm: bool = False, resubmit: str | None = None,
+                 warm: bool = False, resubmit: str | None = None, submit_with: str = "sbatch",
                  continuing: bool = False, claims: str | None = None,
                  only: frozenset[int] | None = None, peer: tuple[int, int] = (0, 1)) -> None:
         self.tasks = tasks
@@ -88,13 +90,14 @@ class Packer:
         self.gpus = gpus or []
         self.warm = warm and runs is not None
         self.resubmit = resubmit
+        self.submit_with = submit_with
         self.continuing = continuing  # take up only the runs a stopped allocation left
         self.claims = claims  # (shared) the folder where tasks are claimed for this submission
         self.only = only  # (continuing a shared allocation) the tasks it left
         self.own_failures = 0  # (shared) tasks this packer ran that did not succeed
         self.peer, self.peers = peer  # (shared) this packer's place among its allocation's
         # (shared) what a claim file holds: the allocation (array element) and the packer
-        self.allocation = os.environ.get("SLURM_ARRAY_TASK_ID", "0")
+        self.allocation = array_index()
         self.next = 0
         self.again: list[int] = []  # tasks whose run is queued for another attempt
         self.lock = threading.Lock()
@@ -308,16 +311,19 @@ class Packer:
         its last attempt would have without a restart."""
         if self.runs is None:  # (--resubmit comes with --runs)
             return
-        argv = sbatch_command(self.resubmit)
+        qsub = self.submit_with == "qsub"
+        argv = (qsub_command if qsub else sbatch_command)(self.resubmit)
         going_on = "1"  # (shared: the tasks this allocation leaves, for the next to take)
         if self.claims is not None:
             going_on = os.path.join(self.state_dir,
                                     f"continue-{submission_id()}-{self.allocation}.txt")
             write_json_atomic(going_on, {"tasks": left})
-        out, problem = submit_from_job(argv, **{ENV_CONTINUE: going_on})
-        job = sbatch_job_id(out)
+        # (PBS writes the job's output where it is submitted from)
+        out, problem = submit_from_job(argv, cwd=os.path.dirname(self.resubmit) or None,
+                                       **{ENV_CONTINUE: going_on})
+        job = (qsub_job_id if qsub else sbatch_job_id)(out)
         if problem is None and not job:
-            problem = f"sbatch printed no job id: {out.strip()!r}"
+            problem = f"{argv[0]} printed no job id: {out.strip()!r}"
         for index in left:
             log_dir = self.runs[index][1]
             if problem is None:
@@ -358,6 +364,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="fork the runs in warm workers instead of running the lines")
     parser.add_argument("--resubmit", help="the job script to submit again for the runs left "
                         "when a signal stops the allocation")
+    parser.add_argument("--submit-with", choices=("sbatch", "qsub"), default="sbatch",
+                        help="the scheduler's submit command for --resubmit")
     parser.add_argument("--gpus", help="comma-separated GPU ids: worker i runs on GPU i")
     parser.add_argument("--shared", action="store_true", help="several packers (a job array) "
                         "take tasks from this task file, each task claimed once")
@@ -373,6 +381,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.error("--runs needs one line per task")
     packer = Packer(tasks, args.state_dir, args.workers or default_workers(), runs,
                     args.gpus.split(",") if args.gpus else None, args.warm, args.resubmit,
+                    args.submit_with,
                     continuing=bool(os.environ.get(ENV_CONTINUE)),
                     only=_tasks_left(os.environ.get(ENV_CONTINUE)),
                     claims=os.path.join(args.state_dir, f"claims-{submission_id()}")

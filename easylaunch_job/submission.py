@@ -4,6 +4,7 @@ the job side's resubmission, the packer and a batch folder's ``submit.sh`` (thro
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -45,14 +46,16 @@ def qsub_job_id(out: str) -> str:
 
 
 def submit_and_record(ids_file: str, run_ids: Sequence[str], argv: Sequence[str]) -> int:
-    """Run a Slurm submit command; add ``<run id> <job id>`` lines for ``run_ids`` to
-    ``ids_file`` (a batch folder's job_ids.txt). 1, with sbatch's own words, if it failed."""
+    """Run a submit command (sbatch, qsub); add ``<run id> <job id>`` lines for ``run_ids`` to
+    ``ids_file`` (a batch folder's job_ids.txt). 1, with the command's own words, if it
+    failed."""
     try:
         out = subprocess.run(list(argv), stdout=subprocess.PIPE, text=True)
     except OSError as exc:
         sys.stderr.write(f"easylaunch: {argv[0]} could not start: {exc}\n")
         return 1
-    job = sbatch_job_id(out.stdout) if out.returncode == 0 else ""
+    qsub = os.path.basename(argv[0]) == "qsub"
+    job = (qsub_job_id if qsub else sbatch_job_id)(out.stdout) if out.returncode == 0 else ""
     if not job:
         sys.stderr.write(f"easylaunch: {argv[0]} printed no job id (exit {out.returncode}): "
                          f"{out.stdout.strip()!r}\n")
@@ -63,7 +66,7 @@ def submit_and_record(ids_file: str, run_ids: Sequence[str], argv: Sequence[str]
     except FileNotFoundError:
         earlier = ""
     write_bytes_atomic(ids_file, (earlier + "".join(f"{run} {job}\n" for run in run_ids)).encode())
-    print(f"submitted {', '.join(run_ids)} as Slurm job {job}")
+    print(f"submitted {', '.join(run_ids)} as {'PBS' if qsub else 'Slurm'} job {job}")
     return 0
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import jobfns
 import pytest
 from conftest import pbs_settings
-from helpers import run_pids, wait_for
+from helpers import copy_to_cluster, run_pids, wait_for
 
 from easylaunch import JobState, LaunchError, run_experiment, run_sweep
 
@@ -119,3 +119,57 @@ def test_cli_lists_cancels_and_resubmits_pbs_runs(pbs_cfg, tmp_path):
     again = re.search(r" as ([0-9a-f]+): ", out).group(1)
     assert subprocess.run(cli + ["cancel", again], capture_output=True, text=True,
                           check=True).stdout.strip() == f"{again}: cancelled"
+
+
+def _htp_settings(pbs_cfg: dict, tmp_path: Path, ncpus: int) -> dict:
+    """pbs_htp batches written for the "cluster" folders in tmp_path (submitted there)."""
+    return dict(pbs_cfg, PBS_CONFIGS=dict(cpu=dict(select=1, ncpus=ncpus, walltime=10)),
+                SLURM_DIRECTORY_FOR_JOB_SCRIPT=str(tmp_path / "cluster/batches"),
+                SSS_LOG_DIR=str(tmp_path / "cluster/logs"), SSS_SCRIPT_PATH=None)
+
+
+def test_pbs_htp_packs_a_sweep_into_allocations_that_share_its_task_file(pbs_cfg, tmp_path):
+    jobs = run_sweep(jobfns.sleep_a_while, [{"seconds": 1}] * 4, mode="pbs_htp",
+                     allocations=2, config=_htp_settings(pbs_cfg, tmp_path, ncpus=1))
+    cluster = Path(copy_to_cluster(jobs[0]))
+    script = (cluster / "htp.pbs").read_text()
+    assert "#PBS -l select=1:ncpus=1:mpiprocs=1\n" in script and "#PBS -J 1-2\n" in script
+    assert script.splitlines()[-1].endswith(" --workers 1 --runs "
+                                            f"{cluster}/runs.tsv --warm --shared")
+    out = subprocess.run(["bash", f"{cluster}/submit.sh"], capture_output=True, text=True,
+                         check=True).stdout
+    assert re.fullmatch(r"submitted (\w+, ){3}\w+ as PBS job \S+\n", out), out
+    assert [j.wait(timeout=120) for j in jobs] == [JobState.SUCCEEDED] * 4
+    assert [j.result() for j in jobs] == ["slept"] * 4
+    assert len({j.info()["job_id"] for j in jobs}) == 2  # both allocations took runs
+    assert len(list((cluster / "task-state").glob("claims-*/task-*"))) == 4  # each once
+
+
+def test_a_stopped_pbs_htp_allocation_goes_on_in_a_new_one(pbs_cfg, tmp_path):
+    """Two workers, three runs, max_restarts: a SIGTERM before the walltime (a preemption)
+    reaches both running runs, which save; the packer submits its script again with qsub for
+    them and the run never started, which all end there."""
+    from jobfns import steps_done
+
+    jobs = run_sweep(jobfns.count_steps, [{"steps": 30, "every": 5, "step_seconds": 0.2}] * 3,
+                     mode="pbs_htp", max_restarts=2,
+                     config=_htp_settings(pbs_cfg, tmp_path, ncpus=2))
+    cluster = Path(copy_to_cluster(jobs[0]))
+    assert "--resubmit " f"{cluster}/htp.pbs --submit-with qsub" in (
+        cluster / "htp.pbs").read_text()
+    subprocess.run(["bash", f"{cluster}/submit.sh"], check=True, capture_output=True)
+    log_dirs = [Path(j.launch_info["backend"]["job_log_dir"]) for j in jobs]
+    assert wait_for(lambda: sum(len(steps_done(d)) >= 3 for d in log_dirs) == 2, timeout=120)
+    allocation = jobs[0].info()["job_id"]
+    subprocess.run(["scancel", "--batch", "--signal=TERM", allocation], check=True)
+    results = [j.result(timeout=180) for j in jobs]
+    assert [r["steps"] for r in results] == [30] * 3
+    stopped = [j for j in jobs if j.info().get("restarts")]
+    assert len(stopped) == 2
+    for job in stopped:
+        assert [r["reason"] for r in job.info()["restarts"]] == ["preempted"]
+        assert results[jobs.index(job)]["resumed_from"] > 0
+    going_on = {j.info()["next_job_id"] for j in stopped}
+    assert len(going_on) == 1 and going_on != {allocation}
+    assert {j.info()["job_id"] for j in jobs} == going_on  # the untaken run ran there too
+    assert list(cluster.glob("htp.pbs.o*"))  # (qsub ran in the batch folder)

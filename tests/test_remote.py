@@ -112,6 +112,20 @@ def test_htp_over_ssh_needs_nothing_but_the_cluster_entry(remote_cfg, ssh_cluste
     assert backend["cluster_batch_dir"].startswith(f"{ssh_cluster}/{tag}/.batches/")
 
 
+def test_pbs_htp_over_ssh_needs_nothing_but_the_cluster_entry(remote_cfg, ssh_cluster,
+                                                              pbs_front_end):
+    settings = {k: v for k, v in remote_cfg.items() if not k.startswith("SSS_")}
+    settings["PBS_CONFIGS"] = {"cpu": {"select": 1, "ncpus": 1, "walltime": 10}}
+    jobs = run_sweep(jobfns.double, [{"x": i} for i in range(4)], mode="pbs_htp",
+                     allocations=2, config=settings)
+    assert [j.result(timeout=120) for j in jobs] == [{"x": i, "y": 2 * i} for i in range(4)]
+    backend = jobs[0].launch_info["backend"]
+    assert {j.launch_info["backend"]["pbs_job_id"] for j in jobs} == {backend["pbs_job_id"]}
+    assert "qstat_json" in backend  # (what the cluster's qstat can say, asked at launch)
+    assert "#PBS -J 1-2\n" in (_there(ssh_cluster, jobs[0]).parent.parent / ".batches").joinpath(
+        Path(backend["cluster_batch_dir"]).name, "htp.pbs").read_text()
+
+
 def test_a_pbs_sweep_runs_on_the_cluster_over_ssh(remote_cfg, ssh_cluster, pbs_front_end):
     remote_cfg["PBS_CONFIGS"] = {"cpu": {"select": 1, "ncpus": 1, "walltime": 10}}
     jobs = run_sweep(jobfns.double, [{"x": i} for i in range(3)], mode="pbs", config=remote_cfg)

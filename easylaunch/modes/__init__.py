@@ -20,6 +20,7 @@ MODES: dict[str, str] = {
     "sss": "easylaunch.modes.scheduled.sss:SSS",
     "htp": "easylaunch.modes.scheduled.htp:HTP",
     "pbs": "easylaunch.modes.scheduled.array:PBS",
+    "pbs_htp": "easylaunch.modes.scheduled.htp:PBS_HTP",
     "ssh": "easylaunch.modes.ssh:SshMode",
     "ec2": "easylaunch.modes.cloud.ec2:Ec2Mode",
     "gcp": "easylaunch.modes.cloud.gcp:GcpMode",

@@ -25,6 +25,7 @@ class Scheduler(Protocol):
     SCRIPT_DIR: str  # the folder of a launch's job scripts, next to its runs
     SCRIPT_SUFFIX: str
     INDEX: str  # shell word: the entry of a job script this job (array element) runs
+    PACKERS_PER_NODE: bool  # whether an allocation of several nodes starts a packer on each
 
     def resources(self, settings: Settings, opts: dict, request: LaunchRequest) -> Any:
         """The checked resource request of a launch with these options."""
@@ -55,6 +56,21 @@ class Scheduler(Protocol):
     def array_header(self, res: Any, job_name: str, script: str, count: int,
                      parallelism: int | None, settings: Settings) -> list[str]:
         """The header lines of a job script (at ``script`` there) for ``count`` entries."""
+
+    def node_workers(self, res: Any) -> int | None:
+        """How many runs of ``res`` one node holds at once (None: the settings do not say)."""
+
+    def packed(self, res: Any, nodes: int, workers: int) -> Any:
+        """``res`` as an allocation of ``nodes`` nodes, each running a packer of ``workers``
+        runs at once."""
+
+    def packed_header(self, res: Any, job_name: str, folder: str, count: int,
+                      settings: Settings) -> list[str]:
+        """The header lines of a packers' script in ``folder``: one allocation, or an array of
+        ``count``."""
+
+    def submit_argv(self, script: str) -> list[str]:
+        """The submit command of a job script (run in its folder)."""
 
     def job_exports(self, res: Any, resubmit: str | None) -> str:
         """A job's ``NAME=value`` words for the job side; ``resubmit``: the script an

@@ -7,6 +7,7 @@ Written to PBS Pro's documented formats (Reference Guide: qsub options, ``qstat 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import posixpath
 import re
@@ -349,6 +350,7 @@ SCRIPT_SUFFIX = ".pbs"
 INDEX = (f"${{{ENV_ENTRY}:-"
          "$(( ${PBS_ARRAY_INDEX:-${SLURM_ARRAY_TASK_ID:-1}} - 1 ))}")
 JOB_ID = "${PBS_JOBID:-${SLURM_JOB_ID:-}}"
+PACKERS_PER_NODE = False  # (an allocation's packer runs on its first node)
 WATCH_CANCEL = 3  # seconds: how soon a run stops when its record asks (see stops_by_record)
 # Options of one launch that replace a PBS_CONFIGS field (option -> field).
 OVERRIDES = {"n_nodes": "select", "n_gpus": "ngpus", "tasks_per_node": "mpiprocs",
@@ -423,6 +425,24 @@ def array_header(res: Resources, job_name: str, script: str, count: int,
                  parallelism: int | None, settings: Settings) -> list[str]:
     """#PBS lines; one entry is one job, more a job array."""
     return pbs_header(res, job_name, None if count == 1 else array_spec(count, parallelism))
+
+
+def node_workers(res: Resources) -> int | None:
+    return res.ncpus
+
+
+def packed(res: Resources, nodes: int, workers: int) -> Resources:
+    """One chunk a node, with a core for each of its ``workers`` runs and one process."""
+    return dataclasses.replace(res, nodes=nodes, ncpus=workers, ngpus=0, mpiprocs=1)
+
+
+def packed_header(res: Resources, job_name: str, folder: str, count: int,
+                  settings: Settings) -> list[str]:
+    """(PBS writes the job's output where it was submitted from: ``folder``.)"""
+    return pbs_header(res, job_name, array_spec(count, None) if count > 1 else None)
+
+
+submit_argv = qsub_command
 
 
 def job_exports(res: Resources, resubmit: str | None) -> str:

@@ -7,6 +7,7 @@ here runs a command, so everything is testable without a cluster.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import posixpath
 import re
@@ -263,6 +264,7 @@ OTHER_WAYS = ", or use mode='sss' to write job scripts to copy"
 SCRIPT_DIR = ".slurm"
 SCRIPT_SUFFIX = ".sbatch"
 INDEX = "${SLURM_ARRAY_TASK_ID:-0}"
+PACKERS_PER_NODE = True  # (srun starts one on each node)
 EXPORTS = f"{ENV_TIMEOUT_SIGNAL}={TIMEOUT_SIGNAL}"  # Slurm warns with --signal
 # Options of one launch that replace a SLURM_CONFIGS field (option -> field).
 RESOURCE_OPTIONS = {"time_in_mins": "time_in_mins", "partition": "partition", "mem": "mem",
@@ -345,6 +347,28 @@ def array_header(res: Resources, job_name: str, script: str, count: int,
                          output=output_path(posixpath.dirname(script), "slurm-%A_%a.out"),
                          signal_seconds=settings.SLURM_SIGNAL_SECONDS,
                          array=array_spec(count, parallelism))
+
+
+def node_workers(res: Resources) -> int | None:
+    return res.max_cores_per_node // res.cpus_per_task if res.max_cores_per_node else None
+
+
+def packed(res: Resources, nodes: int, workers: int) -> Resources:
+    """One task (a packer) a node, with the cores of its ``workers`` runs."""
+    return dataclasses.replace(res, nodes=nodes, tasks=nodes,
+                               cpus_per_task=workers * res.cpus_per_task)
+
+
+def packed_header(res: Resources, job_name: str, folder: str, count: int,
+                  settings: Settings) -> list[str]:
+    return sbatch_header(res, job_name=job_name,
+                         output=output_path(folder, "htp-%A_%a.out" if count > 1
+                                            else "htp-%j.out"),
+                         signal_seconds=settings.SLURM_SIGNAL_SECONDS,
+                         array=array_spec(count, None) if count > 1 else None)
+
+
+submit_argv = sbatch_command
 
 
 def job_exports(res: Resources, resubmit: str | None) -> str:

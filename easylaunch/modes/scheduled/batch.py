@@ -4,7 +4,7 @@ run; :mod:`.htp`: a task file in one allocation).
 
 The folder holds the run bundles and their code snapshots (so editing code locally after
 launching cannot break queued jobs), the job files of the mode, and ``submit.sh``, which records
-the Slurm job ids in ``job_ids.txt``. Runs write their logs to SSS_LOG_DIR on the cluster; where
+the job ids in ``job_ids.txt``. Runs write their logs to SSS_LOG_DIR on the cluster; where
 that folder is visible from here (a shared file system), jobs are tracked from here too.
 
 Consecutive launches of one process with the same mode, experiment, resources and settings
@@ -249,7 +249,7 @@ class BatchMode(ScheduledMode):
         for relpath, text in prepared.files.items():
             path = layout.local_dir / relpath
             write_bytes_atomic(str(path), text.encode())
-            if path.suffix in (".sh", ".sbatch"):
+            if path.suffix in (".sh", self.scheduler.SCRIPT_SUFFIX):
                 path.chmod(0o755)
         seed = self.settings.SSS_SCRIPT_PATH
         if seed:
@@ -258,7 +258,8 @@ class BatchMode(ScheduledMode):
         job_ids = {} if prepared.facts is None else self._submit_there(layout, prepared.facts)
         for index, run in enumerate(runs, start=len(earlier)):
             ids = {self.scheduler.JOB_ID_KEY: job_ids[run.run_id]} if job_ids else {}
-            run.record_backend(**self.backend(layout, index), **ids)
+            run.record_backend(**self.backend(layout, index), **ids,
+                               **(prepared.facts.details if prepared.facts else {}))
         if not job_ids:  # copied by hand: how, once (submitted: the launch line says where)
             print(f"easylaunch {self.name}: {len(runs)} run(s) added to the batch in "
                   f"{layout.local_dir} ({len(earlier) + len(runs)} in all); copy it once the "
@@ -281,7 +282,7 @@ class BatchMode(ScheduledMode):
 
     def _submit_there(self, layout: Layout, facts: ClusterFacts) -> dict[str, str]:
         """Copy the batch folder to the cluster (blobs and snapshots once per content), run
-        its submit.sh there; return each run's Slurm job id. A submit.sh that fails part way
+        its submit.sh there; return each run's job id. A submit.sh that fails part way
         has the jobs it did submit cancelled: all or nothing."""
         local = layout.local_dir
         shared = [f"{store}/{entry.name}" for store in (BLOB_STORE, SNAPSHOT_STORE)
@@ -300,7 +301,8 @@ class BatchMode(ScheduledMode):
             self.transport.run_ops([{"op": "run", "argv": self.scheduler.cancel_command(j)}
                                   for j in sorted(set(job_ids.values()))])
             raise LaunchError(f"submitting {layout.cluster_dir} on {self.transport.where} "
-                              f"failed (sbatch refused a job?): {out['err'].strip()[-800:]}")
+                              f"failed ({self.scheduler.SUBMIT_TOOL} refused a job?): "
+                              f"{out['err'].strip()[-800:]}")
         return job_ids
 
     def fetch(self, job: Job) -> str:

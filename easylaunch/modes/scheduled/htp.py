@@ -1,20 +1,21 @@
-"""``htp`` (high throughput): many small CPU runs share one allocation.
+"""``htp`` (high throughput): many small CPU runs share one allocation; ``pbs_htp`` the same on
+PBS (the scheduler is the mode's part: headers, submit command and sizes come from it).
 
 The batch folder holds a task file (one line per run) and either easylaunch's own packer (N
-workers pull tasks inside one allocation, on any Slurm) or BRC's ``ht_helper.sh`` command.
+workers pull tasks inside one allocation, on any Slurm or PBS) or BRC's ``ht_helper.sh``
+command (Slurm).
 
 With MAX_RESTARTS (packer only), a run queued again starts again in the same allocation, and an
 allocation stopped at its time limit (or preempted) submits itself again for the runs left.
 ``allocations=K`` spreads the sweep over K allocations (a job array of packers sharing the task
 file, each task taken once: an allocation that starts first or runs faster takes more); one
 stopped goes on in a new array with the runs it held and those no allocation had taken.
-``n_nodes=N`` makes each allocation N nodes: ``srun`` starts a packer on each node, and the
-packers share the task file as allocations do (a stopped one goes on as one new allocation).
+``n_nodes=N`` makes each allocation N nodes (Slurm): ``srun`` starts a packer on each node, and
+the packers share the task file as allocations do (a stopped one goes on as one new allocation).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import shlex
 import sys
 
@@ -27,14 +28,13 @@ from easylaunch.modes.base import Composed
 from easylaunch.modes.jobscript import StartLine, bundle_pythonpath, start_line, task_line
 from easylaunch.modes.scheduled.batch import SUBMIT, BatchMode, BatchPlan, Layout, submit_script
 from easylaunch.request import LaunchRequest
-from easylaunch.schedulers import slurm
+from easylaunch.schedulers import pbs, slurm
 from easylaunch.settings import Settings
 from easylaunch_job.records import JOB_PYZ
-from easylaunch_job.submission import sbatch_command
 
 TASKS = "tasks.txt"
 RUNS = "runs.tsv"
-PACKER_SCRIPT = "htp.sbatch"
+PACKER_SCRIPT = "htp"  # (and the scheduler's suffix)
 TASK_STATE = "task-state"
 
 
@@ -45,9 +45,13 @@ def ansi_c_quote(text: str) -> str:
 
 
 def check(mode: BatchMode, request: LaunchRequest) -> None:
-    s = mode.settings
+    s, sched = mode.settings, mode.scheduler
     if request.use_gpu:
-        raise LaunchError("mode 'htp' packs CPU runs; use mode 'sss' or 'slurm' for GPUs")
+        raise LaunchError(f"mode {mode.name!r} packs CPU runs; use mode "
+                          f"{'pbs' if sched is pbs else 'sss'!r} for GPUs")
+    if s.HTP_RUNNER == "ht_helper" and sched is not slurm:
+        raise LaunchError(f"HTP_RUNNER='ht_helper' is BRC's Slurm tool; mode {mode.name!r} "
+                          "runs easylaunch's packer: set HTP_RUNNER='packer'")
     if s.HTP_RUNNER == "ht_helper" and not mode.grows_batches():
         raise LaunchError("HTP_RUNNER='ht_helper' needs its task file copied by hand; with "
                           "a cluster set, use HTP_RUNNER='packer' (runs on any Slurm)")
@@ -58,12 +62,16 @@ def check(mode: BatchMode, request: LaunchRequest) -> None:
         raise LaunchError("HTP_RUNNER='ht_helper' reads the task file from "
                           "TASKFILE_PATH_ON_BRC; set it to where you will copy tasks.txt")
     res = mode.resources(request)
-    if not res.max_cores_per_node:
+    if not sched.node_workers(res):
         raise LaunchError(f"mode 'htp' sizes its allocation from max_num_cores_per_node; "
                           f"set it in SLURM_CONFIGS[{res.config_name!r}]")
     if res.nodes > 1 and s.HTP_RUNNER == "ht_helper":
         raise LaunchError("BRC's ht_helper.sh packs one node: use HTP_RUNNER='packer' for "
                           f"n_nodes={res.nodes}, or one node")
+    if res.nodes > 1 and not sched.PACKERS_PER_NODE:
+        raise LaunchError(f"mode {mode.name!r} packs one node per allocation; for more than "
+                          f"one node, spread the sweep with allocations=K (now {res.nodes} "
+                          "nodes in the PBS config or n_nodes)")
     allocations = mode.opts["allocations"]
     if allocations is None:
         return
@@ -79,7 +87,7 @@ def runs_outside(mode: BatchMode, request: LaunchRequest) -> bool:
 
 
 def plan(mode: BatchMode, request: LaunchRequest, runs: list[Run], layout: Layout) -> BatchPlan:
-    c, s = mode.container, mode.settings
+    c, s, sched = mode.container, mode.settings, mode.scheduler
     res = mode.resources(request)
     image = mode.image(request)
     line = start_line(StartLine(
@@ -92,8 +100,7 @@ def plan(mode: BatchMode, request: LaunchRequest, runs: list[Run], layout: Layou
                     for b, lg in zip(layout.bundles, layout.log_dirs, strict=True))
     allocations = min(mode.opts["allocations"] or 1, len(runs))
     nodes = min(res.nodes, -(-len(runs) // allocations))  # (a packer per node)
-    workers = max(1, min(-(-len(runs) // (allocations * nodes)),
-                         res.max_cores_per_node // res.cpus_per_task))
+    workers = max(1, min(-(-len(runs) // (allocations * nodes)), sched.node_workers(res)))
     files = {TASKS: tasks}
     if s.HTP_RUNNER == "ht_helper":
         command = ht_helper_command(s, res, workers)
@@ -103,14 +110,10 @@ def plan(mode: BatchMode, request: LaunchRequest, runs: list[Run], layout: Layou
         then = (f"copy {layout.cluster_dir}/{TASKS} to {s.TASKFILE_PATH_ON_BRC}"
                 f", then: bash {shlex.quote(layout.cluster_dir + '/' + SUBMIT)}")
         return BatchPlan(layout, files, [command], mode.note(layout, then))
-    packed = dataclasses.replace(res, nodes=nodes, tasks=nodes, cpus_per_task=workers *
-                                 res.cpus_per_task)
-    header = slurm.sbatch_header(
-        packed, job_name=f"{request.exp_name}-htp",
-        output=slurm.output_path(layout.cluster_dir,
-                                 "htp-%A_%a.out" if allocations > 1 else "htp-%j.out"),
-        signal_seconds=s.SLURM_SIGNAL_SECONDS,
-        array=slurm.array_spec(allocations, None) if allocations > 1 else None)
+    packed = sched.packed(res, nodes, workers)
+    header = sched.packed_header(packed, f"{request.exp_name}-htp", layout.cluster_dir,
+                                 allocations, s)
+    script = PACKER_SCRIPT + sched.SCRIPT_SUFFIX
     # the packer is the job side the bundles link to, in the batch's blob store
     job_side = f"{layout.cluster_dir}/{BLOB_STORE}/{blob_name(JOB_PYZ, job_archive())}"
     argv = [mode.cluster_python(), job_side, "pack",
@@ -127,19 +130,21 @@ def plan(mode: BatchMode, request: LaunchRequest, runs: list[Run], layout: Layou
         files[RUNS] = "".join(f"{b}\t{lg}\n" for b, lg in pairs)
         argv += ["--runs", f"{layout.cluster_dir}/{RUNS}", *(["--warm"] * warm)]
     if restarts:
-        argv += ["--resubmit", f"{layout.cluster_dir}/{PACKER_SCRIPT}"]
+        argv += ["--resubmit", f"{layout.cluster_dir}/{script}",
+                 "--submit-with", sched.SUBMIT_TOOL]
     if allocations > 1 or nodes > 1:  # (each element an allocation, each node a packer;
         argv.append("--shared")       # they share the task file)
     if nodes > 1:
         argv = [*launchers.srun(nodes, nodes, extra=[
             "--ntasks-per-node=1", f"--cpus-per-task={packed.cpus_per_task}"]), *argv]
-    files[PACKER_SCRIPT] = ("#!/bin/bash\n" + "\n".join(header) + "\n"
-                            "# Generated by easylaunch: runs tasks.txt with the packer"
-                            + (f", one on each of the {nodes} nodes" if nodes > 1 else "")
-                            + ".\n" f"exec {shlex.join(argv)}\n")
+    files[script] = ("#!/bin/bash\n" + "\n".join(header) + "\n"
+                     "# Generated by easylaunch: runs tasks.txt with the packer"
+                     + (f", one on each of the {nodes} nodes" if nodes > 1 else "") + ".\n"
+                     f"export {sched.job_exports(packed, None)}\n"
+                     f"exec {shlex.join(argv)}\n")
     files[SUBMIT] = submit_script(shlex.quote(mode.cluster_python()), [
-        ([r.run_id for r in runs], shlex.join(sbatch_command(PACKER_SCRIPT)))])
-    seed = [shlex.join(["sbatch", f"{layout.cluster_dir}/{PACKER_SCRIPT}"])]
+        ([r.run_id for r in runs], shlex.join(sched.submit_argv(script)))])
+    seed = [f"cd {shlex.quote(layout.cluster_dir)} && {shlex.join(sched.submit_argv(script))}"]
     then = shlex.join(["bash", f"{layout.cluster_dir}/{SUBMIT}"])
     return BatchPlan(layout, files, seed, mode.note(layout, then))
 
@@ -184,3 +189,7 @@ HTP = Composed("htp", BatchMode, {**dict.fromkeys(slurm.RESOURCE_OPTIONS), "clus
                                   "allocations": None, "n_nodes": None},
                restarts=True, parts={"scheduler": slurm, "packing": sys.modules[__name__]})
 # (one process a run: no n_gpus, tasks_per_node; n_nodes: nodes per allocation)
+PBS_HTP = Composed("pbs_htp", BatchMode, {"pbs_config_name": None, "time_in_mins": None,
+                                          "queue": None, "project": None, "cluster": None,
+                                          "allocations": None},
+                   restarts=True, parts={"scheduler": pbs, "packing": sys.modules[__name__]})
