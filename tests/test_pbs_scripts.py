@@ -16,7 +16,7 @@ import pytest
 from easylaunch import LaunchError
 from easylaunch.modes import get_mode
 from easylaunch.modes.jobscript import StartLine, start_line
-from easylaunch.schedulers import pbs
+from easylaunch.schedulers import pbs, pbs_queue
 from easylaunch.settings import load_settings
 
 POLARIS = dict(select=2, ncpus=64, ngpus=4, mpiprocs=4, walltime="01:00:00", queue="debug",
@@ -154,11 +154,11 @@ def test_ids_from_qsub_and_of_elements():
         pbs.parse_submit("qsub: Unknown queue\n")
     assert pbs.element_id("8123[].polaris-pbs-01.hsn", 7) == "8123[7].polaris-pbs-01.hsn"
     assert pbs.element_id("2116", 3) == "2116[3]"
-    assert pbs.short_id("8123[7].polaris-pbs-01.hsn") == "8123[7]"
+    assert pbs_queue.short_id("8123[7].polaris-pbs-01.hsn") == "8123[7]"
     assert pbs.cancel_command("8123[7].pbs01") == ["qdel", "8123[7].pbs01"]
-    assert pbs.qstat_command(["1.s", "2[3].s"], json_output=True) == \
+    assert pbs_queue.qstat_command(["1.s", "2[3].s"], json_output=True) == \
         ["qstat", "-x", "-f", "-F", "json", "1.s", "2[3].s"]
-    assert pbs.qstat_command(["7"], json_output=False) == ["qstat", "-f", "7"]
+    assert pbs_queue.qstat_command(["7"], json_output=False) == ["qstat", "-f", "7"]
 
 
 # `qstat -x -f -F json 8123[1].pbs01 8123[2].pbs01 ...` as PBS Pro prints it (documented

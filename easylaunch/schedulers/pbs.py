@@ -1,5 +1,6 @@
-"""PBS Pro (and OpenPBS) as data and pure functions: resources, #PBS lines, qsub/qstat/qdel and
-parsing (the :class:`~easylaunch.schedulers.Scheduler` the modes use, at the end).
+"""PBS Pro (and OpenPBS) as data and pure functions: resources, #PBS lines, qsub/qstat/qdel
+(the :class:`~easylaunch.schedulers.Scheduler` the modes use, at the end; qstat's output is
+read by :mod:`.pbs_queue`).
 
 Written to PBS Pro's documented formats (Reference Guide: qsub options, ``qstat -f`` and
 ``-F json`` output, job states, exit status codes). Nothing here runs a command.
@@ -12,13 +13,13 @@ import json
 import posixpath
 import re
 import shlex
-import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from easylaunch import launchers
 from easylaunch.errors import LaunchError
+from easylaunch.schedulers import pbs_queue
 from easylaunch_job.environment import (
     ENV_ENTRY,
     ENV_JOB_ID,
@@ -38,14 +39,6 @@ CONFIG_FIELDS = ("select", "ncpus", "ngpus", "mpiprocs", "depth", "cpu_bind", "m
 DEFAULT_MAX_ARRAY_SIZE = 10000  # PBS Pro's default max_array_size
 # Words that go into #PBS lines as they are (qsub reads directives like a command line).
 WORD = re.compile(r"[A-Za-z0-9_.:@/+=,-]+")
-
-# job_state letters -> easylaunch states; "ended" is settled by the exit status.
-STATES = {"Q": "queued", "H": "queued", "W": "queued", "T": "queued", "M": "queued",
-          "R": "running", "B": "running", "E": "running", "S": "running", "U": "running",
-          "F": "ended", "X": "ended", "C": "ended"}  # C: Torque's (and Slurm's wrappers') done
-# Exit_status values PBS Pro gives jobs it ended itself.
-EXIT_WALLTIME = -29
-EXIT_SIGNALED = 256  # 256 + N: the job was killed by signal N (qdel: SIGTERM, then SIGKILL)
 
 
 @dataclass(frozen=True)
@@ -199,94 +192,6 @@ def element_id(array_id: str, index: int) -> str:
     return f"{seq}[{index}]" + (f".{server}" if server else "")
 
 
-def short_id(job_id: str) -> str:
-    """``123[4]`` for ``123[4].server.domain``: how ids are matched (qstat may print the
-    server's full name where qsub printed a short one)."""
-    return job_id.partition(".")[0]
-
-
-def qstat_command(job_ids: Sequence[str], json_output: bool) -> list[str]:
-    """qstat for these jobs, finished ones included: ``-x -f -F json`` on PBS Pro, ``-f``
-    (text) on servers without JSON output."""
-    return ["qstat", "-x", "-f", "-F", "json", *job_ids] if json_output else \
-        ["qstat", "-f", *job_ids]
-
-
-def job_state(letter: str, exit_status: int | None) -> str:
-    """An easylaunch state from a job_state letter and, for ended jobs, the exit status."""
-    state = STATES.get(letter.strip()[:1], "unknown")
-    if state != "ended":
-        return state
-    if exit_status is None or exit_status == 0:
-        return "succeeded"  # (no status: the front end does not say; the run's record does)
-    if exit_status == EXIT_WALLTIME:
-        return "timeout"
-    if exit_status - EXIT_SIGNALED in (9, 15):
-        return "cancelled"
-    return "failed"
-
-
-def _int(value: object) -> int | None:
-    try:
-        return int(str(value).strip())
-    except ValueError:
-        return None
-
-
-def parse_qstat_json(stdout: str) -> dict[str, str] | None:
-    """``{short id: easylaunch state}`` from ``qstat -x -f -F json`` output (None: not JSON)."""
-    if not stdout.strip():
-        return {}  # (every id unknown to the server: it printed only errors)
-    try:
-        jobs = json.loads(stdout).get("Jobs") or {}
-    except (ValueError, AttributeError):
-        return None
-    return {short_id(job_id): job_state(str(attrs.get("job_state", "")),
-                                        _int(attrs.get("Exit_status", "")))
-            for job_id, attrs in jobs.items() if isinstance(attrs, dict)}
-
-
-def parse_qstat_text(stdout: str) -> dict[str, str]:
-    """``{short id: easylaunch state}`` from ``qstat -f`` text (PBS Pro, Torque, Slurm's
-    wrappers): ``Job Id: X`` blocks of ``name = value`` lines."""
-    states: dict[str, str] = {}
-    job_id, attrs = None, {}
-
-    def close() -> None:
-        if job_id is not None:
-            status = attrs.get("exit_status", attrs.get("Exit_status"))
-            states[short_id(job_id)] = job_state(attrs.get("job_state", ""),
-                                                 None if status is None else _int(status))
-
-    for line in stdout.splitlines():
-        if line.startswith("Job Id:"):
-            close()
-            job_id, attrs = line.split(":", 1)[1].strip(), {}
-        elif " = " in line:
-            key, _, value = line.strip().partition(" = ")
-            attrs[key] = value
-    close()
-    return states
-
-
-def read_states(job_ids: Sequence[str], answers: list[subprocess.CompletedProcess],
-                backends: list[dict]) -> dict[str, str | None]:
-    """States of these jobs from the output of :func:`status_commands`.
-
-    Listed jobs get their state. Not listed: None (PBS has forgotten the job: qstat said
-    "Unknown Job Id"), except array elements on a text front end, which may not list them
-    (Slurm's wrappers): "unknown" there, and the run's own record tells. A qstat that failed
-    otherwise, or answered what cannot be read, leaves every job "unknown".
-    """
-    qstat, json_output = answers[0], _json_output(backends)
-    said = qstat.stderr + qstat.stdout
-    known = (parse_qstat_json if json_output else parse_qstat_text)(qstat.stdout)
-    if known is None or (qstat.returncode != 0 and not known and "Unknown Job Id" not in said):
-        return dict.fromkeys(job_ids, "unknown")
-    return {j: known.get(short_id(j), None if json_output or "[" not in j else "unknown")
-            for j in job_ids}
-
-
 def cancel_command(job_id: str) -> list[str]:
     """qdel one job or one array element (``123[4].server``)."""
     return ["qdel", job_id]
@@ -303,7 +208,7 @@ def max_array_size(server_json: str) -> int:
     output is not JSON or lacks it)."""
     try:
         servers = json.loads(server_json).get("Server") or {}
-        sizes = [_int(attrs.get("max_array_size")) for attrs in servers.values()]
+        sizes = [pbs_queue.as_int(attrs.get("max_array_size")) for attrs in servers.values()]
     except (ValueError, AttributeError):
         return DEFAULT_MAX_ARRAY_SIZE
     return next((s for s in sizes if s), DEFAULT_MAX_ARRAY_SIZE)
@@ -468,12 +373,11 @@ def element_fields(job_id: str, index: int, count: int, script: str, details: di
             "script": script, "qstat_json": details["qstat_json"]}
 
 
-def _json_output(backends: list[dict]) -> bool:
-    return any(backend.get("qstat_json") for backend in backends)
-
-
 def status_commands(job_ids: Sequence[str], backends: list[dict]) -> list[list[str]]:
-    return [qstat_command(job_ids, _json_output(backends))]
+    return [pbs_queue.qstat_command(job_ids, pbs_queue.with_json(backends))]
+
+
+read_states = pbs_queue.read_states
 
 
 def reason_command(job_id: str) -> list[str] | None:
