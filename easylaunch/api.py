@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
-import json
 import os
 import re
 import shlex
@@ -23,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 from easylaunch.bundle import (
-    VARIANT_JSON,
     BundleSpec,
     Run,
     bundle_blobs,
@@ -54,17 +51,16 @@ from easylaunch.payload import pickle_payload, warn_if_large
 from easylaunch.preview import PlannedRun, Preview, dry_run_by_default, show
 from easylaunch.progress import track
 from easylaunch.registry import Registry, open_registry
+from easylaunch.registry_rows import aborted, registry_row
 from easylaunch.request import LaunchRequest
 from easylaunch.session import SESSION
 from easylaunch.settings import ConfigArg, Settings, load_settings, override, save_settings
 from easylaunch.snapshot import snapshot
-from easylaunch.variants import as_data, check_variant, warn_text_values
+from easylaunch.variants import check_variant, warn_text_values
 from easylaunch_job.command import Command
-from easylaunch_job.records import SNAPSHOT_STORE, update_status
+from easylaunch_job.records import SNAPSHOT_STORE
 
 EXP_NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,99}")
-REGISTRY_VARIANT_BYTES = 16384  # larger variants are kept in the registry as size and digest
-LARGE_VARIANT_KEY = "_large_variant"
 SETTINGS_STORE = ".settings"
 
 
@@ -87,41 +83,8 @@ def _script_name() -> str:
     return os.path.abspath(path) if path else ""
 
 
-def _abort(runs: list[Run], exc: BaseException) -> list[tuple[str, dict[str, Any]]]:
-    """Give runs that were made but never started a terminal state naming why.
-
-    Returns each run's state now, as registry changes.
-    """
-    state = "cancelled" if isinstance(exc, KeyboardInterrupt) else "failed"
-    error = f"the launch was aborted before this run started: {exc!r}"
-    return [(run.run_id, {"state": update_status(str(run.log_dir), state=state,
-                                                 error=error)["state"]})
-            for run in runs]
-
-
 def _registry(settings: Settings) -> Registry:
     return open_registry(settings.REGISTRY_PATH)
-
-
-def _registry_variant(variant: dict) -> dict:
-    """The variant as the registry keeps it: a large one as its size and digest alone (the
-    run folder's variant.json holds it whole)."""
-    data = as_data(variant)[0]
-    text = json.dumps(data)
-    if len(text) <= REGISTRY_VARIANT_BYTES:
-        return data
-    return {LARGE_VARIANT_KEY: {"bytes": len(text), "sha256": hashlib.sha256(
-        text.encode()).hexdigest(), "whole in": VARIANT_JSON}}
-
-
-def _registry_row(run: Run) -> dict[str, Any]:
-    launch = run.launch
-    return {"id": run.run_id, "exp_name": run.exp_name, "mode": run.mode, "state": "queued",
-            "log_dir": str(run.log_dir), "variant": _registry_variant(run.variant),
-            "host": launch["host"], "sweep": sweep_of(launch),
-            "git_commit": next(iter(launch["git_commits"].values()), None),
-            "resubmitted_from": launch.get("resubmitted_from"),
-            "command": shlex.join(launch["command"]) if "command" in launch else None}
 
 
 def _start(mode_obj: Mode, request: LaunchRequest, runs: list[Run], facts: Any,
@@ -131,7 +94,7 @@ def _start(mode_obj: Mode, request: LaunchRequest, runs: list[Run], facts: Any,
     try:
         jobs = mode_obj.submit(request, runs, mode_obj.prepare(request, runs, facts))
     except BaseException as exc:
-        registry.update_many(_abort(runs, exc))
+        registry.update_many(aborted(runs, exc))
         raise
     if mode_obj.needs_bundle:  # handed over: no longer resolved as never submitted
         mark_submitted(request.log_root, runs[0].launch["launch_id"],
@@ -362,9 +325,9 @@ class _Launch:
             remove_abandoned_partials(self.request.log_root)
             for i, (variant, data) in enumerate(track(self._pairs(), "bundling runs")):
                 runs.append(create_run(spec, variant, data, i))
-                registry.add([_registry_row(runs[-1])])  # visible at once, should we die
+                registry.add([registry_row(runs[-1])])  # visible at once, should we die
         except BaseException as exc:  # the runs made so far are recorded, as never started
-            registry.update_many(_abort(runs, exc))
+            registry.update_many(aborted(runs, exc))
             raise
         finally:
             if pool is not None:
@@ -505,11 +468,11 @@ def resubmit(id_or_suffix: str, config: ConfigArg = None, detach: bool | None = 
         options = {**(saved.get("mode_options") or {}), "detach": detach}
         mode_obj = get_mode(old.mode.name).create(old.mode.settings, options)
     run = clone_run(old.log_dir, new_run_id(), options)
-    registry.add([_registry_row(run)])
+    registry.add([registry_row(run)])
     request = LaunchRequest.of_launch(run.launch, [run.variant])
     try:
         facts = mode_obj.check(request)
     except BaseException as exc:
-        registry.update_many(_abort([run], exc))
+        registry.update_many(aborted([run], exc))
         raise
     return _start(mode_obj, request, [run], facts, registry)[0]

@@ -10,9 +10,9 @@ from pathlib import Path
 from conftest import TESTS_DIR, settings_file
 
 from easylaunch import Job, JobState, resubmit
-from easylaunch.api import _registry_row
 from easylaunch.bundle import Run
 from easylaunch.registry import open_registry
+from easylaunch.registry_rows import registry_row
 from easylaunch_job.attempts import RestartPolicy, finish_attempt
 from easylaunch_job.records import update_status
 
@@ -34,7 +34,7 @@ def _register(log_dir: Path, registry_path: str) -> None:
     """What the old launcher wrote to the user's registry when it launched the run."""
     launch = json.loads((log_dir / "launch.json").read_text())
     variant = json.loads((log_dir / "variant.json").read_text())
-    row = _registry_row(Run(launch["run_id"], launch["exp_name"], launch["mode"], log_dir,
+    row = registry_row(Run(launch["run_id"], launch["exp_name"], launch["mode"], log_dir,
                             variant, launch))
     open_registry(registry_path).add([dict(row, state="succeeded")])
 

@@ -123,8 +123,8 @@ def runs_of(selection: Selection, fetch: bool = False,
 def variant_of(entry: Entry) -> dict:
     """The run's variant: the registry's copy, or variant.json for one too large for it (a
     variant.json that cannot be read: an empty variant, with a warning saying why)."""
-    from easylaunch.api import LARGE_VARIANT_KEY
     from easylaunch.bundle import VARIANT_JSON
+    from easylaunch.registry_rows import LARGE_VARIANT_KEY
 
     if LARGE_VARIANT_KEY not in entry.variant:
         return entry.variant

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import gzip
 import json
 import os
 import signal
@@ -37,33 +36,24 @@ import time
 from pathlib import Path
 from typing import Any
 
+from easylaunch_job.cloud import inputs
+from easylaunch_job.cloud.inputs import AGENT_JSON, INSTANCE_LOG
 from easylaunch_job.cloud.platforms import ENV_SNAPSHOTS, ENV_WORKDIR, PLATFORMS, Platform, log
-from easylaunch_job.cloud.runs import RunSlot, files_to_sync, unpack
+from easylaunch_job.cloud.runs import RunSlot, files_to_sync
 from easylaunch_job.cloud.stores import STORES, Store
 from easylaunch_job.environment import rank_info, signal_group
 from easylaunch_job.records import (
-    BLOB_STORE,
     BUNDLE_DIR,
-    BUNDLE_JSON,
     JOB_PYZ,
-    SNAPSHOT_STORE,
-    STATUS_JSON,
     STDERR_LOG,
     STDOUT_LOG,
-    read_json,
-    write_bytes_atomic,
-    write_json_atomic,
 )
 from easylaunch_job.states import TERMINAL_STATES
 
 DEFAULT_WORKDIR = "/var/lib/easylaunch"
-AGENT_JSON = "agent.json"
 AGENT_PID = "agent.pid"
-INSTANCE_LOG = "instance.log"
 BOOT_LOG = "boot.log"
-INSTANCE_FILES = (AGENT_JSON, INSTANCE_LOG)  # the instance's own, in each run's prefix
 CANCEL_SUFFIX = ".cancel"
-BUNDLES_STORE = ".bundles"  # bundle archives unpacked, until each run's folder is moved out
 TAG_KEY = "easylaunch:agent"
 KILL_GRACE_SECONDS = 10.0
 EXIT_CHECK_SECONDS = 0.05  # how often the agent looks whether a run's process exited
@@ -130,66 +120,8 @@ class Agent:
     # -- setup ----------------------------------------------------------------------------------
 
     def prepare(self, slot: RunSlot) -> None:
-        """Unpack the run's code snapshots (once per digest), fetch the blobs its bundle links
-        to (once per content), and unpack its bundle."""
-        for digest, key in self.manifest["snapshots"].items():
-            dest = self.workdir / SNAPSHOT_STORE / digest
-            if not dest.is_dir():
-                unpack(self._fetch(key), dest)
-        for name, key in self.manifest.get("blobs", {}).items():
-            dest = self.workdir / BLOB_STORE / name
-            if not dest.exists():
-                dest.parent.mkdir(exist_ok=True)
-                write_bytes_atomic(str(dest), self._fetch(key))
-        slot.log_dir.mkdir(parents=True, exist_ok=True)
-        if slot.spec.get("resume") and not (slot.log_dir / STATUS_JSON).exists():
-            self.resume(slot)
-        if not (slot.log_dir / BUNDLE_DIR).is_dir():
-            self.place_bundle(slot)
-        if not (slot.log_dir / STATUS_JSON).exists():
-            write_json_atomic(str(slot.log_dir / STATUS_JSON), {
-                "state": "queued", "run_id": slot.run_id, "queued_at": slot.spec["queued_at"]})
-        restart = read_json(str(slot.log_dir / BUNDLE_DIR / BUNDLE_JSON)).get("restart") or {}
-        slot.restartable = int(restart.get("max_restarts", 0)) > 0
-
-    def place_bundle(self, slot: RunSlot) -> None:
-        """Unpack the archive holding the run's bundle (once, the folders of the runs here)
-        and move the run's folder of it into place (where its relative links resolve)."""
-        if "bundle_key" in slot.spec:  # (a manifest of a launch made before bundles were packed)
-            unpack(self._fetch(slot.spec["bundle_key"]), slot.log_dir / BUNDLE_DIR)
-            return
-        key = slot.spec["bundles_key"]
-        unpacked = self.workdir / BUNDLES_STORE / key.rsplit("/", 1)[-1].split(".")[0]
-        if not unpacked.is_dir():  # (only this instance's runs: the batch may hold thousands)
-            unpack(self._fetch(key), unpacked, {s.spec["folder"] for s in self.slots})
-        os.replace(unpacked / slot.spec["folder"], slot.log_dir / BUNDLE_DIR)
-
-    def resume(self, slot: RunSlot) -> None:
-        """Bring what the run's earlier instances synced (its status with the attempts so far,
-        checkpoint, logs to append to) into its folder on this relaunched instance."""
-        prefix = slot.spec["log_prefix"] + "/"
-        root = slot.log_dir.resolve()
-        count = 0
-        for key in self.store.list(prefix):
-            rel = key[len(prefix):]
-            path = (root / rel).resolve()
-            data = None if rel in INSTANCE_FILES or root not in path.parents \
-                else self.store.get(key)
-            if data is None:
-                continue
-            path.parent.mkdir(parents=True, exist_ok=True)
-            write_bytes_atomic(str(path), data)
-            st = path.stat()
-            slot.synced[os.path.relpath(path, root)] = (st.st_size, st.st_mtime_ns)
-            count += 1
-        log(f"run {slot.run_id}: took up {count} file(s) of its earlier attempts from "
-            f"{self.store.url(prefix)}")
-
-    def _fetch(self, key: str) -> bytes:
-        data = self.store.get(key)
-        if data is None:
-            raise RuntimeError(f"{self.store.url(key)} is missing")
-        return data
+        """Bring what the run needs into its folder (see :func:`.inputs.prepare`)."""
+        inputs.prepare(self.store, self.manifest, self.workdir, slot, self.slots)
 
     def command(self, slot: RunSlot) -> list[str]:
         """The run's argv (its bundle's job side), inside the Docker image when the manifest
@@ -364,29 +296,6 @@ def check_stop() -> None:
         raise Stop
 
 
-def share_snapshots(workdir: Path, store: str | None) -> None:
-    """Keep code snapshots in ``store``, shared with the other work folders of this machine
-    (a Ray node's jobs: each snapshot fetched and unpacked once per node), where given."""
-    if not store or (workdir / SNAPSHOT_STORE).exists():
-        return
-    Path(store).mkdir(parents=True, exist_ok=True)
-    os.symlink(store, workdir / SNAPSHOT_STORE)
-
-
-def parse_manifest(data: bytes | None) -> dict:
-    """A launch manifest from its stored bytes (gzipped JSON, or JSON from before)."""
-    if data and data[:2] == b"\x1f\x8b":
-        data = gzip.decompress(data)
-    return json.loads(data or b"{}")
-
-
-def _manifest(store: Store, key: str) -> dict:
-    manifest = parse_manifest(store.get(key))
-    if manifest.get("format") != 1:
-        raise RuntimeError(f"{store.url(key)} is not a launch manifest")
-    return manifest
-
-
 def follow(agent: Agent, rank: int) -> None:
     """Rank ``rank`` (not 0) of a job of several processes (Azure ML's distribution): start
     this rank's process of each run (the job side runs the function as that rank; rank 0's
@@ -426,7 +335,7 @@ def run(cloud: str, bucket: str, manifest_key: str, region: str, store_scheme: s
     cloud's own kind unless ``store_scheme`` ("s3", "gs") names another."""
     workdir = Path(os.environ.get(ENV_WORKDIR) or DEFAULT_WORKDIR).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
-    share_snapshots(workdir, os.environ.get(ENV_SNAPSHOTS))
+    inputs.share_snapshots(workdir, os.environ.get(ENV_SNAPSHOTS))
     platform = PLATFORMS[cloud](region)
     instance = dict(platform.describe(), started_at=time.time())
     rank = rank_info()[0]
@@ -437,13 +346,14 @@ def run(cloud: str, bucket: str, manifest_key: str, region: str, store_scheme: s
     store_class = STORES[store_scheme] if store_scheme else platform.store_class
     if rank:
         store = store_class.default(bucket, region)
-        follow(Agent(store, _manifest(store, manifest_key), workdir, platform, instance), rank)
+        launch = inputs.manifest(store, manifest_key)
+        follow(Agent(store, launch, workdir, platform, instance), rank)
         return
     (workdir / AGENT_PID).write_text(str(os.getpid()))
     agent = None
     try:
         store = store_class.default(bucket, region)
-        agent = Agent(store, _manifest(store, manifest_key), workdir, platform, instance)
+        agent = Agent(store, inputs.manifest(store, manifest_key), workdir, platform, instance)
         platform.tag(instance, agent.tags("running"))
         agent.handle_cancels()
         for slot in agent.slots:

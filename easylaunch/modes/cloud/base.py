@@ -30,7 +30,8 @@ from easylaunch.modes.cloud import relaunch
 from easylaunch.modes.cloud import transfer as cloud
 from easylaunch.preview import Preview
 from easylaunch.request import LaunchRequest
-from easylaunch_job.cloud.agent import AGENT_JSON, CANCEL_SUFFIX
+from easylaunch_job.cloud.agent import CANCEL_SUFFIX
+from easylaunch_job.cloud.inputs import AGENT_JSON
 from easylaunch_job.cloud.stores import Store
 from easylaunch_job.records import (
     RESULT_PKL,

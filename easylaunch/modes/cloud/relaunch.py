@@ -25,7 +25,8 @@ from easylaunch.jobs import Job
 from easylaunch.modes.cloud import transfer as cloud
 from easylaunch.request import LaunchRequest
 from easylaunch_job.attempts import RestartPolicy, finish_attempt, give_up_restart
-from easylaunch_job.cloud.agent import CANCEL_SUFFIX, parse_manifest
+from easylaunch_job.cloud.agent import CANCEL_SUFFIX
+from easylaunch_job.cloud.inputs import parse_manifest
 from easylaunch_job.cloud.stores import Store
 from easylaunch_job.records import BUNDLE_DIR, BUNDLE_JSON, STATUS_JSON, read_json
 
