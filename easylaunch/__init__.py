@@ -1,6 +1,14 @@
 """easylaunch: launch ``fn(doodad_config, variant)`` in-process, locally, on clusters and clouds."""
 
-from easylaunch.api import get_job, resubmit, run_command, run_commands, run_experiment, run_sweep
+from easylaunch.api import (
+    get_job,
+    resubmit,
+    resubmit_launch,
+    run_command,
+    run_commands,
+    run_experiment,
+    run_sweep,
+)
 from easylaunch.errors import (
     EasyLaunchError,
     JobCancelledError,
@@ -36,6 +44,7 @@ __all__ = [
     "log_metrics",
     "plot_sweep",
     "resubmit",
+    "resubmit_launch",
     "run_command",
     "run_commands",
     "run_experiment",

@@ -453,8 +453,21 @@ def resubmit(id_or_suffix: str, config: ConfigArg = None, detach: bool | None = 
     """Run a registered run again: same bundle, code snapshot and settings, a new run id.
     ``detach`` (mode ``local``) replaces the run's own choice: True, the new run outlives
     this process."""
+    return resubmit_launch([id_or_suffix], config, detach)[0]
+
+
+def resubmit_launch(ids: list[str], config: ConfigArg = None,
+                    detach: bool | None = None) -> list[Job]:
+    """Run registered runs of one launch again as one launch, each as :func:`resubmit` does:
+    one job array, batch or packed allocation for them all, as the sweep had (runs of
+    different launches are refused: resubmit each launch's runs together)."""
     registry = _registry(load_settings(config))
-    old = Job.from_run_dir(registry.find(id_or_suffix).log_dir)
+    olds = [Job.from_run_dir(registry.find(id_or_suffix).log_dir) for id_or_suffix in ids]
+    old = olds[0]
+    launches = {job.launch_info["launch_id"] for job in olds}
+    if len(launches) > 1:
+        raise LaunchError(f"runs {', '.join(j.id for j in olds)} come from {len(launches)} "
+                          "launches; resubmit each launch's runs together")
     if not old.mode.needs_bundle:
         raise LaunchError(f"run {old.id} ran in mode {old.mode.name!r}, which keeps no bundle to "
                           "run again; run its script again instead")
@@ -467,12 +480,13 @@ def resubmit(id_or_suffix: str, config: ConfigArg = None, detach: bool | None = 
     if detach is not None:
         options = {**(saved.get("mode_options") or {}), "detach": detach}
         mode_obj = get_mode(old.mode.name).create(old.mode.settings, options)
-    run = clone_run(old.log_dir, new_run_id(), options)
-    registry.add([registry_row(run)])
-    request = LaunchRequest.of_launch(run.launch, [run.variant])
+    launch_id = new_run_id()
+    runs = [clone_run(job.log_dir, launch_id, options) for job in olds]
+    registry.add([registry_row(run) for run in runs])
+    request = LaunchRequest.of_launch(runs[0].launch, [run.variant for run in runs])
     try:
         facts = mode_obj.check(request)
     except BaseException as exc:
-        registry.update_many(aborted([run], exc))
+        registry.update_many(aborted(runs, exc))
         raise
-    return _start(mode_obj, request, [run], facts, registry)[0]
+    return _start(mode_obj, request, runs, facts, registry)

@@ -112,6 +112,27 @@ def test_htp_over_ssh_needs_nothing_but_the_cluster_entry(remote_cfg, ssh_cluste
     assert backend["cluster_batch_dir"].startswith(f"{ssh_cluster}/{tag}/.batches/")
 
 
+def test_failed_runs_of_a_packed_sweep_go_again_in_one_allocation(remote_cfg, tmp_path):
+    config = tmp_path / "settings.py"
+    config.write_text("".join(f"{key} = {value!r}\n" for key, value in remote_cfg.items()))
+    jobs = run_sweep(jobfns.fail_unless_exists, [{"path": "/"}, {"path": "/nonexistent-1"},
+                                                 {"path": "/nonexistent-2"}],
+                     mode="htp", exp_name="flaky", config=str(config))
+    assert [j.wait(timeout=120) for j in jobs] == [JobState.SUCCEEDED] + [JobState.FAILED] * 2
+    sweep = jobs[0].launch_info["sweep_id"]
+    out = subprocess.run([sys.executable, "-m", "easylaunch.cli", "--config", str(config),
+                          "resubmit", "--sweep", sweep, "--state", "failed"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.count("resubmitted ") == 2, out
+    again = [get_job(line.split()[3].rstrip(":"), config=str(config))
+             for line in out.stdout.splitlines() if line.startswith("resubmitted ")]
+    assert [j.wait(timeout=120) for j in again] == [JobState.FAILED] * 2
+    assert {j.launch_info["sweep_id"] for j in again} == {sweep}
+    # one batch and one allocation for both, as the sweep had
+    assert len({j.launch_info["backend"]["cluster_batch_dir"] for j in again}) == 1
+    assert len({j.launch_info["backend"]["slurm_job_id"] for j in again}) == 1
+
+
 def test_pbs_htp_over_ssh_needs_nothing_but_the_cluster_entry(remote_cfg, ssh_cluster,
                                                               pbs_front_end):
     settings = {k: v for k, v in remote_cfg.items() if not k.startswith("SSS_")}

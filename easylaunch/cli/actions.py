@@ -8,9 +8,11 @@ import shutil
 import sys
 from pathlib import Path
 
+from easylaunch.bundle import LAUNCH_JSON
 from easylaunch.cli.shared import AddCommand, parse_since, registry_of
 from easylaunch.errors import EasyLaunchError
 from easylaunch.refresh import OPEN_STATES, STATES, cancel_entry, job_for, refresh_entries
+from easylaunch_job.records import DamagedRecord, read_json
 
 CANCEL_WAIT_SECONDS = 60  # how long `cancel` waits for a run to end
 SHOWN_BEFORE_ASKING = 20  # runs listed before a bulk action asks
@@ -95,19 +97,38 @@ def cancel(args: argparse.Namespace) -> int:
 
 
 def resubmit_runs(args: argparse.Namespace) -> int:
-    from easylaunch.api import resubmit
+    """Resubmit the selected runs, those of one launch together (a packed sweep's failed runs
+    go again in one allocation, an array's in one array)."""
+    from easylaunch.api import resubmit_launch
 
     registry = registry_of(args)
     entries, failures = _selected(registry, args)
-
-    def again(entry) -> None:
-        job = resubmit(entry.id, config=args.config,
-                       detach=True if args.detach and entry.mode == "local" else None)
-        print(f"resubmitted {entry.id} as {job.id}: {job.log_dir}")
-
-    if _go_ahead("resubmit", entries, args):
-        failures += _for_each(entries, again)
+    if not _go_ahead("resubmit", entries, args):
+        return 1 if failures else 0
+    launches: dict[str, list] = {}
+    for entry in entries:
+        launches.setdefault(_launch_id(entry), []).append(entry)
+    for group in launches.values():
+        try:
+            jobs = resubmit_launch([e.id for e in group], config=args.config,
+                                   detach=True if args.detach and group[0].mode == "local"
+                                   else None)
+        except EasyLaunchError as exc:
+            print(f"easylaunch: error: {', '.join(e.id for e in group)}: {exc}",
+                  file=sys.stderr)
+            failures += len(group)
+            continue
+        for entry, job in zip(group, jobs, strict=True):
+            print(f"resubmitted {entry.id} as {job.id}: {job.log_dir}")
     return 1 if failures else 0
+
+
+def _launch_id(entry) -> str:
+    """The launch a run came from (its own id where its folder cannot say)."""
+    try:
+        return read_json(str(Path(entry.log_dir) / LAUNCH_JSON))["launch_id"]
+    except (OSError, KeyError, DamagedRecord):
+        return entry.id
 
 
 def forget(args: argparse.Namespace) -> int:
