@@ -50,14 +50,75 @@ def job_for(registry: Registry, entry: Entry) -> Job:
 def cancel_entry(registry: Registry, entry: Entry, timeout: float) -> tuple[JobState, bool]:
     """Cancel a registered run and wait up to ``timeout`` seconds for it to end; its state
     then, and whether it was still open (False: it had ended, nothing was done)."""
-    job = job_for(registry, entry)
-    state = job.status()
-    if state.terminal:
-        return state, False
-    job.cancel()
-    state = job.wait(timeout=timeout)
-    registry.update(job.id, state=state.value)
-    return state, True
+    _, outcome, was_open = cancel_entries(registry, [entry], timeout)[0]
+    if isinstance(outcome, EasyLaunchError):
+        raise outcome
+    return outcome, was_open
+
+
+def cancel_entries(registry: Registry, entries: Sequence[Entry], timeout: float
+                   ) -> list[tuple[Entry, JobState | EasyLaunchError, bool]]:
+    """Cancel registered runs together, then wait up to ``timeout`` seconds for them to end.
+    Each backend is asked about its runs at once and stops them in as few steps as it can (a
+    packed sweep's tasks: one round trip for all). For each run: its state then, or what kept
+    it from being read or cancelled; and whether it was still open."""
+    from easylaunch.jobs import DamagedRecordError
+    from easylaunch.progress import wait_all
+
+    outcome: dict[str, tuple[JobState | EasyLaunchError, bool]] = {
+        e.id: (JobState(e.state), False) for e in entries if e.state not in OPEN_STATES}
+    groups, problems = group_jobs([e for e in entries if e.state in OPEN_STATES])
+    outcome.update((run_id, (EasyLaunchError(f"cannot cancel it: {why}"), False))
+                   for run_id, why in problems.items())
+    stopping = []
+    for jobs in groups:
+        with contextlib.suppress(EasyLaunchError, OSError):
+            jobs[0].mode.refresh_many(jobs)
+        live = []
+        for job in jobs:
+            with contextlib.suppress(DamagedRecordError):  # (unknown: stopped, its end repairs it)
+                if job.recorded_state().terminal:
+                    outcome[job.id] = (job.recorded_state(), False)
+                    continue
+            live.append(job)
+        failures = jobs[0].mode.cancel_many(live)
+        outcome.update((run_id, (exc, True)) for run_id, exc in failures.items())
+        stopping += [job for job in live if job.id not in failures]
+    outcome.update((job.id, (state, True))  # (wait_all writes them to the registry)
+                   for job, state in zip(stopping, wait_all(stopping, timeout, 1.0), strict=True))
+    with contextlib.suppress(sqlite3.Error):  # the rows are a cache; a full disk keeps them old
+        registry.update_many((run_id, {"state": state.value})
+                             for run_id, (state, was_open) in outcome.items()
+                             if isinstance(state, JobState) and not was_open)
+    return [(entry, *outcome[entry.id]) for entry in entries]
+
+
+def group_jobs(entries: Sequence[Entry]) -> tuple[list[list[Job]], dict[str, str]]:
+    """The live Jobs of these runs, grouped by mode and settings with one mode (and one
+    connection) per group, so each backend is asked once for a group; and, for runs that
+    cannot be read, why."""
+    from easylaunch.jobs import DamagedRecordError, Job
+
+    problems: dict[str, str] = {}
+    groups: dict[tuple, list[Job]] = {}
+    for entry in entries:
+        try:
+            job = Job.from_run_dir(entry.log_dir)
+            job.resolve_unsubmitted()
+        except DamagedRecordError:
+            problems[entry.id] = "unknown (its status.json is damaged)"
+            continue
+        except (EasyLaunchError, OSError) as exc:
+            why = "folder missing" if not Path(entry.log_dir).is_dir() else short(str(exc), 120)
+            problems[entry.id] = f"{entry.state} ({why})"
+            continue
+        request = job.launch_info.get("request") or {}
+        key = (job.mode.name, request.get("settings_file"),
+               repr(sorted((request.get("mode_options") or {}).items())))
+        if groups.get(key):
+            job.mode = groups[key][0].mode  # one mode (and connection) per group
+        groups.setdefault(key, []).append(job)
+    return list(groups.values()), problems
 
 
 def ended_fields(entry: Entry) -> dict:
@@ -84,34 +145,17 @@ def refresh_entries(registry: Registry, entries: Sequence[Entry]) -> list[Shown]
     asked once about all the open runs launched with the same settings: one round trip to a
     remote cluster, not one per run."""
     from easylaunch import notify
-    from easylaunch.jobs import DamagedRecordError, Job
+    from easylaunch.jobs import DamagedRecordError
     from easylaunch.listing import Shown
 
     shown = {entry.id: entry.state for entry in entries}
     seen: dict[str, dict] = {}  # run id -> registry fields a refresh saw
-    groups: dict[tuple, list[Job]] = {}
     for entry in entries:
-        if entry.state not in OPEN_STATES:
-            if entry.ended is None or entry.reason is None:
-                seen[entry.id] = ended_fields(entry)
-            continue
-        try:
-            job = Job.from_run_dir(entry.log_dir)
-            job.resolve_unsubmitted()
-        except DamagedRecordError:
-            shown[entry.id] = "unknown (its status.json is damaged)"
-            continue
-        except (EasyLaunchError, OSError) as exc:
-            why = "folder missing" if not Path(entry.log_dir).is_dir() else short(str(exc), 120)
-            shown[entry.id] = f"{entry.state} ({why})"
-            continue
-        request = job.launch_info.get("request") or {}
-        key = (job.mode.name, request.get("settings_file"),
-               repr(sorted((request.get("mode_options") or {}).items())))
-        if groups.get(key):
-            job.mode = groups[key][0].mode  # one mode (and connection) per group
-        groups.setdefault(key, []).append(job)
-    for jobs in groups.values():
+        if entry.state not in OPEN_STATES and (entry.ended is None or entry.reason is None):
+            seen[entry.id] = ended_fields(entry)
+    groups, problems = group_jobs([e for e in entries if e.state in OPEN_STATES])
+    shown.update(problems)
+    for jobs in groups:
         with contextlib.suppress(EasyLaunchError, OSError):
             jobs[0].mode.refresh_many(jobs)
         for job in jobs:
@@ -131,7 +175,7 @@ def refresh_entries(registry: Registry, entries: Sequence[Entry]) -> list[Shown]
     with contextlib.suppress(sqlite3.Error):  # the rows are a cache; a full disk keeps them old
         registry.update_many((run_id, {k: v for k, v in fields.items() if v is not None})
                              for run_id, fields in seen.items() if fields)
-        notify.tell_ends(registry, [job for jobs in groups.values() for job in jobs],
+        notify.tell_ends(registry, [job for jobs in groups for job in jobs],
                          {entry.id: entry.state for entry in entries})
     listed = []
     for entry in entries:

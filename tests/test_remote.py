@@ -133,6 +133,37 @@ def test_failed_runs_of_a_packed_sweep_go_again_in_one_allocation(remote_cfg, tm
     assert len({j.launch_info["backend"]["slurm_job_id"] for j in again}) == 1
 
 
+def test_cancelling_a_packed_sweep_marks_all_its_tasks_in_one_round_trip(remote_cfg,
+                                                                          monkeypatch):
+    from easylaunch.hosts.ssh import SshTransport
+    from easylaunch.refresh import cancel_entries
+    from easylaunch.registry import open_registry
+    from easylaunch.settings import load_settings
+
+    jobs = run_sweep(jobfns.sleep_a_while, [{"seconds": 300}] * 20, mode="htp",
+                     config=remote_cfg)  # (2 workers: 2 run, 18 wait)
+    assert wait_for(lambda: [j.status() for j in jobs[:2]] == [JobState.RUNNING] * 2, 120)
+    sent = []
+    run_ops = SshTransport.run_ops
+
+    def counted(self, ops, *args, **kwargs):
+        sent.append([op["op"] for op in ops])
+        return run_ops(self, ops, *args, **kwargs)
+
+    monkeypatch.setattr(SshTransport, "run_ops", counted)
+    registry = open_registry(load_settings(remote_cfg).REGISTRY_PATH)
+    try:
+        outcomes = cancel_entries(registry, [registry.find(j.id) for j in jobs], timeout=60)
+    finally:  # (a failure here must not leave the allocation holding the test node)
+        subprocess.run(["scancel", jobs[0].launch_info["backend"]["slurm_job_id"]],
+                       check=False)
+    assert [(state, was_open) for _, state, was_open in outcomes] == \
+        [(JobState.CANCELLED, True)] * 20
+    assert [ops for ops in sent if "touch" in ops] == [["update_status", "touch", "exists"]]
+    assert sum("before it started" in j.info()["error"] for j in jobs) == 18
+    assert {e.state for e in (registry.find(j.id) for j in jobs)} == {"cancelled"}
+
+
 def test_pbs_htp_over_ssh_needs_nothing_but_the_cluster_entry(remote_cfg, ssh_cluster,
                                                               pbs_front_end):
     settings = {k: v for k, v in remote_cfg.items() if not k.startswith("SSS_")}

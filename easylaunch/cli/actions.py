@@ -11,7 +11,7 @@ from pathlib import Path
 from easylaunch.bundle import LAUNCH_JSON
 from easylaunch.cli.shared import AddCommand, parse_since, registry_of
 from easylaunch.errors import EasyLaunchError
-from easylaunch.refresh import OPEN_STATES, STATES, cancel_entry, job_for, refresh_entries
+from easylaunch.refresh import OPEN_STATES, STATES, cancel_entries, job_for, refresh_entries
 from easylaunch_job.records import DamagedRecord, read_json
 
 CANCEL_WAIT_SECONDS = 60  # how long `cancel` waits for a run to end
@@ -71,28 +71,17 @@ def _go_ahead(action: str, entries: list, args: argparse.Namespace) -> bool:
     return False
 
 
-def _for_each(entries: list, act) -> int:
-    """``act(entry)`` for each run; a failure is said and the others go on. How many failed."""
-    failures = 0
-    for entry in entries:
-        try:
-            act(entry)
-        except EasyLaunchError as exc:
-            print(f"easylaunch: error: {entry.id}: {exc}", file=sys.stderr)
-            failures += 1
-    return failures
-
-
 def cancel(args: argparse.Namespace) -> int:
     registry = registry_of(args)
     entries, failures = _selected(registry, args)
 
-    def cancel_one(entry) -> None:
-        state, was_open = cancel_entry(registry, entry, CANCEL_WAIT_SECONDS)
-        print(f"{entry.id}: {state}" if was_open else f"{entry.id}: already {state}")
-
-    if _go_ahead("cancel", entries, args):
-        failures += _for_each(entries, cancel_one)
+    if _go_ahead("cancel", entries, args):  # (together: one step per backend, not per run)
+        for entry, outcome, was_open in cancel_entries(registry, entries, CANCEL_WAIT_SECONDS):
+            if isinstance(outcome, EasyLaunchError):
+                print(f"easylaunch: error: {entry.id}: {outcome}", file=sys.stderr)
+                failures += 1
+            else:
+                print(f"{entry.id}: {outcome}" if was_open else f"{entry.id}: already {outcome}")
     return 1 if failures else 0
 
 

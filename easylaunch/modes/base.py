@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from easylaunch.errors import LaunchError
+from easylaunch.errors import EasyLaunchError, LaunchError
 from easylaunch.settings import Mount, Settings
 
 if TYPE_CHECKING:
@@ -127,6 +127,17 @@ class Mode(ABC):
     def cancel(self, job: Job) -> None:
         """Stop a run that has not ended."""
         raise NotImplementedError(f"mode {self.name!r} cannot cancel runs")
+
+    def cancel_many(self, jobs: list[Job]) -> dict[str, EasyLaunchError]:
+        """Stop these runs (none ended) as :meth:`cancel` does, one by one; what kept each one
+        that failed from being stopped. Modes that stop many in one step override it."""
+        failures: dict[str, EasyLaunchError] = {}
+        for job in jobs:
+            try:
+                self.cancel(job)
+            except EasyLaunchError as exc:
+                failures[job.id] = exc
+        return failures
 
     def waiting_reason(self, job: Job) -> str | None:
         """Why a queued run has not started, as the backend says (None: unknown)."""

@@ -14,6 +14,7 @@ import contextlib
 import functools
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -25,7 +26,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from easylaunch import hosts
 from easylaunch.bundle import LAUNCH_JSON, Run
 from easylaunch.commands import check_found
-from easylaunch.errors import LaunchError
+from easylaunch.errors import EasyLaunchError, LaunchError
 from easylaunch.hosts import staging
 from easylaunch.hosts.staging import Upload, bundle_items
 from easylaunch.hosts.transport import HostError, Transport, checked
@@ -246,28 +247,37 @@ class HostedMode(Mode):
             except HostError:
                 continue  # brought back on a later poll
 
-    def request_cancel(self, job: Job, *then: dict) -> list[dict]:
-        """Note the cancel in the run's record, here and where the job writes it, then run the
-        far-side ops ``then`` in the same round trip; their answers."""
-        update_status(str(job.log_dir), cancel_requested=True)
+    def request_cancel(self, jobs: list[Job], *then: dict) -> list[dict]:
+        """Note the cancel in the runs' records, here and where the jobs write them, then run
+        the far-side ops ``then`` in the same round trip; their answers."""
+        for job in jobs:
+            update_status(str(job.log_dir), cancel_requested=True)
         answers = checked(self.transport.run_ops([
-            {"op": "update_status", "folders": [self._job_log_dir(job)],
+            {"op": "update_status", "folders": [self._job_log_dir(job) for job in jobs],
              "fields": {"cancel_requested": True}}, *then]), self.transport.where)
         return answers[1:]
 
-    def cancel_packed(self, job: Job, state_dir: str, index: int) -> None:
-        """Cancel task ``index`` of a packer (whose state folder is ``state_dir`` there): the
-        packer skips it, or stops it if it runs; one not started yet ends at once."""
-        marker = f"{state_dir}/task-{index}.cancel"
+    def cancel_packed(self, tasks: list[tuple[Job, str, int]]) -> dict[str, EasyLaunchError]:
+        """Cancel tasks of packers, each a (run, the packer's state folder there, task index):
+        the packer skips the task, or stops it if it runs; one not started yet ends at once.
+        One round trip for them all; what kept each run from being cancelled (all of them,
+        where the far side could not be reached)."""
+        if not tasks:
+            return {}
+        markers = [f"{folder}/task-{index}.cancel" for _, folder, index in tasks]
         try:
             _, started = self.request_cancel(
-                job, {"op": "touch", "paths": [marker]},
-                {"op": "exists", "paths": [f"{state_dir}/task-{index}.json"]})
+                [job for job, _, _ in tasks], {"op": "touch", "paths": markers},
+                {"op": "exists", "paths": [f"{folder}/task-{index}.json"
+                                           for _, folder, index in tasks]})
         except HostError as exc:
-            raise LaunchError(f"cannot mark the task cancelled ({exc}); where it runs, run: "
-                              f"touch {marker}") from None
-        if not started["exists"][0]:
-            job.record_end("cancelled", "cancelled before it started")
+            return {job.id: LaunchError(f"cannot mark the task cancelled ({exc}); where it "
+                                        f"runs, run: touch {shlex.quote(marker)}")
+                    for (job, _, _), marker in zip(tasks, markers, strict=True)}
+        for (job, _, _), there in zip(tasks, started["exists"], strict=True):
+            if not there:
+                job.record_end("cancelled", "cancelled before it started")
+        return {}
 
     def fetch(self, job: Job) -> str:
         if not self._mirrored(job):

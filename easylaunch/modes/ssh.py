@@ -19,7 +19,7 @@ from pathlib import Path
 from easylaunch import shells
 from easylaunch.bundle import Run
 from easylaunch.commands import programs_to_find
-from easylaunch.errors import LaunchError
+from easylaunch.errors import EasyLaunchError, LaunchError
 from easylaunch.jobs import Job
 from easylaunch.modes.hosted import NO_QUERY, BackendQuery, HostedMode, completed
 from easylaunch.modes.jobscript import StartLine, bundle_pythonpath, start_line, task_line
@@ -179,5 +179,11 @@ class SshMode(HostedMode):
             shells.shell_in(folder, run_variables(job.id, folder))), None
 
     def cancel(self, job: Job) -> None:
-        backend = job.launch_info["backend"]
-        self.cancel_packed(job, backend["state_dir"], backend["task_index"])
+        failure = self.cancel_many([job]).get(job.id)
+        if failure is not None:
+            raise failure
+
+    def cancel_many(self, jobs: list[Job]) -> dict[str, EasyLaunchError]:
+        """The packer's tasks, in one round trip."""
+        return self.cancel_packed([(job, job.launch_info["backend"]["state_dir"],
+                                    job.launch_info["backend"]["task_index"]) for job in jobs])

@@ -30,7 +30,7 @@ from typing import Protocol
 
 from easylaunch.bundle import BLOB_STORE, Run, blob_name
 from easylaunch.containers import SSS_SINGULARITY, SingularityImage
-from easylaunch.errors import LaunchError
+from easylaunch.errors import EasyLaunchError, LaunchError
 from easylaunch.hosts import staging
 from easylaunch.hosts.staging import Upload
 from easylaunch.jobpack import job_archive
@@ -62,8 +62,10 @@ class Packing(Protocol):
     def backend(self, mode: BatchMode, index: int) -> dict:
         """What launch.json records about run ``index``, besides the batch's folders."""
 
-    def cancel(self, mode: BatchMode, job: Job) -> bool:
-        """Stop the run as this packing must (True), or leave it to the scheduler (False)."""
+    def cancel(self, mode: BatchMode, jobs: list[Job]
+               ) -> tuple[dict[str, EasyLaunchError], list[Job]]:
+        """Stop the runs as this packing must: what kept each one from being stopped, and the
+        runs it leaves to the scheduler."""
 
 
 @dataclass(frozen=True)
@@ -314,8 +316,18 @@ class BatchMode(ScheduledMode):
         return super().fetch(job)
 
     def cancel(self, job: Job) -> None:
-        if not self.packing.cancel(self, job):
-            super().cancel(job)
+        failure = self.cancel_many([job]).get(job.id)
+        if failure is not None:
+            raise failure
+
+    def cancel_many(self, jobs: list[Job]) -> dict[str, EasyLaunchError]:
+        failures, left = self.packing.cancel(self, jobs)
+        for job in left:
+            try:
+                super().cancel(job)
+            except EasyLaunchError as exc:
+                failures[job.id] = exc
+        return failures
 
     def submitted_job_id(self, job: Job) -> str | None:
         """The id recorded at submission, else the one the user's own run of submit.sh wrote

@@ -21,7 +21,7 @@ import sys
 
 from easylaunch import launchers
 from easylaunch.bundle import BLOB_STORE, Run, blob_name
-from easylaunch.errors import LaunchError
+from easylaunch.errors import EasyLaunchError, LaunchError
 from easylaunch.jobpack import job_archive
 from easylaunch.jobs import Job
 from easylaunch.modes.base import Composed
@@ -170,19 +170,22 @@ def backend(mode: BatchMode, index: int) -> dict:
     return {"task_index": index, "htp_runner": mode.settings.HTP_RUNNER}
 
 
-def cancel(mode: BatchMode, job: Job) -> bool:
-    """Cancel one task of the shared allocation (never the whole allocation).
-
-    The batch folder on the cluster is reached over SSH, or visible here (a shared file
-    system).
-    """
-    backend = job.launch_info["backend"]
-    if backend.get("htp_runner") == "ht_helper":
-        raise LaunchError("runs packed by BRC's ht_helper.sh cannot be cancelled one by "
-                          "one; cancel the whole allocation with scancel")
-    mode.cancel_packed(job, f"{backend['cluster_batch_dir']}/{TASK_STATE}",
-                       backend["task_index"])
-    return True
+def cancel(mode: BatchMode, jobs: list[Job]) -> tuple[dict[str, EasyLaunchError], list[Job]]:
+    """Cancel tasks of the shared allocations (never a whole allocation), all in one round
+    trip. The batch folder on the cluster is reached over SSH, or visible here (a shared file
+    system)."""
+    helper = LaunchError("runs packed by BRC's ht_helper.sh cannot be cancelled one by one; "
+                         "cancel the whole allocation with scancel")
+    failures: dict[str, EasyLaunchError] = {}
+    tasks = []
+    for job in jobs:
+        backend = job.launch_info["backend"]
+        if backend.get("htp_runner") == "ht_helper":
+            failures[job.id] = helper
+        else:
+            tasks.append((job, f"{backend['cluster_batch_dir']}/{TASK_STATE}",
+                          backend["task_index"]))
+    return {**failures, **mode.cancel_packed(tasks)}, []
 
 
 HTP = Composed("htp", BatchMode, {**dict.fromkeys(slurm.RESOURCE_OPTIONS), "cluster": None,

@@ -26,6 +26,7 @@ from easylaunch.schedulers import slurm
 from easylaunch_job.submission import sbatch_command
 
 if TYPE_CHECKING:
+    from easylaunch.errors import EasyLaunchError
     from easylaunch.jobs import Job
 
 
@@ -65,8 +66,8 @@ def backend(mode: BatchMode, index: int) -> dict:
     return {}
 
 
-def cancel(mode: BatchMode, job: Job) -> bool:
-    return False  # (scancel: one job per run)
+def cancel(mode: BatchMode, jobs: list[Job]) -> tuple[dict[str, EasyLaunchError], list[Job]]:
+    return {}, jobs  # (scancel: one job per run)
 
 
 SSS = Composed("sss", BatchMode, {**slurm.OPTIONS, "cluster": None}, restarts=True,

@@ -223,7 +223,7 @@ class ScheduledMode(HostedMode):
         and one not started yet is recorded cancelled here at once (it ends as it starts)."""
         if self.scheduler.stops_by_record(job.launch_info["backend"]):
             record = f"{self._job_log_dir(job)}/{STATUS_JSON}"
-            (read,) = self.request_cancel(job, {"op": "read", "paths": [record]})
+            (read,) = self.request_cancel([job], {"op": "read", "paths": [record]})
             found = read["files"][record]
             with contextlib.suppress(ValueError):
                 if found and json.loads(found["text"]).get("state") == "running":
@@ -232,7 +232,7 @@ class ScheduledMode(HostedMode):
             return
         argv = self.scheduler.cancel_command(job_id)
         op = {"op": "run", "argv": argv}
-        out = completed(self.retried([op], self.request_cancel(job, op))[0])
+        out = completed(self.retried([op], self.request_cancel([job], op))[0])
         if out.returncode != 0:
             raise LaunchError(f"{shlex.join(argv)} failed on {self.transport.where}: "
                               f"{(out.stderr or out.stdout).strip()}")
