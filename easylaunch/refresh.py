@@ -1,4 +1,5 @@
-"""Runs as they are now: registry entries refreshed from their records and backends.
+"""Runs as they are now: registry entries refreshed from their records and backends (and
+cancelled together).
 
 Shared by ``easylaunch ls``, the bulk actions, ``load_sweep`` and the dashboard, so every view
 of the runs refreshes them the same way (each backend asked once per group, the registry's
