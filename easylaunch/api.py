@@ -319,6 +319,8 @@ class _Launch:
         if check is not None:
             pool = ThreadPoolExecutor(1, thread_name_prefix="easylaunch-check")
             pending = pool.submit(check, self.request)
+        # (a far host: each run's copy starts as it is made, once the check reached the host)
+        sink = self.mode.stream_runs(self.request, pending.done if pending else lambda: True)
         runs: list[Run] = []
         try:
             spec = self.bundle_spec(self.request.log_root)
@@ -326,14 +328,19 @@ class _Launch:
             for i, (variant, data) in enumerate(track(self._pairs(), "bundling runs")):
                 runs.append(create_run(spec, variant, data, i))
                 registry.add([registry_row(runs[-1])])  # visible at once, should we die
+                sink.made(runs[-1])
         except BaseException as exc:  # the runs made so far are recorded, as never started
+            sink.abort()
             registry.update_many(aborted(runs, exc))
             raise
         finally:
             if pool is not None:
                 pool.shutdown(wait=False)
-        facts = self.facts if pending is None else _checked(pending, runs, registry)
-        return _start(self.mode, self.request, runs, facts, registry)
+        try:
+            facts = self.facts if pending is None else _checked(pending, runs, registry)
+            return _start(self.mode, self.request, runs, facts, registry)
+        finally:
+            sink.abort()  # (finished by then, or no longer wanted)
 
 
 def _checked(pending: Future, runs: list[Run], registry: Registry) -> Any:

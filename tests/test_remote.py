@@ -362,6 +362,38 @@ def test_tracking_survives_the_cluster_going_out_of_reach(remote_cfg):
     assert job.result(timeout=120) == {"x": 4, "y": 8}
 
 
+@pytest.mark.parametrize("stream", ["works", "breaks"])
+def test_runs_are_copied_while_the_launch_makes_them(remote_cfg, ssh_cluster, monkeypatch,
+                                                     stream):
+    """Once the first check reached the cluster, each run's files stream there as the run is
+    made; the upload then sends only what did not arrive (all of it, where the stream broke)."""
+    from easylaunch.hosts import staging
+    from easylaunch.hosts.ssh import SshTransport
+
+    run_sweep(jobfns.double, [{"x": 0}], mode="slurm", config=remote_cfg)  # (connection open)
+    if stream == "breaks":  # the far side's tar is missing
+        monkeypatch.setattr(SshTransport, "untar_argv", lambda self, folder: [
+            "ssh", *self.ssh_options(), "--", self.destination, "no-such-tar -x"])
+    arrived, uploads = [], []
+    finish, upload = staging.RunStream.finish, staging.upload
+    monkeypatch.setattr(staging.RunStream, "finish",
+                        lambda self: arrived.append(finish(self)) or arrived[-1])
+    monkeypatch.setattr(staging, "upload", lambda *a, **k: uploads.append(upload(*a, **k))
+                        or uploads[-1])
+    jobs = run_sweep(jobfns.double, [{"x": i} for i in range(40)], mode="slurm",
+                     config=remote_cfg)
+    assert [j.result(timeout=180) for j in jobs] == [{"x": i, "y": 2 * i} for i in range(40)]
+    (streamed,) = arrived
+    sent_inline = [rel for rel in uploads[0].items if "/bundle" in rel or rel.endswith(".json")]
+    if stream == "works":
+        assert streamed and len(sent_inline) + len(streamed) == 3 * 40
+        assert not set(sent_inline) & streamed
+    else:
+        assert streamed == frozenset() and len(sent_inline) == 3 * 40
+    root = ssh_cluster / "runs" / remote_cfg["CLUSTERS"]["test"]["log_dir"].split("/")[-1]
+    assert not any((root / ".incoming").iterdir())  # everything placed, nothing left there
+
+
 def test_a_copy_cut_off_mid_way_submits_nothing_and_the_next_launch_resumes_it(
         remote_cfg, ssh_cluster, tmp_path, pushes, monkeypatch):
     import threading

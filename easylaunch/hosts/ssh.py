@@ -196,6 +196,11 @@ class SshTransport(Transport):
     def terminal_argv(self, argv: list[str]) -> list[str]:
         return ["ssh", "-t", *self.ssh_options(), "--", self.destination, shlex.join(argv)]
 
+    def untar_argv(self, folder: str) -> list[str] | None:
+        word = remote_word(folder)
+        return ["ssh", *self.ssh_options(), "--", self.destination,
+                f"mkdir -p {word} && tar -xzf - -C {word}"]
+
     def rsync_argv(self) -> list[str]:
         # --compress: code and pickles shrink well; rsync leaves compressed formats as they are
         return ["rsync", "--compress", "--rsh", shlex.join(["ssh", *self.ssh_options()])]

@@ -11,20 +11,27 @@ snapshot. A few MB go inline, in the round trip that places them; more go by rsy
 from __future__ import annotations
 
 import base64
+import contextlib
 import io
 import os
+import shutil
 import stat
+import subprocess
 import tarfile
+import threading
+import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-from easylaunch.bundle import CODE_DIR, VARIANT_JSON
+from easylaunch.bundle import CODE_DIR, VARIANT_JSON, Run
 from easylaunch.hosts.transport import HostError, Transport, checked
 from easylaunch_job.records import BUNDLE_DIR, STATUS_JSON
 
 INCOMING = ".incoming"
 INLINE_BYTES = 4 << 20  # up to this much goes inline with the far side's answer, not by rsync
+STREAM_TIMEOUT_SECONDS = 120  # a run stream that has not ended this long after the last run
 SENT_OF_A_RUN = (BUNDLE_DIR, STATUS_JSON, VARIANT_JSON)
 HEADROOM = 1.1  # refuse a copy that would leave the far side's disk all but full
 
@@ -35,7 +42,8 @@ class Upload:
 
     ``shared`` items are content-addressed (named by their digest): kept once in ``store``
     and linked into ``root`` where that is another folder. ``plain`` items are new (run
-    folders, job scripts) and never overwrite anything there.
+    folders, job scripts) and never overwrite anything there; those in ``streamed`` are in the
+    incoming folder there already (a :class:`RunStream` copied them while the runs were made).
     """
 
     local_root: Path
@@ -43,6 +51,101 @@ class Upload:
     store: str
     shared: list[str]
     plain: list[str]
+    streamed: frozenset[str] = frozenset()
+    streamed_bytes: int = 0
+
+
+class RunStream:
+    """Copies each run's files into the far side's incoming folder while the launch makes the
+    next runs: the system's ``tar`` here, gzipped, piped into ``tar`` there over the host's
+    connection,
+    so packing, the wire and the far side's writes overlap the making (on other cores) instead
+    of following it. It starts once ``ready()`` (the check that opens the connection is done),
+    so a launch still logs in once. :meth:`finish` says which items arrived; the upload sends
+    the others as before."""
+
+    def __init__(self, transport: Transport, local_root: Path, store: str,
+                 ready: Callable[[], bool]) -> None:
+        self.transport, self.local_root, self.ready = transport, local_root, ready
+        self.incoming = f"{store.rstrip('/')}/{INCOMING}"
+        self.waiting: list[str] = []  # items of runs made before the stream started
+        self.sent: list[str] = []
+        self.procs: list[subprocess.Popen] = []
+        self.pump: threading.Thread | None = None
+        self.bytes = 0
+
+    def made(self, run: Run) -> None:
+        """Send the run's files, now or once the stream starts."""
+        self.waiting += run_items(self.local_root, run)
+        if not self.procs and self.ready():
+            self._start()
+        if self.procs:
+            try:
+                self.procs[0].stdin.write(b"".join(i.encode() + b"\0" for i in self.waiting))
+            except OSError:  # (the stream broke: finish() says nothing arrived)
+                return
+            self.sent += self.waiting
+            self.waiting = []
+
+    def _start(self) -> None:
+        tar = shutil.which("tar")
+        untar = self.transport.untar_argv(self.incoming)
+        if tar is None or untar is None:
+            self.ready = lambda: False  # (no stream: the upload sends everything)
+            return
+        here = subprocess.Popen([tar, "-cf", "-", "-C", str(self.local_root), "--null",
+                                 "-T", "-"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.DEVNULL)
+        there = subprocess.Popen(untar, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.DEVNULL)
+        self.procs = [here, there]
+        self.pump = threading.Thread(target=self._pump, daemon=True)
+        self.pump.start()
+
+    def _pump(self) -> None:
+        """Carry the tar from here to there, gzipped and flushed as it comes (gzip's own
+        buffering would hold most of it back until the end), counting the bytes."""
+        here, there = self.procs
+        gzip = zlib.compressobj(6, zlib.DEFLATED, 31)
+        try:
+            while chunk := here.stdout.read1(1 << 16):
+                data = gzip.compress(chunk) + gzip.flush(zlib.Z_SYNC_FLUSH)
+                there.stdin.write(data)
+                there.stdin.flush()
+                self.bytes += len(data)
+            there.stdin.write(gzip.flush())
+        except OSError:  # the far side went away: so does this side's tar
+            here.kill()
+        with contextlib.suppress(OSError):
+            there.stdin.close()
+
+    def finish(self) -> frozenset[str]:
+        """Wait for the copy to end; the items that arrived (none, where it failed)."""
+        if not self.procs:
+            return frozenset()
+        with contextlib.suppress(OSError):
+            self.procs[0].stdin.close()
+        # (blocking waits, which see an exit at once; the timer ends a copy that hangs)
+        timer = threading.Timer(STREAM_TIMEOUT_SECONDS, self._kill)
+        timer.start()
+        try:
+            codes = [proc.wait() for proc in self.procs]
+        finally:
+            timer.cancel()
+        self.pump.join()
+        return frozenset(self.sent) if codes == [0, 0] else frozenset()
+
+    def abort(self) -> None:
+        """Stop the copy (the launch failed); what arrived stays unplaced in the incoming
+        folder there, as a cut-off copy's does."""
+        self._kill()
+        for proc in self.procs:
+            proc.wait()
+
+    def _kill(self) -> None:
+        for proc in self.procs:
+            with contextlib.suppress(OSError):
+                proc.kill()
 
 
 def _size(path: Path) -> int:
@@ -68,7 +171,7 @@ def upload(transport: Transport, up: Upload, then: list[dict] | None = None) -> 
         {"op": "exists", "paths": [f"{up.store}/{rel}" for rel in shared]},
         {"op": "prepare_dir", "path": incoming}]), transport.where)
     missing = [rel for rel, there in zip(shared, first[0]["exists"], strict=True) if not there]
-    sending = missing + up.plain
+    sending = missing + [rel for rel in up.plain if rel not in up.streamed]
     need = sum(_size(up.local_root / rel) for rel in sending)
     free = first[1]["free"]
     if need * HEADROOM > free:
@@ -76,12 +179,13 @@ def upload(transport: Transport, up: Upload, then: list[dict] | None = None) -> 
                         f"this launch copies {need / 1e6:.1f} MB: free space there or choose "
                         "another log_dir; nothing was copied or submitted")
     inline: list[dict] = []
-    if need <= INLINE_BYTES:  # small: in the same round trip as placing them
+    sent = up.streamed_bytes
+    if sending and need <= INLINE_BYTES:  # small: in the same round trip as placing them
         packed = _packed(up.local_root, sending)
         inline = [{"op": "unpack", "root": incoming, "tar": packed}]
-        sent = len(packed)
-    else:  # large: rsync, which resumes a copy that was cut off
-        sent = transport.push(up.local_root, sending, incoming)
+        sent += len(packed)
+    elif sending:  # large: rsync, which resumes a copy that was cut off
+        sent += transport.push(up.local_root, sending, incoming)
     answers = checked(transport.run_ops([*inline, {
         "op": "place", "incoming": incoming, "store": up.store, "root": up.root,
         "shared": shared, "plain": up.plain}, *(then or [])]), transport.where)
@@ -130,10 +234,9 @@ def _walk(top: Path) -> list[Path]:
     return found
 
 
-def bundle_items(log_root: Path, runs) -> tuple[list[str], list[str]]:
+def bundle_items(log_root: Path, runs: list[Run]) -> tuple[list[str], list[str]]:
     """(shared, plain) items of runs made under ``log_root``: the blobs and snapshots their
-    bundles link to, and what the far side needs of each run folder (not its git diffs or
-    launch record, which stay here)."""
+    bundles link to, and what the far side needs of each run folder (:func:`run_items`)."""
     shared: set[str] = set()
     for run in runs:
         for folder in (run.bundle_dir, run.bundle_dir / CODE_DIR):
@@ -141,6 +244,10 @@ def bundle_items(log_root: Path, runs) -> tuple[list[str], list[str]]:
                 if entry.is_symlink():
                     target = os.path.normpath(os.path.join(folder, os.readlink(entry.path)))
                     shared.add(os.path.relpath(target, log_root))
-    plain = [os.path.relpath(run.log_dir / name, log_root) for run in runs
-             for name in SENT_OF_A_RUN]
-    return sorted(shared), plain
+    return sorted(shared), [rel for run in runs for rel in run_items(log_root, run)]
+
+
+def run_items(log_root: Path, run: Run) -> list[str]:
+    """What the far side needs of a run's folder (not its git diffs or launch record, which
+    stay here), relative to the log root."""
+    return [os.path.relpath(run.log_dir / name, log_root) for name in SENT_OF_A_RUN]

@@ -69,6 +69,11 @@ class Transport(ABC):
         shell)."""
         return argv
 
+    def untar_argv(self, folder: str) -> list[str] | None:
+        """The argv, run here, that unpacks a gzipped tar read from its stdin into ``folder``
+        there (None: the far side is this machine)."""
+        return None
+
     def push(self, local_root: Path, rels: Sequence[str], dest: str) -> int:
         """Copy ``rels`` (relative to ``local_root``) under ``dest`` there, as a resumable
         rsync (``--partial``: a copy cut off is continued by the next one); return the bytes

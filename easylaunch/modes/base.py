@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -16,6 +17,29 @@ if TYPE_CHECKING:
     from easylaunch.jobs import Job
     from easylaunch.preview import Preview
     from easylaunch.request import LaunchRequest
+
+
+class RunSink(Protocol):
+    """Takes each run as a launch makes it (:meth:`Mode.stream_runs`)."""
+
+    def made(self, run: Run) -> None:
+        """The run is made (its folder complete)."""
+
+    def abort(self) -> None:
+        """The launch ends (failed, or its runs were handed over): stop what is under way."""
+
+
+class _NoSink:
+    """Where runs go as they are made, for modes that take them only at submission."""
+
+    def made(self, run: Run) -> None:
+        pass
+
+    def abort(self) -> None:
+        pass
+
+
+NO_SINK = _NoSink()
 
 
 class ModeKind(Protocol):
@@ -82,6 +106,11 @@ class Mode(ABC):
         """Whether :meth:`check` asks a far host (a round trip worth overlapping with making
         the runs, which it does not need); a refusal then takes the runs made back."""
         return False
+
+    def stream_runs(self, request: LaunchRequest, ready: Callable[[], bool]) -> RunSink:
+        """Where each run goes as the launch makes it (a far host's copy under way while the
+        next runs are made; ``ready``: whether :meth:`check` is done)."""
+        return NO_SINK
 
     def check(self, request: LaunchRequest) -> Any:
         """Refuse a request this mode cannot run, before anything is made (or, where

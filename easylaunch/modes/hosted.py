@@ -31,7 +31,7 @@ from easylaunch.hosts import staging
 from easylaunch.hosts.staging import Upload, bundle_items
 from easylaunch.hosts.transport import HostError, Transport, checked
 from easylaunch.jobs import Job
-from easylaunch.modes.base import Mode
+from easylaunch.modes.base import NO_SINK, Mode, RunSink
 from easylaunch_job.records import (
     BUNDLE_DIR,
     RESULT_PKL,
@@ -94,6 +94,8 @@ class HostedMode(Mode):
     started there (:meth:`backend_query` for the backend's side of tracking)."""
 
     runs_python = sys.executable  # the Python of runs on this machine, when no host is set
+    streams_runs = False  # whether :meth:`stage` sends the runs (they may stream as made)
+    _stream: staging.RunStream | None = None
 
     def host_name(self) -> str | None:
         """The CLUSTERS name or ssh destination of the far side (None: this machine)."""
@@ -133,6 +135,17 @@ class HostedMode(Mode):
                                   "there (pip install cloudpickle)")
         return folder_there["path"], info, answers
 
+    def stream_runs(self, request: LaunchRequest, ready: Callable[[], bool]) -> RunSink:
+        """A stream that copies each run's files to the far side as the launch makes it (see
+        :class:`~easylaunch.hosts.staging.RunStream`; ``ready``: whether the far side has
+        been reached), for :meth:`stage`; none where the runs stay on this machine or the
+        mode copies them otherwise."""
+        if not self.streams_runs or self.transport.is_local or not self.transport.log_dir:
+            return NO_SINK
+        self._stream = staging.RunStream(self.transport, request.log_root,
+                                         self.transport.log_dir, ready)
+        return self._stream
+
     def stage(self, request: LaunchRequest, runs: list[Run], root: str, then: list[dict],
               shared: list[str], plain: list[str]) -> list[dict]:
         """Make the runs' bundles and this launch's files (``shared``: stored once per content,
@@ -142,9 +155,11 @@ class HostedMode(Mode):
         if self.transport.is_local and root == str(request.log_root):
             return checked(self.transport.run_ops(then), self.transport.where)
         bundles, own = bundle_items(request.log_root, runs)
-        return staging.upload(self.transport, Upload(request.log_root, root, root,
-                                                     bundles + shared, own + plain),
-                              then=then).answers
+        stream, self._stream = self._stream, None
+        streamed = stream.finish() if stream is not None else frozenset()
+        return staging.upload(self.transport, Upload(
+            request.log_root, root, root, bundles + shared, own + plain, streamed,
+            stream.bytes if streamed else 0), then=then).answers
 
     # -- where the run's files are ------------------------------------------------------------
 

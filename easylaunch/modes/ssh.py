@@ -56,6 +56,7 @@ class SshMode(HostedMode):
     """One packer per launch on a remote machine, reached over SSH."""
 
     name = "ssh"
+    streams_runs = True
     restarts = True  # (the packer starts a run queued again: a crash, a kill, an error)
     options = {"cluster": None, "max_parallel": None}
 

@@ -94,6 +94,8 @@ class ArrayMode(ScheduledMode):
     container, the job's shell does, after the container ended).
     """
 
+    streams_runs = True
+
     container: Singularity | None = None
 
     def _env_prefix(self) -> Path | None:
