@@ -174,16 +174,29 @@ def _place(op):
                 _link_tree(kept, dest)
             else:
                 _link_file(kept, dest)
+    folders = {}  # a new run's items move as its one folder (one rename, not one an item)
     for rel in op["plain"]:
-        source, dest = os.path.join(incoming, rel), os.path.join(root, rel)
-        if os.path.lexists(dest):
-            return {"error": f"{dest} exists already; it is left as it is"}
-        os.makedirs(os.path.dirname(dest), exist_ok=True)
-        os.rename(source, dest)
+        folders.setdefault(os.path.dirname(rel), []).append(rel)
+    for folder, rels in folders.items():
+        source, dest = os.path.join(incoming, folder), os.path.join(root, folder)
+        if folder and not os.path.lexists(dest) and \
+                sorted(os.listdir(source)) == sorted(os.path.basename(r) for r in rels):
+            os.makedirs(os.path.dirname(dest), exist_ok=True)
+            os.rename(source, dest)
+            continue
+        for rel in rels:
+            source, dest = os.path.join(incoming, rel), os.path.join(root, rel)
+            if os.path.lexists(dest):
+                return {"error": f"{dest} exists already; it is left as it is"}
+            os.makedirs(os.path.dirname(dest), exist_ok=True)
+            os.rename(source, dest)
     for rel in op["shared"] + op["plain"]:  # the folders that held them, now empty
         parent = os.path.dirname(os.path.join(incoming, rel))
-        while parent != incoming and os.path.isdir(parent) and not os.listdir(parent):
-            os.rmdir(parent)
+        while parent != incoming:
+            if os.path.isdir(parent):
+                if os.listdir(parent):
+                    break
+                os.rmdir(parent)
             parent = os.path.dirname(parent)
     return {}
 

@@ -111,3 +111,22 @@ def test_no_name_is_defined_on_both_sides():
     job, host = _top_level_names(JOB_SIDE), _top_level_names(HOST_SIDE)
     both = {name: (job[name], host[name]) for name in set(job) & set(host) - {"main"}}
     assert not both
+
+
+def test_placing_uploaded_runs_moves_each_new_run_whole_and_never_overwrites(tmp_path):
+    from easylaunch_job.host_ops import answer
+
+    incoming, root = tmp_path / ".incoming", tmp_path / "root"
+    for run in ("exp/r1", "exp/r2"):
+        (incoming / run / "bundle").mkdir(parents=True)
+        (incoming / run / "bundle" / "variant.pkl").write_text("v")
+        (incoming / run / "status.json").write_text("{}")
+    (root / "exp" / "r2").mkdir(parents=True)  # r2's folder there already holds a file of ours
+    (root / "exp" / "r2" / "status.json").write_text("earlier")
+    plain = [f"exp/{r}/{name}" for r in ("r1", "r2") for name in ("bundle", "status.json")]
+    (placed,) = answer([{"op": "place", "incoming": str(incoming), "store": str(root),
+                         "root": str(root), "shared": [], "plain": plain}])
+    assert (root / "exp" / "r1" / "bundle" / "variant.pkl").read_text() == "v"
+    assert "r2/status.json exists already" in placed["error"]
+    assert (root / "exp" / "r2" / "status.json").read_text() == "earlier"  # left as it was
+    assert not (incoming / "exp" / "r1").exists()
