@@ -4,8 +4,9 @@ Code snapshots, pickled functions, runners and packed environments are kept once
 in a store there (``.snapshots``, ``.blobs``, ``.envs``), so a second sweep with the same code
 copies none of them again. Everything travels into ``<store>/.incoming`` first and is then
 moved into place in one far-side step, so the far side never holds half a run or half a
-snapshot. A few MB go inline, in the round trip that places them; more go by rsync
-(``--partial``: a copy that was cut off resumes on the next launch).
+snapshot. The runs' own files stream there while the launch makes them (:class:`RunStream`);
+what has not arrived by then goes inline, a few MB in the round trip that places them, more by
+rsync (``--partial``: a copy that was cut off resumes on the next launch).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from easylaunch_job.records import BUNDLE_DIR, STATUS_JSON
 
 INCOMING = ".incoming"
 INLINE_BYTES = 4 << 20  # up to this much goes inline with the far side's answer, not by rsync
-STREAM_TIMEOUT_SECONDS = 120  # a run stream that has not ended this long after the last run
+STREAM_TIMEOUT_SECONDS = 120  # a run stream still going this long after the last run is stopped
 SENT_OF_A_RUN = (BUNDLE_DIR, STATUS_JSON, VARIANT_JSON)
 HEADROOM = 1.1  # refuse a copy that would leave the far side's disk all but full
 
@@ -58,11 +59,10 @@ class Upload:
 class RunStream:
     """Copies each run's files into the far side's incoming folder while the launch makes the
     next runs: the system's ``tar`` here, gzipped, piped into ``tar`` there over the host's
-    connection,
-    so packing, the wire and the far side's writes overlap the making (on other cores) instead
-    of following it. It starts once ``ready()`` (the check that opens the connection is done),
-    so a launch still logs in once. :meth:`finish` says which items arrived; the upload sends
-    the others as before."""
+    connection, so packing, the wire and the far side's writes overlap the making (on other
+    cores) instead of following it. It starts once ``ready()`` (the check that opens the
+    connection is done), so a launch still logs in once. :meth:`finish` says which items
+    arrived; the upload sends the others as before."""
 
     def __init__(self, transport: Transport, local_root: Path, store: str,
                  ready: Callable[[], bool]) -> None:
