@@ -78,8 +78,8 @@ def cancel_entries(registry: Registry, entries: Sequence[Entry], timeout: float
         live = []
         for job in jobs:
             with contextlib.suppress(DamagedRecordError):  # (unknown: stopped, its end repairs it)
-                if job.recorded_state().terminal:
-                    outcome[job.id] = (job.recorded_state(), False)
+                if (state := job.recorded_state()).terminal:
+                    outcome[job.id] = (state, False)
                     continue
             live.append(job)
         failures = jobs[0].mode.cancel_many(live)

@@ -169,6 +169,15 @@ def copy_to_cluster(job) -> str:
     return backend["cluster_batch_dir"]
 
 
+def batch_runs_under_way(jobs: list, count: int = 2, steps: int = 3) -> list[Path]:
+    """The cluster folders of a batch's runs (jobfns.count_steps), once ``count`` of them have
+    done ``steps`` steps there (asserted within two minutes)."""
+    log_dirs = [Path(j.launch_info["backend"]["job_log_dir"]) for j in jobs]
+    assert wait_for(lambda: sum(len(jobfns.steps_done(d)) >= steps for d in log_dirs) == count,
+                    timeout=120)
+    return log_dirs
+
+
 def packers_on_one_node(cluster: Path, nodes: int) -> None:
     """Rewrite an htp batch's script of ``nodes`` nodes to start its packers on the test
     cluster's one node (its srun line otherwise as generated)."""

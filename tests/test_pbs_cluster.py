@@ -14,7 +14,7 @@ from pathlib import Path
 import jobfns
 import pytest
 from conftest import pbs_settings
-from helpers import copy_to_cluster, run_pids, wait_for
+from helpers import batch_runs_under_way, copy_to_cluster, run_pids, wait_for
 
 from easylaunch import JobState, LaunchError, run_experiment, run_sweep
 
@@ -149,8 +149,6 @@ def test_a_stopped_pbs_htp_allocation_goes_on_in_a_new_one(pbs_cfg, tmp_path):
     """Two workers, three runs, max_restarts: a SIGTERM before the walltime (a preemption)
     reaches both running runs, which save; the packer submits its script again with qsub for
     them and the run never started, which all end there."""
-    from jobfns import steps_done
-
     jobs = run_sweep(jobfns.count_steps, [{"steps": 30, "every": 5, "step_seconds": 0.2}] * 3,
                      mode="pbs_htp", max_restarts=2,
                      config=_htp_settings(pbs_cfg, tmp_path, ncpus=2))
@@ -158,8 +156,7 @@ def test_a_stopped_pbs_htp_allocation_goes_on_in_a_new_one(pbs_cfg, tmp_path):
     assert "--resubmit " f"{cluster}/htp.pbs --submit-with qsub" in (
         cluster / "htp.pbs").read_text()
     subprocess.run(["bash", f"{cluster}/submit.sh"], check=True, capture_output=True)
-    log_dirs = [Path(j.launch_info["backend"]["job_log_dir"]) for j in jobs]
-    assert wait_for(lambda: sum(len(steps_done(d)) >= 3 for d in log_dirs) == 2, timeout=120)
+    batch_runs_under_way(jobs)
     allocation = jobs[0].info()["job_id"]
     subprocess.run(["scancel", "--batch", "--signal=TERM", allocation], check=True)
     results = [j.result(timeout=180) for j in jobs]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import jobfns
 import pytest
-from helpers import copy_to_cluster, packers_on_one_node, wait_for
+from helpers import batch_runs_under_way, copy_to_cluster, packers_on_one_node, wait_for
 from jobfns import steps_done
 
 from easylaunch import JobState, run_experiment, run_sweep
@@ -171,8 +171,7 @@ def test_an_htp_allocation_stopped_at_its_time_limit_goes_on_in_a_new_one(batch_
                      mode="htp", max_restarts=2, config=batch_cfg)
     subprocess.run(["bash", f"{copy_to_cluster(jobs[0])}/submit.sh"], check=True,
                    capture_output=True)
-    log_dirs = [Path(j.launch_info["backend"]["job_log_dir"]) for j in jobs]
-    assert wait_for(lambda: sum(len(steps_done(d)) >= 3 for d in log_dirs) == 2, timeout=120)
+    log_dirs = batch_runs_under_way(jobs)
     allocation = jobs[0].info()["job_id"]
     _slurm("scancel", "--batch", "--signal=USR1", allocation)
     results = [j.result(timeout=180) for j in jobs]
@@ -196,8 +195,7 @@ def test_a_stopped_allocation_of_several_goes_on_with_its_runs_and_those_left(ba
                      mode="htp", max_restarts=2, allocations=2, config=batch_cfg)
     subprocess.run(["bash", f"{copy_to_cluster(jobs[0])}/submit.sh"], check=True,
                    capture_output=True)
-    log_dirs = [Path(j.launch_info["backend"]["job_log_dir"]) for j in jobs]
-    assert wait_for(lambda: sum(len(steps_done(d)) >= 3 for d in log_dirs) == 2, timeout=120)
+    log_dirs = batch_runs_under_way(jobs)
     running = [j for j, d in zip(jobs, log_dirs, strict=True) if len(steps_done(d)) >= 3]
     stopped_element = running[0].info()["job_id"]
     _slurm("scancel", "--batch", "--signal=USR1", stopped_element)
@@ -226,8 +224,7 @@ def test_a_stopped_allocation_of_two_nodes_goes_on_as_one_new_allocation(batch_c
     cluster = Path(copy_to_cluster(jobs[0]))
     packers_on_one_node(cluster, 2)
     subprocess.run(["bash", f"{cluster}/submit.sh"], check=True, capture_output=True)
-    log_dirs = [Path(j.launch_info["backend"]["job_log_dir"]) for j in jobs]
-    assert wait_for(lambda: sum(len(steps_done(d)) >= 3 for d in log_dirs) == 2, timeout=120)
+    log_dirs = batch_runs_under_way(jobs)
     allocation = jobs[0].info()["job_id"]
     _slurm("scancel", "--batch", "--signal=USR1", allocation)  # (srun passes it to both)
     results = [j.result(timeout=180) for j in jobs]

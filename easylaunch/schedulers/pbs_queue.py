@@ -15,6 +15,7 @@ STATES = {"Q": "queued", "H": "queued", "W": "queued", "T": "queued", "M": "queu
 EXIT_WALLTIME = -29
 EXIT_SIGNALED = 256  # 256 + N: the job was killed by signal N (qdel: SIGTERM, then SIGKILL)
 
+
 def short_id(job_id: str) -> str:
     """``123[4]`` for ``123[4].server.domain``: how ids are matched (qstat may print the
     server's full name where qsub printed a short one)."""
@@ -43,6 +44,7 @@ def job_state(letter: str, exit_status: int | None) -> str:
 
 
 def as_int(value: object) -> int | None:
+    """``value`` as an integer (PBS prints numbers as text); None where it is none."""
     try:
         return int(str(value).strip())
     except ValueError:
@@ -87,7 +89,7 @@ def parse_qstat_text(stdout: str) -> dict[str, str]:
 
 def read_states(job_ids: Sequence[str], answers: list[subprocess.CompletedProcess],
                 backends: list[dict]) -> dict[str, str | None]:
-    """States of these jobs from the output of :func:`status_commands`.
+    """States of these jobs from the output of ``pbs.status_commands``.
 
     Listed jobs get their state. Not listed: None (PBS has forgotten the job: qstat said
     "Unknown Job Id"), except array elements on a text front end, which may not list them
