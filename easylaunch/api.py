@@ -39,6 +39,7 @@ from easylaunch.commands import (
     check_code_programs,
     command_of,
     multi_process_options,
+    working_folder,
 )
 from easylaunch.doodad import split_call_keywords
 from easylaunch.errors import LaunchError
@@ -277,7 +278,7 @@ class _Launch:
             function_bytes=self.function_bytes, use_gpu=o.use_gpu, gpu_id=o.gpu_id,
             prepend_date=o.prepend_date_to_exp_name,
             git_infos=git_infos([*(m.local_dir for m in code_mounts),
-                                 *filter(None, [os.path.dirname(request.script_name)])]),
+                                 *filter(None, [self._origin(code_mounts)])]),
             snapshots=snapshots,
             script_name=request.script_name, write_bundle=bundles, runs_here=not bundles,
             request={"settings_file": str(save_settings(s, folder / SETTINGS_STORE)),
@@ -292,6 +293,13 @@ class _Launch:
                      "grace_seconds": s.CHECKPOINT_GRACE_SECONDS},
             blobs=bundle_blobs(folder, self.function_bytes, s.RUN_FOLDER_MODE)
             if bundles else {}, folder_mode=s.RUN_FOLDER_MODE)
+
+    def _origin(self, code_mounts: list) -> str:
+        """The folder whose repository a run came from besides the code folders: a command's
+        working folder (not where easylaunch is installed), a function's launching script's."""
+        if isinstance(self.request.method_call, Command):
+            return working_folder(code_mounts[0].local_dir if code_mounts else None)
+        return os.path.dirname(self.request.script_name)
 
     def _pairs(self) -> list[tuple[dict, bytes]]:
         return list(zip(self.request.variants, self.variant_bytes, strict=True))

@@ -76,6 +76,12 @@ def programs_to_find(request: LaunchRequest) -> list[str]:
     return sorted({argv[0] for argv in run_argvs(request) if "/" not in argv[0]})
 
 
+def working_folder(code_dir: str | None) -> str:
+    """The folder a command runs in (its snapshot there): the first code folder, else the
+    folder it is launched from."""
+    return code_dir or os.getcwd()
+
+
 def check_code_programs(request: LaunchRequest, code_dir: str | None) -> None:
     """A command's program given as a path inside the code folder (``./train.sh``,
     ``bin/tool``) must be there and executable: the snapshot is made from it."""
@@ -83,7 +89,7 @@ def check_code_programs(request: LaunchRequest, code_dir: str | None) -> None:
         program = argv[0]
         if "/" not in program or os.path.isabs(program):
             continue
-        where = code_dir or os.getcwd()
+        where = working_folder(code_dir)
         path = os.path.normpath(os.path.join(where, program))
         if not os.path.isfile(path):
             raise LaunchError(f"the command's program {program!r} is not in {where}, where "

@@ -13,7 +13,7 @@ import pytest
 from conftest import settings_file
 from helpers import shell_answers, wait_for
 
-from easylaunch import JobState, LaunchError, run_command, run_commands, wait_all
+from easylaunch import Job, JobState, LaunchError, run_command, run_commands, wait_all
 from easylaunch.registry import open_registry
 from easylaunch_job.command import CommandFailed
 
@@ -115,6 +115,26 @@ def test_submit_from_a_shell_lists_shows_and_waits(tmp_path):
     registry = open_registry(tmp_path / "registry.sqlite3")
     entries = registry.list(exp="shell")[0]
     assert len(entries) == 3 and len({e.command for e in entries}) == 2
+
+
+def test_a_submitted_command_records_its_working_folder_s_commit(tmp_path):
+    project = tmp_path / "project"  # the user's repository, easylaunch installed elsewhere
+    git = ["git", "-C", str(project), "-c", "user.email=t@e", "-c", "user.name=t"]
+    subprocess.run(["git", "init", "-q", str(project)], check=True)
+    (project / "train.py").write_text("print('trained')\n")
+    subprocess.run([*git, "add", "train.py"], check=True)
+    subprocess.run([*git, "commit", "-qm", "first"], check=True)
+    head = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True,
+                          check=True).stdout.strip()
+    settings = tmp_path / "settings.py"
+    settings.write_text(f"LOCAL_LOG_DIR = {str(tmp_path / 'logs')!r}\n"
+                        f"REGISTRY_PATH = {str(tmp_path / 'registry.sqlite3')!r}\n")
+    out = cli(str(settings), "submit", "--wait", "--", sys.executable, "train.py",
+              cwd=project)
+    assert out.returncode == 0, out.stderr
+    entry = open_registry(tmp_path / "registry.sqlite3").find(out.stdout.split()[0])
+    assert entry.git_commit == head
+    assert Job.from_run_dir(entry.log_dir).launch_info["git_commits"] == {str(project): head}
 
 
 def test_submit_refuses_what_it_cannot_run(tmp_path):
