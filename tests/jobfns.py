@@ -213,12 +213,14 @@ def steps_done(log_dir) -> list[tuple[int, int]]:
 
 def log_curve(doodad_config, variant):
     """Log ``steps`` points of loss (falling, offset by the seed) and acc with
-    easylaunch.log_metrics; return whether any line was on disk before the function ended
-    (they are buffered) and a dict result."""
+    easylaunch.log_metrics (``fail_at``: raise at that step instead); return whether any line
+    was on disk before the function ended (they are buffered) and a dict result."""
     from easylaunch import log_metrics
 
     steps = variant.get("steps", 5)
     for step in range(steps):
+        if step == variant.get("fail_at"):
+            raise RuntimeError(f"diverged at step {step}")
         log_metrics(step=step, loss=variant["lr"] * (steps - step) + variant.get("seed", 0),
                     acc=step / steps)
     on_disk = os.path.exists(os.path.join(doodad_config.base_log_dir, "metrics.jsonl"))

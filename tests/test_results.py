@@ -235,8 +235,8 @@ def test_a_metric_in_several_formats_is_read_from_the_first_everywhere(tmp_path,
         ["tensorboard", "reward", 20.0], ["tensorboard", "reward", 10.0]]
     drawn = []
     curves = plot._curves
-    monkeypatch.setattr(plot, "_curves",
-                        lambda points, by, x: drawn.append(points) or curves(points, by, x))
+    monkeypatch.setattr(plot, "_curves", lambda points, *args: drawn.append(points)
+                        or curves(points, *args))
     plot_sweep("formats", "loss", config=config)
     assert drawn[0][["source", "value"]].values.tolist() == [["metrics.jsonl", 10.0],
                                                              ["metrics.jsonl", 5.0]]
@@ -251,17 +251,66 @@ def test_curves_are_each_groups_mean_min_and_max_at_each_step():
         ("a", 0.1, 0, 100.0, 4.0), ("a", 0.1, 1, 101.0, 2.0),
         ("b", 0.1, 0, 200.0, 6.0), ("b", 0.1, 1, 202.0, 4.0),
         ("d", math.nan, 0, 400.0, 1.0)], columns=["run_id", "lr", "step", "time", "value"])
-    curves = _curves(points, "lr", "step")
+    curves = {label: group.curve for label, group in _curves(points, "lr", "step").items()}
     assert list(curves) == ["lr=0.1 (2 runs)", "lr=0.2 (1 run)", "lr=(not set) (1 run)"]
     assert curves["lr=0.1 (2 runs)"].to_dict("list") == {
         "x": [0.0, 1.0], "mean": [5.0, 3.0], "low": [4.0, 2.0], "high": [6.0, 4.0]}
     assert curves["lr=0.2 (1 run)"]["mean"].tolist() == [9.0, 7.0]  # the step redone: last
     assert curves["lr=(not set) (1 run)"]["mean"].tolist() == [1.0]
     by_time = _curves(points, "lr", "time")  # the runs' mean seconds since their first value
-    assert by_time["lr=0.1 (2 runs)"]["x"].tolist() == [0.0, 1.5]
-    assert by_time["lr=0.2 (1 run)"]["x"].tolist() == [0.0, 5.0]
-    (label, curve), = _curves(points, None, "step").items()
-    assert label == "all (4 runs)" and curve["high"].tolist() == [9.0, 7.0]
+    assert by_time["lr=0.1 (2 runs)"].curve["x"].tolist() == [0.0, 1.5]
+    assert by_time["lr=0.2 (1 run)"].curve["x"].tolist() == [0.0, 5.0]
+    (label, group), = _curves(points, None, "step").items()
+    assert label == "all (4 runs)" and group.curve["high"].tolist() == [9.0, 7.0]
+    assert not group.apart  # (no states given: every run counts)
+
+
+def drawn_lines(monkeypatch) -> list[list[tuple[str, str]]]:
+    """For each figure plot_sweep saves: its lines' legend labels and styles."""
+    import matplotlib.figure
+
+    figures, saved = [], matplotlib.figure.Figure.savefig
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", lambda self, *a, **k: (
+        figures.append([(line.get_label(), line.get_linestyle())
+                        for line in self.axes[0].get_lines()]), saved(self, *a, **k))[1])
+    return figures
+
+
+def test_runs_that_failed_are_drawn_apart_from_the_means(tmp_path, monkeypatch):
+    config = settings_file(tmp_path)
+    variants = [dict(lr=0.1, seed=0, steps=4), dict(lr=0.1, seed=1, steps=4),
+                dict(lr=0.1, seed=50, steps=4, fail_at=2),  # (far above the others, cut short)
+                dict(lr=0.2, seed=0, steps=4, fail_at=1)]
+    jobs = run_sweep(jobfns.log_curve, variants, exp_name="diverging", mode="local",
+                     config=config)
+    assert sorted(wait_all(jobs)) == sorted(["succeeded"] * 2 + ["failed"] * 2)
+    points = load_histories("diverging", metrics=["loss"], config=config)
+    assert dict(zip(points["run_id"], points["state"], strict=True)) == {
+        job.id: ("failed" if "fail_at" in v else "succeeded")
+        for job, v in zip(jobs, variants, strict=True)}
+
+    groups = _curves(points, "lr", "step")
+    assert list(groups) == ["lr=0.1 (2 runs)", "lr=0.2 (0 runs)"]
+    kept = groups["lr=0.1 (2 runs)"]
+    assert kept.curve["mean"].tolist() == pytest.approx([0.4 + 0.5, 0.3 + 0.5, 0.2 + 0.5,
+                                                          0.1 + 0.5])  # seeds 0 and 1 only
+    assert kept.curve["high"].tolist() == pytest.approx([1.4, 1.3, 1.2, 1.1])
+    (state, run), = kept.apart.values()
+    assert state == "failed" and run["value"].tolist() == pytest.approx([50.4, 50.3])
+    assert groups["lr=0.2 (0 runs)"].curve.empty
+    assert [s for s, _ in groups["lr=0.2 (0 runs)"].apart.values()] == ["failed"]
+    counted = _curves(points, "lr", "step", include_failed=True)
+    assert list(counted) == ["lr=0.1 (3 runs)", "lr=0.2 (1 run)"]
+    assert counted["lr=0.1 (3 runs)"].curve["high"].tolist()[:2] == pytest.approx([50.4, 50.3])
+
+    figures = drawn_lines(monkeypatch)
+    plot_sweep("diverging", "loss", by="lr", out=tmp_path / "apart.png", config=config)
+    assert main(["plot", "diverging", "--metric", "loss", "--by", "lr", "--include-failed",
+                 "-o", str(tmp_path / "in.png"), "--no-show", "--config", config]) == 0
+    apart, included = figures
+    assert apart == [("lr=0.1 (2 runs)", "-"), ("lr=0.1: 1 failed, not in the mean", "--"),
+                     ("lr=0.2: 1 failed, not in the mean", "--")]
+    assert included == [("lr=0.1 (3 runs)", "-"), ("lr=0.2 (1 run)", "-")]
 
 
 def test_variants_keep_empty_dicts_and_leave_out_what_cannot_be_read(tmp_path):

@@ -79,6 +79,9 @@ def add_plot(command: AddCommand) -> None:
                       "first value)")
     parser.add_argument("-o", "--out", help="the PNG to write (default: <metric>-by-<key>.png "
                       "here)")
+    parser.add_argument("--include-failed", action="store_true",
+                      help="count runs that failed, timed out or were cancelled in the means "
+                      "and bands (by default they are drawn apart, dashed)")
     parser.add_argument("--no-show", action="store_true",
                       help="only write the PNG (by default it is also shown where a display "
                       "exists)")

@@ -2,8 +2,9 @@
 
 The runs are grouped by one variant key; each group is drawn as the mean across its runs (the
 other keys: seeds, mostly) at each step, with the band from the lowest to the highest run
-shaded. The figure is drawn without pyplot (safe from any thread, no window) and written as a
-PNG; the command also shows it where a display and a GUI backend exist.
+shaded; runs that ended early (failed, timed out, cancelled) are drawn apart, dashed, unless
+asked for in the means. The figure is drawn without pyplot (safe from any thread, no window)
+and written as a PNG; the command also shows it where a display and a GUI backend exist.
 """
 
 from __future__ import annotations
@@ -13,14 +14,22 @@ import os
 import re
 from collections.abc import Hashable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from easylaunch.errors import EasyLaunchError
+from easylaunch.listing import counts
 from easylaunch.results.errors import NoSuchKey, choices, closest, need
-from easylaunch.results.sweep import POINT_COLUMNS, Selection, load_histories, select
+from easylaunch.results.sweep import (
+    CUT_SHORT,
+    HISTORY_COLUMNS,
+    Selection,
+    load_histories,
+    select,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
+    from matplotlib.axes import Axes
 
     from easylaunch.settings import ConfigArg
 
@@ -28,34 +37,63 @@ X_AXES = ("step", "time")
 NOT_SET = "(not set)"  # the group of runs whose variant lacks the key
 
 
-def _curves(points: pd.DataFrame, by: str | None, x: str) -> dict[str, pd.DataFrame]:
-    """Per group label: ``x``, the mean, min and max across runs at each step, and the number
-    of runs. A step logged twice in a run (an attempt that redid it) counts once, as logged
-    last; ``x="time"`` places each step at the runs' mean seconds since their first value."""
+class Group(NamedTuple):
+    """One group's drawing: its ``name`` (``lr=0.1``), ``curve`` (``x``, the mean, min and max
+    across the runs it counts at each step; no rows where it counts none) and ``apart``: each
+    run left out of them, by id, as its state and its own ``x`` and ``value`` at each step."""
+
+    name: str
+    curve: pd.DataFrame
+    apart: dict[str, tuple[str, pd.DataFrame]]
+
+
+def _curves(points: pd.DataFrame, by: str | None, x: str,
+            include_failed: bool = False) -> dict[str, Group]:
+    """Per group label, its :class:`Group`. Runs that ended early (a ``state`` in
+    CUT_SHORT) are left out of the mean and band, and given apart (``include_failed``: counted
+    like the others). A step logged twice in a run (an attempt that redid it) counts once, as
+    logged last; ``x="time"`` places each step at the runs' mean seconds since their first
+    value."""
     last = points.groupby(["run_id", "step"], sort=False).nth(-1)
-    last = last.assign(x=last["step"] if x == "step" else
-                       last["time"] - last.groupby("run_id")["time"].transform("min"))
+    last = last.assign(
+        x=last["step"] if x == "step" else
+        last["time"] - last.groupby("run_id")["time"].transform("min"),
+        apart=False if include_failed or "state" not in last else last["state"].isin(CUT_SHORT))
     keys = last[by].map(lambda v: v if isinstance(v, Hashable) else repr(v)) if by else None
     groups = {}
     for value, group in last.groupby(keys if by else [0] * len(last), dropna=False, sort=False):
-        curve = group.groupby("step").agg(x=("x", "mean"), mean=("value", "mean"),
-                                          low=("value", "min"), high=("value", "max"))
-        groups[value] = (curve, group["run_id"].nunique())
+        counted = group[~group["apart"]]
+        curve = counted.groupby("step").agg(x=("x", "mean"), mean=("value", "mean"),
+                                            low=("value", "min"), high=("value", "max"))
+        apart = {run: (str(rows["state"].iloc[0]), rows.sort_values("step")[["x", "value"]])
+                 for run, rows in group[group["apart"]].groupby("run_id", sort=False)}
+        runs = counted["run_id"].nunique()
+        groups[value] = (f"{_name(by, value)} ({runs} run{'s' * (runs != 1)})",
+                         Group(_name(by, value), curve, apart))
     try:
         order = sorted(groups, key=lambda v: (v != v, v))  # (NaN: the key not set, last)
     except TypeError:
         order = sorted(groups, key=str)
-    labelled = {}
-    for value in order:
-        curve, runs = groups[value]
-        labelled[_label(by, value, runs)] = curve
-    return labelled
+    return dict(groups[value] for value in order)
 
 
-def _label(by: str | None, value: object, runs: int) -> str:
+def _name(by: str | None, value: object) -> str:
     shown = NOT_SET if value != value else value  # (NaN: not set)
-    runs_text = f"{runs} run{'s' * (runs != 1)}"
-    return f"{by}={shown} ({runs_text})" if by else f"all ({runs_text})"
+    return f"{by}={shown}" if by else "all"
+
+
+def _draw(axes: Axes, label: str, group: Group, colour: str) -> None:
+    """A group's mean with its band shaded; its runs that ended early as thin dashed lines in
+    its colour, under one legend entry that counts them."""
+    if len(group.curve):
+        axes.plot(group.curve["x"], group.curve["mean"], color=colour, label=label)
+        axes.fill_between(group.curve["x"], group.curve["low"], group.curve["high"],
+                          color=colour, alpha=0.2, linewidth=0)
+    states = [state for state, _ in group.apart.values()]
+    for index, (_, run) in enumerate(group.apart.values()):
+        axes.plot(run["x"], run["value"], color=colour, linestyle="--", linewidth=0.9,
+                  alpha=0.8, label=None if index else
+                  f"{group.name}: {counts(states)}, not in the mean")
 
 
 def _default_out(metric: str, by: str | None) -> Path:
@@ -76,22 +114,25 @@ def _named(selection: Selection, config: ConfigArg) -> str:
 
 
 def plot_sweep(selection: Selection, metric: str, by: str | None = None, x: str = "step",
-               out: str | os.PathLike | None = None,
-               config: ConfigArg = None) -> Path:
+               out: str | os.PathLike | None = None, config: ConfigArg = None,
+               include_failed: bool = False) -> Path:
     """Draw ``metric`` of the selected runs (as :func:`load_sweep` selects them) against
     ``x`` (``step``, or ``time``: seconds since each run's first value), one curve per value
     of the variant key ``by`` (nested: ``opt.lr``; None: one curve of all runs): the mean
-    across the group's runs with their min-max band shaded. Writes a PNG to ``out`` (default:
-    ``<metric>-by-<by>.png`` here) and returns its path. A metric or key the runs lack raises
-    :class:`NoSuchMetric` / :class:`NoSuchKey`, listing those there are."""
+    across the group's runs with their min-max band shaded. Runs that failed, timed out or
+    were cancelled are left out of the means and bands and drawn apart, each a thin dashed
+    line in its group's colour (``include_failed``: counted in the means instead). Writes a
+    PNG to ``out`` (default: ``<metric>-by-<by>.png`` here) and returns its path. A metric or
+    key the runs lack raises :class:`NoSuchMetric` / :class:`NoSuchKey`, listing those there
+    are."""
     if x not in X_AXES:
         raise EasyLaunchError(f"x={x!r}: plot against {' or '.join(X_AXES)}")
-    need("matplotlib", "results", "to plot")
+    matplotlib = need("matplotlib", "results", "to plot")
     from matplotlib.figure import Figure
     from matplotlib.ticker import MaxNLocator
 
     points = load_histories(selection, metrics=[metric], config=config)
-    keys = [c for c in points.columns if c not in POINT_COLUMNS]
+    keys = [c for c in points.columns if c not in HISTORY_COLUMNS]
     if by is not None and by not in keys:
         raise NoSuchKey(f"by={by!r} is no variant key of these runs; keys: {choices(keys)}"
                         + closest(by, keys))
@@ -102,12 +143,15 @@ def plot_sweep(selection: Selection, metric: str, by: str | None = None, x: str 
         points = points[points["time"].notna()]
     figure = Figure(figsize=(8, 5), layout="constrained")
     axes = figure.subplots()
-    for label, curve in _curves(points, by, x).items():
-        line, = axes.plot(curve["x"], curve["mean"], label=label)
-        axes.fill_between(curve["x"], curve["low"], curve["high"], color=line.get_color(),
-                          alpha=0.2, linewidth=0)
+    groups = _curves(points, by, x, include_failed)
+    colours = matplotlib.rcParams["axes.prop_cycle"].by_key()["color"]
+    for index, (label, group) in enumerate(groups.items()):
+        _draw(axes, label, group, colours[index % len(colours)])
+    apart = any(g.apart for g in groups.values())
     axes.set_title(f"{metric}: {_named(selection, config)}\n"
-                   "mean across runs, shaded from min to max")
+                   "mean across runs, shaded from min to max"
+                   + ("; runs that ended early dashed, apart" if apart else
+                      "; runs that ended early included" * include_failed))
     axes.set_xlabel("step" if x == "step" else "seconds since the run's first value")
     if x == "step":  # (whole steps: no tick at 0.5 on a short run)
         axes.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -139,7 +183,8 @@ def plot_command(args: argparse.Namespace) -> int:
     """``easylaunch plot``: write the PNG, say where, and show it where a display exists."""
     try:
         path = plot_sweep(args.selection, args.metric, by=args.by, x=args.x, out=args.out,
-                          config=args.config)
+                          config=args.config,
+                          include_failed=args.include_failed)
     except NoSuchKey as exc:  # (said with the command's flag)
         raise NoSuchKey(str(exc).replace(f"by={args.by!r}", f"--by {args.by!r}", 1)) from None
     print(f"wrote {path}")

@@ -35,6 +35,8 @@ Selection = str | Sequence[str]
 RUN_COLUMNS = ("run_id", "exp_name", "sweep", "mode", "state", "note", "error", "restarts",
                "runtime_s", "host", "job_id", "log_dir")
 POINT_COLUMNS = ("run_id", "source", "metric", "step", "time", "value")
+HISTORY_COLUMNS = (*POINT_COLUMNS, "state")  # load_histories' columns before the variant's
+CUT_SHORT = frozenset({"failed", "timeout", "cancelled"})  # states of runs that ended early
 
 
 class SelectedRun(NamedTuple):
@@ -225,9 +227,10 @@ def load_histories(selection: Selection, *, metrics: Sequence[str] | None = None
                    fetch: bool = False, config: ConfigArg = None) -> pd.DataFrame:
     """The metric histories of the selected runs, one row per value: ``run_id, source``
     (metrics.jsonl, progress.csv or tensorboard), ``metric, step, time`` (Unix time; NaN
-    where the format records none) and ``value``, in the order written, then the run's variant
-    keys as in :func:`load_sweep`. ``metrics``: only these (a name no run has raises
-    :class:`NoSuchMetric`, listing those there are). Other arguments as for load_sweep."""
+    where the format records none) and ``value``, in the order written, then the run's
+    ``state`` (as in :func:`load_sweep`: ``failed`` runs stopped early) and its variant keys as
+    in load_sweep. ``metrics``: only these (a name no run has raises :class:`NoSuchMetric`,
+    listing those there are). Other arguments as for load_sweep."""
     need("pandas", "results", "to load results")
     runs = runs_of(selection, fetch, config)
     points = _points(runs, metrics)
@@ -237,6 +240,7 @@ def load_histories(selection: Selection, *, metrics: Sequence[str] | None = None
         there = sorted(set(_points(runs)["metric"]))
         raise NoSuchMetric(f"no run of {named(selection)} logged {', '.join(missing)}; "
                            f"metrics there: {choices(there)}" + closest(missing[0], there))
-    variants = _table([variant_of(r.shown.entry) for r in runs], "", POINT_COLUMNS)
+    variants = _table([variant_of(r.shown.entry) for r in runs], "", HISTORY_COLUMNS)
     variants.insert(0, "run_id", [r.shown.entry.id for r in runs])
+    variants.insert(1, "state", [r.shown.state.split(" ", 1)[0] for r in runs])
     return points.merge(variants, on="run_id", how="left")
