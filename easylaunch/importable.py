@@ -2,7 +2,9 @@
 pickles a function or class of an importable module by reference: the run imports that module
 again). Runs import from the code snapshots (CODE_DIRS_TO_MOUNT), the installed packages and
 PYTHONPATH of where they run; a module the launching script imports from its own folder (or
-the working folder) is sent by value instead, as the script's own functions are."""
+the working folder) is sent by value instead, as the script's own functions are. The
+interpreter's own standard library is always importable, wherever the build keeps it
+(pyenv, conda, uv and python.org builds keep its C extensions in ``lib-dynload``)."""
 
 from __future__ import annotations
 
@@ -23,8 +25,19 @@ from easylaunch.errors import LaunchError
 PROVIDED = frozenset({"easylaunch", "easylaunch_job"})
 
 
+# The standard library by name: built in, frozen, or a file of the interpreter's own.
+STANDARD = frozenset(sys.stdlib_module_names) | frozenset(sys.builtin_module_names)
+
+
 def _folders(paths: Iterable[str]) -> set[Path]:
     return {Path(p).resolve() for p in paths if p}
+
+
+def _dynload_folders(paths: dict[str, str]) -> list[str]:
+    """The folders of the standard library's C extensions (``lib-dynload``), which sysconfig's
+    ``paths`` do not name."""
+    return [sysconfig.get_config_var("DESTSHARED") or "",
+            *(os.path.join(paths[key], "lib-dynload") for key in ("stdlib", "platstdlib"))]
 
 
 @functools.cache
@@ -33,7 +46,9 @@ def _installed() -> frozenset[Path]:
     there add (older editable installs); looked up once a process."""
     sites = [*site.getsitepackages(), *([site.getusersitepackages()]
                                         if site.ENABLE_USER_SITE else [])]
-    paths = [*sysconfig.get_paths().values(), *sites, sys.prefix, sys.base_prefix]
+    interpreter = sysconfig.get_paths()
+    paths = [*interpreter.values(), *_dynload_folders(interpreter), *sites, sys.prefix,
+             sys.base_prefix]
     for folder in sites:
         for pth in Path(folder).glob("*.pth"):
             try:
@@ -61,7 +76,7 @@ def sorted_out(modules: Iterable[str], code_dirs: Iterable[str],
     """Of the top-level modules named by reference: those to send by value (found in the
     launching script's folder or the working folder, outside the code snapshots), and those
     the runs could not import (name -> the folder they are found in here)."""
-    tops = sorted({m.split(".")[0] for m in modules} - PROVIDED)
+    tops = sorted({m.split(".")[0] for m in modules} - PROVIDED - STANDARD)
     if not tops:  # (a variant of plain data names none)
         return [], {}
     code = [Path(d) for d in code_dirs]

@@ -28,10 +28,11 @@ usermod -p '*' "$REMOTE_USER"
 home=$(getent passwd "$REMOTE_USER" | cut -d: -f6)
 chmod 700 "$home"
 
-# the remote user's Python: the same minor version and cloudpickle as this checkout's venv
+# the remote user's Python: the same minor version and cloudpickle as this checkout's venv, and
+# numpy (what a cluster's environment has for the researchers' runs)
 cloudpickle=$(.venv/bin/python -c "import cloudpickle; print(cloudpickle.__version__)")
-if ! su - "$REMOTE_USER" -c "venv/bin/python -c 'import cloudpickle, sys; sys.exit(cloudpickle.__version__ != \"$cloudpickle\")'" 2>/dev/null; then
-    su - "$REMOTE_USER" -c "python3 -m venv venv && venv/bin/pip install -q --disable-pip-version-check cloudpickle==$cloudpickle"
+if ! su - "$REMOTE_USER" -c "venv/bin/python -c 'import numpy, cloudpickle, sys; sys.exit(cloudpickle.__version__ != \"$cloudpickle\")'" 2>/dev/null; then
+    su - "$REMOTE_USER" -c "python3 -m venv venv && venv/bin/pip install -q --disable-pip-version-check cloudpickle==$cloudpickle numpy"
 fi
 
 # keys: the server's host key, the client's login key

@@ -7,6 +7,7 @@ scripts/setup.sh
 scripts/slurm-up.sh  # a real one-node Slurm cluster (and bubblewrap) for the Slurm tests
 scripts/ssh-up.sh    # an OpenSSH server on 127.0.0.1 with a second user: the remote cluster side
 scripts/browser-up.sh  # Debian's chromium and chromedriver for the dashboard's browser tests
+scripts/pythons-up.sh  # researchers' Pythons (pyenv's, Debian's) the launches start from
 .venv/bin/ruff check .
 # the dashboard tests' screenshots (every page, zoomed and smoothed curves, 900 px) are kept here
 export EASYLAUNCH_ARTIFACTS=${EASYLAUNCH_ARTIFACTS:-$PWD/test-artifacts}
