@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Union, get_args, get_origin
 
-from easylaunch import config_template
+from easylaunch import config_entries, config_template
 from easylaunch.doodad import DOODAD_KEYS, translate_settings
 from easylaunch.errors import SettingsError
 from easylaunch_job.records import write_bytes_atomic
@@ -291,6 +291,8 @@ def check_values(values: Mapping[str, Any], source: str) -> dict[str, Any]:
         problem = SHAPES[key](value) if key in SHAPES else None
         if problem:
             raise SettingsError(f"{source}: {name}{problem}")
+        if key in config_entries.CHECKS:
+            value = config_entries.filled(key, value, DEFAULTS[key], source)
         checked[key] = value
     return checked
 

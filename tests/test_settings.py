@@ -158,3 +158,69 @@ def test_doctor_without_a_settings_file_still_checks_each_mode():
     assert "mode sss: SSS_LOG_DIR is not set" in checked.stdout  # the defaults, checked
     assert "mode slurm: commands on PATH" in checked.stdout or \
         "mode slurm: not on PATH" in checked.stdout
+
+
+def _slurm_settings(tmp_path: Path, configs: str) -> Path:
+    """A user's settings file: their folders and SLURM_CONFIGS as they write it."""
+    tests = Path(__file__).resolve().parent
+    return _write(tmp_path / "settings.py",
+                  f"LOCAL_LOG_DIR = {str(tmp_path / 'logs')!r}\n"
+                  f"CODE_DIRS_TO_MOUNT = [{str(tests)!r}]\n"
+                  f"REGISTRY_PATH = {str(tmp_path / 'registry.sqlite3')!r}\n"
+                  f"SLURM_CONFIGS = {configs}\n")
+
+
+def test_a_slurm_config_with_only_its_partition_launches(tmp_path, slurm_cluster):
+    import jobfns
+
+    from easylaunch import run_experiment
+
+    settings = _slurm_settings(tmp_path, '{"cpu": dict(partition="debug")}')
+    cpu = load_settings(settings).SLURM_CONFIGS["cpu"]
+    assert cpu == {**DEFAULTS["SLURM_CONFIGS"]["cpu"], "partition": "debug"}
+    job = run_experiment(jobfns.train, mode="slurm", exp_name="partition-only",
+                         variant={"learning_rate": 3}, config=str(settings))
+    assert job.result(timeout=120)["lr"] == 3
+    shown = subprocess.run(["scontrol", "show", "job", job.launch_info["backend"]
+                            ["slurm_job_id"]], capture_output=True, text=True).stdout
+    assert "Partition=debug" in shown and "TimeLimit=01:00:00" in shown, shown
+
+
+def test_a_config_entry_missing_fields_takes_the_template_entry_s():
+    s = load_settings({"SLURM_CONFIGS": {"big": dict(n_gpus=2, partition="gpu")},
+                       "PBS_CONFIGS": {"gpu": dict(queue="debug"), "wide": dict(ncpus=64)}})
+    assert s.SLURM_CONFIGS["big"] == {**DEFAULTS["SLURM_CONFIGS"]["gpu"], "n_gpus": 2,
+                                      "partition": "gpu"}
+    assert s.PBS_CONFIGS["gpu"] == {**DEFAULTS["PBS_CONFIGS"]["gpu"], "queue": "debug"}
+    assert s.PBS_CONFIGS["wide"] == {**DEFAULTS["PBS_CONFIGS"]["cpu"], "ncpus": 64}
+
+
+@pytest.mark.parametrize("key, configs, problem", [
+    ("SLURM_CONFIGS", '{"cpu": dict(partition="debug", time_in_mins=-3)}',
+     'SLURM_CONFIGS["cpu"]["time_in_mins"] = -3 in {file}: must be a positive number of minutes'),
+    ("SLURM_CONFIGS", '{"gpu": dict(n_gpus="two")}',
+     'SLURM_CONFIGS["gpu"]["n_gpus"] = \'two\' in {file}: must be a whole number, 0 or more'),
+    ("SLURM_CONFIGS", '{"cpu": dict(mem="lots")}',
+     'SLURM_CONFIGS["cpu"]["mem"] = \'lots\' in {file}: must be an amount sbatch reads'),
+    ("SLURM_CONFIGS", '{"cpu": dict(gpus=1)}',
+     'SLURM_CONFIGS["cpu"] in {file}: unknown field \'gpus\'; did you mean \'n_gpus\'?'),
+    ("PBS_CONFIGS", '{"cpu": dict(walltime="soon")}',
+     'PBS_CONFIGS["cpu"]["walltime"] = \'soon\' in {file}: must be a positive number of '
+     'minutes or a PBS walltime'),
+    ("PBS_CONFIGS", '{"cpu": dict(queue="a b")}',
+     'PBS_CONFIGS["cpu"]["queue"] = \'a b\' in {file}: must be one word'),
+])
+def test_a_bad_config_value_names_the_entry_and_field_as_written(tmp_path, key, configs,
+                                                                  problem):
+    settings = _write(tmp_path / "settings.py", f"{key} = {configs}\n")
+    with pytest.raises(SettingsError) as caught:
+        load_settings(settings)
+    assert str(caught.value).startswith(problem.format(file=settings)), caught.value
+
+
+def test_the_config_checks_know_every_field_the_schedulers_read():
+    from easylaunch.config_entries import CHECKS
+    from easylaunch.schedulers import pbs, slurm
+
+    assert set(CHECKS["SLURM_CONFIGS"]()) == set(slurm.CONFIG_FIELDS)
+    assert set(CHECKS["PBS_CONFIGS"]()) == set(pbs.CONFIG_FIELDS)

@@ -32,6 +32,8 @@ CONFIG_FIELDS = ("account_name", "partition", "n_gpus", "max_num_cores_per_node"
                  "qos", "constraint")
 # Slurm's --time forms: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S.
 TIME_PATTERN = re.compile(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?")
+MEM_PATTERN = r"(\d+)\s*([KMGTkmgt]?)[Bb]?"  # --mem amounts: 16000, "16G", doodad's "8Gb"
+GPU_STRING_PATTERN = r":?[A-Za-z0-9_.-]*"  # a gres GPU type, as doodad's ":TITAN"
 DEFAULT_MAX_ARRAY_SIZE = 1001
 
 @dataclass(frozen=True)
@@ -94,11 +96,11 @@ def resolve_resources(configs: dict, name: str | None, use_gpu: bool,
     if not isinstance(extra, str):
         raise LaunchError(f"{where}: extra_flags must be a string of sbatch options")
     gpu_string = cfg.get("gpu_string") or ""
-    if not isinstance(gpu_string, str) or not re.fullmatch(r":?[A-Za-z0-9_.-]*", gpu_string):
+    if not isinstance(gpu_string, str) or not re.fullmatch(GPU_STRING_PATTERN, gpu_string):
         raise LaunchError(f"{where}: gpu_string must name a GPU type as doodad's did "
                           f"(\":TITAN\" asks for --gres=gpu:TITAN:N), got {gpu_string!r}")
     mem = cfg.get("mem")
-    amount = re.fullmatch(r"(\d+)\s*([KMGTkmgt]?)[Bb]?", str(mem))
+    amount = re.fullmatch(MEM_PATTERN, str(mem))
     if mem is not None and not amount:
         raise LaunchError(f"{where}: mem must be an amount sbatch reads (16000, \"16G\"), "
                           f"got {mem!r}")
