@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import io
+import json
 import os
 import pickle
 import sys
@@ -43,6 +44,8 @@ class _SourcedPickler(cloudpickle.Pickler):
         self.modules: set[str] = set()  # of what is pickled by reference (runs import them)
 
     def reducer_override(self, obj: Any) -> Any:
+        if _is_open_file(obj):
+            raise _ArrivesChanged(obj)
         if isinstance(obj, types.CodeType) and _REDUCE_CODE is not None:
             self.files.add(obj.co_filename)
             constructor, args = _REDUCE_CODE(obj)
@@ -51,6 +54,26 @@ class _SourcedPickler(cloudpickle.Pickler):
             self.modules.add(obj.__name__ if isinstance(obj, types.ModuleType)
                              else obj.__module__)
         return super().reducer_override(obj)
+
+
+class _ArrivesChanged(Exception):
+    """Something that would not arrive as given (cloudpickle sends an open file's text)."""
+
+    def __init__(self, obj: Any) -> None:
+        super().__init__(obj)
+        self.obj = obj
+
+
+FILE_TYPES = (io.TextIOWrapper, io.BufferedReader, io.BufferedWriter, io.BufferedRandom,
+              io.FileIO)  # what open() returns
+
+
+def _is_open_file(obj: Any) -> bool:
+    """A file open() returned, other than this process's stdin, stdout and stderr (which a
+    run gets as its own)."""
+    return isinstance(obj, FILE_TYPES) and not any(
+        obj is s for s in (sys.stdin, sys.stdout, sys.stderr, sys.__stdin__, sys.__stdout__,
+                           sys.__stderr__))
 
 
 def _by_reference(obj: Any) -> bool:
@@ -122,11 +145,51 @@ def pickle_payload(obj: Any, what: str, code_dirs: Sequence[str] = (),
         return data
     except LaunchError:
         raise
+    except _ArrivesChanged as exc:
+        name, where = getattr(exc.obj, "name", None), _locate(obj, what)
+        raise LaunchError(
+            f"{where} is an open file: it cannot reach a run as the file (at most a copy of "
+            "its text would, as a StringIO). Pass its path instead"
+            + (f" ({name!r})" if isinstance(name, str) else "")
+            + " and open it inside the function.") from None
     except Exception as exc:  # noqa: BLE001 - every pickling failure gets the same advice
         raise LaunchError(
-            f"{what} cannot be pickled, so it cannot travel to the run: {exc!r}. Objects such "
-            "as open files, locks, sockets, generators and database connections must be "
-            "created inside the function instead.") from exc
+            f"{_locate(obj, what)} cannot be pickled, so it cannot travel to the run: "
+            f"{exc!r}. Objects such as open files, locks, sockets, generators and database "
+            "connections must be created inside the function instead (pass what makes them: "
+            "a path, an address).") from exc
+
+
+def _fails(obj: Any) -> bool:
+    """Whether ``obj`` alone cannot travel."""
+    try:
+        _SourcedPickler(io.BytesIO()).dump(obj)
+    except Exception:  # noqa: BLE001 - whatever stops it
+        return True
+    return False
+
+
+def _children(obj: Any, where: str) -> dict[str, Any]:
+    """What ``obj`` holds, each by its path from ``where``: ``variants[0]["data"]["fh"]``,
+    ``the function's captured variable 'fh'``."""
+    if isinstance(obj, Mapping):
+        return {f"{where}[{json.dumps(k) if isinstance(k, str) else repr(k)}]": v
+                for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return {f"{where}[{i}]": v for i, v in enumerate(obj)}
+    try:
+        return {f"{where}'s {name}": part for name, part in _parts(obj).items()}
+    except Exception:  # noqa: BLE001 - an object that will not show its parts: not searched
+        return {}
+
+
+def _locate(obj: Any, where: str, depth: int = 8) -> str:
+    """The path (from ``where``) of the innermost part of ``obj`` that cannot travel;
+    ``where`` when no part alone fails."""
+    for path, part in _children(obj, where).items() if depth else ():
+        if part is not obj and _fails(part):
+            return _locate(part, path, depth - 1)
+    return where
 
 
 def _parts(obj: Any) -> dict[str, Any]:

@@ -1,6 +1,7 @@
 """Bad input gets a clear error before anything starts, and leaves no run folder behind."""
 
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -20,14 +21,46 @@ def _nothing_made(cfg):
 
 def test_unpicklable_function(cfg):
     lock = threading.Lock()
-    with pytest.raises(LaunchError, match="the function cannot be pickled.*inside the function"):
+    with pytest.raises(LaunchError, match="the function's captured variable 'lock' cannot be "
+                                          "pickled.*inside the function"):
         run_experiment(lambda c, v: lock.acquire(), config=cfg)
     assert _nothing_made(cfg)
 
 
-def test_unpicklable_variant_names_which_one(cfg):
-    with pytest.raises(LaunchError, match=r"variants\[1\] cannot be pickled"):
-        run_sweep(jobfns.train, [{"a": 1}, {"lock": threading.Lock()}], config=cfg)
+@pytest.mark.parametrize("make, kind", [
+    (threading.Lock, "_thread.lock"), (lambda: (i for i in range(3)), "generator"),
+    (socket.socket, "socket")])
+def test_unpicklable_variant_names_its_key(cfg, make, kind):
+    value = make()
+    with pytest.raises(LaunchError, match=rf'variants\[1\]\["opts"\]\[0\]\["x"\] cannot be '
+                                          rf"pickled.*{kind}.*inside the function"):
+        run_sweep(jobfns.train, [{"a": 1}, {"opts": [{"x": value}]}], config=cfg)
+    if isinstance(value, socket.socket):
+        value.close()
+    assert _nothing_made(cfg)
+
+
+@pytest.mark.parametrize("mode", ["r", "rb", "a"])
+def test_an_open_file_in_a_variant_is_refused_with_its_key_and_path(cfg, tmp_path, mode):
+    data = tmp_path / "train.csv"
+    data.write_text("x,y\n1,2\n")
+    with open(data, mode) as fh, pytest.raises(LaunchError) as refused:
+        run_experiment(jobfns.echo, variant={"data": {"fh": fh, "rows": 1}}, config=cfg)
+    assert str(refused.value) == (
+        'variants[0]["data"]["fh"] is an open file: it cannot reach a run as the file (at most '
+        f"a copy of its text would, as a StringIO). Pass its path instead ({str(data)!r}) and "
+        "open it inside the function.")
+    assert _nothing_made(cfg)
+
+
+def test_a_function_holding_an_open_file_is_refused(cfg, tmp_path):
+    fh = open(tmp_path / "log.txt", "w")  # noqa: SIM115 - open while the launch is refused
+    try:
+        with pytest.raises(LaunchError, match="the function's captured variable 'fh' is an "
+                                              "open file.*Pass its path instead"):
+            run_experiment(lambda c, v: fh.write("x"), config=cfg)
+    finally:
+        fh.close()
     assert _nothing_made(cfg)
 
 
