@@ -53,6 +53,7 @@ class Job:
         self.mode = mode
         self._value: Any = _NO_VALUE
         self._unwritten_end: dict = {}  # an end that could not be written to status.json
+        self._end_recorded = False  # whether a wait wrote the run's end to the registry
 
     def __repr__(self) -> str:
         return f"Job(id={self.id!r}, exp_name={self.exp_name!r}, mode={self.mode.name!r}, " \
@@ -144,18 +145,37 @@ class Job:
         return self.status().terminal
 
     def wait(self, timeout: float | None = None) -> JobState:
-        """Block until the run ends (or ``timeout`` seconds pass); return its state."""
+        """Block until the run ends (or ``timeout`` seconds pass); return its state, its end
+        written to the registry. Ctrl-C raises ``KeyboardInterrupt`` saying, in one line,
+        whether the run goes on and how to cancel it."""
+        from easylaunch.interrupts import interrupted
+
         deadline = None if timeout is None else time.monotonic() + timeout
         delay = 0.01
-        while True:
-            state = self.status()
-            if state.terminal:
-                return state
-            if deadline is not None and time.monotonic() >= deadline:
-                return state
-            pause = delay if deadline is None else min(delay, deadline - time.monotonic())
-            self.mode.wait_for_change(self, max(pause, 0.0))
-            delay = min(delay * 1.5, 1.0)
+        before = None
+        try:
+            while True:
+                state = self.status()
+                before = state if before is None else before
+                if state.terminal:
+                    self._record_end_once(before)
+                    return state
+                if deadline is not None and time.monotonic() >= deadline:
+                    return state
+                pause = delay if deadline is None else min(delay, deadline - time.monotonic())
+                self.mode.wait_for_change(self, max(pause, 0.0))
+                delay = min(delay * 1.5, 1.0)
+        except KeyboardInterrupt:
+            raise interrupted([self]) from None
+
+    def _record_end_once(self, before: JobState) -> None:
+        """Write the run's end to the registry, once for this handle (``before``: its state
+        when this wait began)."""
+        from easylaunch.refresh import record_ends
+
+        if not self._end_recorded:
+            self._end_recorded = True
+            record_ends([self], {self.id: before.value})
 
     def result(self, timeout: float | None = None) -> Any:
         """The function's return value; raises its exception if it failed."""

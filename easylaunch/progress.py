@@ -50,52 +50,39 @@ def wait_all(jobs: Iterable[Job], timeout: float | None = None,
     The runs' own records are read often; backends (squeue, process tables) are asked at most
     every ``refresh_every`` seconds, once per mode for all the jobs still open.
     """
+    from easylaunch.interrupts import interrupted
+    from easylaunch.refresh import record_ends
+
     jobs = list(jobs)
     started = time.monotonic()
     deadline = None if timeout is None else started + timeout
     pending, last_refresh = list(jobs), started
     states = {job.id: job.recorded_state() for job in jobs}
     before = {run_id: state.value for run_id, state in states.items()}
-    with state_bar(len(jobs), "runs") as show:
-        while pending and (deadline is None or time.monotonic() < deadline):
-            if time.monotonic() - last_refresh >= refresh_every:
-                by_mode: dict[int, list[Job]] = {}
+    try:
+        with state_bar(len(jobs), "runs") as show:
+            while pending and (deadline is None or time.monotonic() < deadline):
+                if time.monotonic() - last_refresh >= refresh_every:
+                    by_mode: dict[int, list[Job]] = {}
+                    for job in pending:
+                        by_mode.setdefault(id(job.mode), []).append(job)
+                    for group in by_mode.values():
+                        group[0].mode.refresh_many(group)
+                    last_refresh = time.monotonic()
                 for job in pending:
-                    by_mode.setdefault(id(job.mode), []).append(job)
-                for group in by_mode.values():
-                    group[0].mode.refresh_many(group)
-                last_refresh = time.monotonic()
-            for job in pending:
-                states[job.id] = job.recorded_state()
-            pending = [j for j in pending if not states[j.id].terminal]
-            show(len(jobs) - len(pending), _counts(s.value for s in states.values()))
-            if pending:  # a full scan reads every open run's record: not more than twice a second
-                pending[0].mode.wait_for_change(pending[0], 0.5)
+                    states[job.id] = job.recorded_state()
+                pending = [j for j in pending if not states[j.id].terminal]
+                show(len(jobs) - len(pending), _counts(s.value for s in states.values()))
+                if pending:  # a full scan reads every open run's record: twice a second at most
+                    pending[0].mode.wait_for_change(pending[0], 0.5)
+    except KeyboardInterrupt:
+        raise interrupted(pending) from None
     final = [j.status() for j in jobs]
-    _record_and_tell(jobs, before)
+    record_ends(jobs, before)
     if len(jobs) > 1 and sys.stderr.isatty():
         print(f"{len(jobs)} runs: {_counts(s.value for s in final)} (waited "
               f"{time.monotonic() - started:.0f} s)", file=sys.stderr)
     return final
-
-
-def _record_and_tell(jobs: list[Job], before: dict[str, str]) -> None:
-    """Write the runs' states to their registry and tell the ends they brought (NOTIFY_*)."""
-    import sqlite3
-
-    from easylaunch import notify
-    from easylaunch.errors import EasyLaunchError
-    from easylaunch.registry import open_registry
-
-    by_registry: dict[str, list[Job]] = {}
-    for job in jobs:
-        by_registry.setdefault(job.mode.settings.REGISTRY_PATH or "", []).append(job)
-    for path, group in by_registry.items():
-        with contextlib.suppress(sqlite3.Error, EasyLaunchError, OSError):
-            registry = open_registry(path or None)
-            registry.update_many((job.id, {"state": job.recorded_state().value})
-                                 for job in group)
-            notify.tell_ends(registry, group, before)
 
 
 @contextlib.contextmanager

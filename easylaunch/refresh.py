@@ -11,13 +11,13 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from easylaunch.errors import EasyLaunchError
 from easylaunch.jobs import JobState
-from easylaunch.reasons import reason_of
+from easylaunch.registry_rows import record_fields
 from easylaunch_job.records import read_status
 
 if TYPE_CHECKING:
@@ -37,15 +37,42 @@ def short(text: str, limit: int) -> str:
 
 
 def job_for(registry: Registry, entry: Entry) -> Job:
-    """The live Job of a registry entry, its state refreshed and written back."""
+    """The live Job of a registry entry, its state refreshed and its record written back."""
     from easylaunch.jobs import Job
 
     job = Job.from_run_dir(entry.log_dir)
-    state = job.status().value
-    if state != entry.state:
-        with contextlib.suppress(sqlite3.Error):  # the row is a cache; a full disk keeps it old
-            registry.update(entry.id, state=state)
+    job.status()
+    write_records(registry, [job], {entry.id: entry.state})
     return job
+
+
+def write_records(registry: Registry, jobs: Sequence[Job], before: Mapping[str, str]) -> None:
+    """Write what these runs' records say to the registry (:func:`record_fields`, the same
+    fields whichever path looks) and tell the ends this brought (NOTIFY_*); ``before``: their
+    registry states until now. A run whose record cannot be read now is left as it was."""
+    from easylaunch import notify
+    from easylaunch.jobs import DamagedRecordError
+
+    changes = []
+    for job in jobs:
+        with contextlib.suppress(DamagedRecordError, OSError):
+            changes.append((job.id, record_fields(job.info())))
+    with contextlib.suppress(sqlite3.Error):  # the rows are a cache; a full disk keeps them old
+        registry.update_many(changes)
+        notify.tell_ends(registry, jobs, before)
+
+
+def record_ends(jobs: Sequence[Job], before: Mapping[str, str]) -> None:
+    """:func:`write_records` to each run's own registry (REGISTRY_PATH of its settings), as
+    ``wait_all`` and ``Job.wait`` do when they saw runs end."""
+    from easylaunch.registry import open_registry
+
+    by_registry: dict[str, list[Job]] = {}
+    for job in jobs:
+        by_registry.setdefault(job.mode.settings.REGISTRY_PATH or "", []).append(job)
+    for path, group in by_registry.items():
+        with contextlib.suppress(sqlite3.Error, EasyLaunchError, OSError):
+            write_records(open_registry(path or None), group, before)
 
 
 def cancel_entry(registry: Registry, entry: Entry, timeout: float) -> tuple[JobState, bool]:
@@ -71,7 +98,7 @@ def cancel_entries(registry: Registry, entries: Sequence[Entry], timeout: float
     groups, problems = group_jobs([e for e in entries if e.state in OPEN_STATES])
     outcome.update((run_id, (EasyLaunchError(f"cannot cancel it: {why}"), False))
                    for run_id, why in problems.items())
-    stopping = []
+    stopping, ended = [], []
     for jobs in groups:
         with contextlib.suppress(EasyLaunchError, OSError):
             jobs[0].mode.refresh_many(jobs)
@@ -80,6 +107,7 @@ def cancel_entries(registry: Registry, entries: Sequence[Entry], timeout: float
             with contextlib.suppress(DamagedRecordError):  # (unknown: stopped, its end repairs it)
                 if (state := job.recorded_state()).terminal:
                     outcome[job.id] = (state, False)
+                    ended.append(job)
                     continue
             live.append(job)
         failures = jobs[0].mode.cancel_many(live)
@@ -87,10 +115,7 @@ def cancel_entries(registry: Registry, entries: Sequence[Entry], timeout: float
         stopping += [job for job in live if job.id not in failures]
     outcome.update((job.id, (state, True))  # (wait_all writes them to the registry)
                    for job, state in zip(stopping, wait_all(stopping, timeout, 1.0), strict=True))
-    with contextlib.suppress(sqlite3.Error):  # the rows are a cache; a full disk keeps them old
-        registry.update_many((run_id, {"state": state.value})
-                             for run_id, (state, was_open) in outcome.items()
-                             if isinstance(state, JobState) and not was_open)
+    write_records(registry, ended, {e.id: e.state for e in entries})
     return [(entry, *outcome[entry.id]) for entry in entries]
 
 
@@ -123,21 +148,15 @@ def group_jobs(entries: Sequence[Entry]) -> tuple[list[list[Job]], dict[str, str
 
 
 def ended_fields(entry: Entry) -> dict:
-    """A finished run's start, end and reason from its status.json, for a registry row that
-    lacks them (written before they were kept, or never refreshed since it ended)."""
+    """A finished run's fields from its status.json (:func:`record_fields` but the state the
+    registry holds), for a row that lacks them (written before they were kept, or never
+    refreshed since it ended)."""
     from easylaunch.registry import NO_TIME
 
-    info = read_status(entry.log_dir)
     # (NO_TIME and "": looked once, so a record without them is not read again)
-    return {"ended": NO_TIME, **_times(info), "reason": reason_of(info) or ""}
-
-
-def _times(info: dict) -> dict:
-    """A status.json's start and end, as the registry's ``started`` and ``ended`` (only
-    numbers: a hand-edited record must not spoil every listing)."""
-    return {k: info[f"{k}_at"] for k in ("started", "ended")
-            if isinstance(info.get(f"{k}_at"), (int, float))
-            and not isinstance(info.get(f"{k}_at"), bool)}
+    fields = {"ended": NO_TIME, "reason": "", **record_fields(read_status(entry.log_dir))}
+    del fields["state"]
+    return fields
 
 
 def refresh_entries(registry: Registry, entries: Sequence[Entry]) -> list[Shown]:
@@ -151,6 +170,7 @@ def refresh_entries(registry: Registry, entries: Sequence[Entry]) -> list[Shown]
 
     shown = {entry.id: entry.state for entry in entries}
     seen: dict[str, dict] = {}  # run id -> registry fields a refresh saw
+    waits: dict[str, str | None] = {}  # run id -> why its queued job waits, as heard
     for entry in entries:
         if entry.state not in OPEN_STATES and (entry.ended is None or entry.reason is None):
             seen[entry.id] = ended_fields(entry)
@@ -169,20 +189,17 @@ def refresh_entries(registry: Registry, entries: Sequence[Entry]) -> list[Shown]
             except (EasyLaunchError, OSError) as exc:
                 shown[job.id] = f"{shown[job.id]} ({short(str(exc), 120)})"
                 continue
-            seen[job.id] = {"state": shown[job.id], "restarts": len(info.get("restarts", [])),
-                            **_times(info),
-                            "job_id": info.get("next_job_id") or info.get("job_id"),
-                            "reason": reason_of(info) or ""}
+            seen[job.id] = record_fields(info)
+            waits[job.id] = job.mode.heard_wait(job) if shown[job.id] == "queued" else None
     with contextlib.suppress(sqlite3.Error):  # the rows are a cache; a full disk keeps them old
-        registry.update_many((run_id, {k: v for k, v in fields.items() if v is not None})
-                             for run_id, fields in seen.items() if fields)
+        registry.update_many((run_id, fields) for run_id, fields in seen.items() if fields)
         notify.tell_ends(registry, [job for jobs in groups for job in jobs],
                          {entry.id: entry.state for entry in entries})
     listed = []
     for entry in entries:
-        fields = {k: v for k, v in seen.get(entry.id, {}).items() if v is not None}
+        fields = dict(seen.get(entry.id, {}))
         restarts = fields.pop("restarts", entry.restarts)
         fields.pop("state", None)
         listed.append(Shown(dataclasses.replace(entry, **fields) if fields else entry,
-                            shown[entry.id], restarts))
+                            shown[entry.id], restarts, waits.get(entry.id)))
     return listed

@@ -1,5 +1,6 @@
-"""What a launch writes to the registry: each run's first row (a large variant kept as its
-size and digest) and, when the launch fails part way, the end of the runs it made."""
+"""What is written to the registry: each run's first row (a large variant kept as its size
+and digest), the fields of its record every later look writes, and, when the launch fails
+part way, the end of the runs it made."""
 
 from __future__ import annotations
 
@@ -9,8 +10,11 @@ import shlex
 from typing import Any
 
 from easylaunch.bundle import VARIANT_JSON, Run, sweep_of
+from easylaunch.reasons import reason_of
+from easylaunch.registry import NO_TIME
 from easylaunch.variants import as_data
 from easylaunch_job.records import update_status
+from easylaunch_job.states import TERMINAL_STATES
 
 REGISTRY_VARIANT_BYTES = 16384  # larger variants are kept in the registry as size and digest
 LARGE_VARIANT_KEY = "_large_variant"
@@ -36,6 +40,29 @@ def registry_row(run: Run) -> dict[str, Any]:
             "git_commit": next(iter(launch["git_commits"].values()), None),
             "resubmitted_from": launch.get("resubmitted_from"),
             "command": shlex.join(launch["command"]) if "command" in launch else None}
+
+
+def record_fields(info: dict) -> dict[str, Any]:
+    """The registry fields of a run's status.json: state, restarts, start and end, the
+    scheduler's job id and why it ended. Every path that looks at a run (``wait_all``,
+    ``Job.wait``, ``ls``, ``watch``, the dashboard, ``load_sweep``) writes these, so the
+    registry says what the record says whichever of them saw the end."""
+    restarts = info.get("restarts")
+    fields = {"state": info.get("state") or "unknown",
+              "restarts": len(restarts) if isinstance(restarts, list) else 0,
+              **record_times(info), "job_id": info.get("next_job_id") or info.get("job_id"),
+              "reason": reason_of(info) or ""}
+    if fields["state"] in TERMINAL_STATES:  # (NO_TIME: looked for, so not read again)
+        fields.setdefault("ended", NO_TIME)
+    return {k: v for k, v in fields.items() if v is not None}
+
+
+def record_times(info: dict) -> dict[str, float]:
+    """A status.json's start and end, as the registry's ``started`` and ``ended`` (only
+    numbers: a hand-edited record must not spoil every listing)."""
+    return {k: info[f"{k}_at"] for k in ("started", "ended")
+            if isinstance(info.get(f"{k}_at"), (int, float))
+            and not isinstance(info.get(f"{k}_at"), bool)}
 
 
 def aborted(runs: list[Run], exc: BaseException) -> list[tuple[str, dict[str, Any]]]:

@@ -139,12 +139,13 @@ def test_a_submitted_command_records_its_working_folder_s_commit(tmp_path):
 
 def test_submit_refuses_what_it_cannot_run(tmp_path):
     settings = settings_file(tmp_path)
-    none = cli(settings, "submit")
-    assert none.returncode == 1 and "no command: give it after --" in none.stderr
+    none = cli(settings, "submit")  # usage errors: 2, with the usage, as --help says
+    assert none.returncode == 2 and "no command: give it after --" in none.stderr
+    assert none.stderr.startswith("usage: easylaunch submit")
     missing = cli(settings, "submit", "python", "train.py")
-    assert missing.returncode == 1 and "put -- before the command" in missing.stderr
+    assert missing.returncode == 2 and "put -- before the command" in missing.stderr
     empty = cli(settings, "submit", "--")
-    assert empty.returncode == 1 and "no command after --" in empty.stderr
+    assert empty.returncode == 2 and "no command after --" in empty.stderr
     slurm_word = cli(settings, "submit", "--partition", "gpu", "--", "true")
     assert slurm_word.returncode == 1 and "does not take the option 'partition'" in \
         slurm_word.stderr

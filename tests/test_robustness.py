@@ -272,7 +272,7 @@ def test_ctrl_c_while_waiting_says_one_line_and_cancels_the_runs(cfg, tmp_path):
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert "Traceback" not in err
-    assert err.splitlines()[-1] == "easylaunch: interrupted (Ctrl-C); cancelling the local runs"
+    assert err.splitlines()[-1] == "easylaunch: interrupted (Ctrl-C); cancelling 2 local runs"
     states = [json.loads((p / "status.json").read_text())["state"]
               for p in Path(cfg["LOCAL_LOG_DIR"], "default").iterdir() if p.name.endswith(
                   tuple(ids))]

@@ -11,7 +11,7 @@ import argparse
 import os
 import sys
 
-from easylaunch import __version__
+from easylaunch import __version__, interrupts
 from easylaunch.cli import actions, configure, dist, runs, shells, submit, views
 from easylaunch.errors import EasyLaunchError
 
@@ -47,6 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 EXIT_USAGE = 2  # (argparse's own)
+EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT, as other tools)
 EXIT_CLOSED_PIPE = 141  # the reader of the output went away (128 + SIGPIPE, as other tools)
 
 
@@ -66,8 +67,10 @@ def main(argv: list[str] | None = None) -> int:
     except EasyLaunchError as exc:
         print(f"easylaunch: error: {exc}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        return 130
+    except KeyboardInterrupt as exc:  # (a wait's says what goes on and how to cancel it)
+        interrupts.note_interrupt()  # (this process's local runs are cancelled at its exit)
+        print(f"easylaunch: {str(exc) or interrupts.line()}", file=sys.stderr)
+        return EXIT_INTERRUPTED
     except BrokenPipeError:
         # what is still buffered for the closed pipe must not fail again at exit
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

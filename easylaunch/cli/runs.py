@@ -8,6 +8,8 @@ import shlex
 import shutil
 import sys
 import time
+from pathlib import Path
+from typing import TextIO
 
 from easylaunch import listing
 from easylaunch.cli.shared import AddCommand, count, parse_since, registry_of, tail
@@ -55,20 +57,36 @@ def watch(args: argparse.Namespace) -> int:
     """Refresh the open runs every ``--interval`` seconds until none is left (or once): what
     keeps them moving without their launcher, e.g. relaunching interrupted cloud runs."""
     registry = registry_of(args)
-    said = ""
-    while True:
-        entries, _ = registry.list(exp=args.exp, mode=args.mode, states=OPEN_STATES)
-        shown = refresh_entries(registry, entries)
-        counts = collections.Counter(item.state.split(" ", 1)[0] for item in shown)
-        still = sum(counts[state] for state in OPEN_STATES)
-        line = f"{still} open run(s)" + (": " + ", ".join(
-            f"{counts[state]} {state}" for state in OPEN_STATES if counts[state]) if still else "")
-        if line != said:
-            print(f"{time.strftime('%H:%M:%S')} {line}", flush=True)
-            said = line
-        if args.once or not still:
-            return 0
-        time.sleep(args.interval)
+    said, still = "", 0
+    try:
+        while True:
+            entries, _ = registry.list(exp=args.exp, mode=args.mode, states=OPEN_STATES)
+            shown = refresh_entries(registry, entries)
+            counts = collections.Counter(item.state.split(" ", 1)[0] for item in shown)
+            still = sum(counts[state] for state in OPEN_STATES)
+            line = f"{still} open run(s)" + (": " + ", ".join(
+                f"{counts[state]} {state}" for state in OPEN_STATES if counts[state])
+                if still else "")
+            if line != said:
+                print(f"{time.strftime('%H:%M:%S')} {line}", flush=True)
+                said = line
+            if args.once or not still:
+                return 0
+            time.sleep(args.interval)
+    except KeyboardInterrupt:
+        raise KeyboardInterrupt(_watch_interrupted(args, still)) from None
+
+
+def _watch_interrupted(args: argparse.Namespace, still: int) -> str:
+    """The line of a Ctrl-C that stopped ``watch``: its open runs go on, and how to cancel
+    them (the runs it watched, by their filters)."""
+    from easylaunch.interrupts import config_flag, goes_on, line
+
+    cancel = shlex.join(["easylaunch", "cancel", "--state", ",".join(OPEN_STATES),
+                         *(["--exp", args.exp] if args.exp else []),
+                         *(["--mode", args.mode] if args.mode else [])])
+    return line(goes_on(f"{still} open run{'s' * (still != 1)}", still,
+                        [cancel + config_flag(None)]) if still else "")
 
 
 RANK0_STDOUT = "stdout.rank0.log"  # (the scheduler modes' multi-process runs)
@@ -144,25 +162,64 @@ def logs(args: argparse.Namespace) -> int:
     registry = registry_of(args)
     job = job_for(registry, registry.find(args.id))
     job.mode.sync_logs(job)
-    path = job.stderr_path if args.stderr else job.stdout_path
-    sys.stdout.write(tail(path, args.lines))
+    path, other = (job.stderr_path, "stdout: without --stderr") if args.stderr else \
+        (job.stdout_path, "stderr: --stderr")
+    if sys.stderr.isatty():  # (a pipe gets the log alone)
+        print(f"==> {path.name} of run {job.id} ({other}) <==", file=sys.stderr)
+    text = tail(path, args.lines)
+    sys.stdout.write(text)
     sys.stdout.flush()
-    if not args.follow:
+    shown = bool(text.strip())
+    if args.follow:
+        start = path.stat().st_size if path.exists() else 0
+        shown = follow(job, [(path, sys.stdout)], [start])[0] > start or shown
+    if not args.stderr and not shown:
+        _say_error(job)
+    return 0
+
+
+def _say_error(job) -> None:
+    """Print the error of a failed run whose stdout is empty (a function's traceback is in
+    its record and stderr, not its stdout)."""
+    info = job.info()
+    if info.get("state") == "failed" and info.get("error"):
+        print(f"easylaunch: the stdout of run {job.id} is empty; it failed with:",
+              file=sys.stderr)
+        print(info["error"].rstrip())
+
+
+def follow(job, logs: list[tuple[Path, TextIO]], offsets: list[int] | None = None
+           ) -> list[int]:
+    """Copy what the run adds to its logs (each path to its stream) until it ends, from
+    ``offsets`` (default: the start); where each log then ends. Ctrl-C raises the
+    ``KeyboardInterrupt`` that says the run goes on and how to cancel it."""
+    from easylaunch.interrupts import interrupted
+
+    offsets = list(offsets or [0] * len(logs))
+    try:
+        while True:
+            finished = job.status().terminal
+            job.mode.sync_logs(job)
+            for i, (path, out) in enumerate(logs):
+                offsets[i] += _copy_new(path, offsets[i], out)
+            if finished:
+                job.wait()  # (writes its end to the registry)
+                return offsets
+            job.mode.wait_for_change(job, 0.2)  # each mode's own pace of asking its backend
+    except KeyboardInterrupt:
+        raise interrupted([job]) from None
+
+
+def _copy_new(path: Path, offset: int, out: TextIO) -> int:
+    """Write what ``path`` holds past ``offset`` to ``out``; how many bytes that was."""
+    if not path.exists():
         return 0
-    offset = path.stat().st_size if path.exists() else 0
-    while True:
-        finished = job.status().terminal
-        job.mode.sync_logs(job)
-        if path.exists():
-            with open(path, "rb") as f:
-                f.seek(offset)
-                data = f.read()
-            offset += len(data)
-            sys.stdout.write(data.decode(errors="replace"))
-            sys.stdout.flush()
-        if finished:
-            return 0
-        job.mode.wait_for_change(job, 0.2)  # each mode's own pace of asking its backend
+    with open(path, "rb") as f:
+        f.seek(offset)
+        data = f.read()
+    out.write(data.decode(errors="replace"))
+    out.flush()
+    return len(data)
 
 
 def add_ls(command: AddCommand) -> None:

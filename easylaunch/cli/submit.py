@@ -11,11 +11,13 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import shlex
 import sys
 from typing import Any
 
 from easylaunch.cli.shared import AddCommand, count
 from easylaunch.errors import EasyLaunchError
+from easylaunch.reasons import reason_of
 
 # CLI flag -> launch keyword, for the resources most launches name
 RESOURCE_FLAGS = {"time": "time_in_mins", "partition": "partition", "nodes": "n_nodes",
@@ -69,17 +71,17 @@ def launch_keywords(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _submit(args: argparse.Namespace) -> int:
-    from easylaunch import run_command, run_commands, wait_all
+    from easylaunch import run_command, run_commands
 
     if not args.command:
-        raise EasyLaunchError("no command: give it after --, e.g. easylaunch submit -- python "
-                              "train.py --lr 3e-4")
+        args.usage_error("no command: give it after --, e.g. easylaunch submit -- python "
+                         "train.py --lr 3e-4")
     if args.command[0] != "--":
-        raise EasyLaunchError(f"put -- before the command (easylaunch submit [options] -- "
-                              f"{' '.join(args.command)}), so its own options stay its own")
+        args.usage_error(f"put -- before the command (easylaunch submit [options] -- "
+                         f"{shlex.join(args.command)}), so its own options stay its own")
     argv = args.command[1:]
     if not argv:
-        raise EasyLaunchError("no command after --: give the program to run and its arguments")
+        args.usage_error("no command after --: give the program to run and its arguments")
     keywords = launch_keywords(args)
     variants = grid_variants(args.grid)
     if variants is None:
@@ -88,11 +90,55 @@ def _submit(args: argparse.Namespace) -> int:
         jobs = run_commands(argv, variants, args.exp, args.mode, **keywords)
     for job in jobs:
         print(job.id)
-    if not args.wait:
-        return 0
     sys.stdout.flush()
-    wait_all(jobs)
-    return 0 if all(job.status().value == "succeeded" for job in jobs) else 1
+    return _wait(jobs) if args.wait else 0
+
+
+def _wait(jobs: list) -> int:
+    """Wait for the runs, one run's output streamed as ``logs -f`` streams it (stdout here,
+    stderr to stderr); then each run's state line. The exit code: the command's (several
+    runs: the first that did not succeed's)."""
+    from easylaunch import wait_all
+    from easylaunch.cli.runs import follow
+
+    if len(jobs) == 1:
+        logs = [(jobs[0].stdout_path, sys.stdout), (jobs[0].stderr_path, sys.stderr)]
+        for (path, out), end in zip(logs, follow(jobs[0], logs), strict=True):
+            if end and _last_byte(path, end) != b"\n":  # (the state line goes on a line of its own)
+                print(file=out)
+    else:
+        wait_all(jobs)
+    codes = []
+    for job in jobs:
+        info = job.info()
+        print(f"easylaunch: {end_line(job.id, info)}", file=sys.stderr)
+        codes.append(exit_code(info))
+    return next((code for code in codes if code), 0)
+
+
+def _last_byte(path, size: int) -> bytes:
+    with open(path, "rb") as f:
+        f.seek(size - 1)
+        return f.read(1)
+
+
+def end_line(run_id: str, info: dict) -> str:
+    """``run abc succeeded``, ``run abc failed (1 restart): exited with code 3``."""
+    restarts = len(info.get("restarts") or [])
+    return (f"run {run_id} {info.get('state')}"
+            + (f" ({restarts} restart{'s' * (restarts > 1)})" if restarts else "")
+            + (f": {reason}" if (reason := reason_of(info)) else ""))
+
+
+def exit_code(info: dict) -> int:
+    """A command run's exit code as a shell's (killed by a signal: 128 + its number); 0 only
+    for a run that succeeded, 1 for a run that ended otherwise without one."""
+    code = info.get("exit_code")
+    if info.get("state") == "succeeded":
+        return 0
+    if isinstance(code, int) and not isinstance(code, bool) and code:
+        return code if code > 0 else 128 - code
+    return 1
 
 
 def add_submit(command: AddCommand) -> None:
@@ -118,7 +164,9 @@ def add_submit(command: AddCommand) -> None:
     parser.add_argument("-o", "--option", action="append", default=[], metavar="KEY=VALUE",
                         help="another launch keyword (a mode option or setting)")
     parser.add_argument("--wait", action="store_true",
-                        help="wait for the runs to end; exit 0 only if all succeeded")
+                        help="wait for the runs to end (one run: its output streamed), say "
+                        "how each ended, and exit with the command's exit code (several "
+                        "runs: 0 if all succeeded)")
     parser.add_argument("command", nargs=argparse.REMAINDER,
                         help="-- then the command and its arguments")
-    parser.set_defaults(func=_submit)
+    parser.set_defaults(func=_submit, usage_error=parser.error)

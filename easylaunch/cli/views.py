@@ -29,6 +29,8 @@ def preview(args: argparse.Namespace) -> int:
     if args.config:
         os.environ[ENV_CONFIG] = args.config  # the script's launches read it too
     sys.argv = [args.script, *args.args]
+    # its own folder first, as `python script.py` has it: modules beside it import
+    sys.path.insert(0, os.path.dirname(os.path.realpath(args.script)))
     try:
         runpy.run_path(args.script, run_name="__main__")
     except SystemExit as exc:

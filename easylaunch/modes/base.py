@@ -168,8 +168,18 @@ class Mode(ABC):
                 failures[job.id] = exc
         return failures
 
+    def goes_on_without(self, job: Job) -> bool:
+        """Whether the run goes on when this process ends (default: yes; a local run this
+        process supervises stops with it)."""
+        return True
+
     def waiting_reason(self, job: Job) -> str | None:
         """Why a queued run has not started, as the backend says (None: unknown)."""
+        return None
+
+    def heard_wait(self, job: Job) -> str | None:
+        """Why a queued run waits, as the backend said in this mode's last refresh (asks
+        nothing; None: it did not say)."""
         return None
 
     def remote_log_dir(self, run: Run) -> str | None:

@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from easylaunch import launchers, processes, shells
+from easylaunch import interrupts, launchers, processes, shells
 from easylaunch.bundle import Run
 from easylaunch.commands import check_here
 from easylaunch.containers import DOCKER, SINGULARITY, Container
@@ -95,7 +95,6 @@ class _Slots:
 _slots: dict[tuple, _Slots] = {}
 _live: dict[str, _LocalRun] = {}
 _registry_lock = threading.Lock()
-_interrupted = False
 
 
 class _LocalRun:
@@ -173,42 +172,25 @@ def _recorded_end(log_dir: str) -> bool:
     return recorded_state(log_dir) in TERMINAL_STATES
 
 
-def _note_interrupt(hook: Any) -> Any:
-    """``hook`` noting a Ctrl-C for the exit hook; a Ctrl-C that stopped easylaunch's own
-    waiting (job.wait, wait_all) is said in one line instead of a traceback."""
-    def excepthook(exc_type, exc, tb):
-        global _interrupted
-        _interrupted = _interrupted or issubclass(exc_type, KeyboardInterrupt)
-        if issubclass(exc_type, KeyboardInterrupt) and _in_easylaunch(tb):
-            with _registry_lock:
-                live = bool(_live)
-            print("easylaunch: interrupted (Ctrl-C)" + ("; cancelling the local runs" * live),
-                  file=sys.stderr)
-            return
-        hook(exc_type, exc, tb)
-    return excepthook
-
-
-def _in_easylaunch(tb: Any) -> bool:
-    """Whether a traceback passes through easylaunch (it was waiting when interrupted)."""
-    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
-    while tb is not None:
-        if os.path.abspath(tb.tb_frame.f_code.co_filename).startswith(package):
-            return True
-        tb = tb.tb_next
-    return False
+def _interrupt_note() -> str:
+    """What a Ctrl-C does to this process's local runs, in the line that says it."""
+    with _registry_lock:
+        live = len(_live)
+    return f"cancelling {live} local run{'s' * (live != 1)}" if live else ""
 
 
 def _wait_at_exit() -> None:
-    """Let the launching script's runs finish; on Ctrl-C (now or before), cancel them."""
+    """Let the launching script's runs finish; on Ctrl-C (now or before), cancel them (a
+    Ctrl-C here also ends the process as interrupted: 130 in a shell)."""
     with _registry_lock:  # (supervisor threads remove runs as they end)
         live = list(_live.values())
     pending = [lr for lr in live if not lr.done.is_set() and not _recorded_end(lr.log_dir)]
     if not pending:
         return
     try:
-        if _interrupted:
-            raise KeyboardInterrupt
+        if interrupts.happened():  # (said already)
+            _cancel_all(pending)
+            return
         print(f"easylaunch: waiting for {len(pending)} local run(s) to finish "
               "(Ctrl-C cancels them)", file=sys.stderr)
         with bar(len(pending), "waiting for local runs") as advance:
@@ -217,14 +199,19 @@ def _wait_at_exit() -> None:
                     pass
                 advance(1)
     except KeyboardInterrupt:
-        if not _interrupted:  # (else the interrupt was said already)
-            print("easylaunch: cancelling local runs", file=sys.stderr)
-        with _registry_lock:
-            live = list(_live.values())
-        for lr in live:
-            lr.cancel()
-        for lr in pending:
-            lr.done.wait(lr.grace + 5)
+        print(f"easylaunch: {interrupts.line()}", file=sys.stderr)
+        _cancel_all(pending)
+        interrupts.exit_interrupted()
+
+
+def _cancel_all(pending: list[_LocalRun]) -> None:
+    """Cancel every live local run; wait for those in ``pending`` to end."""
+    with _registry_lock:
+        live = list(_live.values())
+    for lr in live:
+        lr.cancel()
+    for lr in pending:
+        lr.done.wait(lr.grace + 5)
 
 
 _exit_hooks_installed = False
@@ -234,7 +221,7 @@ def _install_exit_hooks() -> None:
     global _exit_hooks_installed
     if not _exit_hooks_installed:
         _exit_hooks_installed = True
-        sys.excepthook = _note_interrupt(sys.excepthook)
+        interrupts.on_interrupt(_interrupt_note)
         atexit.register(_wait_at_exit)
 
 
@@ -426,6 +413,10 @@ class LocalMode(Mode):
         env = {**shells.process_environment(backend["pid"]),
                **run_variables(job.id, folder)}
         return shells.shell_in(folder, {}), env
+
+    def goes_on_without(self, job: Job) -> bool:
+        """A run this process supervises stops with it (its exit cancels it)."""
+        return job.id not in _live
 
     def wait_for_change(self, job: Job, timeout: float) -> None:
         local_run = _live.get(job.id)

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from easylaunch.request import LaunchRequest
+    from easylaunch.schedulers.nodes import Nodes
     from easylaunch.settings import Settings
 
 
@@ -53,6 +54,14 @@ class Scheduler(Protocol):
         """From the answers to :meth:`preflight_ops`: how many runs one array may hold, and
         what launch.json records with each run (:meth:`element_fields`' ``details``)."""
 
+    def read_nodes(self, answers: list[dict]) -> list[Nodes]:
+        """The cluster's nodes, from the answers to :meth:`preflight_ops` (none: unknown)."""
+
+    def fit(self, res: Any, nodes: Sequence[Nodes], packs: bool) -> Any:
+        """``res``, refused (naming the numbers and the setting to change) where no node of
+        ``nodes`` can give it; ``packs``: ``res`` sizes a packed allocation (htp), whose
+        cores a node default to what a node has."""
+
     def array_header(self, res: Any, job_name: str, script: str, count: int,
                      parallelism: int | None, settings: Settings) -> list[str]:
         """The header lines of a job script (at ``script`` there) for ``count`` entries."""
@@ -94,6 +103,11 @@ class Scheduler(Protocol):
                     backends: list[dict]) -> dict[str, str | None]:
         """Each job's state from the answers to :meth:`status_commands`: an easylaunch
         state, "unknown" (not known just now) or None (the scheduler has forgotten it)."""
+
+    def read_waits(self, job_ids: Sequence[str], answers: list[subprocess.CompletedProcess],
+                   backends: list[dict]) -> dict[str, str]:
+        """Why each of these jobs that is queued waits, where the answers to
+        :meth:`status_commands` say (``{job id: reason}``)."""
 
     def cancel_command(self, job_id: str) -> list[str]:
         """The command that stops one job or array element."""

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from easylaunch import launchers
 from easylaunch.errors import LaunchError
+from easylaunch.schedulers import nodes as cluster_nodes
 from easylaunch.schedulers import pbs_queue
 from easylaunch_job.environment import (
     ENV_ENTRY,
@@ -312,18 +313,37 @@ def check_folder(folder: str) -> None:
 def preflight_ops() -> list[dict]:
     return [{"op": "which", "names": ["qstat", "qdel"]},
             {"op": "run", "argv": ["qstat", "--version"]},
-            {"op": "run", "argv": ["qstat", "-B", "-f", "-F", "json"]}]
+            {"op": "run", "argv": ["qstat", "-B", "-f", "-F", "json"]},
+            {"op": "run", "argv": ["pbsnodes", "-a"]}]
 
 
 def cluster_facts(answers: list[dict], where: str) -> tuple[int, dict]:
     """The server's max_array_size, and whether its qstat has JSON output."""
-    which, version, server = answers
+    which, version, server, _ = answers
     missing = [name for name, path in which["found"].items() if path is None]
     if missing:
         raise LaunchError(f"mode 'pbs' tracks and cancels runs with qstat and qdel; "
                           f"{' and '.join(missing)} is not on PATH on {where}")
     return max_array_size(server["out"]), {
         "qstat_json": server_has_json(version["out"] + version["err"])}
+
+
+def read_nodes(answers: list[dict]) -> list[cluster_nodes.Nodes]:
+    """The server's nodes, from pbsnodes' answer to :func:`preflight_ops` (none where it
+    failed: nothing is checked then)."""
+    pbsnodes = answers[3]
+    return cluster_nodes.parse_pbsnodes(pbsnodes["out"]) if pbsnodes.get("rc") == 0 else []
+
+
+def fit(res: Resources, nodes: Sequence[cluster_nodes.Nodes], packs: bool) -> Resources:
+    """``res`` refused where no node of the server can give a chunk of it (ncpus, ngpus,
+    mem) or there are fewer such nodes than ``select`` (a queue's walltime limit is not
+    checked: queues name no nodes in pbsnodes' output)."""
+    mem = None if res.mem is None else cluster_nodes.memory_mb(res.mem)
+    cluster_nodes.check_fits(cluster_nodes.Ask(
+        f"PBS_CONFIGS[{res.config_name!r}]", (res.ncpus, "ncpus"), (res.ngpus, "ngpus"),
+        memory_mb=(mem, "mem"), nodes=(res.nodes, "select")), nodes)
+    return res
 
 
 def array_header(res: Resources, job_name: str, script: str, count: int,
@@ -378,6 +398,7 @@ def status_commands(job_ids: Sequence[str], backends: list[dict]) -> list[list[s
 
 
 read_states = pbs_queue.read_states
+read_waits = pbs_queue.read_waits
 
 
 def reason_command(job_id: str) -> list[str] | None:

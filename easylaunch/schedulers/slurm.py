@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from easylaunch import launchers
 from easylaunch.errors import LaunchError
+from easylaunch.schedulers import nodes as cluster_nodes
 from easylaunch.schedulers import slurm_queue
 from easylaunch_job.environment import ENV_RESUBMIT_SCRIPT, ENV_TIMEOUT_SIGNAL, TIMEOUT_SIGNAL
 from easylaunch_job.submission import sbatch_command, sbatch_job_id
@@ -335,12 +336,47 @@ def every_rank(line: str, res: Resources) -> str:
 
 
 def preflight_ops() -> list[dict]:
-    return [{"op": "run", "argv": ["scontrol", "show", "config"]}]
+    return [{"op": "run", "argv": ["scontrol", "show", "config"]},
+            {"op": "run", "argv": cluster_nodes.sinfo_command()}]
 
 
 def cluster_facts(answers: list[dict], where: str) -> tuple[int, dict]:
     """MaxArraySize (array indices stay below it)."""
     return max(1, max_array_size(answers[0]["out"]) - 1), {}
+
+
+def read_nodes(answers: list[dict]) -> list[cluster_nodes.Nodes]:
+    """The partitions' nodes, from sinfo's answer to :func:`preflight_ops` (none where sinfo
+    failed: nothing is checked then)."""
+    sinfo = answers[1]
+    return cluster_nodes.parse_sinfo(sinfo["out"]) if sinfo.get("rc") == 0 else []
+
+
+def fit(res: Resources, nodes: Sequence[cluster_nodes.Nodes], packs: bool) -> Resources:
+    """``res`` refused where no node of its partition can give it (CPUs, GPUs and memory a
+    node, nodes, the partition's time limit); ``packs`` (htp): max_num_cores_per_node is
+    what one allocation asks of a node, and defaults to what the partition's smallest node
+    has."""
+    where = f"SLURM_CONFIGS[{res.config_name!r}]"
+    chosen = cluster_nodes.partition(nodes, res.partition, where)
+    if not chosen:
+        return res
+    per_node = -(-res.tasks // res.nodes)
+    ask = cluster_nodes.Ask(
+        where, (per_node * res.cpus_per_task,
+                "n_cpus_per_task" if per_node == 1 else "n_cpus_per_task or tasks_per_node"),
+        (res.n_gpus, "n_gpus"), res.gpu_type,
+        (None if res.mem is None else cluster_nodes.memory_mb(res.mem), "mem"),
+        (res.time_minutes, "time_in_mins"), (res.nodes, "n_nodes"))
+    cluster_nodes.check_fits(ask, chosen)
+    if not packs:
+        return res
+    if res.max_cores_per_node is None:
+        return dataclasses.replace(res, max_cores_per_node=min(n.cpus for n in chosen))
+    cluster_nodes.check_fits(dataclasses.replace(
+        ask, cpus=(res.max_cores_per_node, "max_num_cores_per_node (or leave it out: htp "
+                   "then uses what a node has)")), chosen)
+    return res
 
 
 def array_header(res: Resources, job_name: str, script: str, count: int,
@@ -400,6 +436,11 @@ def status_commands(job_ids: Sequence[str], backends: list[dict]) -> list[list[s
 def read_states(job_ids: Sequence[str], answers: list[subprocess.CompletedProcess],
                 backends: list[dict]) -> dict[str, str | None]:
     return slurm_queue.states_from(job_ids, *answers)
+
+
+def read_waits(job_ids: Sequence[str], answers: list[subprocess.CompletedProcess],
+               backends: list[dict]) -> dict[str, str]:
+    return slurm_queue.parse_waits(answers[0].stdout)
 
 
 def output_place(backend: dict) -> tuple[str, str] | None:

@@ -25,6 +25,7 @@ from easylaunch.errors import EasyLaunchError, LaunchError
 from easylaunch.jobpack import job_archive
 from easylaunch.jobs import Job
 from easylaunch.modes.base import Composed
+from easylaunch.modes.hosted import completed
 from easylaunch.modes.jobscript import StartLine, bundle_pythonpath, start_line, task_line
 from easylaunch.modes.scheduled.batch import SUBMIT, BatchMode, BatchPlan, Layout, submit_script
 from easylaunch.request import LaunchRequest
@@ -62,8 +63,9 @@ def check(mode: BatchMode, request: LaunchRequest) -> None:
         raise LaunchError("HTP_RUNNER='ht_helper' reads the task file from "
                           "TASKFILE_PATH_ON_BRC; set it to where you will copy tasks.txt")
     res = mode.resources(request)
-    if not sched.node_workers(res):
-        raise LaunchError(f"mode 'htp' sizes its allocation from max_num_cores_per_node; "
+    if not sched.node_workers(res) and mode.grows_batches():  # (else the cluster is asked)
+        raise LaunchError(f"mode 'htp' sizes its allocation from max_num_cores_per_node, and "
+                          "a batch copied by hand cannot ask the cluster what a node has; "
                           f"set it in SLURM_CONFIGS[{res.config_name!r}]")
     if res.nodes > 1 and s.HTP_RUNNER == "ht_helper":
         raise LaunchError("BRC's ht_helper.sh packs one node: use HTP_RUNNER='packer' for "
@@ -185,14 +187,47 @@ def cancel(mode: BatchMode, jobs: list[Job]) -> tuple[dict[str, EasyLaunchError]
         else:
             tasks.append((job, f"{backend['cluster_batch_dir']}/{TASK_STATE}",
                           backend["task_index"]))
-    return {**failures, **mode.cancel_packed(tasks)}, []
+    failures.update(mode.cancel_packed(tasks))
+    end_idle_allocations(mode, [job for job, _, _ in tasks if job.id not in failures])
+    return failures, []
+
+
+def end_idle_allocations(mode: BatchMode, jobs: list[Job]) -> list[str]:
+    """The allocations of these runs whose task file has no task left to run (every run
+    ended or cancelled), removed from the queue where they still wait; the ids removed. A
+    running one is left: its packer ends once its tasks are cancelled, and the allocation
+    with it. An allocation whose other runs may still run is never touched."""
+    batches: dict[str, set[str]] = {}  # cluster batch folder -> allocation ids
+    for job in jobs:
+        job_id = mode.job_id(job)
+        if job_id is not None:
+            batches.setdefault(job.launch_info["backend"]["cluster_batch_dir"], set()).add(job_id)
+    if not batches:
+        return []
+    sched, ids = mode.scheduler, sorted(set().union(*batches.values()))
+    backends = [job.launch_info["backend"] for job in jobs]
+    asks = [{"op": "run", "argv": argv} for argv in sched.status_commands(ids, backends)]
+    answers = mode.transport.run_ops([
+        *({"op": "open_tasks", "taskfile": f"{folder}/{TASKS}",
+           "state_dir": f"{folder}/{TASK_STATE}"} for folder in batches), *asks])
+    opened, asked = answers[:len(batches)], answers[len(batches):]
+    said = [completed(a) for a in mode.retried(asks, asked)]
+    states = sched.read_states(ids, said, backends)
+    idle = sorted({job_id for answer, held in zip(opened, batches.values(), strict=True)
+                   if answer.get("open") == [] for job_id in held
+                   if states.get(job_id) == "queued"})
+    mode.transport.run_ops([{"op": "run", "argv": sched.cancel_command(job_id)}
+                            for job_id in idle])
+    return idle
 
 
 HTP = Composed("htp", BatchMode, {**dict.fromkeys(slurm.RESOURCE_OPTIONS), "cluster": None,
-                                  "allocations": None, "n_nodes": None},
-               restarts=True, parts={"scheduler": slurm, "packing": sys.modules[__name__]})
+                                  "allocations": None, "n_nodes": None, "submit": None},
+               restarts=True, parts={"scheduler": slurm, "packing": sys.modules[__name__],
+                                     "packs_runs": True})
 # (one process a run: no n_gpus, tasks_per_node; n_nodes: nodes per allocation)
 PBS_HTP = Composed("pbs_htp", BatchMode, {"pbs_config_name": None, "time_in_mins": None,
                                           "queue": None, "project": None, "cluster": None,
-                                          "allocations": None},
-                   restarts=True, parts={"scheduler": pbs, "packing": sys.modules[__name__]})
+                                          "allocations": None, "submit": None},
+                   restarts=True, parts={"scheduler": pbs, "packing": sys.modules[__name__],
+                                         "packs_runs": True})

@@ -24,6 +24,7 @@ from easylaunch.jobs import Job
 from easylaunch.modes.hosted import NO_QUERY, BackendQuery, HostedMode, completed
 from easylaunch.request import LaunchRequest
 from easylaunch.schedulers import Scheduler
+from easylaunch.schedulers.nodes import Nodes
 from easylaunch_job.command import run_variables
 from easylaunch_job.records import STATUS_JSON, STDERR_LOG, update_status
 from easylaunch_job.states import TERMINAL_STATES
@@ -53,20 +54,29 @@ class ScheduledMode(HostedMode):
     """
 
     scheduler: Scheduler
+    packs_runs = False  # whether an allocation's resources are sized to pack runs (htp)
+    nodes: Sequence[Nodes] = ()  # what the cluster's nodes can give, once the preflight asked
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._waits: dict[str, str | None] = {}  # run id -> why its job waits, last heard
 
     def host_name(self) -> str | None:
         return self.opts.get("cluster") or self.settings.DEFAULT_CLUSTER
 
     def resources(self, request: LaunchRequest) -> Any:
-        """The checked resource request of this launch."""
-        return self.scheduler.resources(self.settings, self.opts, request)
+        """The checked resource request of this launch (against the cluster's nodes, once
+        the preflight has asked about them)."""
+        res = self.scheduler.resources(self.settings, self.opts, request)
+        return self.scheduler.fit(res, self.nodes, self.packs_runs)
 
-    def preflight(self, folder: str, runs_there: bool, request: LaunchRequest,
+    def preflight(self, folder: str, runs_python: str | None, request: LaunchRequest,
                   in_image: bool) -> ClusterFacts:
         """Ask the cluster, in one round trip, whether it can take runs kept in ``folder``
-        (see :meth:`check_host`; a command's programs are looked up on its PATH unless the
-        runs start ``in_image`` or PRE_CMDS set their PATH up), whether the submit command is
-        there, and what the scheduler says about array sizes."""
+        and started with ``runs_python`` (see :meth:`check_host`; a command's programs are
+        looked up on its PATH unless the runs start ``in_image`` or PRE_CMDS set their PATH
+        up), whether the submit command is there, what the scheduler says about array sizes,
+        and what its nodes can give (a request none can give is refused here)."""
         sched, t = self.scheduler, self.transport
         sched.check_folder(folder)  # before anything is made there
         tool = sched.SUBMIT_TOOL
@@ -82,6 +92,8 @@ class ScheduledMode(HostedMode):
                    "submit to one over SSH" + sched.OTHER_WAYS if t.is_local
                    else "is it the cluster's login node?"))
         max_array_len, details = sched.cluster_facts(answers, t.where)
+        self.nodes = sched.read_nodes(answers)
+        self.resources(request)  # (refused here if no node can give it)
         return ClusterFacts(root, max_array_len, details)
 
     def cluster_python(self) -> str:
@@ -152,11 +164,16 @@ class ScheduledMode(HostedMode):
     def _settle_all(self, by_id: dict[str, list[Job]], backends: list[dict], ops: list[dict],
                     answers: list[dict]) -> None:
         answers = self.retried(ops, answers)
-        states = self.scheduler.read_states(list(by_id), [completed(a) for a in answers],
-                                            backends)
+        said = [completed(a) for a in answers]
+        states = self.scheduler.read_states(list(by_id), said, backends)
+        waits = self.scheduler.read_waits(list(by_id), said, backends)
         for job_id, group in by_id.items():
             for job in group:
+                self._waits[job.id] = waits.get(job_id)
                 self._settle(job, job_id, states.get(job_id, "unknown"))
+
+    def heard_wait(self, job: Job) -> str | None:
+        return self._waits.get(job.id)
 
     def _settle(self, job: Job, job_id: str, state: str | None) -> None:
         """Give a run the scheduler has finished with (or forgotten) the terminal state it
