@@ -36,12 +36,14 @@ class Shown:
     entry: Entry
     state: str  # may carry a note: "running (folder missing)"
     restarts: int
+    waiting: str | None = None  # why a queued run's job waits, as the scheduler says
 
     @property
     def state_text(self) -> str:
+        state = f"{self.state}: {self.waiting}" if self.waiting else self.state
         if not self.restarts:
-            return self.state
-        return f"{self.state} ({self.restarts} restart{'s' * (self.restarts > 1)})"
+            return state
+        return f"{state} ({self.restarts} restart{'s' * (self.restarts > 1)})"
 
 
 def result_text(log_dir: str, limit: int = 300) -> str | None:

@@ -208,6 +208,13 @@ def _link_file(source, dest):
         shutil.copy2(source, dest)
 
 
+def _open_tasks(op):
+    """The tasks of a packer's task file that may still run (see packer.open_tasks)."""
+    from easylaunch_job.packer import open_tasks
+
+    return {"open": open_tasks(_path(op["taskfile"]), _path(op["state_dir"]))}
+
+
 def _remove(path):
     if os.path.isdir(path) and not os.path.islink(path):
         shutil.rmtree(path, ignore_errors=True)
@@ -218,7 +225,7 @@ def _remove(path):
 OPS = {"info": _info, "which": _which, "prepare_dir": _prepare_dir, "exists": _exists,
        "read": _read, "run": _run, "detach": _detach, "alive": _alive,
        "touch": _touch, "update_status": _update_status, "unpack": _unpack,
-       "place": _place}
+       "place": _place, "open_tasks": _open_tasks}
 
 
 def answer(ops):

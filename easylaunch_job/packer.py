@@ -66,6 +66,7 @@ from easylaunch_job.warm import WarmWorker, WorkerDied
 CANCEL_POLL_SECONDS = 0.5
 KILL_AFTER_SECONDS = 10.0
 LEFT = (None, "queued", "running")  # task states an allocation that goes on takes up
+ENDED = ("succeeded", "failed", "cancelled")
 PEERS_WAIT_SECONDS = 60.0  # how long packer 0 of a stopped allocation waits for the others
 
 
@@ -106,6 +107,10 @@ class Packer:
 
     def _path(self, index: int, suffix: str) -> str:
         return os.path.join(self.state_dir, f"task-{index}.{suffix}")
+
+    def cancelled(self, index: int) -> bool:
+        """Whether task ``index`` is marked cancelled."""
+        return os.path.exists(self._path(index, "cancel"))
 
     def _state(self, index: int) -> str | None:
         try:
@@ -163,7 +168,7 @@ class Packer:
 
     def _run(self, index: int, worker: WarmWorker | None, env: dict[str, str]) -> None:
         record = {"index": index, "line": self.tasks[index], "host": os.uname()[1]}
-        if os.path.exists(self._path(index, "cancel")):
+        if self.cancelled(index):
             write_json_atomic(self._path(index, "json"), dict(record, state="cancelled"))
             return
         rerun = self._state(index) is not None  # an earlier attempt did not succeed
@@ -190,7 +195,7 @@ class Packer:
             finally:
                 with self.lock:
                     self.running.pop(index, None)
-        cancelled = os.path.exists(self._path(index, "cancel"))
+        cancelled = self.cancelled(index)
         restarting = not cancelled and self._settle(index, code)
         state = "succeeded" if code == 0 else "cancelled" if cancelled else \
             "queued" if restarting else "failed"
@@ -223,7 +228,7 @@ class Packer:
             with self.lock:
                 running = dict(self.running)
             for index, (pid, asked) in running.items():
-                if not os.path.exists(self._path(index, "cancel")):
+                if not self.cancelled(index):
                     continue
                 late = asked and time.time() - asked > KILL_AFTER_SECONDS
                 signal_group(pid, signal.SIGKILL if late else signal.SIGTERM)
@@ -261,7 +266,8 @@ class Packer:
         states = [self._state(i) for i in range(len(self.tasks))]
         ok = states.count("succeeded")
         print(f"packer: {ok} of {len(states)} tasks succeeded", file=sys.stderr)
-        left = [i for i, state in enumerate(states) if state in LEFT]
+        left = [i for i, state in enumerate(states)  # (a cancelled one never goes on)
+                if state in LEFT and not self.cancelled(i)]
         if self.claims is not None and self.stopping:  # (its allocation's, and those no one
             left = [i for i in left if self._ours(i) or self._claim(i)]  # took)
         if self.stopping and self.resubmit and left:
@@ -336,6 +342,14 @@ class Packer:
                 give_up_restart(log_dir, f"{' '.join(argv)}: {problem}")
         print(f"packer: {len(left)} run(s) go on as job {job}" if problem is None
               else f"packer: could not submit the runs left: {problem}", file=sys.stderr)
+
+
+def open_tasks(taskfile: str, state_dir: str) -> list[int]:
+    """The tasks that may still run: neither ended (succeeded, failed, cancelled) nor marked
+    cancelled. None left: no allocation of the task file has anything to do."""
+    packer = Packer(read_tasks(taskfile), state_dir, 1)
+    return [i for i in range(len(packer.tasks))
+            if packer._state(i) not in ENDED and not packer.cancelled(i)]
 
 
 def _tasks_left(going_on: str | None) -> frozenset[int] | None:

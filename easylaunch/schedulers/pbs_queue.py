@@ -3,7 +3,9 @@ Slurm's front ends) read as easylaunch states. Nothing here runs a command."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import re
 import subprocess
 from collections.abc import Sequence
 
@@ -108,3 +110,22 @@ def read_states(job_ids: Sequence[str], answers: list[subprocess.CompletedProces
 def with_json(backends: list[dict]) -> bool:
     """Whether the runs' server has ``qstat -F json`` (recorded at launch)."""
     return any(backend.get("qstat_json") for backend in backends)
+
+
+def read_waits(job_ids: Sequence[str], answers: list[subprocess.CompletedProcess],
+               backends: list[dict]) -> dict[str, str]:
+    """Why each queued job waits: the ``comment`` PBS Pro gives it (``Not Running:
+    Insufficient amount of resource: ncpus``), from the output of ``pbs.status_commands``."""
+    comments: dict[str, str] = {}
+    stdout = answers[0].stdout
+    if with_json(backends):
+        with contextlib.suppress(ValueError, AttributeError):
+            for job_id, attrs in (json.loads(stdout).get("Jobs") or {}).items():
+                if STATES.get(str(attrs.get("job_state", ""))[:1]) == "queued":
+                    comments[short_id(job_id)] = str(attrs.get("comment") or "")
+    else:
+        for block in stdout.split("Job Id:")[1:]:
+            attrs = dict(re.findall(r"^\s+(\w+) = (.*)$", block, re.MULTILINE))
+            if STATES.get(attrs.get("job_state", "")[:1]) == "queued":
+                comments[short_id(block.split(None, 1)[0])] = attrs.get("comment", "")
+    return {j: comments[short_id(j)] for j in job_ids if comments.get(short_id(j))}

@@ -37,9 +37,9 @@ def run_command(argv: list[str]) -> subprocess.CompletedProcess:
 
 
 def squeue_command(job_ids: Sequence[str]) -> list[str]:
-    """squeue for these jobs or array tasks, finished ones included, one ``id state`` a line
-    (``--array``: pending array tasks one a line, not folded into ``123_[4-9]``)."""
-    return ["squeue", "--noheader", "--array", "--states=all", "--format=%i %T", "--jobs",
+    """squeue for these jobs or array tasks, finished ones included, one ``id state reason``
+    a line (``--array``: pending array tasks one a line, not folded into ``123_[4-9]``)."""
+    return ["squeue", "--noheader", "--array", "--states=all", "--format=%i %T %r", "--jobs",
             ",".join(job_ids)]
 
 
@@ -51,6 +51,17 @@ def parse_squeue(stdout: str) -> dict[str, str]:
         if len(parts) >= 2:
             states[parts[0]] = STATES.get(parts[1].rstrip("+"), "unknown")
     return states
+
+
+def parse_waits(stdout: str) -> dict[str, str]:
+    """``{job id: why it waits}`` for the pending jobs of :func:`squeue_command` output
+    (``Resources``, ``PartitionConfig``; none before slurmctld has looked at a job)."""
+    waits = {}
+    for line in stdout.splitlines():
+        parts = line.split(maxsplit=2)
+        if len(parts) == 3 and STATES.get(parts[1]) == "queued" and parts[2] != "None":
+            waits[parts[0]] = parts[2].strip()
+    return waits
 
 
 def sacct_command(job_ids: Sequence[str]) -> list[str]:

@@ -13,6 +13,7 @@ import json
 import re
 import shlex
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
