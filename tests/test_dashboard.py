@@ -4,6 +4,7 @@ send. Screenshots go to $EASYLAUNCH_ARTIFACTS (else the test's tmp_path)."""
 
 import argparse
 import asyncio
+import contextlib
 import itertools
 import json
 import math
@@ -14,6 +15,7 @@ import signal
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,7 +23,7 @@ import httpx
 import jobfns
 import pytest
 from conftest import settings_file
-from helpers import alive, run_pids, wait_for
+from helpers import alive, copy_to_cluster, run_pids, wait_for
 from selenium import webdriver
 from selenium.webdriver.chrome.options import Options
 from selenium.webdriver.chrome.service import Service
@@ -88,10 +90,9 @@ def ui(config: str, *args: str) -> subprocess.Popen:
                              *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-@pytest.fixture(scope="module")
-def dashboard(tmp_path_factory):
-    """`easylaunch ui --port 0` over a registry of this module's own."""
-    config = settings_file(tmp_path_factory.mktemp("dashboard"))
+@contextlib.contextmanager
+def serving(config: str) -> Iterator[Dashboard]:
+    """`easylaunch ui --port 0` over the registry of the settings file ``config``."""
     proc = ui(config, "--port", "0")
     line = proc.stdout.readline()
     assert line.startswith("easylaunch ui: http://127.0.0.1:"), line + proc.stderr.read()
@@ -99,6 +100,13 @@ def dashboard(tmp_path_factory):
     proc.terminate()
     # (uvicorn ends by the signal it stopped for)
     assert proc.wait(timeout=30) in (0, -signal.SIGTERM), proc.stderr.read()
+
+
+@pytest.fixture(scope="module")
+def dashboard(tmp_path_factory):
+    """`easylaunch ui --port 0` over a registry of this module's own."""
+    with serving(settings_file(tmp_path_factory.mktemp("dashboard"))) as served:
+        yield served
 
 
 @pytest.fixture(scope="module")
@@ -526,14 +534,21 @@ def test_metrics_are_read_alike_however_a_metrics_jsonl_is_written(tmp_path):
 
 def test_parallel_coordinates_have_a_line_per_run_and_say_its_values():
     runs = [("a", {"lr": 0.1, "opt": "adam"}, 0.5), ("b", {"lr": 0.001, "opt": "sgd"}, 0.1),
-            ("c", {"lr": 0.01, "opt": SCRIPT}, None)]
-    drawn = hparams.parallel(runs, ["lr", "opt"], "loss")
+            ("c", {"lr": 0.01, "opt": SCRIPT}, None), ("d", {"lr": 1, "opt": "sgd"}, 0.01)]
+    drawn = hparams.parallel(runs, ["lr", "opt"], "loss", apart={"d": "failed"})
     assert [a.name for a in drawn.axes] == ["lr", "opt", "loss"]
-    assert [line.run_id for line in drawn.lines] == ["a", "b", "c"]
+    assert [line.run_id for line in drawn.lines] == ["a", "b", "c", "d"]
     assert len(drawn.lines[2].points.split()) == 2  # no loss: its line stops at opt
     assert drawn.lines[2].colour == hparams.colour(None)
     assert drawn.lines[0].title == "a: lr=0.1  opt=adam  loss=0.5"
-    assert [label for _, label in drawn.axes[0].ticks] == ["0.001", "0.01", "0.1"]  # log
+    assert [label for _, label in drawn.axes[0].ticks] == ["0.001", "0.01", "0.1", "1"]  # log
+    # the run that failed: placed on the axes, grey, and outside the colour scale, which
+    # spans the others' values (its loss, the lowest, would have made it the bluest)
+    assert drawn.lines[3].apart and drawn.apart == 1
+    assert drawn.lines[3].colour == hparams.colour(None)
+    assert drawn.lines[3].title == "d (failed): lr=1  opt=sgd  loss=0.01"
+    assert (drawn.lines[1].colour, drawn.lines[0].colour) == (hparams.colour(0.0),
+                                                              hparams.colour(1.0))
 
 
 def test_a_log_without_newlines_shows_its_end(tmp_path):
@@ -709,6 +724,73 @@ def test_why_runs_failed_is_listed_and_filters_them(dashboard, browser):
     shown = [r for r in browser.find_elements(By.CSS_SELECTOR, "#results tbody tr")
              if r.is_displayed()]
     assert len(shown) == 1 and buttons[0].get_attribute("data-filter-reason") in shown[0].text
+
+
+def test_a_sweep_with_failed_runs_is_counted_honestly(dashboard, browser, artifacts):
+    """Runs that failed are drawn apart (dashed curves, grey in the hyperparameter view), the
+    runs that did not fail are counted under their state, alike runs keep names of their own,
+    and compare counts the runs its URL names."""
+    variants = [dict(lr=0.1, steps=4), dict(lr=0.1, steps=4), dict(lr=0.2, steps=4),
+                dict(lr=0.3, steps=4, fail_at=2)]
+    jobs = run_sweep(jobfns.log_curve, variants, exp_name="dash-honest", config=dashboard.config)
+    assert [j.wait(timeout=60) for j in jobs] == [JobState.SUCCEEDED] * 3 + [JobState.FAILED]
+    failed = jobs[3].id
+    open_page(browser, dashboard, f"/sweep/{sweep_of(jobs[0])}")
+    assert not re.search(r"\bnan\b", browser.find_element(By.TAG_NAME, "body").text, re.I)
+    buttons = browser.find_elements(By.CSS_SELECTOR, "[data-filter-reason]")
+    assert [b.text for b in buttons] == ["3 succeeded", "1 RuntimeError: diverged at step 2"]
+    buttons[0].click()
+    shown = [r.get_attribute("data-run") for r in browser.find_elements(
+        By.CSS_SELECTOR, "#results tbody tr") if r.is_displayed()]
+    assert sorted(shown) == sorted(j.id for j in jobs[:3])
+
+    drawn = wait_for_curve(browser, "loss")
+    labels = dict(zip(drawn["labels"], browser.execute_script(
+        "return document.querySelector('figure.curve').plot.series.slice(1)"
+        "  .map((s) => (s.dash || []).length > 0)"), strict=True))
+    assert labels == {f"lr=0.1 · {jobs[0].id}": False, f"lr=0.1 · {jobs[1].id}": False,
+                      "lr=0.2": False, "lr=0.3  fail_at=2 (failed)": True}  # dashed: apart
+    assert "dashed: 1 that failed" in drawn["caption"]
+
+    line = browser.find_element(By.CSS_SELECTOR, f'svg.hparams polyline[data-run="{failed}"]')
+    assert "hp-apart" in line.get_attribute("class")
+    assert line.get_attribute("stroke") == hparams.colour(None)  # grey, not on the scale
+    assert line.find_element(By.TAG_NAME, "title").get_attribute("textContent").startswith(
+        f"{failed} (failed): ")
+    others = {browser.find_element(By.CSS_SELECTOR, f'svg.hparams polyline[data-run="{j.id}"]')
+              .get_attribute("stroke") for j in jobs[:3]}
+    assert hparams.colour(None) not in others and hparams.colour(1.0) in others  # the worst
+    legend = browser.find_element(By.CSS_SELECTOR, "[data-hp-apart]").text
+    assert "1 run that failed, timed out or was cancelled, not in the colours" in legend
+    browser.save_screenshot(str(artifacts / "dashboard-sweep-failed.png"))
+
+    browser.execute_script("localStorage.clear()")
+    open_page(browser, dashboard, f"/compare?runs={jobs[0].id},{failed}")
+    assert browser.find_element(By.CSS_SELECTOR, "a[data-compare]").text == "compare (2)"
+    picked = browser.find_elements(By.CSS_SELECTOR, "input[data-pick]")
+    assert {box.get_attribute("data-pick") for box in picked if box.is_selected()} == {
+        jobs[0].id, failed}
+
+
+def test_the_runs_list_shows_an_htp_runs_last_values(slurm_cfg, tmp_path):
+    """An htp run writes its metrics in its job's folder on the cluster (SSS_LOG_DIR), not in
+    its folder here: the runs list reads them where the sweep page and load_sweep do."""
+    config = settings_file(tmp_path, SLURM_DIRECTORY_FOR_JOB_SCRIPT=str(tmp_path / "cluster"),
+                           SSS_LOG_DIR=str(tmp_path / "cluster-logs"), SSS_PYTHON=sys.executable,
+                           **{k: slurm_cfg[k] for k in ("SLURM_PYTHON", "SLURM_CONFIGS")})
+    job, = run_sweep(jobfns.log_curve, [dict(lr=0.5, steps=3)], mode="htp",
+                     exp_name="dash-htp", config=config)
+    cluster = Path(job.launch_info["backend"]["cluster_batch_dir"])
+    if not (cluster / "job_ids.txt").exists():  # (a batch to copy: as its user would)
+        copy_to_cluster(job)
+        subprocess.run(["bash", str(cluster / "submit.sh")], check=True, capture_output=True)
+    assert job.wait(timeout=180) is JobState.SUCCEEDED
+    assert not (job.log_dir / "metrics.jsonl").exists()  # (written on the cluster's side)
+    with serving(config) as served:
+        page = served.client().get("/")
+    assert page.status_code == 200
+    values = re.findall(r'<span class="metric">(\w+) <b>([\d.]+)</b>', page.text)
+    assert values == [("loss", "0.5"), ("acc", "0.6667")]
 
 
 def test_pages_load_nothing_from_elsewhere_and_hold_at_900_px(dashboard, browser, artifacts):

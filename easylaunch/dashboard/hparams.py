@@ -1,6 +1,7 @@
 """Hyperparameters against a result: parallel coordinates as SVG geometry, laid out on the
 server (a template draws a :class:`Parallel`). One axis per variant key that differs within
-the runs, then the metric's last value; one line per run, coloured by that value."""
+the runs, then the metric's last value; one line per run, coloured by that value, but for runs
+that ended early (failed, timed out, cancelled): grey and dashed, outside the colour scale."""
 
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ class Line:
     points: str  # "x,y x,y ..." for <polyline points>
     colour: str
     title: str
+    apart: bool = False  # it ended early: grey and dashed, not coloured by its value
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,11 @@ class Parallel:
     height: int = HEIGHT
     top: int = TOP
     bottom: int = HEIGHT - BOTTOM
+
+    @property
+    def apart(self) -> int:
+        """How many lines are drawn apart (runs that ended early)."""
+        return sum(line.apart for line in self.lines)
 
 
 def nice_ticks(lo: float, hi: float, count: int = 5) -> list[float]:
@@ -102,16 +109,20 @@ def _natural(text: str) -> tuple:
 
 
 def colour(share: float | None) -> str:
-    """Blue (lowest) to red (highest); grey for a run without the metric."""
+    """Blue (lowest) to red (highest); grey for a run without the metric or apart."""
     if share is None:
         return "hsl(0, 0%, 70%)"
     return f"hsl({240 - 240 * share:.0f}, 70%, 45%)"
 
 
 def parallel(runs: Sequence[tuple[str, Mapping[str, object], float | None]],
-             keys: Sequence[str], metric: str) -> Parallel:
+             keys: Sequence[str], metric: str, apart: Mapping[str, str] | None = None
+             ) -> Parallel:
     """Parallel coordinates of ``runs`` (id, flattened variant, the metric's last value or
-    None) over ``keys`` (at most MAX_AXES - 1 of them) and ``metric``."""
+    None) over ``keys`` (at most MAX_AXES - 1 of them) and ``metric``. ``apart``: the runs
+    that ended early, by id, with their state: their lines are placed on the axes as the
+    others' but grey, and the colour scale spans the other runs' values only."""
+    apart = apart or {}
     names = [*keys[:MAX_AXES - 1], metric]
     columns = [[variant.get(k) for _, variant, _ in runs] for k in keys[:MAX_AXES - 1]]
     columns.append([value for *_, value in runs])
@@ -125,7 +136,7 @@ def parallel(runs: Sequence[tuple[str, Mapping[str, object], float | None]],
 
     axes = [Axis(x, name, [(y(s), text) for s, text in scale.ticks()])
             for x, name, scale in zip(xs, names, scales, strict=True)]
-    metric_scale = scales[-1]
+    colours = _Scale([v for (run_id, _, v) in runs if run_id not in apart])
     lines = []
     for row, (run_id, _, value) in enumerate(runs):
         points = [f"{x:.1f},{y(scale.share(column[row]))}"
@@ -134,7 +145,10 @@ def parallel(runs: Sequence[tuple[str, Mapping[str, object], float | None]],
         shown = [f"{n}={rounded(v)}"
                  for n, v in zip(names, (c[row] for c in columns), strict=True)
                  if v is not None]
-        share = metric_scale.share(value) if value is not None and metric_scale.numeric else None
+        share = colours.share(value) if value is not None and colours.numeric \
+            and run_id not in apart else None
+        state = f" ({apart[run_id]})" if run_id in apart else ""
         lines.append(Line(run_id, " ".join(points), colour(share),
-                          f"{run_id}: {'  '.join(shown) or 'no values'}"))
+                          f"{run_id}{state}: {'  '.join(shown) or 'no values'}",
+                          run_id in apart))
     return Parallel(axes, lines, metric)

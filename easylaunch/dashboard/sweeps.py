@@ -15,10 +15,16 @@ from easylaunch.dashboard.curves import align
 from easylaunch.dashboard.hparams import Parallel, parallel
 from easylaunch.dashboard.views import is_open, registered
 from easylaunch.errors import EasyLaunchError
-from easylaunch.refresh import refresh_entries
+from easylaunch.refresh import STATES, refresh_entries
 from easylaunch.registry import Registry
 from easylaunch.results.readers import last_values, read_series
-from easylaunch.results.sweep import RUN_COLUMNS, load_sweep, metrics_folder, variant_of
+from easylaunch.results.sweep import (
+    CUT_SHORT,
+    RUN_COLUMNS,
+    load_sweep,
+    metrics_folder,
+    variant_of,
+)
 from easylaunch.settings import ConfigArg
 
 MAX_CURVES = 500  # runs one chart draws at most
@@ -44,14 +50,24 @@ class Cell:
 class SweepRow:
     id: str
     open: bool
-    reason: str
+    reason: str  # why it ended: its error, else its state ("": open)
     cells: list[Cell]
+
+
+@dataclass(frozen=True)
+class Ended:
+    """One "why runs ended" button: a reason (or the state of runs that ended without one),
+    how many runs ended so, and whether it is a state."""
+
+    reason: str
+    runs: int
+    is_state: bool
 
 
 @dataclass(frozen=True)
 class SweepView:
     """A sweep's results table (the run first), the metrics it holds, the variant keys that
-    differ, and why its runs ended (reason, how many)."""
+    differ, and why its runs ended, commonest first."""
 
     sweep: str
     exp_name: str
@@ -60,7 +76,7 @@ class SweepView:
     rows: list[SweepRow]
     metrics: list[str]
     keys: list[str]
-    reasons: list[tuple[str, int]]
+    reasons: list[Ended]
 
 
 def title(column: str) -> str:
@@ -87,6 +103,13 @@ def _cell(column: str, value: object) -> Cell:
     return Cell(str(value), str(value), str(value))
 
 
+def _why(state: str, error: object) -> str:
+    """Why a run ended: its error, else its state ("" while it is open)."""
+    if is_open(state):
+        return ""
+    return error if isinstance(error, str) and error else state.split(" ", 1)[0]
+
+
 def sweep_view(sweep: str, config: ConfigArg) -> SweepView:
     """The runs of ``sweep`` (its id or start) as ``load_sweep`` reads them, newest first."""
     full = load_sweep(sweep, config=config)
@@ -94,7 +117,7 @@ def sweep_view(sweep: str, config: ConfigArg) -> SweepView:
                and not c.startswith(("result", "metric."))]
     table = full[[*RUN_TITLES, *(c for c in full.columns if c not in RUN_COLUMNS)]]
     table = table.dropna(axis=1, how="all")  # (a note or job id no run has)
-    rows = [SweepRow(run["run_id"], is_open(run["state"]), run["error"] or "",
+    rows = [SweepRow(run["run_id"], is_open(run["state"]), _why(run["state"], run["error"]),
                      [_cell(c, record[c]) for c in table.columns])
             for run, record in zip(full[["run_id", "state", "error"]].to_dict("records"),
                                    table.to_dict("records"), strict=True)]
@@ -105,7 +128,7 @@ def sweep_view(sweep: str, config: ConfigArg) -> SweepView:
         columns=[Column(c, title(c)) for c in table.columns], rows=rows,
         metrics=[c.removeprefix("metric.") for c in table.columns if c.startswith("metric.")],
         keys=[c for c in variant if full[c].astype(str).nunique() > 1],
-        reasons=found.most_common())
+        reasons=[Ended(why, n, why in STATES) for why, n in found.most_common()])
 
 
 def chosen_runs(registry: Registry, ids: Sequence[str], sweep: str | None) -> list:
@@ -120,7 +143,8 @@ def chosen_runs(registry: Registry, ids: Sequence[str], sweep: str | None) -> li
 
 def labels(shown: Sequence[listing.Shown]) -> list[str]:
     """What a legend calls each run: the variant keys that tell it from the others, its
-    command, and its experiment where the runs come from several (else its id)."""
+    command, and its experiment where the runs come from several (else its id); each name
+    once: runs that these leave alike get their ids too."""
     variants = [listing.shown_variant(s.entry) for s in shown]
     keys = listing.differing_keys(variants)
     several = len({s.entry.exp_name for s in shown}) > 1
@@ -130,13 +154,22 @@ def labels(shown: Sequence[listing.Shown]) -> list[str]:
                  "  ".join(f"{k}={values[k]}" for k in keys if k in values),
                  f"$ {s.entry.command}" if s.entry.command and len(shown) > 1 else ""]
         found.append(" · ".join(p for p in parts if p) or s.entry.id)
-    return found
+    alike = collections.Counter(found)
+    return [f"{label} · {s.entry.id}" if alike[label] > 1 else label
+            for s, label in zip(shown, found, strict=True)]
+
+
+def ended_early(shown: listing.Shown) -> bool:
+    """Whether a run ended without succeeding (failed, timed out, cancelled): the charts draw
+    it apart."""
+    return shown.state.split(" ", 1)[0] in CUT_SHORT
 
 
 def curves(shown: Sequence[listing.Shown], metrics: Sequence[str] | None, lo: float | None,
            hi: float | None) -> dict:
-    """The runs' curves as the page's chart takes them (JSON): ``runs`` (id, label,
-    experiment, sweep, state, whether open), every metric they logged (``metrics``) and, for
+    """The runs' curves as the page's chart takes them (JSON): ``runs`` (id, label (with its
+    state where it ended early), experiment, sweep, state, whether open, whether it ended early:
+    drawn apart), every metric they logged (``metrics``) and, for
     each of ``metrics`` (None: the first only; ``["*"]``: all), the runs' values on one step axis
     within [lo, hi] (all: None), thinned for a first draw (``per_point`` > 1)."""
     series = [read_series(metrics_folder(s, fetch=False)) for s in shown]
@@ -147,10 +180,10 @@ def curves(shown: Sequence[listing.Shown], metrics: Sequence[str] | None, lo: fl
     for metric in wanted:
         aligned = align([found.get(metric) for found in series], lo, hi)
         drawn[metric] = {"x": aligned.x, "ys": aligned.ys, "per_point": aligned.per_point}
-    return {"runs": [{"id": s.entry.id, "label": label, "exp": s.entry.exp_name,
-                      "sweep": s.entry.sweep or "", "state": s.state_text,
-                      "open": is_open(s.state)} for s, label in zip(shown, labels(shown),
-                                                                      strict=True)],
+    return {"runs": [{"id": s.entry.id, "exp": s.entry.exp_name, "sweep": s.entry.sweep or "",
+                      "label": f"{label} ({s.state.split()[0]})" if ended_early(s) else label,
+                      "state": s.state_text, "open": is_open(s.state), "apart": ended_early(s)}
+                     for s, label in zip(shown, labels(shown), strict=True)],
             "metrics": logged, "curves": drawn}
 
 
@@ -167,7 +200,7 @@ def hparams_view(registry: Registry, sweep: str, metric: str | None) -> Parallel
     metric = metric if metric in logged else (logged[0] if logged else "(no metric)")
     return parallel([(s.entry.id, v, values.get(metric))
                      for s, v, values in zip(shown, variants, last, strict=True)],
-                    keys, metric)
+                    keys, metric, {s.entry.id: s.state.split()[0] for s in shown if ended_early(s)})
 
 
 def _last_values(folder: Path) -> Mapping[str, float]:

@@ -24,7 +24,7 @@ from easylaunch.reasons import reason_of
 from easylaunch.refresh import OPEN_STATES, STATES, cancel_entry, job_for, refresh_entries
 from easylaunch.registry import Entry, NoSuchJob, Registry
 from easylaunch.results.readers import last_values
-from easylaunch.results.sweep import variant_of
+from easylaunch.results.sweep import metrics_folder, variant_of
 from easylaunch.settings import ConfigArg
 from easylaunch_job.records import STATUS_JSON, STDERR_LOG, STDOUT_LOG, DamagedRecord, read_json
 
@@ -114,11 +114,11 @@ def _variant_text(values: Mapping[str, str], keys: Sequence[str]) -> str:
     return "  ".join(f"{k}={values[k]}" for k in keys if k in values)
 
 
-def _last_metrics(entry: Entry) -> list[tuple[str, str]]:
-    """The run's first SHOWN_METRICS metrics' last values, from its own folder (nothing is
-    brought from elsewhere for a list)."""
+def _last_metrics(shown: listing.Shown) -> list[tuple[str, str]]:
+    """The run's first SHOWN_METRICS metrics' last values, read where load_sweep and the sweep
+    page read them (a cluster job's folder, where the job writes it elsewhere)."""
     try:
-        values = last_values(Path(entry.log_dir))
+        values = last_values(metrics_folder(shown, fetch=False))
     except OSError:
         return []
     return [(k, listing.rounded(v)) for k, v in list(values.items())[:SHOWN_METRICS]]
@@ -131,7 +131,7 @@ def _row(shown: listing.Shown, keys: Sequence[str] | None, now: float) -> Row:
     seconds = listing.seconds_run(e, now)
     return Row(e.id, e.exp_name, e.sweep or "", e.mode, shown.state_text, is_open(shown.state),
                when(e.created), listing.duration(seconds), seconds or 0.0,
-               listing.job_label(e), text, e.reason or "", _last_metrics(e))
+               listing.job_label(e), text, e.reason or "", _last_metrics(shown))
 
 
 def groups_of(registry: Registry, shown: Sequence[listing.Shown], now: float) -> list[Group]:

@@ -240,6 +240,9 @@
     });
     const noPicks = document.querySelector("[data-no-picks]");
     if (noPicks && picks().length) window.location.replace("/compare?runs=" + encodeURIComponent(picks().join(",")));
+    // A compare page whose URL names runs (a link someone sent): those are the runs picked.
+    const compared = document.querySelector("[data-compared]");
+    if (compared) localStorage.setItem(PICKS, JSON.stringify(compared.dataset.compared.split(",")));
     showPicks();
     document.querySelectorAll("button[data-action]").forEach(actions);
     document.querySelectorAll("table.sortable").forEach(sortable);

@@ -3,7 +3,8 @@
 // "one" chart with a metric to pick, or "each" metric its own chart. Controls: log axis,
 // smoothing (TensorBoard's debiased moving average); drag to zoom (the server sends every
 // point in the zoomed range), double-click to see all again; hover for values. While a run is
-// open the curves are asked for again. Labels reach uPlot as text (it sets textContent).
+// open the curves are asked for again. Runs that ended early (failed, timed out, cancelled) are
+// drawn apart: thin and dashed. Labels reach uPlot as text (it sets textContent).
 "use strict";
 
 (function () {
@@ -63,7 +64,9 @@
       const each = c.per_point > 1
         ? `each point the mean of ~${c.per_point.toFixed(1)} steps (zoom in for every point)`
         : "every point";
+      const apart = this.panel.runs.filter((r) => r.apart).length;
       this.caption.textContent = `${this.metric} · ${runs} run${runs === 1 ? "" : "s"} · ${each}`
+        + (apart ? ` · dashed: ${apart} that failed, timed out or were cancelled` : "")
         + (this.panel.weight ? ` · smoothed ${this.panel.weight}` : "")
         + (this.panel.log ? " · log axis" : "");
     }
@@ -77,7 +80,8 @@
         scales: { x: { time: false }, y: { distr: panel.log ? 3 : 1 } },
         axes: [{ label: "step" }, { size: 60 }],
         series: [{ label: "step" }, ...panel.runs.map((run, i) => ({
-          label: run.label, stroke: colour(i), width: 1.5, spanGaps: true,
+          label: run.label, stroke: colour(i), width: run.apart ? 1 : 1.5, spanGaps: true,
+          dash: run.apart ? [6, 4] : undefined,
         }))],
         legend: { live: true },
         cursor: { drag: { x: true, y: false } },
