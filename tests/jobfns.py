@@ -225,3 +225,14 @@ def log_curve(doodad_config, variant):
                     acc=step / steps)
     on_disk = os.path.exists(os.path.join(doodad_config.base_log_dir, "metrics.jsonl"))
     return {"on_disk_before_end": on_disk, "steps": steps, "lr": variant["lr"]}
+
+
+def die_on_attempts(doodad_config, variant):
+    """SIGKILL itself on the attempts listed in ``die_on`` (as the OOM killer would); else
+    return its attempt."""
+    import signal
+
+    attempt = doodad_config.extra_launch_info["attempt"]
+    if attempt in variant.get("die_on", []):
+        os.kill(os.getpid(), signal.SIGKILL)
+    return attempt
