@@ -26,6 +26,7 @@ from typing import Any
 
 import cloudpickle
 
+from easylaunch.errors import LaunchError
 from easylaunch.jobpack import job_archive
 from easylaunch.snapshot import Snapshot
 from easylaunch.variants import as_data
@@ -323,15 +324,33 @@ def sweep_of(launch: dict) -> str | None:
     return launch.get("sweep_id") or launch.get("launch_id")
 
 
-def _renew_old_job_side(bundle: Path, final_bundle: Path, root: Path) -> None:
-    """Give a copied bundle that still has the one-file runner of older releases the job side
-    of this one (``job.pyz``, which every mode now starts)."""
-    if (bundle / JOB_PYZ).exists() or not os.path.lexists(bundle / OLD_RUNNER):
+def _renew_job_side(bundle: Path, final_bundle: Path, root: Path) -> None:
+    """Give a copied bundle whose job side is gone from the store (removed by hand), or that
+    still has the one-file runner of older releases, the job side of this release
+    (``job.pyz``, which every mode starts); a bundle keeps the job side it has otherwise."""
+    if (bundle / JOB_PYZ).exists() or not (
+            os.path.lexists(bundle / JOB_PYZ) or os.path.lexists(bundle / OLD_RUNNER)):
         return
-    (bundle / OLD_RUNNER).unlink()
+    for name in (JOB_PYZ, OLD_RUNNER):
+        with contextlib.suppress(FileNotFoundError):
+            (bundle / name).unlink()
     make_store(root / BLOB_STORE, root.stat().st_mode & 0o777)
     blob = store_blob(root, JOB_PYZ, job_archive())
     os.symlink(os.path.relpath(blob, final_bundle), bundle / JOB_PYZ)
+
+
+def _check_links(bundle: Path, run_id: str) -> None:
+    """Refuse a copied bundle that links to a pickled function or code snapshot no longer
+    in its store, naming what is gone and where."""
+    gone = [link for folder in (bundle, bundle / CODE_DIR) if folder.is_dir()
+            for link in folder.iterdir() if link.is_symlink() and not link.exists()]
+    if gone:
+        named = ", ".join(os.path.normpath(os.path.join(link.parent, os.readlink(link)))
+                          for link in gone)
+        raise LaunchError(f"run {run_id} cannot run again as launched: its bundle links to "
+                          f"{named}, which is gone. Resubmit it with --current-code (Python: "
+                          "current_code=True) to rebuild it from its script and code folders "
+                          "as they are now")
 
 
 def clone_run(old_dir: Path, launch_id: str, mode_options: dict | None = None) -> Run:
@@ -339,7 +358,8 @@ def clone_run(old_dir: Path, launch_id: str, mode_options: dict | None = None) -
     (and ``mode_options`` in place of the old run's, when given).
 
     The new folder sits beside the old one and links to the same snapshots. A bundle made
-    before easylaunch_job (its job side a ``runner.py``) gets today's job side instead.
+    before easylaunch_job (its job side a ``runner.py``), or whose job side is gone from the
+    store, gets today's job side instead; one whose function or snapshots are gone is refused.
     """
     old_launch = read_json(str(old_dir / LAUNCH_JSON))
     old_meta = read_json(str(old_dir / BUNDLE_DIR / BUNDLE_JSON))
@@ -348,7 +368,8 @@ def clone_run(old_dir: Path, launch_id: str, mode_options: dict | None = None) -
     with _new_run_folder(old_dir.parent, exp_name, old_launch["request"]["prepend_date"],
                          now, old_dir.stat().st_mode & 0o777) as (run_id, tmp, final):
         shutil.copytree(old_dir / BUNDLE_DIR, tmp / BUNDLE_DIR, symlinks=True)
-        _renew_old_job_side(tmp / BUNDLE_DIR, final / BUNDLE_DIR, old_dir.parent.parent)
+        _renew_job_side(tmp / BUNDLE_DIR, final / BUNDLE_DIR, old_dir.parent.parent)
+        _check_links(tmp / BUNDLE_DIR, old_launch["run_id"])
         if (old_dir / GIT_DIR).is_dir():
             shutil.copytree(old_dir / GIT_DIR, tmp / GIT_DIR)
         shutil.copy2(old_dir / VARIANT_JSON, tmp / VARIANT_JSON)

@@ -230,8 +230,10 @@ SSS_CODE_DIRS_TO_MOUNT: list = []
 # Cluster data folders: dicts of local_dir (a cluster path) and mount_point.
 SSS_NON_CODE_DIRS_TO_MOUNT: list = []
 # Singularity images (required by sss; htp uses SSS_CPU_IMAGE when set, else plain Python).
+# SSS_IMAGE (doodad's, as railrl's configs set it) is the image of both where they are unset.
 SSS_GPU_IMAGE: str | None = None
 SSS_CPU_IMAGE: str | None = None
+SSS_IMAGE: str | None = None
 # Python inside the image, and shell commands run inside the container before it.
 SSS_PYTHON: str = "python3"
 SSS_PRE_CMDS: list = []

@@ -50,10 +50,15 @@ class Container(ABC):
     python_key: str
     pre_cmds_key: str | None = None
     engine_key: str | None = None  # a setting that picks the engine
+    shared_image_key: str | None = None  # the image of both where neither above is set
+
+    def image_keys(self, use_gpu: bool) -> tuple[str, ...]:
+        """The settings that may name the image, in order (the first set one is used)."""
+        keys = self.gpu_image_keys if use_gpu else (self.image_key,)
+        return (*keys, self.shared_image_key) if self.shared_image_key else keys
 
     def image(self, settings: Settings, use_gpu: bool) -> str | None:
-        keys = self.gpu_image_keys if use_gpu else (self.image_key,)
-        return next((settings[key] for key in keys if settings[key]), None)
+        return next((settings[key] for key in self.image_keys(use_gpu) if settings[key]), None)
 
     def python(self, settings: Settings) -> str:
         return settings[self.python_key]
@@ -69,10 +74,12 @@ class Container(ABC):
         """Refuse a launch whose image is not set, or (``here``: runs on this machine) whose
         engine is not on PATH."""
         if not self.image(settings, use_gpu):
-            key = (self.gpu_image_keys if use_gpu else (self.image_key,))[0]
+            key = self.image_keys(use_gpu)[0]
+            shared = (f" (nor {self.shared_image_key}, the image of runs with and without "
+                      "GPUs)") if self.shared_image_key else ""
             where = "" if here else " on the cluster"
             raise LaunchError(f"mode {mode!r} runs in a {self.family} image, but {key} is not "
-                              f"set; set it to the image's path{where}")
+                              f"set{shared}; set it to the image's path{where}")
         if here and self.engine(settings) is None:
             raise LaunchError(f"mode {mode!r} needs {' or '.join(self.engines)} on PATH, and "
                               "none is there; install one, or use mode 'local'")
@@ -117,7 +124,8 @@ SINGULARITY = Singularity("Singularity", "singularity_image", ("singularity", "a
                         "SINGULARITY_PRE_CMDS")
 # sss and htp: doodad's per-device images, Python and commands of the batch modes
 SSS_SINGULARITY = Singularity("Singularity", "singularity_image", ("singularity", "apptainer"),
-                            "SSS_CPU_IMAGE", ("SSS_GPU_IMAGE",), "SSS_PYTHON", "SSS_PRE_CMDS")
+                            "SSS_CPU_IMAGE", ("SSS_GPU_IMAGE",), "SSS_PYTHON", "SSS_PRE_CMDS",
+                            shared_image_key="SSS_IMAGE")
 DOCKER = Docker("Docker", "docker_image", ("docker", "podman"), "DOCKER_IMAGE",
                    ("GPU_DOCKER_IMAGE", "DOCKER_IMAGE"), "DOCKER_PYTHON",
                    engine_key="DOCKER_ENGINE")

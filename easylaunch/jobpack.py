@@ -7,9 +7,12 @@ with its file's modification time: these bytes depend on the package's source (a
 Python's bytecode) alone, so the same code is the same blob on every launch. Beside each module a
 run imports lies its bytecode for this Python, as an unchecked hash-based ``.pyc``: a run (which
 needs this Python's minor version anyway) starts without compiling them, while another Python
-finds a foreign magic number and compiles the source. The packer, the far side and the agent
-(long-lived, and mostly on a cluster's or instance's own python3) travel as source alone, which
-keeps the file small.
+finds a foreign magic number and compiles the source. The bytecode's string constants are
+interned before it is written: marshal marks a string by whether it is interned, which otherwise
+depends on what the process interned before (a process that had used Ray wrote other bytes, so
+its launches named another job side than a later process's resubmit did). The packer, the far
+side and the agent (long-lived, and mostly on a cluster's or instance's own python3) travel as
+source alone, which keeps the file small.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ import functools
 import importlib.util
 import io
 import marshal
+import sys
+import types
 import zipfile
 from pathlib import Path
 
@@ -38,10 +43,26 @@ def _entry(name: str) -> zipfile.ZipInfo:
 
 def _bytecode(name: str, source: bytes) -> bytes:
     """``source`` compiled, as an unchecked hash-based .pyc (no time stamp in it)."""
-    code = compile(source, name, "exec", dont_inherit=True)
+    code = _settled(compile(source, name, "exec", dont_inherit=True))
     flags = (0b01).to_bytes(4, "little")  # hash-based, source not checked
     return (importlib.util.MAGIC_NUMBER + flags + importlib.util.source_hash(source)
             + marshal.dumps(code))
+
+
+def _settled(code: types.CodeType) -> types.CodeType:
+    """``code`` with its string constants (and those of the code inside it) interned, so
+    marshal writes it the same in every process."""
+    return code.replace(co_consts=tuple(map(_settled_constant, code.co_consts)))
+
+
+def _settled_constant(value: object) -> object:
+    if type(value) is str:
+        return sys.intern(value)
+    if isinstance(value, types.CodeType):
+        return _settled(value)
+    if type(value) is tuple:
+        return tuple(map(_settled_constant, value))
+    return value
 
 
 @functools.cache

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from easylaunch.bundle import BLOB_STORE, Run, blob_name
+from easylaunch.bundle import BLOB_STORE, Run, blob_name, store_blob
 from easylaunch.containers import SSS_SINGULARITY, SingularityImage
 from easylaunch.errors import EasyLaunchError, LaunchError
 from easylaunch.hosts import staging
@@ -376,6 +376,9 @@ def _stage(runs: list[Run], log_root: Path, batch_dir: Path) -> None:
         if not dest.exists():
             dest.parent.mkdir(exist_ok=True)
             shutil.copy2(log_root / BLOB_STORE / blob, dest)
+    # the job side the batch's scripts start (submit.sh, the packer) is this release's, which
+    # resubmitted runs launched by another need not link to
+    store_blob(batch_dir, JOB_PYZ, job_archive())
     for digest in {s["digest"] for run in runs for s in run.launch["code_snapshots"]}:
         dest = batch_dir / SNAPSHOT_STORE / digest
         if not dest.exists():
