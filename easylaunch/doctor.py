@@ -47,7 +47,8 @@ def _needs(s: settings.Settings, *keys: str) -> list[str]:
 # What each mode needs in the settings, beyond the defaults.
 MODE_SETTINGS: dict[str, Callable[[settings.Settings], list[str]]] = {
     "sss": lambda s: _needs(s, "SSS_LOG_DIR") + (
-        [] if s.SSS_CPU_IMAGE or s.SSS_GPU_IMAGE else ["SSS_CPU_IMAGE / SSS_GPU_IMAGE not set"]),
+        [] if s.SSS_CPU_IMAGE or s.SSS_GPU_IMAGE or s.SSS_IMAGE
+        else ["SSS_CPU_IMAGE / SSS_GPU_IMAGE (or SSS_IMAGE, for both) not set"]),
     "htp": lambda s: [] if s.DEFAULT_CLUSTER else _needs(s, "SSS_LOG_DIR"),  # (its log_dir)
     "pbs_htp": lambda s: [] if s.DEFAULT_CLUSTER else _needs(s, "SSS_LOG_DIR"),
     "ssh": lambda s: _needs(s, "SSH_DEFAULT_HOST"),
@@ -116,6 +117,22 @@ def _pbs_configs(s: settings.Settings) -> Iterator[Finding]:
             yield Finding("error", str(exc))
 
 
+SSS_IMAGES = {"SSS_GPU_IMAGE": "GPU", "SSS_CPU_IMAGE": "CPU"}  # image setting -> its runs
+
+
+def _sss_image(s: settings.Settings) -> Iterator[Finding]:
+    """Which runs of sss and htp doodad's SSS_IMAGE serves (those whose own image is unset)."""
+    if not s.SSS_IMAGE:
+        return
+    unset = [key for key in SSS_IMAGES if not s[key]]
+    if not unset:
+        yield Finding("info", "SSS_IMAGE is not used: SSS_GPU_IMAGE and SSS_CPU_IMAGE are set")
+        return
+    runs = "both GPU and CPU" if len(unset) == 2 else SSS_IMAGES[unset[0]]
+    yield Finding("info", f"SSS_IMAGE {s.SSS_IMAGE} is used for {runs} runs of sss and htp "
+                          f"({' and '.join(unset)} {'are' if len(unset) == 2 else 'is'} unset)")
+
+
 def _singularity_image(s: settings.Settings) -> Iterator[Finding]:
     """Run the image's Python through spython's client: it must match this minor version."""
     image = s.SINGULARITY_IMAGE
@@ -171,4 +188,4 @@ def diagnose(path: str | Path | None) -> list[Finding]:
                          f"(SSS_CODE_DIRS_TO_MOUNT) instead of a snapshot of {local}, the same "
                          "folder name")
                  for local, m in effective.cluster_copies().items()]
-    return findings + list(_singularity_image(effective))
+    return findings + list(_sss_image(effective)) + list(_singularity_image(effective))

@@ -66,7 +66,6 @@ _NOT_DOODAD = ("kept in configs from rlkit's older doodad launcher; doodad's eas
 
 # doodad key -> what easylaunch makes of it. Keys with the same name in both are not listed.
 DOODAD_KEYS: dict[str, Renamed | Extends | Spread | NotNeeded] = {
-    "SSS_IMAGE": Renamed("SSS_CPU_IMAGE"),
     "EXTRA_SINGULARITY_ARGS": Renamed("BRC_EXTRA_SINGULARITY_ARGS"),
     "DIR_AND_MOUNT_POINT_MAPPINGS": Extends("NON_CODE_DIRS_TO_MOUNT"),
     "SSS_DIR_AND_MOUNT_POINT_MAPPINGS": Extends("SSS_NON_CODE_DIRS_TO_MOUNT"),

@@ -6,6 +6,7 @@ tests append lines that replace only the machine paths that cannot exist here.
 
 import multiprocessing
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -83,8 +84,9 @@ def test_doodads_own_template_names_the_line_to_delete():
 
 @pytest.mark.parametrize("values, problem", [
     ({"SPOT_PRICE": "cheap"}, r"SPOT_PRICE \(easylaunch's AWS_SPOT_PRICE\) must be float"),
-    ({"SSS_IMAGE": "/a.sif", "SSS_CPU_IMAGE": "/b.sif"},
-     "SSS_IMAGE and SSS_CPU_IMAGE both set SSS_CPU_IMAGE, to '/a.sif' and '/b.sif'"),
+    ({"INSTANCE_TYPE": "c4.large", "AWS_INSTANCE_TYPE": "c5.large"},
+     "INSTANCE_TYPE and AWS_INSTANCE_TYPE both set AWS_INSTANCE_TYPE, to 'c4.large' and "
+     "'c5.large'"),
     ({"GCP_DEFAULT_KWARGS": dict(zone="z", gpu_kwargs=dict(gpu_modl="k80"))},
      "unknown field 'gpu_kwargs.gpu_modl'; did you mean 'gpu_kwargs.gpu_model'"),
     ({"DIR_AND_MOUNT_POINT_MAPPINGS": "/data"}, "DIR_AND_MOUNT_POINT_MAPPINGS must be a list"),
@@ -208,7 +210,7 @@ def test_doctor_checks_the_image_through_spython(tmp_path, stand_in, capsys):
     assert cli(["doctor", str(config)]) == 0
     out = capsys.readouterr().out
     assert f"SINGULARITY_IMAGE {stand_in} runs Python" in out
-    assert "SSS_IMAGE (doodad) -> SSS_CPU_IMAGE" in out
+    assert "SSS_IMAGE is not used: SSS_GPU_IMAGE and SSS_CPU_IMAGE are set" in out
     assert "SSS_RUN_DOODAD_EXPERIMENT_SCRIPT_PATH: not needed" in out
     assert "mode local_singularity: commands on PATH" in out
 
@@ -370,3 +372,29 @@ def test_extra_launch_info_names_the_instance_type_as_doodads_did(mode, gpu, exp
                             script_name="")
     info = get_mode(mode)(settings, {}).launch_info(request)
     assert info == {"instance_type": expected, "docker_image": "None"}
+
+
+def test_sss_image_alone_serves_gpu_and_cpu_runs_and_doctor_says_so(tmp_path, stand_in,
+                                                                     slurm_cluster):
+    # railrl's configs set SSS_IMAGE, leaving the template's SSS_GPU/CPU_IMAGE at 'TODO'
+    config = doodad_config(
+        tmp_path, "brc_config_private.py", SSS_SUBMIT=False,
+        SSS_LOG_DIR=str(tmp_path / "cluster/logs"), SSS_IMAGE=str(stand_in),
+        SSS_GPU_IMAGE="TODO", SSS_CPU_IMAGE="TODO", SSS_PYTHON=sys.executable, SSS_PRE_CMDS=[],
+        BRC_EXTRA_SINGULARITY_ARGS="", SSS_SCRIPT_PATH=str(tmp_path / "seed.sh"),
+        SSS_CODE_DIRS_TO_MOUNT=[], SSS_NON_CODE_DIRS_TO_MOUNT=[],
+        SSS_DIR_AND_MOUNT_POINT_MAPPINGS=[], SLURM_SIGNAL_SECONDS=30,
+        SLURM_CONFIGS=dict(cpu=dict(partition="debug", max_num_cores_per_node=os.cpu_count()),
+                           gpu=dict(partition="debug", n_gpus=1)))
+    doctor = subprocess.run([sys.executable, "-m", "easylaunch.cli", "doctor", "--config",
+                             str(config)], capture_output=True, text=True)
+    assert (f"SSS_IMAGE {stand_in} is used for both GPU and CPU runs of sss and htp "
+            "(SSS_GPU_IMAGE and SSS_CPU_IMAGE are unset)") in doctor.stdout, doctor.stdout
+    assert "mode sss: settings complete" in doctor.stdout
+    cpu = run_experiment(jobfns.echo, mode="sss", variant={"a": 1}, config=str(config))
+    subprocess.run(["bash", f"{copy_to_cluster(cpu)}/submit.sh"], check=True)
+    assert cpu.result(timeout=120)["config"]["extra_launch_info"]["singularity_image"] == \
+        str(stand_in)
+    gpu = run_experiment(jobfns.echo, mode="sss", use_gpu=True, config=str(config))
+    script = Path(gpu.launch_info["backend"]["batch_dir"], f"{gpu.id}.sbatch").read_text()
+    assert f"--nv {stand_in}" in script or f"--nv {shlex.quote(str(stand_in))}" in script
