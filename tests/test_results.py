@@ -23,12 +23,14 @@ from easylaunch import (
     wait_all,
 )
 from easylaunch.cli import main
+from easylaunch.dashboard import views
 from easylaunch.listing import Shown, grouped_lines
 from easylaunch.refresh import refresh_entries
 from easylaunch.registry import Registry, open_registry
 from easylaunch.results import NoSuchKey, NoSuchMetric, plot
 from easylaunch.results.plot import _curves
 from easylaunch.results.sweep import metrics_folder, select
+from easylaunch.settings import load_settings
 
 STEPS = 4
 GRID = [dict(lr=lr, seed=seed, opt={"momentum": 0.9}) for lr in (0.1, 0.2) for seed in (0, 1)]
@@ -368,6 +370,10 @@ def test_load_sweep_of_an_ec2_sweep_reads_the_metrics_the_instance_synced(ec2_cf
     assert [j.result(timeout=60)["steps"] for j in jobs] == [3, 3]
     assert box.wait() == 0  # its last sync done
     assert not (jobs[0].log_dir / "metrics.jsonl").exists()  # (only the record came back)
+    listed = views.runs_page(open_registry(load_settings(ec2_cfg).REGISTRY_PATH),
+                             views.Filters(exp="cloud-curves"), 1)[0]
+    assert {r.id: r.metrics[0] for g in listed for r in g.rows} == {
+        job.id: ("loss", f"{0.25 + seed:g}") for seed, job in enumerate(jobs)}  # (as synced)
     table = load_sweep("cloud-curves", config=ec2_cfg).set_index("run_id")
     assert set(table["state"]) == {"succeeded"} and set(table["mode"]) == {"ec2"}
     for job in jobs:
