@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from easylaunch.bundle import (
+    VARIANT_JSON,
     BundleSpec,
     Run,
     bundle_blobs,
@@ -51,6 +52,14 @@ from easylaunch.notices import notice
 from easylaunch.payload import pickle_payload, warn_if_large
 from easylaunch.preview import PlannedRun, Preview, dry_run_by_default, show
 from easylaunch.progress import track
+from easylaunch.rebuild import (
+    KEYWORDS_SOURCE,
+    current_payload,
+    function_name,
+    in_folder,
+    refuse_launches_while_importing,
+    settings_now,
+)
 from easylaunch.registry import Registry, open_registry
 from easylaunch.registry_rows import aborted, registry_row
 from easylaunch.request import LaunchRequest
@@ -59,7 +68,7 @@ from easylaunch.settings import ConfigArg, Settings, load_settings, override, sa
 from easylaunch.snapshot import snapshot
 from easylaunch.variants import check_variant, warn_text_values
 from easylaunch_job.command import Command
-from easylaunch_job.records import SNAPSHOT_STORE
+from easylaunch_job.records import BUNDLE_DIR, SNAPSHOT_STORE, VARIANT_PKL, read_json
 
 EXP_NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,99}")
 SETTINGS_STORE = ".settings"
@@ -204,8 +213,7 @@ def _mode_for(opts: LaunchOptions) -> tuple[Settings, Mode, dict[str, Any]]:
                                                      ("RESTART_ON_ERROR", opts.restart_on_error))
                       if value is not None})
     if overrides:
-        settings = override(settings, overrides,
-                            f"run_experiment keywords of mode {opts.mode!r}")
+        settings = override(settings, overrides, f"{KEYWORDS_SOURCE} of mode {opts.mode!r}")
     mode_obj = kind.create(settings, mode_options)
     if settings.MAX_RESTARTS and not mode_obj.restarts:
         raise LaunchError(f"mode {opts.mode!r} cannot restart runs (max_restarts="
@@ -261,6 +269,7 @@ class _Launch:
     function_bytes: bytes
     variant_bytes: list[bytes]
     facts: Any  # what the mode's check learned
+    again: tuple[dict, ...] = ()  # a resubmit's: launch.json fields of each run it reruns
 
     def bundle_spec(self, folder: Path) -> BundleSpec:
         """What every run of this launch shares, with its stores in ``folder``."""
@@ -282,6 +291,10 @@ class _Launch:
             snapshots=snapshots,
             script_name=request.script_name, write_bundle=bundles, runs_here=not bundles,
             request={"settings_file": str(save_settings(s, folder / SETTINGS_STORE)),
+                     "settings_path": s.path, "keywords": {
+                         k: s[k] for k, source in s.sources.items()
+                         if source.startswith(KEYWORDS_SOURCE)},
+                     "function": function_name(request.method_call),
                      "mode_options": self.mode_options, "use_gpu": o.use_gpu,
                      "gpu_id": o.gpu_id, "log_root": str(folder),
                      "slurm_config_name": o.slurm_config_name,
@@ -289,10 +302,9 @@ class _Launch:
             launch_id=self.launch_id, sweep_id=self.sweep_id,
             extra_launch_info=self.mode.launch_info(request),
             command=command,
-            restart={"max_restarts": s.MAX_RESTARTS, "on_error": s.RESTART_ON_ERROR,
-                     "grace_seconds": s.CHECKPOINT_GRACE_SECONDS},
+            restart=_restart_policy(s),
             blobs=bundle_blobs(folder, self.function_bytes, s.RUN_FOLDER_MODE)
-            if bundles else {}, folder_mode=s.RUN_FOLDER_MODE)
+            if bundles else {}, folder_mode=s.RUN_FOLDER_MODE, again=self.again)
 
     def _origin(self, code_mounts: list) -> str:
         """The folder whose repository a run came from besides the code folders: a command's
@@ -351,6 +363,21 @@ class _Launch:
             sink.abort()  # (finished by then, or no longer wanted)
 
 
+def _restart_policy(settings: Settings) -> dict:
+    """The runner's RestartPolicy, as bundle.json has it."""
+    return {"max_restarts": settings.MAX_RESTARTS, "on_error": settings.RESTART_ON_ERROR,
+            "grace_seconds": settings.CHECKPOINT_GRACE_SECONDS}
+
+
+def _started(launch: _Launch, registry: Registry | None) -> list[Job] | Preview:
+    """Check the launch with its mode (while the runs are made, for a far host) and start it;
+    without a registry, show it as a dry run."""
+    if registry is not None and launch.mode.checks_while_runs_are_made():
+        return launch.start(registry, check=launch.mode.check)
+    launch = dataclasses.replace(launch, facts=launch.mode.check(launch.request))
+    return launch.dry_run() if registry is None else launch.start(registry)
+
+
 def _checked(pending: Future, runs: list[Run], registry: Registry) -> Any:
     """What the mode's check learned; if it refused the launch, the runs made meanwhile are
     removed (folders, and rows), as if never made, and the refusal raised."""
@@ -370,6 +397,7 @@ def _launch(method_call: Callable[..., Any], variants: Iterable[Mapping | None],
             opts: LaunchOptions, sweep_id: str | None) -> list[Job] | Preview:
     """:func:`run_sweep`, in the sweep ``sweep_id`` (None: a new one, this launch's;
     "script": the one this process's earlier single launches of the experiment made)."""
+    refuse_launches_while_importing()
     settings, mode_obj, mode_options = _mode_for(opts)
     dry_run = dry_run_by_default() if opts.dry_run is None else opts.dry_run
     # (a broken registry fails here, before anything is made)
@@ -390,14 +418,9 @@ def _launch(method_call: Callable[..., Any], variants: Iterable[Mapping | None],
     check_code_programs(request, code_mounts[0].local_dir if code_mounts else None)
     function_bytes, variant_bytes = _payloads(mode_obj, method_call, checked, settings)
     warn_text_values(checked)
-    if registry is not None and mode_obj.checks_while_runs_are_made():
-        return _Launch(opts, settings, mode_obj, mode_options, request, launch_id,
-                       sweep_id or launch_id, function_bytes, variant_bytes, None
-                       ).start(registry, check=mode_obj.check)
-    facts = mode_obj.check(request)
-    launch = _Launch(opts, settings, mode_obj, mode_options, request, launch_id,
-                     sweep_id or launch_id, function_bytes, variant_bytes, facts)
-    return launch.dry_run() if registry is None else launch.start(registry)
+    return _started(_Launch(opts, settings, mode_obj, mode_options, request, launch_id,
+                            sweep_id or launch_id, function_bytes, variant_bytes, None),
+                    registry)
 
 
 def run_experiment(
@@ -464,15 +487,20 @@ def get_job(id_or_suffix: str, config: ConfigArg = None) -> Job:
     return Job.from_run_dir(entry.log_dir)
 
 
-def resubmit(id_or_suffix: str, config: ConfigArg = None, detach: bool | None = None) -> Job:
-    """Run a registered run again: same bundle, code snapshot and settings, a new run id.
+def resubmit(id_or_suffix: str, config: ConfigArg = None, detach: bool | None = None,
+             current_code: bool = False, current_settings: bool = False) -> Job:
+    """Run a registered run again, as a new run of its sweep: its code and settings as
+    launched (the same bundle, code snapshots and saved settings), unless ``current_code``
+    (its function found again by name in its launching script, imported as a module; code
+    snapshots made again; a command's working folder snapshotted again) or
+    ``current_settings`` (its settings file read again) takes them as they are now.
     ``detach`` (mode ``local``) replaces the run's own choice: True, the new run outlives
     this process."""
-    return resubmit_launch([id_or_suffix], config, detach)[0]
+    return resubmit_launch([id_or_suffix], config, detach, current_code, current_settings)[0]
 
 
-def resubmit_launch(ids: list[str], config: ConfigArg = None,
-                    detach: bool | None = None) -> list[Job]:
+def resubmit_launch(ids: list[str], config: ConfigArg = None, detach: bool | None = None,
+                    current_code: bool = False, current_settings: bool = False) -> list[Job]:
     """Run registered runs of one launch again as one launch, each as :func:`resubmit` does:
     one job array, batch or packed allocation for them all, as the sweep had (runs of
     different launches are refused: resubmit each launch's runs together)."""
@@ -487,16 +515,31 @@ def resubmit_launch(ids: list[str], config: ConfigArg = None,
         raise LaunchError(f"run {old.id} ran in mode {old.mode.name!r}, which keeps no bundle to "
                           "run again; run its script again instead")
     saved = old.launch_info["request"]
-    if not Path(saved["settings_file"]).is_file():
+    if not current_settings and not Path(saved["settings_file"]).is_file():
         raise LaunchError(f"run {old.id} cannot be resubmitted as launched: its saved settings "
-                          f"{saved['settings_file']} are gone; launch its script again instead")
-    mode_obj = old.mode  # built from the launch's saved settings and mode options
-    options = None
+                          f"{saved['settings_file']} are gone; resubmit it with the settings "
+                          "file as it is now (--current-settings), or launch its script again")
+    settings = settings_now(saved, config) if current_settings else old.mode.settings
+    options = dict(saved.get("mode_options") or {})
     if detach is not None:
-        options = {**(saved.get("mode_options") or {}), "detach": detach}
-        mode_obj = get_mode(old.mode.name).create(old.mode.settings, options)
+        options["detach"] = detach
+    mode_obj = old.mode if detach is None and not current_settings else \
+        get_mode(old.mode.name).create(settings, options)
+    record = {"resubmitted_with": {
+        "code": "current" if current_code else "as launched",
+        "settings": (settings.path or "current") if current_settings else "as launched"}}
+    if current_code:  # (where the launch ran, so relative paths mean what they meant)
+        with in_folder(old.launch_info.get("cwd")):
+            return _started(_launch_again(olds, settings, mode_obj, options, record),
+                            registry)
+    request = {"mode_options": options}
+    if current_settings:
+        request.update(settings_path=settings.path, settings_file=str(
+            save_settings(settings, Path(saved["log_root"]) / SETTINGS_STORE)))
     launch_id = new_run_id()
-    runs = [clone_run(job.log_dir, launch_id, options) for job in olds]
+    runs = [clone_run(job.log_dir, launch_id, request,
+                      _restart_policy(settings) if current_settings else None, record)
+            for job in olds]
     registry.add([registry_row(run) for run in runs])
     request = LaunchRequest.of_launch(runs[0].launch, [run.variant for run in runs])
     try:
@@ -505,3 +548,31 @@ def resubmit_launch(ids: list[str], config: ConfigArg = None,
         registry.update_many(aborted(runs, exc))
         raise
     return _start(mode_obj, request, runs, facts, registry)
+
+
+def _launch_again(olds: list[Job], settings: Settings, mode_obj: Mode, options: dict,
+                  record: dict) -> _Launch:
+    """The runs ``olds`` (of one launch) as a new launch of their sweep, from their launching
+    script and code folders as they are now: the same variants, experiment and mode options;
+    the function found again by its name, code snapshots and git infos made again."""
+    launch = olds[0].launch_info
+    saved = launch["request"]
+    opts = LaunchOptions(
+        exp_name=launch["exp_name"], mode=launch["mode"],
+        prepend_date_to_exp_name=saved["prepend_date"], use_gpu=saved["use_gpu"],
+        gpu_id=saved["gpu_id"], base_log_dir=saved["log_root"],
+        slurm_config_name=saved["slurm_config_name"], mode_options=options)
+    code_dirs = [m.local_dir for m in settings.code_mounts()]
+    function, function_bytes = current_payload(launch, code_dirs)
+    request = LaunchRequest(
+        method_call=function, variants=[read_json(str(j.log_dir / VARIANT_JSON)) for j in olds],
+        exp_name=launch["exp_name"], use_gpu=saved["use_gpu"], gpu_id=saved["gpu_id"],
+        log_root=Path(saved["log_root"]), slurm_config_name=saved["slurm_config_name"],
+        script_name=launch.get("script_name") or "")
+    check_code_programs(request, code_dirs[0] if code_dirs else None)
+    return _Launch(
+        opts, settings, mode_obj, options, request, new_run_id(), sweep_of(launch) or "",
+        function_bytes, [(j.log_dir / BUNDLE_DIR / VARIANT_PKL).read_bytes() for j in olds],
+        None, tuple(dict(record, resubmitted_from=j.id,
+                         sweep_index=j.launch_info.get("sweep_index", i))
+                    for i, j in enumerate(olds)))

@@ -125,6 +125,7 @@ class BundleSpec:
     restart: dict = field(default_factory=dict)  # the runner's RestartPolicy, as bundle.json has it
     command: Command | None = None  # a command launch's payload (each run's command, shown)
     folder_mode: int = 0o700  # RUN_FOLDER_MODE
+    again: tuple[dict, ...] = ()  # a resubmit's: each run's launch.json fields of the run it reruns
 
 
 def make_store(path: Path, mode: int) -> Path:
@@ -291,12 +292,15 @@ def create_run(spec: BundleSpec, variant: dict, variant_bytes: bytes, index: int
     with _new_run_folder(spec.root / spec.exp_name, spec.exp_name, spec.prepend_date,
                          now, spec.folder_mode) as (run_id, tmp, final):
         launch = _launch_record(spec, run_id, final, index)
+        again = spec.again[index] if spec.again else {}
+        launch.update(again)
         if spec.command is not None:
             launch["command"] = spec.command.argv(variant)
         meta = _bundle_metadata(spec, run_id, final, code_dirs)
         write_json_atomic(str(tmp / VARIANT_JSON), as_data(variant)[0])
         write_json_atomic(str(tmp / LAUNCH_JSON), launch)
-        status = _queued_status(run_id, now)
+        status = _queued_status(run_id, now, **{
+            k: again[k] for k in ("resubmitted_from",) if k in again})
         if spec.runs_here:
             status.update(state="running", started_at=now, pid=os.getpid())
         write_json_atomic(str(tmp / STATUS_JSON), status)
@@ -353,9 +357,12 @@ def _check_links(bundle: Path, run_id: str) -> None:
                           "as they are now")
 
 
-def clone_run(old_dir: Path, launch_id: str, mode_options: dict | None = None) -> Run:
+def clone_run(old_dir: Path, launch_id: str, request: dict | None = None,
+              restart: dict | None = None, record: dict | None = None) -> Run:
     """A new run of an old run's bundle: same function, variant and code snapshots, new id
-    (and ``mode_options`` in place of the old run's, when given).
+    (``request``: launch.json's request fields that change, such as mode options or the
+    settings file; ``restart``: bundle.json's restart policy, where the settings changed it;
+    ``record``: other launch.json fields to set).
 
     The new folder sits beside the old one and links to the same snapshots. A bundle made
     before easylaunch_job (its job side a ``runner.py``), or whose job side is gone from the
@@ -375,12 +382,13 @@ def clone_run(old_dir: Path, launch_id: str, mode_options: dict | None = None) -
         shutil.copy2(old_dir / VARIANT_JSON, tmp / VARIANT_JSON)
         meta = dict(old_meta, run_id=run_id, log_dir=str(final),
                     extra_launch_info=dict(old_meta["extra_launch_info"], run_id=run_id))
+        if restart is not None:
+            meta["restart"] = restart
         write_json_atomic(str(tmp / BUNDLE_DIR / BUNDLE_JSON), meta)
-        request = old_launch["request"] if mode_options is None else \
-            dict(old_launch["request"], mode_options=mode_options)
         launch = dict(old_launch, **_launcher_fields(now), run_id=run_id, log_dir=str(final),
                       launch_id=launch_id, backend={}, resubmitted_from=old_launch["run_id"],
-                      sweep_id=sweep_of(old_launch), request=request)
+                      sweep_id=sweep_of(old_launch),
+                      request=dict(old_launch["request"], **(request or {})), **(record or {}))
         write_json_atomic(str(tmp / LAUNCH_JSON), launch)
         write_json_atomic(str(tmp / STATUS_JSON),
                           _queued_status(run_id, now, resubmitted_from=old_launch["run_id"]))

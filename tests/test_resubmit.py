@@ -17,7 +17,7 @@ from pathlib import Path
 import jobfns
 import pytest
 
-from easylaunch import jobpack, resubmit, resubmit_launch, run_sweep
+from easylaunch import get_job, jobpack, resubmit, resubmit_launch, run_sweep
 from easylaunch.jobs import JobState
 
 
@@ -90,3 +90,98 @@ def test_a_run_whose_function_was_removed_names_it_and_the_fix(cfg):
     with pytest.raises(Exception, match="--current-code") as refused:
         resubmit(job.id, config=cfg)
     assert str(pickled) in str(refused.value)
+
+
+# A researcher's sweep script, in their project folder (the code folder), with a bug in a
+# module beside it; launched as `python sweep.py MODE SETTINGS`.
+SWEEP = """
+import sys
+
+import helper
+from easylaunch import run_sweep
+
+OFFSET = {offset}
+
+
+def train(doodad_config, variant):
+    return helper.scale(variant["x"]) + OFFSET
+
+
+if __name__ == "__main__":
+    jobs = run_sweep(train, [{{"x": 1}}, {{"x": 2}}], exp_name="fixme", mode=sys.argv[1],
+                     config=sys.argv[2])
+    print("launched", *(job.id for job in jobs))
+"""
+BUGGY = "def scale(x):\n    raise ValueError('bug in scale')\n"
+FIXED = "def scale(x):\n    return 10 * x\n"
+
+
+@pytest.fixture
+def project(tmp_path):
+    """The researcher's project folder (sweep.py, helper.py with the bug) and settings file."""
+    folder = tmp_path / "project"
+    folder.mkdir()
+    (folder / "sweep.py").write_text(SWEEP.format(offset=0))
+    (folder / "helper.py").write_text(BUGGY)
+    return folder
+
+
+def _settings(path: Path, values: dict) -> Path:
+    path.write_text("".join(f"{key} = {value!r}\n" for key, value in values.items()))
+    return path
+
+
+def _easylaunch(settings: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "easylaunch.cli", "--config", str(settings),
+                           *args], capture_output=True, text=True, timeout=180, cwd=cwd)
+
+
+def _launch(project: Path, mode: str, settings: Path) -> list:
+    out = subprocess.run([sys.executable, "sweep.py", mode, str(settings)], cwd=project,
+                         capture_output=True, text=True, timeout=180)
+    ids = next(line.split()[1:] for line in out.stdout.splitlines()
+               if line.startswith("launched "))
+    return [get_job(i, config=str(settings)) for i in ids]
+
+
+def _resubmitted(out: subprocess.CompletedProcess, settings: Path) -> list:
+    assert out.returncode == 0, out
+    return [get_job(line.split()[3].rstrip(":"), config=str(settings))
+            for line in out.stdout.splitlines() if line.startswith("resubmitted ")]
+
+
+@pytest.mark.parametrize("mode", ["local", "slurm"])
+def test_a_fixed_script_runs_with_current_code_and_as_launched_without(
+        project, cfg, mode, request, tmp_path):
+    values = dict(cfg, CODE_DIRS_TO_MOUNT=[str(project)])
+    if mode == "slurm":
+        values = dict(request.getfixturevalue("slurm_cfg"), **values)
+    settings = _settings(tmp_path / "settings.py", values)
+    jobs = _launch(project, mode, settings)
+    assert [j.wait(timeout=120) for j in jobs] == [JobState.FAILED] * 2
+    (project / "helper.py").write_text(FIXED)  # the researcher fixes the bug
+    (project / "sweep.py").write_text(SWEEP.format(offset=1))
+
+    out = _easylaunch(settings, "resubmit", jobs[0].id, cwd=tmp_path)
+    assert "runs the code as launched" in out.stdout
+    assert "--current-code and --current-settings take them as they are now" in out.stdout
+    [again] = _resubmitted(out, settings)
+    assert again.wait(timeout=120) == JobState.FAILED
+    assert "bug in scale" in again.info()["error"]
+
+    sweep = jobs[0].launch_info["sweep_id"]
+    out = _easylaunch(settings, "resubmit", "--sweep", sweep, "--state", "failed",
+                      "--current-code", "--yes", cwd=tmp_path)
+    assert "runs the code as it is now" in out.stdout
+    fixed = _resubmitted(out, settings)
+    assert len(fixed) == 3 and all(j.wait(timeout=120) == JobState.SUCCEEDED for j in fixed)
+    by_old = {j.launch_info["resubmitted_from"]: j for j in fixed}
+    assert by_old[jobs[0].id].result() == 11 and by_old[jobs[1].id].result() == 21
+    assert by_old[again.id].result() == 11
+    # the new runs say which code they ran: a snapshot of the project as it is now
+    before, after = (j.launch_info["code_snapshots"][0]["digest"] for j in (jobs[0], fixed[0]))
+    assert before != after
+    assert fixed[0].launch_info["resubmitted_with"] == {"code": "current",
+                                                       "settings": "as launched"}
+    assert {j.launch_info["sweep_id"] for j in fixed} == {sweep}
+    assert {j.launch_info["launch_id"] for j in fixed} != {jobs[0].launch_info["launch_id"]}

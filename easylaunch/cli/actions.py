@@ -87,7 +87,8 @@ def cancel(args: argparse.Namespace) -> int:
 
 def resubmit_runs(args: argparse.Namespace) -> int:
     """Resubmit the selected runs, those of one launch together (a packed sweep's failed runs
-    go again in one allocation, an array's in one array)."""
+    go again in one allocation, an array's in one array), saying what code and settings they
+    run."""
     from easylaunch.api import resubmit_launch
 
     registry = registry_of(args)
@@ -101,15 +102,36 @@ def resubmit_runs(args: argparse.Namespace) -> int:
         try:
             jobs = resubmit_launch([e.id for e in group], config=args.config,
                                    detach=True if args.detach and group[0].mode == "local"
-                                   else None)
+                                   else None, current_code=args.current_code,
+                                   current_settings=args.current_settings)
         except EasyLaunchError as exc:
             print(f"easylaunch: error: {', '.join(e.id for e in group)}: {exc}",
                   file=sys.stderr)
             failures += len(group)
             continue
+        print(what_runs(jobs[0].launch_info))
         for entry, job in zip(group, jobs, strict=True):
             print(f"resubmitted {entry.id} as {job.id}: {job.log_dir}")
     return 1 if failures else 0
+
+
+def what_runs(launch: dict) -> str:
+    """One line: the code (snapshot digests, git commits) and settings a resubmitted run
+    runs, and how to take the ones kept as launched as they are now."""
+    taken = launch.get("resubmitted_with") or {}
+    code = "as it is now" if taken.get("code") == "current" else "as launched"
+    ids = [s["digest"][:8] for s in launch.get("code_snapshots") or []] + [
+        commit[:7] for commit in (launch.get("git_commits") or {}).values() if commit]
+    settings = taken.get("settings", "as launched")
+    line = (f"easylaunch resubmit: runs the code {code}"
+            + (f" ({', '.join(ids)})" if ids else "")
+            + (" and the settings as launched" if settings == "as launched"
+               else f" and the settings of {settings} as it is now"))
+    kept = [flag for flag, kind in (("--current-code", code), ("--current-settings", settings))
+            if kind == "as launched"]
+    return line + (f"; {' and '.join(kept)} take{'s' * (len(kept) == 1)} "
+                   f"{'it as it is' if len(kept) == 1 else 'them as they are'} now"
+                   if kept else "")
 
 
 def _launch_id(entry) -> str:
@@ -178,7 +200,15 @@ def add_cancel(command: AddCommand) -> None:
 def add_resubmit(command: AddCommand) -> None:
     """``resubmit``: run runs parser."""
     parser = command("resubmit", parents=[_selection()],
-                    help="run runs again (same bundle and settings, new ids, same sweep)")
+                     help="run runs again: the code and settings as launched (new ids, same "
+                     "sweep); --current-code / --current-settings take them as they are now")
+    parser.add_argument("--current-code", action="store_true",
+                        help="rebuild the runs from their launching script and code folders as "
+                        "they are now (the function found again by its name; code snapshots "
+                        "made again; the same variants)")
+    parser.add_argument("--current-settings", action="store_true",
+                        help="read the settings file the runs were launched with again (e.g. "
+                        "after setting SLURM_PYTHON)")
     parser.add_argument("--detach", action="store_true", help="local runs go on after this "
                        "command returns (else it waits for them, as their launching script did)")
     parser.set_defaults(func=resubmit_runs)

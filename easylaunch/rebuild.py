@@ -1,0 +1,157 @@
+"""What a resubmit with ``current_code`` / ``current_settings`` runs: a run's function found
+again by its name in its launching script (imported as a module, so the script's
+``if __name__ == "__main__":`` launches do not run again), or in its module; and the settings
+file its launch read, read again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import importlib.util
+import os
+import sys
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import cloudpickle
+
+from easylaunch.errors import LaunchError
+from easylaunch.payload import pickle_payload
+from easylaunch.settings import ConfigArg, Settings, load_settings, override
+from easylaunch_job.command import Command
+from easylaunch_job.records import BUNDLE_DIR, FUNCTION_PKL
+
+KEYWORDS_SOURCE = "run_experiment keywords"  # (how api names the settings a launch's keywords set)
+_importing: list[str] = []  # the script being imported to find a function in, if any
+
+
+def refuse_launches_while_importing() -> None:
+    """Refuse a launch made by a script while it is imported to find its function again."""
+    if _importing:
+        raise LaunchError(
+            f"{_importing[-1]} launches runs when it is imported, so its functions cannot be "
+            "found again without launching them: put its launches under "
+            "`if __name__ == \"__main__\":` (nothing was launched or resubmitted)")
+
+
+def function_name(function: Any) -> dict | None:
+    """What a launch records to find its function again: its module and qualified name."""
+    if isinstance(function, Command):
+        return None
+    return {"module": getattr(function, "__module__", None),
+            "qualname": getattr(function, "__qualname__", None)}
+
+
+@contextlib.contextmanager
+def in_folder(folder: str | None) -> Iterator[None]:
+    """Work in ``folder`` (where the launch ran: its relative paths and modules beside it mean
+    what they meant then), where it still exists."""
+    here = os.getcwd()
+    if folder and os.path.isdir(folder):
+        os.chdir(folder)
+    try:
+        yield
+    finally:
+        os.chdir(here)
+
+
+def current_payload(launch: dict, code_dirs: list[str]) -> tuple[Any, bytes]:
+    """A run's function as its launching script (or module) has it now, and it pickled as a
+    launch pickles it; a command run's command (read again from its bundle: its code is its
+    working folder's, snapshotted again)."""
+    bundle = Path(launch["log_dir"]) / BUNDLE_DIR
+    name = launch["request"].get("function") or _pickled_name(bundle, launch["run_id"])
+    if name is None:
+        command = cloudpickle.loads((bundle / FUNCTION_PKL).read_bytes())
+        return command, pickle_payload(command, "the command", code_dirs)
+    script = launch.get("script_name") or ""
+    script_dir = os.path.dirname(script) or None
+    module = _module_now(name, script, launch["run_id"])
+    function = _named(module, name, script)
+    registered = name["module"] == "__main__"
+    if registered:  # (the script's own functions travel by value, as __main__'s do)
+        cloudpickle.register_pickle_by_value(module)
+    try:
+        return function, pickle_payload(function, "the function", code_dirs, script_dir)
+    finally:
+        if registered:
+            cloudpickle.unregister_pickle_by_value(module)
+            sys.modules.pop(module.__name__, None)
+
+
+def _pickled_name(bundle: Path, run_id: str) -> dict | None:
+    """The name of the function a run launched before launches recorded it, from its pickle
+    (None: a command)."""
+    try:
+        function = cloudpickle.loads((bundle / FUNCTION_PKL).read_bytes())
+    except Exception as exc:  # noqa: BLE001 - any failure to load means the same here
+        raise LaunchError(f"run {run_id} does not say which function it ran, and its pickled "
+                          f"function does not load here ({exc!r}): launch its script again"
+                          ) from exc
+    return function_name(function)
+
+
+def _module_now(name: dict, script: str, run_id: str) -> Any:
+    """The module the function is in, imported now: the launching script (as a module, not
+    ``__main__``), or the module it came from, with the script's folder first on sys.path as
+    ``python script.py`` has it."""
+    what = f"{name['qualname']} (run {run_id}'s function)"
+    if name["module"] == "__main__" and not os.path.isfile(script):
+        raise LaunchError(f"cannot find {what} again: its launching script {script} is gone; "
+                          "restore it, or launch again")
+    folder = os.path.dirname(script)
+    sys.path.insert(0, folder)
+    _importing.append(script)
+    try:
+        if name["module"] != "__main__":
+            return importlib.import_module(name["module"])
+        module_name = f"easylaunch_script_{uuid.uuid4().hex[:8]}"
+        spec = importlib.util.spec_from_file_location(module_name, script)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[module_name] = module
+        spec.loader.exec_module(module)
+        return module
+    except LaunchError:
+        raise
+    except BaseException as exc:  # (SystemExit too: the script's own exit)
+        where = script if name["module"] == "__main__" else f"module {name['module']}"
+        raise LaunchError(f"cannot find {what} again: importing {where} failed: {exc!r}"
+                          ) from exc
+    finally:
+        _importing.pop()
+        with contextlib.suppress(ValueError):
+            sys.path.remove(folder)
+
+
+def _named(module: Any, name: dict, script: str) -> Callable[..., Any]:
+    """The function of qualified name ``name`` in ``module``, or an error naming both."""
+    where = script if name["module"] == "__main__" else f"module {name['module']}"
+    qualname = name["qualname"] or ""
+    if "<locals>" in qualname or "<lambda>" in qualname:
+        raise LaunchError(f"{qualname} was made inside another function, so it cannot be "
+                          f"found again by its name in {where}: launch its script again")
+    found: Any = module
+    for part in qualname.split("."):
+        found = getattr(found, part, None)
+        if found is None:
+            raise LaunchError(f"{where} no longer defines {qualname}, the function the run "
+                              "ran: restore it under that name, or launch the script again")
+    if not callable(found):
+        raise LaunchError(f"{qualname} in {where} is no longer a function")
+    return found
+
+
+def settings_now(saved: dict, config: ConfigArg) -> Settings:
+    """The settings file a launch read, read again (where it recorded none, or it is gone: the
+    settings in effect now, ``config`` or the lookup), with the settings its keywords set
+    (``max_restarts=``, doodad's keywords) applied again."""
+    path = saved.get("settings_path")
+    if path is not None and not os.path.isfile(path):
+        raise LaunchError(f"the settings file {path} the runs were launched with is gone: "
+                          "give the file to read instead (--config FILE; Python: config=)")
+    settings = load_settings(path or config)
+    keywords = saved.get("keywords") or {}
+    return override(settings, keywords, KEYWORDS_SOURCE) if keywords else settings
