@@ -138,10 +138,17 @@ def test_over_ssh_the_same_request_is_refused(remote_cfg):
         run_sweep(jobfns.double, [{"x": 1}], mode="htp", config=remote_cfg)
 
 
-def test_htp_takes_what_a_node_has_when_max_num_cores_per_node_is_not_set(remote_cfg):
-    remote_cfg["SLURM_CONFIGS"] = {"cpu": {"time_in_mins": 10}}
-    jobs = run_sweep(jobfns.double, [{"x": i} for i in range(6)], mode="htp",
-                     config=remote_cfg)
+@pytest.fixture(params=["login-node", "ssh"])
+def htp_cfg(request, slurm_cluster):
+    """Settings submitting htp batches on this machine (a login node), or over SSH."""
+    if request.param == "ssh":
+        return request.getfixturevalue("remote_cfg")
+    return dict(request.getfixturevalue("slurm_cfg"), SSS_SCRIPT_PATH=None)
+
+
+def test_htp_takes_what_a_node_has_when_max_num_cores_per_node_is_not_set(htp_cfg):
+    htp_cfg["SLURM_CONFIGS"] = {"cpu": {"time_in_mins": 10}}
+    jobs = run_sweep(jobfns.double, [{"x": i} for i in range(6)], mode="htp", config=htp_cfg)
     assert [j.result(timeout=120)["y"] for j in jobs] == [0, 2, 4, 6, 8, 10]
     script = Path(jobs[0].launch_info["backend"]["cluster_batch_dir"], "htp.sbatch")
     text = script.read_text()
@@ -187,9 +194,8 @@ def _allocation_gone(job_id: str) -> bool:
     return _squeue(job_id) in ("", "CANCELLED", "COMPLETED", "FAILED")
 
 
-def test_cancelling_a_waiting_htp_sweep_removes_its_allocation(remote_cfg, node_held,
-                                                               tmp_path):
-    settings = write_settings(tmp_path / "settings.py", remote_cfg)
+def test_cancelling_a_waiting_htp_sweep_removes_its_allocation(htp_cfg, node_held, tmp_path):
+    settings = write_settings(tmp_path / "settings.py", htp_cfg)
     jobs = run_sweep(jobfns.double, [{"x": i} for i in range(4)], mode="htp",
                      config=str(settings))
     allocation = jobs[0].launch_info["backend"]["slurm_job_id"]

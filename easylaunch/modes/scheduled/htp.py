@@ -102,7 +102,11 @@ def plan(mode: BatchMode, request: LaunchRequest, runs: list[Run], layout: Layou
                     for b, lg in zip(layout.bundles, layout.log_dirs, strict=True))
     allocations = min(mode.opts["allocations"] or 1, len(runs))
     nodes = min(res.nodes, -(-len(runs) // allocations))  # (a packer per node)
-    workers = max(1, min(-(-len(runs) // (allocations * nodes)), sched.node_workers(res)))
+    most = sched.node_workers(res)
+    if most is None:
+        raise LaunchError(f"{sched.NAME} did not say what a node of the cluster has; set "
+                          f"max_num_cores_per_node in SLURM_CONFIGS[{res.config_name!r}]")
+    workers = max(1, min(-(-len(runs) // (allocations * nodes)), most))
     files = {TASKS: tasks}
     if s.HTP_RUNNER == "ht_helper":
         command = ht_helper_command(s, res, workers)
