@@ -17,7 +17,7 @@ from pathlib import Path
 import jobfns
 import pytest
 
-from easylaunch import get_job, jobpack, resubmit, resubmit_launch, run_sweep
+from easylaunch import get_job, jobpack, resubmit, resubmit_launch, run_command, run_sweep
 from easylaunch.jobs import JobState
 
 
@@ -185,3 +185,80 @@ def test_a_fixed_script_runs_with_current_code_and_as_launched_without(
                                                        "settings": "as launched"}
     assert {j.launch_info["sweep_id"] for j in fixed} == {sweep}
     assert {j.launch_info["launch_id"] for j in fixed} != {jobs[0].launch_info["launch_id"]}
+
+
+NEEDS_DATA = """
+import os
+import sys
+
+from easylaunch import run_sweep
+
+
+def train(doodad_config, variant):
+    return os.environ["DATA_ROOT"] + variant["name"]
+
+
+if __name__ == "__main__":
+    jobs = run_sweep(train, [{"name": "/a"}], exp_name="data", mode=sys.argv[1],
+                     config=sys.argv[2])
+    print("launched", *(job.id for job in jobs))
+"""
+
+
+def test_current_settings_reads_the_changed_settings_file(tmp_path, slurm_cfg):
+    """A run that failed for a setting the researcher then fixed in the settings file (as
+    SLURM_PYTHON in the story): as launched it fails again, --current-settings takes the fix."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "sweep.py").write_text(NEEDS_DATA)
+    settings = _settings(tmp_path / "settings.py", dict(slurm_cfg, CODE_DIRS_TO_MOUNT=[]))
+    [job] = _launch(project, "slurm", settings)
+    assert job.wait(timeout=120) == JobState.FAILED
+    _settings(settings, dict(slurm_cfg, CODE_DIRS_TO_MOUNT=[],
+                             SLURM_PRE_CMDS=["export DATA_ROOT=/data"]))
+    out = _easylaunch(settings, "resubmit", job.id, cwd=tmp_path)
+    [again] = _resubmitted(out, settings)
+    assert again.wait(timeout=120) == JobState.FAILED
+    out = _easylaunch(settings, "resubmit", job.id, "--current-settings", cwd=tmp_path)
+    assert f"the settings of {settings} as it is now" in out.stdout
+    assert "--current-code takes it as it is now" in out.stdout
+    [fixed] = _resubmitted(out, settings)
+    assert fixed.result(timeout=120) == "/data/a"
+    # and from Python, with the code as it is now too
+    newer = resubmit(job.id, config=str(settings), current_code=True, current_settings=True)
+    assert newer.result(timeout=120) == "/data/a"
+
+
+def test_what_cannot_be_found_again_is_named(project, cfg, tmp_path):
+    settings = _settings(tmp_path / "settings.py", dict(cfg, CODE_DIRS_TO_MOUNT=[str(project)]))
+    jobs = _launch(project, "local", settings)
+    script = project / "sweep.py"
+    script.write_text(SWEEP.format(offset=0).replace("def train(", "def fit("))
+    out = _easylaunch(settings, "resubmit", "--current-code", jobs[0].id, cwd=tmp_path)
+    assert out.returncode == 1
+    assert f"{script} no longer defines train" in out.stderr
+    script.write_text(SWEEP.format(offset=0).replace('if __name__ == "__main__":', "if True:"))
+    out = _easylaunch(settings, "resubmit", "--current-code", jobs[0].id, cwd=tmp_path)
+    assert out.returncode == 1
+    assert 'launches runs when it is imported' in out.stderr
+    assert 'if __name__ == "__main__":' in out.stderr
+    script.unlink()
+    out = _easylaunch(settings, "resubmit", "--current-code", jobs[0].id, cwd=tmp_path)
+    assert out.returncode == 1
+    assert f"its launching script {script} is gone" in out.stderr and "train" in out.stderr
+    runs = [line for line in _easylaunch(settings, "ls", cwd=tmp_path).stdout.splitlines()
+            if "fixme" in line]
+    assert len(runs) == 2  # nothing was launched by the refused resubmits
+
+
+def test_a_command_run_takes_its_folders_code_as_it_is_now(project, cfg, tmp_path):
+    (project / "tool.py").write_text("import helper\nprint(helper.scale(4))\n")
+    settings = dict(cfg, CODE_DIRS_TO_MOUNT=[str(project)])
+    job = run_command("python tool.py", mode="local", config=settings)
+    assert job.wait(timeout=60) == JobState.FAILED
+    (project / "helper.py").write_text(FIXED)
+    assert resubmit(job.id, config=settings).wait(timeout=60) == JobState.FAILED
+    fixed = resubmit(job.id, config=settings, current_code=True)
+    assert fixed.wait(timeout=60) == JobState.SUCCEEDED
+    assert "40" in (fixed.log_dir / "stdout.log").read_text()
+    assert fixed.launch_info["command"] == job.launch_info["command"]
