@@ -218,9 +218,16 @@ PBS_CONFIGS: dict = dict(
 PBS_PYTHON: str | None = None
 PBS_PRE_CMDS: list = []
 
-# ``sss``, ``htp`` and ``pbs_htp`` write a batch folder to copy to the cluster. Cluster-side
-# absolute paths: where runs write their logs (required), and where the batch folders go (None:
-# SSS_LOG_DIR/.batches). Consecutive launches of one script grow one batch, as doodad's did.
+# ``sss``, ``htp`` and ``pbs_htp`` write a batch folder and submit it where they can: on this
+# machine where sbatch (qsub) is on PATH (a login node), or over SSH (cluster=, DEFAULT_CLUSTER).
+# SSS_SUBMIT (or a launch's submit=): None submits where it can, else writes the batch to copy by
+# hand (as doodad did; HTP_RUNNER="ht_helper" always does); False always writes it to copy; True
+# always submits. A run of a batch nobody submitted says so, and a wait for it raises at once.
+SSS_SUBMIT: bool | None = None
+# Cluster-side absolute paths: where runs write their logs (a batch copied by hand needs it;
+# submitted here the default is the launch's log folder, over SSH the cluster's log_dir), and
+# where the batch folders go (None: SSS_LOG_DIR/.batches). Consecutive launches of one script
+# grow one batch copied by hand, as doodad's did.
 SSS_LOG_DIR: str | None = None
 SLURM_DIRECTORY_FOR_JOB_SCRIPT: str | None = None
 # Code folders that already exist on the cluster (cluster paths; mounted and put on PYTHONPATH
@@ -234,16 +241,20 @@ SSS_NON_CODE_DIRS_TO_MOUNT: list = []
 SSS_GPU_IMAGE: str | None = None
 SSS_CPU_IMAGE: str | None = None
 SSS_IMAGE: str | None = None
-# Python inside the image, and shell commands run inside the container before it.
-SSS_PYTHON: str = "python3"
+# The Python of the runs: inside the image (None: python3 there), and, for htp runs without
+# an image, in place of SLURM_PYTHON / PBS_PYTHON (None: those; else the launching script's own
+# interpreter on a login node, the cluster's python over SSH, python3 in a batch copied by hand).
+# Shell commands run inside the container before it.
+SSS_PYTHON: str | None = None
 SSS_PRE_CMDS: list = []
 # Extra arguments of ``singularity exec`` (e.g. "--writable -B /usr/lib64").
 BRC_EXTRA_SINGULARITY_ARGS: str = ""
 # The seed's one-file list of sbatch commands; a second launch in the same process appends to
 # it, a new process starts it afresh. None: write only the batch folder's submit.sh.
 SSS_SCRIPT_PATH: str | None = "/tmp/script_to_scp_over.sh"
-# ``user@host`` of the cluster's login node, for the printed copy command.
-SSS_CLUSTER_HOST: str = "CLUSTER"
+# ``user@host`` of the cluster's login node, for the printed copy command of a batch copied by
+# hand (None: the command names the cluster from cluster=, else says where to copy in words).
+SSS_CLUSTER_HOST: str | None = None
 
 # ``htp``: "packer" (easylaunch's own: N workers in one allocation pull tasks from the task file;
 # works on any Slurm) or "ht_helper" (BRC's ht_helper.sh, reading TASKFILE_PATH_ON_BRC).

@@ -61,7 +61,7 @@ class Container(ABC):
         return next((settings[key] for key in self.image_keys(use_gpu) if settings[key]), None)
 
     def python(self, settings: Settings) -> str:
-        return settings[self.python_key]
+        return settings[self.python_key] or "python3"
 
     def pre_cmds(self, settings: Settings) -> tuple[str, ...]:
         return tuple(settings[self.pre_cmds_key]) if self.pre_cmds_key else ()

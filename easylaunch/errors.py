@@ -19,3 +19,7 @@ class JobFailedError(EasyLaunchError):
 
 class JobCancelledError(EasyLaunchError):
     """The run was cancelled before it produced a result."""
+
+
+class NotSubmittedError(EasyLaunchError):
+    """The run was written to a batch nobody has submitted: waiting for it would never end."""

@@ -78,6 +78,23 @@ def _cloudpickle_version() -> str | None:
     return cloudpickle.__version__
 
 
+# The settings that pick the Python runs start with, for messages (the job side does not know
+# which mode launched it).
+PYTHON_SETTINGS = ("SLURM_PYTHON, PBS_PYTHON, SSS_PYTHON (htp, sss) or the cluster's 'python' "
+                   "in CLUSTERS")
+
+
+def _versions_apart(meta: dict) -> str:
+    """Both sides' Python and cloudpickle (the launch side's from bundle.json), and how to
+    start the run on a Python like the launch side's."""
+    here = (f"{sys.executable} has Python {'.'.join(map(str, sys.version_info[:3]))} and "
+            f"cloudpickle {_cloudpickle_version()}")
+    launched = meta.get("cloudpickle") or "?"
+    return (f"{here}; the run was pickled with Python {meta.get('python_minor')} and cloudpickle "
+            f"{launched}. Start runs with a Python {meta.get('python_minor')} that has "
+            f"cloudpickle {launched.split('.', 1)[0]}.x: set {PYTHON_SETTINGS} to it")
+
+
 def user_traceback(exc: BaseException) -> str:
     """The traceback of an exception the function raised, from the function's own frame down
     (this module's call of it left out)."""
@@ -240,9 +257,8 @@ def run_bundle(bundle_dir: str, log_dir: str | None = None) -> int:
     os.makedirs(log_dir, exist_ok=True)
     if meta.get("python_minor") != python_minor():
         return _fail(log_dir, EXIT_WRONG_PYTHON, (
-            f"this run was launched with Python {meta.get('python_minor')}, but "
-            f"{sys.executable} is Python {python_minor()}; pickled functions only load on the "
-            f"same minor version. Run it with a Python {meta.get('python_minor')} interpreter."))
+            "pickled functions only load on the Python minor version that pickled them: "
+            + _versions_apart(meta)))
     policy = _set_up(bundle_dir, meta, log_dir)
     if rank_info()[0] != 0:
         return _run_other_rank(bundle_dir, meta, log_dir)
@@ -271,7 +287,8 @@ def run_bundle(bundle_dir: str, log_dir: str | None = None) -> int:
         return _fail(log_dir, 128 + term.signum, "stopped before the function started",
                      state=term.state)
     except Exception as exc:  # noqa: BLE001
-        return _fail(log_dir, EXIT_BAD_BUNDLE, f"cannot load the pickled payload: {exc!r}")
+        return _fail(log_dir, EXIT_BAD_BUNDLE, f"cannot load the pickled payload: {exc!r}; "
+                                               + _versions_apart(meta))
     try:
         return call_and_record(fn, make_doodad_config(meta, log_dir, status["attempt"]),
                                variant, log_dir, policy)[0]

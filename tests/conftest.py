@@ -106,11 +106,12 @@ def stand_in(tmp_path, monkeypatch):
 
 @pytest.fixture
 def batch_cfg(slurm_cfg, stand_in, tmp_path):
-    """Settings for sss and htp batches on the local cluster: "cluster" folders in tmp_path,
-    runs in the stand-in image."""
+    """Settings for sss and htp batches on the local cluster, copied there by hand: "cluster"
+    folders in tmp_path, runs in the stand-in image."""
     import sys
 
-    return dict(slurm_cfg, SLURM_DIRECTORY_FOR_JOB_SCRIPT=str(tmp_path / "cluster/batches"),
+    return dict(slurm_cfg, SSS_SUBMIT=False,
+                SLURM_DIRECTORY_FOR_JOB_SCRIPT=str(tmp_path / "cluster/batches"),
                 SSS_LOG_DIR=str(tmp_path / "cluster/logs"), SSS_CPU_IMAGE=str(stand_in),
                 SSS_PYTHON=sys.executable, SSS_SCRIPT_PATH=str(tmp_path / "seed.sh"),
                 CODE_DIRS_TO_MOUNT=[dict(local_dir=str(TESTS_DIR),

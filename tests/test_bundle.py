@@ -124,10 +124,11 @@ def test_runner_refuses_another_python_minor_version(cfg, tmp_path):
                            str(job.log_dir / "bundle"), "--log-dir", str(out_dir)],
                           capture_output=True, text=True)
     assert proc.returncode == 3
-    assert "launched with Python 2.7" in proc.stderr
+    assert "the run was pickled with Python 2.7" in proc.stderr
     status = json.loads((out_dir / "status.json").read_text())
     assert status["state"] == "failed"
-    assert "Run it with a Python 2.7 interpreter" in status["error"]
+    assert "Start runs with a Python 2.7 that has cloudpickle" in status["error"]
+    assert "SLURM_PYTHON" in status["error"]
 
 
 def test_missing_module_on_the_target_says_which_setting_to_fix(cfg, tmp_path, monkeypatch):

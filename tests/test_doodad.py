@@ -255,7 +255,8 @@ def test_sss_from_a_real_config_runs_on_slurm_with_the_cluster_copy_of_code(
     shutil.copytree(TESTS_DIR, cluster_code, ignore=shutil.ignore_patterns("__pycache__"))
     (cluster_code / "where_am_i.py").write_text("WHERE = 'cluster copy'\n")
     config = doodad_config(
-        tmp_path, "brc_config_private.py", SSS_LOG_DIR=str(tmp_path / "cluster/logs"),
+        tmp_path, "brc_config_private.py", SSS_SUBMIT=False,
+        SSS_LOG_DIR=str(tmp_path / "cluster/logs"),
         SSS_IMAGE=str(stand_in), SSS_CPU_IMAGE=str(stand_in), SSS_GPU_IMAGE=str(stand_in),
         SSS_PYTHON=sys.executable, SSS_PRE_CMDS=[], BRC_EXTRA_SINGULARITY_ARGS="",
         SSS_SCRIPT_PATH=str(tmp_path / "seed.sh"), SSS_NON_CODE_DIRS_TO_MOUNT=[],
@@ -283,7 +284,8 @@ def test_doodads_readme_setup_runs_the_cluster_copy_where_the_two_copies_differ(
         shutil.copytree(TESTS_DIR, folder, ignore=shutil.ignore_patterns("__pycache__"))
         (folder / "where_am_i.py").write_text(f"WHERE = {where!r}\n")
     config = doodad_config(
-        tmp_path, "brc_config_private.py", SSS_LOG_DIR=str(tmp_path / "cluster/logs"),
+        tmp_path, "brc_config_private.py", SSS_SUBMIT=False,
+        SSS_LOG_DIR=str(tmp_path / "cluster/logs"),
         SSS_IMAGE=str(stand_in), SSS_CPU_IMAGE=str(stand_in), SSS_GPU_IMAGE=str(stand_in),
         SSS_PYTHON=sys.executable, SSS_PRE_CMDS=[], BRC_EXTRA_SINGULARITY_ARGS="",
         SSS_SCRIPT_PATH=str(tmp_path / "seed.sh"), SSS_NON_CODE_DIRS_TO_MOUNT=[],
@@ -328,7 +330,8 @@ def test_readme_table_names_every_doodad_key():
 
 def test_doodads_htp_example_runs_on_slurm_as_one_allocation(tmp_path, stand_in, slurm_cluster):
     config = doodad_config(
-        tmp_path, "brc_config_private.py", SSS_LOG_DIR=str(tmp_path / "cluster/logs"),
+        tmp_path, "brc_config_private.py", SSS_SUBMIT=False,
+        SSS_LOG_DIR=str(tmp_path / "cluster/logs"),
         SSS_IMAGE=str(stand_in), SSS_CPU_IMAGE=str(stand_in), SSS_GPU_IMAGE=str(stand_in),
         SSS_PYTHON=sys.executable, SLURM_PYTHON=sys.executable, SSS_PRE_CMDS=[],
         BRC_EXTRA_SINGULARITY_ARGS="", SSS_SCRIPT_PATH=str(tmp_path / "seed.sh"),

@@ -268,7 +268,8 @@ def test_two_data_folders_at_one_mount_point_are_refused_first(cfg, tmp_path):
 
 
 def test_an_unwritable_sss_script_path_is_refused_before_the_batch_is_made(cfg, tmp_path):
-    cfg.update(SLURM_DIRECTORY_FOR_JOB_SCRIPT="/cluster/batches", SSS_LOG_DIR="/cluster/logs",
+    cfg.update(SSS_SUBMIT=False, SLURM_DIRECTORY_FOR_JOB_SCRIPT="/cluster/batches",
+               SSS_LOG_DIR="/cluster/logs",
                SSS_CPU_IMAGE="/cluster/image.sif", SSS_SCRIPT_PATH=str(tmp_path))
     with pytest.raises(LaunchError, match="SSS_SCRIPT_PATH=.* is a folder"):
         run_experiment(jobfns.train, mode="sss", config=cfg)

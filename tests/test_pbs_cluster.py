@@ -123,7 +123,8 @@ def test_cli_lists_cancels_and_resubmits_pbs_runs(pbs_cfg, tmp_path):
 
 def _htp_settings(pbs_cfg: dict, tmp_path: Path, ncpus: int) -> dict:
     """pbs_htp batches written for the "cluster" folders in tmp_path (submitted there)."""
-    return dict(pbs_cfg, PBS_CONFIGS=dict(cpu=dict(select=1, ncpus=ncpus, walltime=10)),
+    return dict(pbs_cfg, SSS_SUBMIT=False,
+                PBS_CONFIGS=dict(cpu=dict(select=1, ncpus=ncpus, walltime=10)),
                 SLURM_DIRECTORY_FOR_JOB_SCRIPT=str(tmp_path / "cluster/batches"),
                 SSS_LOG_DIR=str(tmp_path / "cluster/logs"), SSS_SCRIPT_PATH=None)
 

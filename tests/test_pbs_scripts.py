@@ -249,7 +249,7 @@ def _htp_settings(tmp_path, **changes) -> dict:
     """A PBS cluster that is not this machine: pbs_htp batches are written, not run."""
     import jobfns
 
-    return {"LOCAL_LOG_DIR": str(tmp_path / "logs"),
+    return {"SSS_SUBMIT": False, "LOCAL_LOG_DIR": str(tmp_path / "logs"),
             "CODE_DIRS_TO_MOUNT": [os.path.dirname(jobfns.__file__)],
             "REGISTRY_PATH": str(tmp_path / "registry.sqlite3"),
             "PBS_PYTHON": "/soft/conda/bin/python", "SSS_LOG_DIR": "/eagle/p/logs",

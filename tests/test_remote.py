@@ -301,8 +301,9 @@ def test_a_cluster_python_of_another_minor_version_is_refused(remote_cfg, ssh_cl
         "#!/bin/sh\n# python -c CODE, as a Python 3.9 would answer\n"
         "exec ~/venv/bin/python -c 'import sys; sys.version_info = (3, 9, 18, \"final\", 0); "
         "exec(sys.argv[2])' \"$@\"\n"), 0o755)
-    with pytest.raises(LaunchError, match=r"is Python 3\.9, but runs are pickled here with "
-                                          rf"Python {sys.version_info[0]}\.{sys.version_info[1]}"):
+    with pytest.raises(LaunchError, match=r"has Python 3\.9\.18 and cloudpickle .*, but runs "
+                                          r"are pickled here .* with Python "
+                                          rf"{sys.version_info[0]}\.{sys.version_info[1]}"):
         run_experiment(jobfns.double, variant={"x": 1}, mode="slurm",
                        config=_with(remote_cfg, python=str(old)))
     assert_nothing_made(remote_cfg)

@@ -202,7 +202,8 @@ def test_arrays_are_split_below_max_array_size():
 
 def batch_settings(tmp_path, **changes):
     """Settings of a cluster that is not this machine (scripts are written, not run)."""
-    return {"LOCAL_LOG_DIR": str(tmp_path / "logs"), "CODE_DIRS_TO_MOUNT": [str(jobfns_dir())],
+    return {"SSS_SUBMIT": False, "SSS_CLUSTER_HOST": "me@brc.berkeley.edu",
+            "LOCAL_LOG_DIR": str(tmp_path / "logs"), "CODE_DIRS_TO_MOUNT": [str(jobfns_dir())],
             "SLURM_CONFIGS": CONFIGS, "SLURM_DIRECTORY_FOR_JOB_SCRIPT": "/global/scratch/me/launch",
             "SSS_LOG_DIR": "/global/scratch/me/logs", "SSS_CPU_IMAGE": "/img/cpu.sif",
             "SSS_GPU_IMAGE": "/img/gpu.sif", "SSS_SCRIPT_PATH": str(tmp_path / "seed.sh"),

@@ -27,7 +27,7 @@ from easylaunch import hosts
 from easylaunch.bundle import LAUNCH_JSON, Run
 from easylaunch.commands import check_found
 from easylaunch.errors import EasyLaunchError, LaunchError
-from easylaunch.hosts import staging
+from easylaunch.hosts import pythons, staging
 from easylaunch.hosts.staging import Upload, bundle_items
 from easylaunch.hosts.transport import HostError, Transport, checked
 from easylaunch.jobs import Job
@@ -109,31 +109,50 @@ class HostedMode(Mode):
     def checks_while_runs_are_made(self) -> bool:
         return not self.transport.is_local  # (the transport is made here, not in the check)
 
-    def check_host(self, folder: str, runs_there: bool, *ops: dict,
+    def check_host(self, folder: str, runs_python: str | None, *ops: dict,
                    programs: Sequence[str] = ()) -> tuple[str, dict, list[dict]]:
         """Ask the far side, in one round trip, whether it can take this launch: ``folder``
-        writable there (made if missing); with ``runs_there``, a Python that can load what
-        this machine pickles; ``programs`` (a command launch's) on its PATH. Returns
-        ``folder`` as an absolute path there, what the far side said of itself (its Python,
-        home, CPUs) and the answers to ``ops``."""
+        writable there (made if missing); ``runs_python`` (the Python runs start with there;
+        None: they start in an image) one that can load what this machine pickles; ``programs``
+        (a command launch's) on its PATH. Returns ``folder`` as an absolute path there, what
+        the far side said of itself (its Python, home, CPUs) and the answers to ``ops``."""
         t = self.transport
+        other = runs_python is not None and runs_python != t.python
+        probe = [pythons.probe_op(runs_python, self.runs_pre_cmds())] if other else []
         info, folder_there, found, *answers = checked(t.run_ops([
             {"op": "info"}, {"op": "prepare_dir", "path": folder},
-            {"op": "which", "names": list(programs)}, *ops]), t.where)
+            {"op": "which", "names": list(programs)}, *probe, *ops]), t.where)
         check_found(found["found"], t.where)
         if t.python.startswith("~/"):  # job scripts name it in quotes: no ~ expansion there
             t.python = info["home"] + t.python[1:]
-        if runs_there and not t.is_local:
-            here, there = list(sys.version_info[:2]), info["python"][:2]
-            if there != here:
-                raise LaunchError(
-                    f"{t.python} on {t.where} is Python {'.'.join(map(str, there))}, but runs "
-                    f"are pickled here with Python {'.'.join(map(str, here))}: set 'python' "
-                    f"in its CLUSTERS entry to a Python {'.'.join(map(str, here))} there")
-            if info["cloudpickle"] is None:
-                raise LaunchError(f"{t.python} on {t.where} has no cloudpickle; install it "
-                                  "there (pip install cloudpickle)")
+        if other:
+            self._check_probed(runs_python, answers.pop(0))
+        elif runs_python is not None:
+            pythons.check_loads(info, t.python, t.where, self.python_setting())
         return folder_there["path"], info, answers
+
+    def _check_probed(self, python: str, answer: dict) -> None:
+        """Refuse a runs' Python that cannot load the runs, or (where no commands set it up
+        first) that does not start; one that PRE_CMDS set up is checked where it answers (a
+        login node's shell may not run them as a job's does)."""
+        said = pythons.probed(answer)
+        if said is not None:
+            pythons.check_loads(said, python, self.transport.where, self.python_setting())
+        elif not self.runs_pre_cmds():
+            raise LaunchError(
+                f"the runs' Python {python} does not start on {self.transport.where} "
+                f"({(answer.get('err') or answer.get('out') or '').strip()[-300:]}); set "
+                f"{self.python_setting()} to a Python there")
+
+    def python_setting(self) -> str:
+        """The setting that picks the runs' Python there, as messages name it."""
+        name = self.host_name()
+        return (f"'python' in CLUSTERS[{name!r}]" if name in (self.settings.CLUSTERS or {})
+                else f"'python' in a CLUSTERS entry for {name}")
+
+    def runs_pre_cmds(self) -> tuple[str, ...]:
+        """Shell commands run before the runs' Python there (none by default)."""
+        return ()
 
     def stream_runs(self, request: LaunchRequest, ready: Callable[[], bool]) -> RunSink:
         """A stream that copies each run's files to the far side as the launch makes it (see

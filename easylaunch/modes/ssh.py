@@ -79,7 +79,7 @@ class SshMode(HostedMode):
         if cap is not None and (not isinstance(cap, int) or isinstance(cap, bool) or cap < 1):
             raise LaunchError(f"max_parallel must be a positive integer, got {cap!r}")
         root, info, (gpus,) = self.check_host(
-            self.transport.log_dir or str(request.log_root), True,
+            self.transport.log_dir or str(request.log_root), self.transport.python,
             {"op": "run", "argv": GPU_QUERY}, programs=programs_to_find(request))
         found = self.host_gpus(gpus)
         if request.use_gpu and not found:

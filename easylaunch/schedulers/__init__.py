@@ -27,6 +27,7 @@ class Scheduler(Protocol):
     SCRIPT_SUFFIX: str
     INDEX: str  # shell word: the entry of a job script this job (array element) runs
     PACKERS_PER_NODE: bool  # whether an allocation of several nodes starts a packer on each
+    PYTHON_KEY: str  # the setting that names the runs' Python: "SLURM_PYTHON", "PBS_PYTHON"
 
     def resources(self, settings: Settings, opts: dict, request: LaunchRequest) -> Any:
         """The checked resource request of a launch with these options."""

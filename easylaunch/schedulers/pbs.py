@@ -281,8 +281,11 @@ def check(settings: Settings, res: Resources) -> None:
     """(PBS warns no one before the walltime: the job script tells the job side when it is.)"""
 
 
+PYTHON_KEY = "PBS_PYTHON"
+
+
 def python(settings: Settings) -> str | None:
-    return settings.PBS_PYTHON
+    return settings[PYTHON_KEY]
 
 
 def pre_cmds(settings: Settings) -> tuple[str, ...]:

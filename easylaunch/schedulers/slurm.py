@@ -315,8 +315,11 @@ def check(settings: Settings, res: Resources) -> None:
             "lower it (0 turns the warning off) or raise time_in_mins")
 
 
+PYTHON_KEY = "SLURM_PYTHON"
+
+
 def python(settings: Settings) -> str | None:
-    return settings.SLURM_PYTHON
+    return settings[PYTHON_KEY]
 
 
 def pre_cmds(settings: Settings) -> tuple[str, ...]:

@@ -111,7 +111,9 @@ class ArrayMode(ScheduledMode):
         cap = self.opts["array_parallelism"]
         if cap is not None and (not isinstance(cap, int) or isinstance(cap, bool) or cap < 1):
             raise LaunchError(f"array_parallelism must be a positive integer, got {cap!r}")
-        return self.preflight(self.transport.log_dir or str(request.log_root), True, request,
+        return self.preflight(self.transport.log_dir or str(request.log_root),
+                              None if self.container or self._env_prefix()
+                              else self.cluster_python(), request,
                               in_image=self.container is not None)
 
     def launch_info(self, request: LaunchRequest) -> dict[str, str]:

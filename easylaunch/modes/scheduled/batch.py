@@ -1,17 +1,20 @@
-"""``sss`` and ``htp``: a self-contained batch folder to copy to a cluster and submit there; how
-the runs are packed into jobs is the mode's ``packing`` part (:mod:`.sss`: a job script per
-run; :mod:`.htp`: a task file in one allocation).
+"""``sss`` and ``htp``: a self-contained batch folder, submitted where the scheduler answers
+(this machine, a login node; or a cluster over SSH), else written to copy to a cluster and
+submit there; how the runs are packed into jobs is the mode's ``packing`` part (:mod:`.sss`: a
+job script per run; :mod:`.htp`: a task file in one allocation).
 
 The folder holds the run bundles and their code snapshots (so editing code locally after
 launching cannot break queued jobs), the job files of the mode, and ``submit.sh``, which records
-the job ids in ``job_ids.txt``. Runs write their logs to SSS_LOG_DIR on the cluster; where
-that folder is visible from here (a shared file system), jobs are tracked from here too.
+the job ids in ``job_ids.txt``. Runs write their logs to SSS_LOG_DIR on the cluster (default:
+the launch's log folder on a login node, the cluster's log_dir over SSH); where that folder is
+visible from here (a shared file system), jobs are tracked from here too. A run of a batch
+nobody has submitted says so (``ls``, ``status``), and a wait for it raises at once.
 
 Consecutive launches of one process with the same mode, experiment, resources and settings
 grow one batch, as doodad's did: a loop of ``run_experiment`` calls ends as one ``run_sweep``
-would (one task file and one allocation for htp). Each launch rewrites the batch's files whole,
-so the folder is complete after every call (the process's :data:`~easylaunch.session.SESSION`
-holds what a later launch joins).
+would (one task file and one allocation for htp), where the batch is copied by hand. Each
+launch rewrites the batch's files whole, so the folder is complete after every call (the
+process's :data:`~easylaunch.session.SESSION` holds what a later launch joins).
 """
 
 from __future__ import annotations
@@ -30,11 +33,12 @@ from typing import Protocol
 
 from easylaunch.bundle import BLOB_STORE, Run, blob_name, store_blob
 from easylaunch.containers import SSS_SINGULARITY, SingularityImage
-from easylaunch.errors import EasyLaunchError, LaunchError
+from easylaunch.errors import EasyLaunchError, LaunchError, NotSubmittedError
 from easylaunch.hosts import staging
 from easylaunch.hosts.staging import Upload
+from easylaunch.hosts.transport import checked
 from easylaunch.jobpack import job_archive
-from easylaunch.jobs import Job
+from easylaunch.jobs import Job, JobState
 from easylaunch.modes.scheduled.tracking import ClusterFacts, ScheduledMode
 from easylaunch.preview import Preview, resource_fields
 from easylaunch.request import LaunchRequest
@@ -43,6 +47,7 @@ from easylaunch.settings import Mount
 from easylaunch_job.records import BUNDLE_DIR, JOB_PYZ, SNAPSHOT_STORE, write_bytes_atomic
 
 JOB_IDS = "job_ids.txt"
+TO_SUBMIT = "to_submit"  # launch.json's backend key: how to submit a batch copied by hand
 SUBMIT = "submit.sh"
 
 
@@ -57,10 +62,14 @@ class Packing(Protocol):
 
     def plan(self, mode: BatchMode, request: LaunchRequest, runs: list[Run],
              layout: Layout) -> BatchPlan:
-        """The job files, seed lines and note for this batch."""
+        """The job files, seed lines and what to run on the cluster for this batch."""
 
     def backend(self, mode: BatchMode, index: int) -> dict:
         """What launch.json records about run ``index``, besides the batch's folders."""
+
+    def only_by_hand(self, mode: BatchMode) -> bool:
+        """Whether this packing's batch is copied by hand unless ``submit=True`` says
+        otherwise (BRC's ht_helper reads its task file where the user puts it)."""
 
     def cancel(self, mode: BatchMode, jobs: list[Job]
                ) -> tuple[dict[str, EasyLaunchError], list[Job]]:
@@ -82,13 +91,14 @@ class Layout:
 
 @dataclass(frozen=True)
 class BatchPlan:
-    """Everything a batch mode writes: files (relative path -> text), seed lines, the note;
-    what the cluster said (None: the batch is copied by hand)."""
+    """Everything a batch mode writes: files (relative path -> text), seed lines, what to run
+    on the cluster to submit it (shell text); what the cluster said (None: the batch is
+    copied by hand)."""
 
     layout: Layout
     files: dict[str, str]
     seed_lines: list[str]
-    note: str
+    then: str
     facts: ClusterFacts | None = None
 
 
@@ -111,45 +121,106 @@ def submit_script(python: str, entries: list[tuple[list[str], str]], first: str 
 
 
 class BatchMode(ScheduledMode):
-    """Writes a batch folder, submitted over SSH when a cluster is set, else for the user to
-    copy to a cluster and submit. Runs start in SSS_CPU_IMAGE / SSS_GPU_IMAGE where set."""
+    """Writes a batch folder and submits it where it can: on this machine where the scheduler
+    answers here (a login node), or over SSH when a cluster is set. Else (or with
+    ``submit=False`` / SSS_SUBMIT=False) the batch is for the user to copy to a cluster and
+    submit. Runs start in SSS_CPU_IMAGE / SSS_GPU_IMAGE where set."""
 
-    runs_python = "python3"  # the cluster's, when the batch is copied by hand
     packing: Packing
     container = SSS_SINGULARITY
 
     def check(self, request: LaunchRequest) -> ClusterFacts | None:
         self.scheduler.check(self.settings, self.resources(request))
+        submits = self.submits()
         value = self.settings.SSS_LOG_DIR
         if value is not None and not os.path.isabs(value) or value is None and (
-                self.grows_batches() or self.settings.SLURM_DIRECTORY_FOR_JOB_SCRIPT):
+                not submits and not self.cluster_here()
+                or self.settings.SLURM_DIRECTORY_FOR_JOB_SCRIPT and not self.transport.is_local):
             raise LaunchError(
                 f"mode {self.name!r} needs SSS_LOG_DIR: the absolute path on the cluster for "
                 f"logs (now {value!r}); set it in your settings" + (
-                    "" if value else ", or submit over SSH (cluster=, DEFAULT_CLUSTER), where "
-                    "the cluster's log_dir is the default"))
+                    "" if value else ", or let the batch be submitted: on the cluster's login "
+                    f"node (where {self.scheduler.SUBMIT_TOOL} answers), the launch's log "
+                    "folder is the default; over SSH (cluster=, DEFAULT_CLUSTER), the "
+                    "cluster's log_dir"))
         value = self.settings.SLURM_DIRECTORY_FOR_JOB_SCRIPT
         if value is not None and not os.path.isabs(value):
             raise LaunchError(f"SLURM_DIRECTORY_FOR_JOB_SCRIPT must be an absolute path on the "
                               f"cluster, got {value!r}; or None for SSS_LOG_DIR/.batches")
         self.settings.code_mounts("SSS_CODE_DIRS_TO_MOUNT")
         self.settings.data_mounts("SSS_NON_CODE_DIRS_TO_MOUNT")
-        _check_writable_file("SSS_SCRIPT_PATH", self.settings.SSS_SCRIPT_PATH)
+        if not submits:
+            _check_writable_file("SSS_SCRIPT_PATH", self.settings.SSS_SCRIPT_PATH)
         self.packing.check(self, request)
-        if self.grows_batches():  # copied by hand
-            self.scheduler.check_folder(self.cluster_batches())
+        if not submits:
+            self.scheduler.check_folder(self.cluster_batches(request))
             return None
-        # submitted over SSH: ask the cluster first (the folder checked there too)
+        # submitted here or over SSH: ask the cluster first (the folder checked there too)
         outside = self.packing.runs_outside(self, request)
-        return self.preflight(self.cluster_batches(), outside, request, in_image=not outside)
+        return self.preflight(self.cluster_batches(request),
+                              self.batch_python(request) if outside else None, request,
+                              in_image=not outside)
 
-    def cluster_batches(self) -> str:
+    def submits(self) -> bool:
+        """Whether this launch submits its batch: ``submit=`` (else SSS_SUBMIT) where given,
+        else over SSH, or where the scheduler's submit command is on this machine's PATH
+        (unless the packing's batch is only ever copied by hand)."""
+        chosen = self.opts.get("submit")
+        if chosen is None:
+            chosen = self.settings.SSS_SUBMIT
+        if chosen is not None and not isinstance(chosen, bool):
+            raise LaunchError(f"submit must be True, False or None (submit where the scheduler "
+                              f"answers), got {chosen!r}")
+        if chosen is not None:
+            return chosen
+        if self.packing.only_by_hand(self):
+            return False
+        return not self.transport.is_local or self.scheduler_here()
+
+    def scheduler_here(self) -> bool:
+        """Whether this machine is a login node of a cluster (its submit command is here)."""
+        return self.transport.is_local and shutil.which(self.scheduler.SUBMIT_TOOL) is not None
+
+    def cluster_here(self) -> bool:
+        """Whether the batch's cluster is this machine: a login node, unless SSS_CLUSTER_HOST
+        names another one to copy a batch to by hand."""
+        return self.scheduler_here() and (self.submits() or not self.settings.SSS_CLUSTER_HOST)
+
+    def grows_batches(self) -> bool:
+        """A batch copied by hand grows with this process's later launches; one submitted is
+        complete (and submitted) at once."""
+        return not self.submits()
+
+    def cluster_logs(self, request: LaunchRequest) -> str:
+        """The cluster folder of the runs' log folders: SSS_LOG_DIR, else the cluster's
+        log_dir over SSH, else (submitted here) the launch's own log folder."""
+        return (self.settings.SSS_LOG_DIR or self.transport.log_dir
+                or str(request.log_root)).rstrip("/")
+
+    def cluster_batches(self, request: LaunchRequest) -> str:
         """The cluster folder batch folders go to: SLURM_DIRECTORY_FOR_JOB_SCRIPT, else a
-        folder in SSS_LOG_DIR (doodad's configs have no such key), which over SSH defaults to
-        the cluster's log_dir."""
-        logs = self.settings.SSS_LOG_DIR or self.transport.log_dir
+        folder in :meth:`cluster_logs` (doodad's configs have no such key)."""
         return (self.settings.SLURM_DIRECTORY_FOR_JOB_SCRIPT
-                or f"{logs.rstrip('/')}/.batches").rstrip("/")
+                or f"{self.cluster_logs(request)}/.batches").rstrip("/")
+
+    def cluster_python(self) -> str:
+        """SLURM_PYTHON or PBS_PYTHON where set; else the cluster's ``python`` over SSH, the
+        launching interpreter where submitted here, and ``python3`` in a batch copied by hand
+        to a cluster this machine does not know."""
+        if self.transport.is_local and not self.cluster_here():
+            return self.scheduler.python(self.settings) or "python3"
+        return super().cluster_python()
+
+    def batch_python(self, request: LaunchRequest) -> str:
+        """The Python that starts the batch's job side outside any image (submit.sh, the
+        packer, runs outside an image): SSS_PYTHON where runs start outside an image (htp
+        without SSS_CPU_IMAGE), else :meth:`cluster_python`."""
+        if self.settings.SSS_PYTHON and self.packing.runs_outside(self, request):
+            return self.settings.SSS_PYTHON
+        return self.cluster_python()
+
+    def python_setting(self) -> str:
+        return "SSS_PYTHON" if self.settings.SSS_PYTHON else super().python_setting()
 
     def launch_info(self, request: LaunchRequest) -> dict[str, str]:
         return {self.container.launch_info_key: str(self.image(request))}
@@ -170,9 +241,11 @@ class BatchMode(ScheduledMode):
         """Batch and run paths here and on the cluster (``name``: the batch's, once made;
         ``facts``: the cluster's answers, where it was asked: its folders as absolute paths)."""
         name = name or f"{time.strftime('%Y-%m-%d_%H-%M-%S')}_{request.exp_name}_{runs[0].run_id}"
-        batches = facts.root if facts is not None else self.cluster_batches()
+        batches = facts.root if facts is not None else self.cluster_batches(request)
         cluster_dir = f"{batches}/{name}"
-        log_root = (self.settings.SSS_LOG_DIR or posixpath.dirname(batches)).rstrip("/")
+        # (over SSH, the cluster's log_dir as the preflight made it absolute there)
+        log_root = (self.settings.SSS_LOG_DIR or posixpath.dirname(batches)
+                    if self.transport.log_dir else self.cluster_logs(request)).rstrip("/")
         return Layout(
             name=name, local_dir=request.log_root / ".batches" / name, cluster_dir=cluster_dir,
             bundles=[f"{cluster_dir}/{r.exp_name}/{r.log_dir.name}/{BUNDLE_DIR}" for r in runs],
@@ -209,14 +282,39 @@ class BatchMode(ScheduledMode):
         return tuple(shlex.quote(m.local_dir)
                      for m in self.settings.code_mounts("SSS_CODE_DIRS_TO_MOUNT"))
 
-    def note(self, layout: Layout, then: str) -> str:
-        """The copy command and the command to run on the cluster."""
+    def copy_step(self, layout: Layout) -> str:
+        """How the batch reaches the cluster: an rsync command where the cluster is known
+        (over SSH, SSS_CLUSTER_HOST, or this machine), else in words; "" where the batch is
+        written in place."""
+        local, there, t = f"{layout.local_dir}/", f"{layout.cluster_dir}/", self.transport
         host = self.settings.SSS_CLUSTER_HOST
-        copy = shlex.join(["rsync", "-a", f"{layout.local_dir}/",
-                           f"{host}:{layout.cluster_dir}/"])
-        return (f"easylaunch {self.name}: batch written to {layout.local_dir}\n"
-                f"  copy it:          {copy}\n"
-                f"  then, on {host}: {then}\n")
+        if local == there and self.cluster_here():
+            return ""
+        if not t.is_local or self.cluster_here():
+            return shlex.join([*t.rsync_argv(), "-a", local, t.remote(there)])
+        if host:
+            return shlex.join(["rsync", "-a", local, f"{host}:{there}"])
+        return (f"copy {local} to {there} on the cluster (SSS_CLUSTER_HOST=user@login-node "
+                "makes this an rsync command)")
+
+    def cluster_named(self) -> str:
+        """The cluster, as the printed steps name it."""
+        if not self.transport.is_local or self.cluster_here():
+            return self.transport.where
+        return self.settings.SSS_CLUSTER_HOST or "the cluster"
+
+    def note(self, layout: Layout, then: str) -> str:
+        """The copy command and the command to run on the cluster, a line each."""
+        copy = self.copy_step(layout)
+        return (f"easylaunch {self.name}: batch written to {layout.local_dir}, not submitted\n"
+                + (f"  copy it:  {copy}\n  then, on {self.cluster_named()}: {then}\n" if copy
+                   else f"  submit it on {self.cluster_named()}: {then}\n"))
+
+    def to_submit(self, layout: Layout, then: str) -> str:
+        """The steps of :meth:`note` on one line."""
+        copy = self.copy_step(layout)
+        run = f"run on {self.cluster_named()}: {then}"
+        return f"{copy}, then {run}" if copy else run
 
     def prepare(self, request: LaunchRequest, runs: list[Run], facts: ClusterFacts | None
                 ) -> BatchPlan:
@@ -241,7 +339,7 @@ class BatchMode(ScheduledMode):
             {str(layout.local_dir / rel): text for rel, text in prepared.files.items()},
             [] if by_hand else [f"bash {shlex.quote(f'{layout.cluster_dir}/{SUBMIT}')}"],
             resource_fields(self.resources(request)),
-            [prepared.note.rstrip("\n")] if by_hand else [])
+            [self.note(layout, prepared.then).rstrip("\n")] if by_hand else [])
 
     def submit(self, request: LaunchRequest, runs: list[Run], prepared: BatchPlan) -> list[Job]:
         layout = prepared.layout
@@ -254,19 +352,23 @@ class BatchMode(ScheduledMode):
             if path.suffix in (".sh", self.scheduler.SCRIPT_SUFFIX):
                 path.chmod(0o755)
         seed = self.settings.SSS_SCRIPT_PATH
-        if seed:
+        if seed and prepared.facts is None:  # (doodad's list of what to submit by hand)
             write_bytes_atomic(seed, SESSION.seed_script(
                 seed, layout.name, prepared.seed_lines).encode())
-        job_ids = {} if prepared.facts is None else self._submit_there(layout, prepared.facts)
+        if prepared.facts is None:  # copied by hand: what the runs say until then
+            fields = {run.run_id: {TO_SUBMIT: self.to_submit(layout, prepared.then)}
+                      for run in runs}
+        else:
+            job_ids = self._submit_there(layout, prepared.facts)
+            fields = {run.run_id: {self.scheduler.JOB_ID_KEY: job_ids[run.run_id],
+                                   **prepared.facts.details} for run in runs}
         for index, run in enumerate(runs, start=len(earlier)):
-            ids = {self.scheduler.JOB_ID_KEY: job_ids[run.run_id]} if job_ids else {}
-            run.record_backend(**self.backend(layout, index), **ids,
-                               **(prepared.facts.details if prepared.facts else {}))
-        if not job_ids:  # copied by hand: how, once (submitted: the launch line says where)
+            run.record_backend(**self.backend(layout, index), **fields[run.run_id])
+        if prepared.facts is None:  # copied by hand: how, once (submitted: the launch line)
             print(f"easylaunch {self.name}: {len(runs)} run(s) added to the batch in "
                   f"{layout.local_dir} ({len(earlier) + len(runs)} in all); copy it once the "
-                  "script has launched them all" if earlier else prepared.note.rstrip("\n"),
-                  file=sys.stderr)
+                  "script has launched them all" if earlier else
+                  self.note(layout, prepared.then).rstrip("\n"), file=sys.stderr)
         if self.grows_batches():
             SESSION.grow_batch(key, layout.name, earlier + runs)
         return [Job(run.run_id, run.exp_name, run.log_dir, self) for run in runs]
@@ -274,28 +376,49 @@ class BatchMode(ScheduledMode):
     def launched(self, runs: list[Run]) -> str:
         backend = runs[0].launch["backend"]
         if not backend.get(self.scheduler.JOB_ID_KEY):
-            return f"written to the batch {backend['batch_dir']} (copy it, then submit)"
-        return f"submitted on {self.transport.where} from {backend['cluster_batch_dir']}"
+            return f"written to the batch {backend['batch_dir']}, not submitted"
+        return (f"submitted as {self.scheduler.NAME} job {backend[self.scheduler.JOB_ID_KEY]} "
+                f"on {self.transport.where} from {backend['cluster_batch_dir']}")
 
-    def grows_batches(self) -> bool:
-        """A batch copied by hand grows with this process's later launches; one submitted
-        over SSH is complete (and submitted) at once."""
-        return self.transport.is_local
+    def not_submitted(self, job: Job) -> str | None:
+        """What a run written to a batch nobody has submitted says (no job id of it is known
+        here and its record shows no start), with how to submit it; None for any other."""
+        backend = job.launch_info["backend"]
+        how = backend.get(TO_SUBMIT)
+        if how is None or job.recorded_state() is not JobState.QUEUED or self.job_id(job):
+            return None
+        return f"written to batch {backend['batch_dir']}, not submitted: {how}"
+
+    def waiting_reason(self, job: Job) -> str | None:
+        return self.not_submitted(job) or super().waiting_reason(job)
+
+    def heard_wait(self, job: Job) -> str | None:
+        return self.not_submitted(job) or super().heard_wait(job)
+
+    def wait_for_change(self, job: Job, timeout: float) -> None:
+        """Raise at once for a run nobody has submitted (a wait would never end)."""
+        unsubmitted = self.not_submitted(job)
+        if unsubmitted is not None:
+            raise NotSubmittedError(f"run {job.id} was {unsubmitted}")
+        super().wait_for_change(job, timeout)
 
     def _submit_there(self, layout: Layout, facts: ClusterFacts) -> dict[str, str]:
         """Copy the batch folder to the cluster (blobs and snapshots once per content), run
         its submit.sh there; return each run's job id. A submit.sh that fails part way
         has the jobs it did submit cancelled: all or nothing."""
-        local = layout.local_dir
-        shared = [f"{store}/{entry.name}" for store in (BLOB_STORE, SNAPSHOT_STORE)
-                  if (local / store).is_dir() for entry in os.scandir(local / store)]
-        plain = [entry.name for entry in os.scandir(local)
-                 if entry.name not in (BLOB_STORE, SNAPSHOT_STORE)]
+        local, t = layout.local_dir, self.transport
         ids_file = f"{layout.cluster_dir}/{JOB_IDS}"
-        up = Upload(local, layout.cluster_dir, facts.root, shared, plain)
-        out, ids = staging.upload(self.transport, up, then=[
-            {"op": "run", "argv": ["bash", f"{layout.cluster_dir}/{SUBMIT}"]},
-            {"op": "read", "paths": [ids_file]}]).answers
+        then = [{"op": "run", "argv": ["bash", f"{layout.cluster_dir}/{SUBMIT}"]},
+                {"op": "read", "paths": [ids_file]}]
+        if t.is_local and str(local) == layout.cluster_dir:  # written in place
+            out, ids = checked(t.run_ops(then), t.where)
+        else:
+            shared = [f"{store}/{entry.name}" for store in (BLOB_STORE, SNAPSHOT_STORE)
+                      if (local / store).is_dir() for entry in os.scandir(local / store)]
+            plain = [entry.name for entry in os.scandir(local)
+                     if entry.name not in (BLOB_STORE, SNAPSHOT_STORE)]
+            up = Upload(local, layout.cluster_dir, facts.root, shared, plain)
+            out, ids = staging.upload(t, up, then=then).answers
         record = ids["files"][ids_file]
         pairs = [line.split() for line in (record["text"] if record else "").splitlines()]
         job_ids = {pair[0]: pair[1] for pair in pairs if len(pair) == 2}
@@ -310,8 +433,11 @@ class BatchMode(ScheduledMode):
     def fetch(self, job: Job) -> str:
         there = self._job_log_dir(job)
         if self.transport.is_local and not Path(there).is_dir():
-            copy = shlex.join(["rsync", "-a", f"{self.settings.SSS_CLUSTER_HOST}:{there}/",
-                               f"{job.log_dir}/"])
+            host = self.settings.SSS_CLUSTER_HOST
+            if not host:
+                return (f"{there} is on the cluster; copy it into {job.log_dir} (with "
+                        "SSS_CLUSTER_HOST=user@login-node set, this is an rsync command)")
+            copy = shlex.join(["rsync", "-a", f"{host}:{there}/", f"{job.log_dir}/"])
             return f"{there} is on the cluster; bring it here with:\n  {copy}"
         return super().fetch(job)
 

@@ -54,8 +54,9 @@ def check(mode: BatchMode, request: LaunchRequest) -> None:
         raise LaunchError(f"HTP_RUNNER='ht_helper' is BRC's Slurm tool; mode {mode.name!r} "
                           "runs easylaunch's packer: set HTP_RUNNER='packer'")
     if s.HTP_RUNNER == "ht_helper" and not mode.grows_batches():
-        raise LaunchError("HTP_RUNNER='ht_helper' needs its task file copied by hand; with "
-                          "a cluster set, use HTP_RUNNER='packer' (runs on any Slurm)")
+        raise LaunchError("HTP_RUNNER='ht_helper' needs its task file copied by hand "
+                          "(submit=False); to have the batch submitted, use "
+                          "HTP_RUNNER='packer' (runs on any Slurm)")
     if s.HTP_RUNNER == "ht_helper" and s.MAX_RESTARTS:
         raise LaunchError("runs packed by BRC's ht_helper.sh cannot restart; use "
                           "HTP_RUNNER='packer' with max_restarts, or max_restarts=0")
@@ -92,8 +93,9 @@ def plan(mode: BatchMode, request: LaunchRequest, runs: list[Run], layout: Layou
     c, s, sched = mode.container, mode.settings, mode.scheduler
     res = mode.resources(request)
     image = mode.image(request)
+    python = mode.batch_python(request)  # (outside any image: the packer, submit.sh)
     line = start_line(StartLine(
-        python=shlex.quote(c.python(s) if image else mode.cluster_python()),
+        python=shlex.quote(c.python(s) if image else python),
         pre_cmds=c.pre_cmds(s),
         pythonpath=mode.container_pythonpath() if image
         else bundle_pythonpath(runs[0].meta["code_dirs"]) + mode.cluster_code_pythonpath(),
@@ -111,18 +113,18 @@ def plan(mode: BatchMode, request: LaunchRequest, runs: list[Run], layout: Layou
     if s.HTP_RUNNER == "ht_helper":
         command = ht_helper_command(s, res, workers)
         files[SUBMIT] = submit_script(
-            shlex.quote(mode.cluster_python()), [([r.run_id for r in runs], command)],
+            shlex.quote(python), [([r.run_id for r in runs], command)],
             first=" (copy tasks.txt to TASKFILE_PATH_ON_BRC first)")
         then = (f"copy {layout.cluster_dir}/{TASKS} to {s.TASKFILE_PATH_ON_BRC}"
                 f", then: bash {shlex.quote(layout.cluster_dir + '/' + SUBMIT)}")
-        return BatchPlan(layout, files, [command], mode.note(layout, then))
+        return BatchPlan(layout, files, [command], then)
     packed = sched.packed(res, nodes, workers)
     header = sched.packed_header(packed, f"{request.exp_name}-htp", layout.cluster_dir,
                                  allocations, s)
     script = PACKER_SCRIPT + sched.SCRIPT_SUFFIX
     # the packer is the job side the bundles link to, in the batch's blob store
     job_side = f"{layout.cluster_dir}/{BLOB_STORE}/{blob_name(JOB_PYZ, job_archive())}"
-    argv = [mode.cluster_python(), job_side, "pack",
+    argv = [python, job_side, "pack",
             f"{layout.cluster_dir}/{TASKS}", "--state-dir",
             f"{layout.cluster_dir}/{TASK_STATE}", "--workers", str(workers)]
     pairs = list(zip(layout.bundles, layout.log_dirs, strict=True))
@@ -148,11 +150,10 @@ def plan(mode: BatchMode, request: LaunchRequest, runs: list[Run], layout: Layou
                      + (f", one on each of the {nodes} nodes" if nodes > 1 else "") + ".\n"
                      f"export {sched.job_exports(packed, None)}\n"
                      f"exec {shlex.join(argv)}\n")
-    files[SUBMIT] = submit_script(shlex.quote(mode.cluster_python()), [
+    files[SUBMIT] = submit_script(shlex.quote(python), [
         ([r.run_id for r in runs], shlex.join(sched.submit_argv(script)))])
     seed = [f"cd {shlex.quote(layout.cluster_dir)} && {shlex.join(sched.submit_argv(script))}"]
-    then = shlex.join(["bash", f"{layout.cluster_dir}/{SUBMIT}"])
-    return BatchPlan(layout, files, seed, mode.note(layout, then))
+    return BatchPlan(layout, files, seed, shlex.join(["bash", f"{layout.cluster_dir}/{SUBMIT}"]))
 
 
 def ht_helper_command(s: Settings, res: slurm.Resources, tasks: int) -> str:
@@ -174,6 +175,10 @@ def ht_helper_command(s: Settings, res: slurm.Resources, tasks: int) -> str:
 
 def backend(mode: BatchMode, index: int) -> dict:
     return {"task_index": index, "htp_runner": mode.settings.HTP_RUNNER}
+
+
+def only_by_hand(mode: BatchMode) -> bool:
+    return mode.settings.HTP_RUNNER == "ht_helper"
 
 
 def cancel(mode: BatchMode, jobs: list[Job]) -> tuple[dict[str, EasyLaunchError], list[Job]]:

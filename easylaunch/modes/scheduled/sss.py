@@ -45,6 +45,7 @@ def plan(mode: BatchMode, request: LaunchRequest, runs: list[Run], layout: Layou
         python=shlex.quote(mode.container.python(s)), pre_cmds=mode.container.pre_cmds(s),
         pythonpath=mode.container_pythonpath(),
         container=mode.in_image(request, layout, runs))), res)
+    python = shlex.quote(mode.batch_python(request))  # (outside the image)
     files, entries, seed = {}, [], []
     for run, bundle, log_dir in zip(runs, layout.bundles, layout.log_dirs, strict=True):
         header = slurm.sbatch_header(res, job_name=f"{run.exp_name}-{run.run_id}",
@@ -53,22 +54,25 @@ def plan(mode: BatchMode, request: LaunchRequest, runs: list[Run], layout: Layou
                                      signal_seconds=s.SLURM_SIGNAL_SECONDS)
         script = f"{run.run_id}.sbatch"
         files[script] = job_script(header, [(bundle, log_dir)], settled_outside(
-            line, shlex.quote(mode.cluster_python()), f"{layout.cluster_dir}/{script}")
+            line, python, f"{layout.cluster_dir}/{script}")
             if s.MAX_RESTARTS else line, index=slurm.INDEX, exports=slurm.EXPORTS)
         entries.append(([run.run_id], shlex.join(sbatch_command(script))))
         seed.append(shlex.join(["sbatch", f"{layout.cluster_dir}/{script}"]))
-    files[SUBMIT] = submit_script(shlex.quote(mode.cluster_python()), entries)
-    then = shlex.join(["bash", f"{layout.cluster_dir}/{SUBMIT}"])
-    return BatchPlan(layout, files, seed, mode.note(layout, then))
+    files[SUBMIT] = submit_script(python, entries)
+    return BatchPlan(layout, files, seed, shlex.join(["bash", f"{layout.cluster_dir}/{SUBMIT}"]))
 
 
 def backend(mode: BatchMode, index: int) -> dict:
     return {}
 
 
+def only_by_hand(mode: BatchMode) -> bool:
+    return False
+
+
 def cancel(mode: BatchMode, jobs: list[Job]) -> tuple[dict[str, EasyLaunchError], list[Job]]:
     return {}, jobs  # (scancel: one job per run)
 
 
-SSS = Composed("sss", BatchMode, {**slurm.OPTIONS, "cluster": None}, restarts=True,
-               parts={"scheduler": slurm, "packing": sys.modules[__name__]})
+SSS = Composed("sss", BatchMode, {**slurm.OPTIONS, "cluster": None, "submit": None},
+               restarts=True, parts={"scheduler": slurm, "packing": sys.modules[__name__]})

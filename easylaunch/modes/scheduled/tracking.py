@@ -84,7 +84,7 @@ class ScheduledMode(HostedMode):
         programs = [] if in_image or sched.pre_cmds(self.settings) \
             else programs_to_find(request)
         root, _, (which, *answers) = self.check_host(
-            folder, runs_there, {"op": "which", "names": [tool]}, *sched.preflight_ops(),
+            folder, runs_python, {"op": "which", "names": [tool]}, *sched.preflight_ops(),
             programs=programs)
         if which["found"][tool] is None:
             raise LaunchError(
@@ -98,8 +98,19 @@ class ScheduledMode(HostedMode):
         return ClusterFacts(root, max_array_len, details)
 
     def cluster_python(self) -> str:
-        """The Python that starts runs on the cluster (outside any container)."""
+        """The Python that starts runs on the cluster (outside any container): SLURM_PYTHON
+        or PBS_PYTHON, else the cluster's ``python`` over SSH, else (a login node) the
+        interpreter of the launching script."""
         return self.scheduler.python(self.settings) or self.transport.python
+
+    def python_setting(self) -> str:
+        key = self.scheduler.PYTHON_KEY
+        if self.scheduler.python(self.settings) or self.transport.is_local:
+            return key
+        return f"{super().python_setting()} (or {key})"
+
+    def runs_pre_cmds(self) -> tuple[str, ...]:
+        return self.scheduler.pre_cmds(self.settings)
 
     def scheduler_output(self, job: Job) -> str | None:
         """Where the scheduler's own output for this run is, in words (None: unknown)."""
