@@ -163,8 +163,8 @@ def test_a_fixed_script_runs_with_current_code_and_as_launched_without(
     (project / "sweep.py").write_text(SWEEP.format(offset=1))
 
     out = _easylaunch(settings, "resubmit", jobs[0].id, cwd=tmp_path)
-    assert "runs the code as launched" in out.stdout
-    assert "--current-code and --current-settings take them as they are now" in out.stdout
+    assert "runs the code as launched" in out.stderr
+    assert "--current-code and --current-settings take them as they are now" in out.stderr
     [again] = _resubmitted(out, settings)
     assert again.wait(timeout=120) == JobState.FAILED
     assert "bug in scale" in again.info()["error"]
@@ -172,7 +172,7 @@ def test_a_fixed_script_runs_with_current_code_and_as_launched_without(
     sweep = jobs[0].launch_info["sweep_id"]
     out = _easylaunch(settings, "resubmit", "--sweep", sweep, "--state", "failed",
                       "--current-code", "--yes", cwd=tmp_path)
-    assert "runs the code as it is now" in out.stdout
+    assert "runs the code as it is now" in out.stderr
     fixed = _resubmitted(out, settings)
     assert len(fixed) == 3 and all(j.wait(timeout=120) == JobState.SUCCEEDED for j in fixed)
     by_old = {j.launch_info["resubmitted_from"]: j for j in fixed}
@@ -220,8 +220,8 @@ def test_current_settings_reads_the_changed_settings_file(tmp_path, slurm_cfg):
     [again] = _resubmitted(out, settings)
     assert again.wait(timeout=120) == JobState.FAILED
     out = _easylaunch(settings, "resubmit", job.id, "--current-settings", cwd=tmp_path)
-    assert f"the settings of {settings} as it is now" in out.stdout
-    assert "--current-code takes it as it is now" in out.stdout
+    assert f"the settings of {settings} as it is now" in out.stderr
+    assert "--current-code takes it as it is now" in out.stderr
     [fixed] = _resubmitted(out, settings)
     assert fixed.result(timeout=120) == "/data/a"
     # and from Python, with the code as it is now too

@@ -109,7 +109,7 @@ def resubmit_runs(args: argparse.Namespace) -> int:
                   file=sys.stderr)
             failures += len(group)
             continue
-        print(what_runs(jobs[0].launch_info))
+        print(what_runs(jobs[0].launch_info), file=sys.stderr)
         for entry, job in zip(group, jobs, strict=True):
             print(f"resubmitted {entry.id} as {job.id}: {job.log_dir}")
     return 1 if failures else 0
