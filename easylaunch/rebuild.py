@@ -69,7 +69,7 @@ def current_payload(launch: dict, code_dirs: list[str]) -> tuple[Any, bytes]:
         return command, pickle_payload(command, "the command", code_dirs)
     script = launch.get("script_name") or ""
     script_dir = os.path.dirname(script) or None
-    module = _module_now(name, script, launch["run_id"])
+    module = _module_now(name, script, launch["run_id"], code_dirs)
     function = _named(module, name, script)
     registered = name["module"] == "__main__"
     if registered:  # (the script's own functions travel by value, as __main__'s do)
@@ -94,16 +94,17 @@ def _pickled_name(bundle: Path, run_id: str) -> dict | None:
     return function_name(function)
 
 
-def _module_now(name: dict, script: str, run_id: str) -> Any:
+def _module_now(name: dict, script: str, run_id: str, code_dirs: list[str]) -> Any:
     """The module the function is in, imported now: the launching script (as a module, not
     ``__main__``), or the module it came from, with the script's folder first on sys.path as
-    ``python script.py`` has it."""
+    ``python script.py`` has it, then the code folders (whose snapshots the runs import
+    from)."""
     what = f"{name['qualname']} (run {run_id}'s function)"
     if name["module"] == "__main__" and not os.path.isfile(script):
         raise LaunchError(f"cannot find {what} again: its launching script {script} is gone; "
                           "restore it, or launch again")
-    folder = os.path.dirname(script)
-    sys.path.insert(0, folder)
+    folders = [os.path.dirname(script), *code_dirs]
+    sys.path[:0] = folders
     _importing.append(script)
     try:
         if name["module"] != "__main__":
@@ -122,8 +123,9 @@ def _module_now(name: dict, script: str, run_id: str) -> Any:
                           ) from exc
     finally:
         _importing.pop()
-        with contextlib.suppress(ValueError):
-            sys.path.remove(folder)
+        for folder in folders:
+            with contextlib.suppress(ValueError):
+                sys.path.remove(folder)
 
 
 def _named(module: Any, name: dict, script: str) -> Callable[..., Any]:

@@ -262,3 +262,14 @@ def test_a_command_run_takes_its_folders_code_as_it_is_now(project, cfg, tmp_pat
     assert fixed.wait(timeout=60) == JobState.SUCCEEDED
     assert "40" in (fixed.log_dir / "stdout.log").read_text()
     assert fixed.launch_info["command"] == job.launch_info["command"]
+
+
+def test_a_function_of_a_code_folders_module_is_found_there(cfg, tmp_path):
+    """A function the runs import from the code folder (pickled by reference) is found in
+    that folder again by a later `easylaunch` process."""
+    [job] = run_sweep(jobfns.double, [{"x": 3}], mode="local", config=cfg)
+    job.wait(timeout=60)
+    settings = _settings(tmp_path / "settings.py", cfg)
+    out = _easylaunch(settings, "resubmit", "--current-code", job.id, cwd=tmp_path)
+    [again] = _resubmitted(out, settings)
+    assert again.result(timeout=60) == {"x": 3, "y": 6}
