@@ -69,7 +69,8 @@ def current_payload(launch: dict, code_dirs: list[str]) -> tuple[Any, bytes]:
         return command, pickle_payload(command, "the command", code_dirs)
     script = launch.get("script_name") or ""
     script_dir = os.path.dirname(script) or None
-    module = _module_now(name, script, launch["run_id"], code_dirs)
+    with _argv(launch.get("command_line") or [script]):
+        module = _module_now(name, script, launch["run_id"], code_dirs)
     function = _named(module, name, script)
     registered = name["module"] == "__main__"
     if registered:  # (the script's own functions travel by value, as __main__'s do)
@@ -92,6 +93,16 @@ def _pickled_name(bundle: Path, run_id: str) -> dict | None:
                           f"function does not load here ({exc!r}): launch its script again"
                           ) from exc
     return function_name(function)
+
+
+@contextlib.contextmanager
+def _argv(argv: list[str]) -> Iterator[None]:
+    """``sys.argv`` as the launch had it (a script may read it at import)."""
+    kept, sys.argv = sys.argv, list(argv)
+    try:
+        yield
+    finally:
+        sys.argv = kept
 
 
 def _module_now(name: dict, script: str, run_id: str, code_dirs: list[str]) -> Any:

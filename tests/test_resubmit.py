@@ -101,6 +101,7 @@ import helper
 from easylaunch import run_sweep
 
 OFFSET = {offset}
+MODE, SETTINGS = sys.argv[1:]  # (read at import: a resubmit imports it with the launch's argv)
 
 
 def train(doodad_config, variant):
@@ -108,8 +109,8 @@ def train(doodad_config, variant):
 
 
 if __name__ == "__main__":
-    jobs = run_sweep(train, [{{"x": 1}}, {{"x": 2}}], exp_name="fixme", mode=sys.argv[1],
-                     config=sys.argv[2])
+    jobs = run_sweep(train, [{{"x": 1}}, {{"x": 2}}], exp_name="fixme", mode=MODE,
+                     config=SETTINGS)
     print("launched", *(job.id for job in jobs))
 """
 BUGGY = "def scale(x):\n    raise ValueError('bug in scale')\n"
