@@ -44,13 +44,20 @@ def _needs(s: settings.Settings, *keys: str) -> list[str]:
     return [f"{key} is not set" for key in keys if not s[key]]
 
 
+def _batch_logs(s: settings.Settings, tool: str) -> list[str]:
+    """SSS_LOG_DIR, where a batch mode's batch is copied by hand (submitted over SSH or on a
+    login node, where ``tool`` is on PATH, the log folder has a default)."""
+    submitted = s.SSS_SUBMIT is not False and (s.DEFAULT_CLUSTER or shutil.which(tool))
+    return [] if submitted else _needs(s, "SSS_LOG_DIR")
+
+
 # What each mode needs in the settings, beyond the defaults.
 MODE_SETTINGS: dict[str, Callable[[settings.Settings], list[str]]] = {
-    "sss": lambda s: _needs(s, "SSS_LOG_DIR") + (
+    "sss": lambda s: _batch_logs(s, "sbatch") + (
         [] if s.SSS_CPU_IMAGE or s.SSS_GPU_IMAGE or s.SSS_IMAGE
         else ["SSS_CPU_IMAGE / SSS_GPU_IMAGE (or SSS_IMAGE, for both) not set"]),
-    "htp": lambda s: [] if s.DEFAULT_CLUSTER else _needs(s, "SSS_LOG_DIR"),  # (its log_dir)
-    "pbs_htp": lambda s: [] if s.DEFAULT_CLUSTER else _needs(s, "SSS_LOG_DIR"),
+    "htp": lambda s: _batch_logs(s, "sbatch"),
+    "pbs_htp": lambda s: _batch_logs(s, "qsub"),
     "ssh": lambda s: _needs(s, "SSH_DEFAULT_HOST"),
     "slurm_singularity": lambda s: _needs(s, "SINGULARITY_IMAGE"),
     "local_singularity": lambda s: _needs(s, "SINGULARITY_IMAGE"),

@@ -155,7 +155,7 @@ def test_doctor_without_a_settings_file_still_checks_each_mode():
     checked = _easylaunch("doctor")
     assert checked.returncode == 0, checked.stdout
     assert "no settings file found" in checked.stdout
-    assert "mode sss: SSS_LOG_DIR is not set" in checked.stdout  # the defaults, checked
+    assert "mode sss: SSS_CPU_IMAGE / SSS_GPU_IMAGE" in checked.stdout  # the defaults, checked
     assert "mode slurm: commands on PATH" in checked.stdout or \
         "mode slurm: not on PATH" in checked.stdout
 
