@@ -154,8 +154,10 @@ def ended_fields(entry: Entry) -> dict:
     from easylaunch.registry import NO_TIME
 
     # (NO_TIME and "": looked once, so a record without them is not read again)
-    fields = {"ended": NO_TIME, "reason": "", **record_fields(read_status(entry.log_dir))}
-    del fields["state"]
+    fields = {"ended": NO_TIME, "reason": ""}
+    if info := read_status(entry.log_dir):  # (none: its folder is gone, the row says more)
+        fields.update(record_fields(info))
+        del fields["state"]
     return fields
 
 

@@ -20,8 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from easylaunch.errors import EasyLaunchError
+from easylaunch_job.states import TERMINAL_STATES
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 OPEN_WAIT_SECONDS = 30
 NO_TIME = -1.0  # a time a run's record was read for and did not have
 DEFAULT_PATH = "easylaunch/registry.sqlite3"
@@ -178,13 +179,18 @@ class Registry:
                 added = [*(["restarts INTEGER NOT NULL DEFAULT 0"] if version < 2 else []),
                          *(["sweep TEXT", "started REAL", "ended REAL", "job_id TEXT"]
                            if version < 3 else []),
-                         *(["reason TEXT"] if version < 4 else []), "command TEXT"]
+                         *(["reason TEXT"] if version < 4 else []),
+                         *(["command TEXT"] if version < 5 else [])]
                 for column in added:
                     conn.execute(f"ALTER TABLE runs ADD COLUMN {column}")
                 if version < 3:
                     conn.execute("CREATE INDEX runs_by_sweep ON runs (sweep, created DESC)")
                     conn.execute("CREATE TABLE notices (key TEXT PRIMARY KEY, "
                                  "at REAL NOT NULL)")
+                # runs that ended before 6 may show 0 restarts where their record has some
+                # (wait_all wrote the state alone): the next look reads their records again
+                conn.execute(f"UPDATE runs SET ended = NULL WHERE state IN "
+                             f"({', '.join('?' * len(TERMINAL_STATES))})", sorted(TERMINAL_STATES))
                 conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             conn.execute("COMMIT")
         except BaseException:

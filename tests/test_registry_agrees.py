@@ -3,6 +3,7 @@ path saw them end: wait_all, Job.wait, ls, watch, status, cancel, the dashboard.
 once under max_restarts showed plain ``succeeded`` in ls and ``restarts=0`` in load_sweep
 after a wait_all (issue 39)."""
 
+import sqlite3
 import subprocess
 import sys
 
@@ -94,3 +95,18 @@ def test_a_run_killed_once_shows_its_restart_everywhere_after_wait_all(tmp_path)
         jobs[0].id: "succeeded", jobs[1].id: "failed"}
     groups, _ = views.runs_page(Registry(tmp_path / "registry.sqlite3"), views.Filters(), 1)
     assert {row.id: row.state for group in groups for row in group.rows} == expected
+
+
+def test_rows_an_older_wait_all_left_without_restarts_are_read_again(tmp_path):
+    """Registries of schema 5 hold runs whose wait_all wrote the state alone (and a later ls
+    the times): their records are read again once, so their restarts show."""
+    config, jobs = _launch(tmp_path)
+    wait_all(jobs)
+    path = tmp_path / "registry.sqlite3"
+    with sqlite3.connect(path) as old:  # as the older easylaunch left them
+        old.execute("UPDATE runs SET restarts = 0")
+        old.execute("PRAGMA user_version = 5")
+    listed = [line.split("\t") for line in cli(config, "ls").splitlines()[1:]]
+    assert {row[0]: row[3] for row in listed} == {
+        jobs[0].id: "succeeded (1 restart)", jobs[1].id: "failed (1 restart)"}
+    _rows_agree(tmp_path, jobs)
