@@ -140,7 +140,7 @@ def main() -> None:
         tmp = Path(tmp)
         settings = dict(LOCAL_LOG_DIR=str(tmp / "logs"),
                         REGISTRY_PATH=str(tmp / "registry.sqlite3"), LAUNCH_LINE=False,
-                        SLURM_PYTHON=sys.executable, SSS_SCRIPT_PATH=None,
+                        SLURM_PYTHON=sys.executable, SSS_SCRIPT_PATH=None, SSS_SUBMIT=False,
                         SLURM_DIRECTORY_FOR_JOB_SCRIPT=str(tmp / "cluster/batches"),
                         SSS_LOG_DIR=str(tmp / "cluster/logs"), CODE_DIRS_TO_MOUNT=[],
                         SLURM_CONFIGS=dict(cpu=dict(max_num_cores_per_node=os.cpu_count(),

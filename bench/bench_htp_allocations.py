@@ -90,6 +90,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(dir=os.path.expanduser("~")) as tmp:
         settings = dict(LOCAL_LOG_DIR=f"{tmp}/logs", REGISTRY_PATH=f"{tmp}/registry.sqlite3",
                         LAUNCH_LINE=False, SLURM_PYTHON=sys.executable, SSS_SCRIPT_PATH=None,
+                        SSS_SUBMIT=False,
                         SLURM_DIRECTORY_FOR_JOB_SCRIPT=f"{tmp}/cluster/batches",
                         SSS_LOG_DIR=f"{tmp}/cluster/logs", CODE_DIRS_TO_MOUNT=[])
         one, many = [], []

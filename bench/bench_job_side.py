@@ -59,6 +59,7 @@ def _folder_bytes(folder: Path) -> int:
 
 def bench_sss_bytes(root: Path, runs: int) -> tuple[float, float]:
     cfg = {"LOCAL_LOG_DIR": str(root / "sss-logs"), "SSS_LOG_DIR": "/cluster/logs",
+           "SSS_SUBMIT": False,
            "SLURM_DIRECTORY_FOR_JOB_SCRIPT": "/cluster/batches", "SSS_CPU_IMAGE": "/img.sif",
            "SSS_SCRIPT_PATH": str(root / "seed.sh")}
     jobs = run_sweep(stamp, [{"i": i} for i in range(runs)], mode="sss", config=cfg)
