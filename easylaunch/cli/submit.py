@@ -166,7 +166,7 @@ def add_submit(command: AddCommand) -> None:
     parser.add_argument("--wait", action="store_true",
                         help="wait for the runs to end (one run: its output streamed), say "
                         "how each ended, and exit with the command's exit code (several "
-                        "runs: 0 if all succeeded)")
+                        "runs: 0 if all succeeded, else the first failed run's)")
     parser.add_argument("command", nargs=argparse.REMAINDER,
                         help="-- then the command and its arguments")
     parser.set_defaults(func=_submit, usage_error=parser.error)
