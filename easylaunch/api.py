@@ -58,6 +58,7 @@ from easylaunch.rebuild import (
     function_name,
     in_folder,
     refuse_launches_while_importing,
+    script_argv,
     settings_now,
 )
 from easylaunch.registry import Registry, open_registry
@@ -270,6 +271,7 @@ class _Launch:
     variant_bytes: list[bytes]
     facts: Any  # what the mode's check learned
     again: tuple[dict, ...] = ()  # a resubmit's: launch.json fields of each run it reruns
+    script_argv: list[str] | None = None  # the launching script's (None: this process's)
 
     def bundle_spec(self, folder: Path) -> BundleSpec:
         """What every run of this launch shares, with its stores in ``folder``."""
@@ -295,6 +297,7 @@ class _Launch:
                          k: s[k] for k, source in s.sources.items()
                          if source.startswith(KEYWORDS_SOURCE)},
                      "function": function_name(request.method_call),
+                     "script_argv": self.script_argv or sys.argv,
                      "mode_options": self.mode_options, "use_gpu": o.use_gpu,
                      "gpu_id": o.gpu_id, "log_root": str(folder),
                      "slurm_config_name": o.slurm_config_name,
@@ -575,4 +578,4 @@ def _launch_again(olds: list[Job], settings: Settings, mode_obj: Mode, options: 
         function_bytes, [(j.log_dir / BUNDLE_DIR / VARIANT_PKL).read_bytes() for j in olds],
         None, tuple(dict(record, resubmitted_from=j.id,
                          sweep_index=j.launch_info.get("sweep_index", i))
-                    for i, j in enumerate(olds)))
+                    for i, j in enumerate(olds)), script_argv(launch))

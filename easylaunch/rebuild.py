@@ -69,7 +69,7 @@ def current_payload(launch: dict, code_dirs: list[str]) -> tuple[Any, bytes]:
         return command, pickle_payload(command, "the command", code_dirs)
     script = launch.get("script_name") or ""
     script_dir = os.path.dirname(script) or None
-    with _argv(launch.get("command_line") or [script]):
+    with _argv(script_argv(launch)):
         module = _module_now(name, script, launch["run_id"], code_dirs)
     function = _named(module, name, script)
     registered = name["module"] == "__main__"
@@ -93,6 +93,17 @@ def _pickled_name(bundle: Path, run_id: str) -> dict | None:
                           f"function does not load here ({exc!r}): launch its script again"
                           ) from exc
     return function_name(function)
+
+
+def script_argv(launch: dict) -> list[str]:
+    """The launching script's ``sys.argv`` (a run resubmitted as launched before launches
+    recorded it: the script's name alone)."""
+    saved = launch["request"].get("script_argv")
+    if saved:
+        return saved
+    if launch.get("resubmitted_from"):  # (its command_line is the resubmitting process's)
+        return [launch.get("script_name") or ""]
+    return launch.get("command_line") or []
 
 
 @contextlib.contextmanager
