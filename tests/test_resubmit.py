@@ -184,6 +184,9 @@ def test_a_fixed_script_runs_with_current_code_and_as_launched_without(
     assert before != after
     assert fixed[0].launch_info["resubmitted_with"] == {"code": "current",
                                                        "settings": "as launched"}
+    shown = _easylaunch(settings, "status", fixed[0].id, cwd=tmp_path).stdout
+    assert "code current, settings as launched" in shown
+    assert f"{after[:8]} ({project})" in shown
     assert {j.launch_info["sweep_id"] for j in fixed} == {sweep}
     assert {j.launch_info["launch_id"] for j in fixed} != {jobs[0].launch_info["launch_id"]}
 

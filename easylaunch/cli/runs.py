@@ -115,6 +115,10 @@ def status(args: argparse.Namespace) -> int:
         ("host", info.get("host") or launch.get("host")),
         ("backend", ", ".join(f"{k}={v}" for k, v in (launch.get("backend") or {}).items())),
         ("resubmitted from", launch.get("resubmitted_from")),
+        ("resubmitted with", ", ".join(
+            f"{k} {v}" for k, v in (launch.get("resubmitted_with") or {}).items())),
+        ("code snapshots", ", ".join(f"{s['digest'][:8]} ({s['source']})"
+                                     for s in launch.get("code_snapshots") or [])),
         ("git commits", launch.get("git_commits")), ("variant", entry.variant),
         ("command", shlex.join(launch["command"]) if "command" in launch else None),
         ("log dir", job.log_dir), ("stdout", job.stdout_path), ("stderr", job.stderr_path),
