@@ -201,3 +201,24 @@ def test_a_run_on_a_python_that_cannot_load_it_names_both_sides_versions(cfg, tm
     assert (f"pickled with Python 3.11 and cloudpickle {cloudpickle.__version__}. Start runs "
             f"with a Python 3.11 that has cloudpickle 3.x: set SLURM_PYTHON, PBS_PYTHON, "
             "SSS_PYTHON") in error
+
+
+def test_off_a_login_node_htp_writes_a_batch_whose_steps_name_no_placeholder(cfg, monkeypatch,
+                                                                           capsys):
+    monkeypatch.setenv("PATH", "/nonexistent")  # a laptop: no sbatch here
+    cfg.update(SSS_LOG_DIR="/scratch/me/logs", SSS_SCRIPT_PATH=None,
+               SLURM_CONFIGS=dict(cpu=dict(max_num_cores_per_node=4, time_in_mins=10)))
+    (job,) = run_sweep(jobfns.train, [{}], mode="htp", config=cfg)
+    backend = job.launch_info["backend"]
+    note = capsys.readouterr().err
+    assert "CLUSTER:" not in note
+    assert (f"  copy it:  copy {backend['batch_dir']}/ to {backend['cluster_batch_dir']}/ on "
+            "the cluster (SSS_CLUSTER_HOST=user@login-node makes this an rsync command)\n"
+            f"  then, on the cluster: bash {backend['cluster_batch_dir']}/submit.sh\n") in note
+    assert (Path(backend["batch_dir"]) / "submit.sh").read_text().splitlines()[4].startswith(
+        "submit() { python3 .blobs/")  # (a cluster this machine does not know)
+    with pytest.raises(NotSubmittedError, match="not submitted: copy "):
+        wait_all([job])
+    cfg["SSS_CLUSTER_HOST"] = "me@login.example.org"
+    run_sweep(jobfns.train, [{}], mode="htp", config=cfg, exp_name="named")
+    assert "  copy it:  rsync -a " in capsys.readouterr().err
