@@ -222,3 +222,16 @@ def test_off_a_login_node_htp_writes_a_batch_whose_steps_name_no_placeholder(cfg
     cfg["SSS_CLUSTER_HOST"] = "me@login.example.org"
     run_sweep(jobfns.train, [{}], mode="htp", config=cfg, exp_name="named")
     assert "  copy it:  rsync -a " in capsys.readouterr().err
+
+
+def test_a_batch_written_for_a_cluster_over_ssh_names_it_in_its_steps(remote_cfg, ssh_cluster,
+                                                                      capsys):
+    (job,) = run_sweep(jobfns.double, [{"x": 1}], mode="htp", config=remote_cfg,
+                       submit=False)
+    there = job.launch_info["backend"]["cluster_batch_dir"]
+    note = capsys.readouterr().err
+    assert f" easylaunch-test-cluster:{there}/\n" in note  # the rsync names the host
+    assert f"  then, on cluster 'test' (easylaunch-test-cluster): bash {there}/submit.sh\n" in note
+    submit = Path(job.launch_info["backend"]["batch_dir"], "submit.sh").read_text()
+    assert f"submit() {{ {ssh_cluster}/venv/bin/python .blobs/" in submit  # (~ made absolute)
+    assert not job.launch_info["backend"].get("slurm_job_id")

@@ -152,10 +152,11 @@ class BatchMode(ScheduledMode):
         if not submits:
             _check_writable_file("SSS_SCRIPT_PATH", self.settings.SSS_SCRIPT_PATH)
         self.packing.check(self, request)
-        if not submits:
+        if not submits and self.transport.is_local:
             self.scheduler.check_folder(self.cluster_batches(request))
             return None
-        # submitted here or over SSH: ask the cluster first (the folder checked there too)
+        # submitted here, or a cluster over SSH (submitted or not): ask it first (the folder
+        # checked there too, its paths made absolute)
         outside = self.packing.runs_outside(self, request)
         return self.preflight(self.cluster_batches(request),
                               self.batch_python(request) if outside else None, request,
@@ -352,10 +353,11 @@ class BatchMode(ScheduledMode):
             if path.suffix in (".sh", self.scheduler.SCRIPT_SUFFIX):
                 path.chmod(0o755)
         seed = self.settings.SSS_SCRIPT_PATH
-        if seed and prepared.facts is None:  # (doodad's list of what to submit by hand)
+        by_hand = not self.submits()
+        if seed and by_hand:  # (doodad's list of what to submit by hand)
             write_bytes_atomic(seed, SESSION.seed_script(
                 seed, layout.name, prepared.seed_lines).encode())
-        if prepared.facts is None:  # copied by hand: what the runs say until then
+        if by_hand:  # what the runs say until it is submitted
             fields = {run.run_id: {TO_SUBMIT: self.to_submit(layout, prepared.then)}
                       for run in runs}
         else:
@@ -364,7 +366,7 @@ class BatchMode(ScheduledMode):
                                    **prepared.facts.details} for run in runs}
         for index, run in enumerate(runs, start=len(earlier)):
             run.record_backend(**self.backend(layout, index), **fields[run.run_id])
-        if prepared.facts is None:  # copied by hand: how, once (submitted: the launch line)
+        if by_hand:  # how to submit, once (submitted: the launch line says where)
             print(f"easylaunch {self.name}: {len(runs)} run(s) added to the batch in "
                   f"{layout.local_dir} ({len(earlier) + len(runs)} in all); copy it once the "
                   "script has launched them all" if earlier else
