@@ -332,8 +332,8 @@ def test_a_folder_there_that_cannot_be_written_or_is_full_is_refused(remote_cfg,
 
 
 def test_sbatch_refusing_the_job_there_leaves_no_run_looking_submitted(remote_cfg):
-    remote_cfg["SLURM_CONFIGS"]["cpu"]["partition"] = "no-such-partition"
-    with pytest.raises(LaunchError, match="sbatch refused .* on cluster 'test'.*partition"):
+    remote_cfg["SLURM_CONFIGS"]["cpu"]["extra_flags"] = "--constraint=no-such-feature"
+    with pytest.raises(LaunchError, match="sbatch refused .* on cluster 'test'.*feature"):
         run_sweep(jobfns.double, [{"x": 1}, {"x": 2}], mode="slurm", config=remote_cfg)
     from easylaunch.registry import open_registry
 

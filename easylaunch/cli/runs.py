@@ -176,7 +176,7 @@ def logs(args: argparse.Namespace) -> int:
     shown = bool(text.strip())
     if args.follow:
         start = path.stat().st_size if path.exists() else 0
-        shown = follow(job, [(path, sys.stdout)], [start])[0] > start or shown
+        shown = follow_logs(job, [(path, sys.stdout)], [start])[0] > start or shown
     if not args.stderr and not shown:
         _say_error(job)
     return 0
@@ -192,7 +192,7 @@ def _say_error(job) -> None:
         print(info["error"].rstrip())
 
 
-def follow(job, logs: list[tuple[Path, TextIO]], offsets: list[int] | None = None
+def follow_logs(job, logs: list[tuple[Path, TextIO]], offsets: list[int] | None = None
            ) -> list[int]:
     """Copy what the run adds to its logs (each path to its stream) until it ends, from
     ``offsets`` (default: the start); where each log then ends. Ctrl-C raises the

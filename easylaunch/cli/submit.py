@@ -18,6 +18,7 @@ from typing import Any
 from easylaunch.cli.shared import AddCommand, count
 from easylaunch.errors import EasyLaunchError
 from easylaunch.reasons import reason_of
+from easylaunch_job.environment import shell_exit_code
 
 # CLI flag -> launch keyword, for the resources most launches name
 RESOURCE_FLAGS = {"time": "time_in_mins", "partition": "partition", "nodes": "n_nodes",
@@ -99,11 +100,11 @@ def _wait(jobs: list) -> int:
     stderr to stderr); then each run's state line. The exit code: the command's (several
     runs: the first that did not succeed's)."""
     from easylaunch import wait_all
-    from easylaunch.cli.runs import follow
+    from easylaunch.cli.runs import follow_logs
 
     if len(jobs) == 1:
         logs = [(jobs[0].stdout_path, sys.stdout), (jobs[0].stderr_path, sys.stderr)]
-        for (path, out), end in zip(logs, follow(jobs[0], logs), strict=True):
+        for (path, out), end in zip(logs, follow_logs(jobs[0], logs), strict=True):
             if end and _last_byte(path, end) != b"\n":  # (the state line goes on a line of its own)
                 print(file=out)
     else:
@@ -112,7 +113,7 @@ def _wait(jobs: list) -> int:
     for job in jobs:
         info = job.info()
         print(f"easylaunch: {end_line(job.id, info)}", file=sys.stderr)
-        codes.append(exit_code(info))
+        codes.append(shell_code(info))
     return next((code for code in codes if code), 0)
 
 
@@ -130,14 +131,14 @@ def end_line(run_id: str, info: dict) -> str:
             + (f": {reason}" if (reason := reason_of(info)) else ""))
 
 
-def exit_code(info: dict) -> int:
+def shell_code(info: dict) -> int:
     """A command run's exit code as a shell's (killed by a signal: 128 + its number); 0 only
     for a run that succeeded, 1 for a run that ended otherwise without one."""
     code = info.get("exit_code")
     if info.get("state") == "succeeded":
         return 0
     if isinstance(code, int) and not isinstance(code, bool) and code:
-        return code if code > 0 else 128 - code
+        return shell_exit_code(code)
     return 1
 
 
