@@ -31,15 +31,19 @@ def test_a_sweep_is_one_job_array(pbs_cfg):
     assert len({j.info()["job_id"] for j in jobs}) == 3
 
 
-def test_a_run_that_never_started_is_settled_by_qstat(pbs_cfg):
-    pbs_cfg["PBS_PYTHON"] = "/nonexistent/python3"
+def test_a_run_that_never_started_is_settled_by_qstat(pbs_cfg, tmp_path):
+    python = tmp_path / "gone" / "python3"  # there at launch (the preflight asks it), not after
+    python.parent.mkdir()
+    python.symlink_to(sys.executable)
+    pbs_cfg["PBS_PYTHON"] = str(python)
     job = run_experiment(jobfns.train, mode="pbs", config=pbs_cfg)
+    python.unlink()
     assert "[" not in job.launch_info["backend"]["pbs_job_id"]  # one run: a plain job
     assert job.wait(timeout=120) is JobState.FAILED
     error = job.info()["error"]
     assert re.search(r"PBS job \d+ ended without the run recording an outcome; see .*stderr.log",
                      error), error
-    assert "/nonexistent/python3" in (job.log_dir / "stderr.log").read_text()
+    assert str(python) in (job.log_dir / "stderr.log").read_text()
 
 
 def test_an_element_cancelled_before_it_started_never_runs(pbs_cfg):
