@@ -32,12 +32,12 @@ def test_a_sweep_is_one_job_array(pbs_cfg):
 
 
 def test_a_run_that_never_started_is_settled_by_qstat(pbs_cfg, tmp_path):
-    python = tmp_path / "gone" / "python3"  # there at launch (the preflight asks it), not after
-    python.parent.mkdir()
-    python.symlink_to(sys.executable)
+    venv = tmp_path / "venv"  # this venv, there at launch (the preflight asks it), not after
+    venv.symlink_to(Path(sys.executable).parent.parent)
+    python = venv / "bin" / "python"
     pbs_cfg["PBS_PYTHON"] = str(python)
     job = run_experiment(jobfns.train, mode="pbs", config=pbs_cfg)
-    python.unlink()
+    venv.unlink()
     assert "[" not in job.launch_info["backend"]["pbs_job_id"]  # one run: a plain job
     assert job.wait(timeout=120) is JobState.FAILED
     error = job.info()["error"]
