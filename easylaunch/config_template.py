@@ -159,7 +159,8 @@ SSH_PRIVATE_KEY: str | None = None
 
 # Named resource requests; ``slurm_config_name=`` picks one, else "gpu" when use_gpu, else "cpu".
 # Fields: account_name, partition, n_gpus, max_num_cores_per_node (htp's CPUs an allocation
-# takes of a node; None: what a node of the partition has, asked of sinfo), n_cpus_per_task,
+# takes of a node, and the cores a node gives a run's tasks; None: what a node of the partition
+# has, asked of sinfo, or one node for a batch written to copy), n_cpus_per_task,
 # time_in_mins, n_nodes (None: enough nodes for the cores asked), mem ("16G"), qos, constraint,
 # gpu_string (":A100" asks for --gres=gpu:A100:N), extra_flags (sbatch options). One launch can
 # replace some: run_experiment(..., partition=, time_in_mins=, mem=, account=, qos=,

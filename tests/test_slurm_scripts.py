@@ -20,6 +20,7 @@ from easylaunch.modes.jobscript import (
 )
 from easylaunch.modes.scheduled.htp import ansi_c_quote
 from easylaunch.schedulers import slurm, slurm_queue
+from easylaunch.schedulers.nodes import Nodes
 from easylaunch_job.submission import sbatch_job_id
 
 CONFIGS = dict(
@@ -61,6 +62,29 @@ def test_nodes_follow_the_cores_asked_for():
         {"c": dict(time_in_mins=5, n_cpus_per_task=4, max_num_cores_per_node=8)}, "c", False,
         n_tasks=5)
     assert res.nodes == 3  # ceil(5 * 4 / 8)
+
+
+def test_tasks_go_on_one_node_until_the_cluster_says_what_a_node_has():
+    cfg = {"g": dict(time_in_mins=5, partition="gpu", n_gpus=2, n_cpus_per_task=2)}
+    res = slurm.resolve_resources(cfg, "g", True, n_tasks=2)
+    assert (res.nodes, res.tasks) == (1, 2)  # (no max_num_cores_per_node: one node)
+    gpu = [Nodes("gpu", 8, 32, 256000, {"": 4})]
+    assert slurm.fit(res, gpu, packs=False).nodes == 1
+    small = [Nodes("gpu", 8, 2, 8000, {"": 4})]  # a node has CPUs for one task
+    assert slurm.fit(res, small, packs=False).nodes == 2
+    given = slurm.resolve_resources({"g": {**cfg["g"], "n_nodes": 1}}, "g", True, n_tasks=2)
+    with pytest.raises(LaunchError, match="asks 4 CPUs on a node"):
+        slurm.fit(given, small, packs=False)  # (n_nodes as written: refused, not changed)
+
+
+def test_a_two_gpu_run_asks_one_node(tmp_path):
+    configs = {"gpu": dict(partition="gpu", n_gpus=2, n_cpus_per_task=2, time_in_mins=5,
+                           max_num_cores_per_node=None, n_nodes=None)}
+    cfg = batch_settings(tmp_path, SLURM_CONFIGS=configs)
+    (job,) = run_sweep(jobfns.train, [{}], mode="sss", use_gpu=True, config=cfg)
+    script = (Path(job.launch_info["backend"]["batch_dir"]) / f"{job.id}.sbatch").read_text()
+    assert "#SBATCH --nodes=1\n#SBATCH --ntasks=2\n" in script
+    assert "#SBATCH --gres=gpu:2\n" in script
 
 
 def test_sbatch_header_golden():

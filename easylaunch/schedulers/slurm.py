@@ -55,6 +55,9 @@ class Resources:
     mem: str | None = None  # --mem, e.g. "16G"
     qos: str | None = None
     constraint: str | None = None  # node features, e.g. "a100|h100"
+    # n_nodes and max_num_cores_per_node both unset: the tasks go on one node until
+    # :func:`fit` sizes the nodes from what sinfo says a node has.
+    nodes_open: bool = False
 
 
 def resolve_resources(configs: dict, name: str | None, use_gpu: bool,
@@ -90,9 +93,12 @@ def resolve_resources(configs: dict, name: str | None, use_gpu: bool,
                           "is refused (as doodad does: the GPU would starve for data loading); "
                           "set n_cpus_per_task to 2 or more")
     nodes = ints["n_nodes"]
-    if nodes is None:
-        per_node = ints["max_num_cores_per_node"] or ints["n_cpus_per_task"]
-        nodes = max(1, math.ceil(n_tasks * ints["n_cpus_per_task"] / per_node))
+    nodes_open = nodes is None and ints["max_num_cores_per_node"] is None
+    if nodes_open:
+        nodes = 1  # (nothing known of the nodes yet: one node; see fit)
+    elif nodes is None:
+        nodes = max(1, math.ceil(n_tasks * ints["n_cpus_per_task"]
+                                 / ints["max_num_cores_per_node"]))
     extra = cfg.get("extra_flags") or ""
     if not isinstance(extra, str):
         raise LaunchError(f"{where}: extra_flags must be a string of sbatch options")
@@ -115,7 +121,7 @@ def resolve_resources(configs: dict, name: str | None, use_gpu: bool,
                      ints["n_cpus_per_task"], ints["time_in_mins"], nodes, n_tasks, extra,
                      ints["max_num_cores_per_node"], gpu_string.lstrip(":"),
                      None if mem is None else amount[1] + amount[2].upper(),
-                     words["qos"], words["constraint"])
+                     words["qos"], words["constraint"], nodes_open)
 
 
 def time_minutes(value: object, what: str) -> int:
@@ -357,13 +363,18 @@ def read_nodes(answers: list[dict]) -> list[cluster_nodes.Nodes]:
 
 def fit(res: Resources, nodes: Sequence[cluster_nodes.Nodes], packs: bool) -> Resources:
     """``res`` refused where no node of its partition can give it (CPUs, GPUs and memory a
-    node, nodes, the partition's time limit); ``packs`` (htp): max_num_cores_per_node is
+    node, nodes, the partition's time limit); a run of several tasks that set neither
+    n_nodes nor max_num_cores_per_node gets as many nodes as its tasks' CPUs need of the
+    partition's smallest node; ``packs`` (htp): max_num_cores_per_node is
     what one allocation asks of a node, and defaults to what the partition's smallest node
     has."""
     where = f"SLURM_CONFIGS[{res.config_name!r}]"
     chosen = cluster_nodes.partition(nodes, res.partition, where)
     if not chosen:
         return res
+    if res.nodes_open and res.tasks > 1:  # as many nodes as the tasks' CPUs need
+        fits = max(1, min(n.cpus for n in chosen) // res.cpus_per_task)
+        res = dataclasses.replace(res, nodes=-(-res.tasks // fits))
     per_node = -(-res.tasks // res.nodes)
     ask = cluster_nodes.Ask(
         where, (per_node * res.cpus_per_task,
