@@ -152,13 +152,11 @@ class Job:
 
         deadline = None if timeout is None else time.monotonic() + timeout
         delay = 0.01
-        before = None
         try:
             while True:
                 state = self.status()
-                before = state if before is None else before
                 if state.terminal:
-                    self._record_end_once(before)
+                    self._record_end_once()
                     return state
                 if deadline is not None and time.monotonic() >= deadline:
                     return state
@@ -168,14 +166,14 @@ class Job:
         except KeyboardInterrupt:
             raise interrupted([self]) from None
 
-    def _record_end_once(self, before: JobState) -> None:
-        """Write the run's end to the registry, once for this handle (``before``: its state
-        when this wait began)."""
+    def _record_end_once(self) -> None:
+        """Write the run's end to the registry (and tell it, if its row was open), once for
+        this handle."""
         from easylaunch.refresh import record_ends
 
         if not self._end_recorded:
             self._end_recorded = True
-            record_ends([self], {self.id: before.value})
+            record_ends([self])
 
     def result(self, timeout: float | None = None) -> Any:
         """The function's return value; raises its exception if it failed."""

@@ -88,10 +88,10 @@ def _error(entry: Entry) -> str:
 
 
 def tell_ends(registry: Registry, jobs: Iterable[Job], before: Mapping[str, str]) -> None:
-    """After a look at ``jobs`` (whose registry states were ``before``) wrote their states to
-    the registry: tell each sweep whose last open run just ended, and each run that just
-    failed where NOTIFY_FAILED_RUNS asks, once."""
-    ended = [job for job in jobs if not JobState(before.get(job.id, "queued")).terminal
+    """After a look at ``jobs`` (whose registry states were ``before``; a run with no row
+    there is not told) wrote their states to the registry: tell each sweep whose last open
+    run just ended, and each run that just failed where NOTIFY_FAILED_RUNS asks, once."""
+    ended = [job for job in jobs if job.id in before and not JobState(before[job.id]).terminal
              and job.recorded_state().terminal]
     sweeps: dict[str, Job] = {}
     for job in ended:

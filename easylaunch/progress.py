@@ -58,7 +58,6 @@ def wait_all(jobs: Iterable[Job], timeout: float | None = None,
     deadline = None if timeout is None else started + timeout
     pending, last_refresh = list(jobs), started
     states = {job.id: job.recorded_state() for job in jobs}
-    before = {run_id: state.value for run_id, state in states.items()}
     try:
         with state_bar(len(jobs), "runs") as show:
             while pending and (deadline is None or time.monotonic() < deadline):
@@ -78,7 +77,7 @@ def wait_all(jobs: Iterable[Job], timeout: float | None = None,
     except KeyboardInterrupt:
         raise interrupted(pending) from None
     final = [j.status() for j in jobs]
-    record_ends(jobs, before)
+    record_ends(jobs)
     if len(jobs) > 1 and sys.stderr.isatty():
         print(f"{len(jobs)} runs: {_counts(s.value for s in final)} (waited "
               f"{time.monotonic() - started:.0f} s)", file=sys.stderr)

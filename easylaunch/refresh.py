@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import sqlite3
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -42,14 +42,16 @@ def job_for(registry: Registry, entry: Entry) -> Job:
 
     job = Job.from_run_dir(entry.log_dir)
     job.status()
-    write_records(registry, [job], {entry.id: entry.state})
+    write_records(registry, [job])
     return job
 
 
-def write_records(registry: Registry, jobs: Sequence[Job], before: Mapping[str, str]) -> None:
+def write_records(registry: Registry, jobs: Sequence[Job]) -> None:
     """Write what these runs' records say to the registry (:func:`record_fields`, the same
-    fields whichever path looks) and tell the ends this brought (NOTIFY_*); ``before``: their
-    registry states until now. A run whose record cannot be read now is left as it was."""
+    fields whichever path looks) and tell the ends this brought (NOTIFY_*): the runs whose
+    rows were open until now, whoever saw the end first (a wait that began after it, as
+    ``logs -f`` and ``submit --wait`` do, still tells it). A run whose record cannot be read
+    now is left as it was."""
     from easylaunch import notify
     from easylaunch.jobs import DamagedRecordError
 
@@ -58,11 +60,12 @@ def write_records(registry: Registry, jobs: Sequence[Job], before: Mapping[str, 
         with contextlib.suppress(DamagedRecordError, OSError):
             changes.append((job.id, record_fields(job.info())))
     with contextlib.suppress(sqlite3.Error):  # the rows are a cache; a full disk keeps them old
+        before = registry.states(job.id for job in jobs)
         registry.update_many(changes)
         notify.tell_ends(registry, jobs, before)
 
 
-def record_ends(jobs: Sequence[Job], before: Mapping[str, str]) -> None:
+def record_ends(jobs: Sequence[Job]) -> None:
     """:func:`write_records` to each run's own registry (REGISTRY_PATH of its settings), as
     ``wait_all`` and ``Job.wait`` do when they saw runs end."""
     from easylaunch.registry import open_registry
@@ -72,7 +75,7 @@ def record_ends(jobs: Sequence[Job], before: Mapping[str, str]) -> None:
         by_registry.setdefault(job.mode.settings.REGISTRY_PATH or "", []).append(job)
     for path, group in by_registry.items():
         with contextlib.suppress(sqlite3.Error, EasyLaunchError, OSError):
-            write_records(open_registry(path or None), group, before)
+            write_records(open_registry(path or None), group)
 
 
 def cancel_entry(registry: Registry, entry: Entry, timeout: float) -> tuple[JobState, bool]:
@@ -115,7 +118,7 @@ def cancel_entries(registry: Registry, entries: Sequence[Entry], timeout: float
         stopping += [job for job in live if job.id not in failures]
     outcome.update((job.id, (state, True))  # (wait_all writes them to the registry)
                    for job, state in zip(stopping, wait_all(stopping, timeout, 1.0), strict=True))
-    write_records(registry, ended, {e.id: e.state for e in entries})
+    write_records(registry, ended)
     return [(entry, *outcome[entry.id]) for entry in entries]
 
 

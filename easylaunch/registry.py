@@ -333,6 +333,16 @@ class Registry:
                 found[sweep].append(state)
         return found
 
+    def states(self, run_ids: Iterable[str]) -> dict[str, str]:
+        """These runs' registry states (runs it has no row for left out)."""
+        run_ids = list(dict.fromkeys(run_ids))
+        found: dict[str, str] = {}
+        for start in range(0, len(run_ids), 500):
+            part = run_ids[start:start + 500]
+            found.update(self.db.execute(
+                f"SELECT id, state FROM runs WHERE id IN ({', '.join('?' * len(part))})", part))
+        return found
+
     def forget(self, run_ids: Iterable[str]) -> int:
         """Delete these runs' rows (their folders are left alone); how many were deleted."""
         with self.db:

@@ -92,3 +92,32 @@ def test_a_webhook_that_fails_is_said_without_its_url(tmp_path, capsys):
     listed = _cli(config, "ls")
     assert listed.returncode == 0 and job.id in listed.stdout
     assert "SECRET-TOKEN" not in listed.stderr + listed.stdout
+
+
+def test_a_failed_run_that_submit_wait_or_logs_f_sees_end_is_told_once(tmp_path, hook):
+    """``submit --wait`` and ``logs -f`` write the end after they saw it: the notice still
+    goes out (once; a later ``ls`` finds it told)."""
+    url, received = hook
+    told = tmp_path / "told.jsonl"
+    command = [sys.executable, "-c", f"import sys; open({str(told)!r}, 'a').write("
+               "sys.stdin.read() + '\\n')"]
+    config = settings_file(tmp_path, NOTIFY_COMMAND=command, NOTIFY_WEBHOOK=url,
+                           NOTIFY_FAILED_RUNS=True)
+    waited = _cli(config, "submit", "--wait", "--", "bash", "-c", "exit 3")
+    run_id = waited.stdout.split()[0]
+    assert waited.returncode == 3
+    assert _cli(config, "ls").returncode == 0
+    lines = [json.loads(line) for line in told.read_text().splitlines()]
+    failed = [m for m in lines if m["event"] == "run_failed"]
+    assert [m["id"] for m in failed] == [run_id]
+    assert "code 3" in failed[0]["error"]
+    assert [m["id"] for m in received if m["event"] == "run_failed"] == [run_id]
+    # logs -f of a run that ended while nobody looked
+    (job,) = run_sweep(jobfns.fail_unless_exists, [{"path": "/nonexistent"}],
+                       exp_name="followed", config=config)
+    assert wait_for(lambda: job.recorded_state().terminal, 60)
+    assert _cli(config, "logs", "-f", job.id).returncode == 0
+    assert _cli(config, "ls").returncode == 0
+    assert [m["id"] for m in received if m["event"] == "run_failed"] == [run_id, job.id]
+    assert [m["sweep"] for m in received if m["event"] == "sweep_ended"
+            ].count(job.launch_info["sweep_id"]) == 1
