@@ -14,8 +14,12 @@ import pytest
 from helpers import wait_for, write_settings
 
 from easylaunch import JobState, LaunchError, run_experiment, run_sweep
+from easylaunch.hosts.transport import HostError, LocalTransport
+from easylaunch.refresh import cancel_entries
+from easylaunch.registry import open_registry
 from easylaunch.schedulers import nodes, pbs_queue, slurm_queue
 from easylaunch.schedulers.nodes import Nodes
+from easylaunch.settings import load_settings
 
 # sinfo_command()'s output on this machine's one-node cluster (scripts/slurm-up.sh).
 SINFO_HERE = "debug*|2|8000|(null)|infinite|1\n"
@@ -204,6 +208,29 @@ def test_cancelling_a_waiting_htp_sweep_removes_its_allocation(htp_cfg, node_hel
     assert out.returncode == 0, out
     assert [j.status() for j in jobs] == [JobState.CANCELLED] * 4
     assert _allocation_gone(allocation), _squeue(allocation)
+
+
+def test_cancel_stands_when_the_allocation_cannot_be_asked_about(slurm_cfg, node_held,
+                                                                  tmp_path, monkeypatch):
+    cfg = dict(slurm_cfg, SSS_SCRIPT_PATH=None)
+    jobs = run_sweep(jobfns.double, [{"x": i} for i in range(2)], mode="htp", config=cfg)
+    allocation = jobs[0].launch_info["backend"]["slurm_job_id"]
+    try:
+        real = LocalTransport.run_ops
+
+        def failing(self, ops):
+            if any(op["op"] == "open_tasks" for op in ops):
+                raise HostError("the cluster stopped answering")
+            return real(self, ops)
+
+        monkeypatch.setattr(LocalTransport, "run_ops", failing)
+        registry = open_registry(load_settings(cfg).REGISTRY_PATH)
+        with pytest.warns(UserWarning, match=rf"remove it by hand: scancel {allocation}"):
+            ended = cancel_entries(registry, [registry.find(j.id) for j in jobs], 30)
+        assert [state for _, state, _ in ended] == [JobState.CANCELLED] * 2
+        assert {registry.find(j.id).state for j in jobs} == {"cancelled"}
+    finally:
+        subprocess.run(["scancel", allocation], check=False)
 
 
 def test_cancelling_a_running_htp_sweep_ends_its_allocation_and_some_runs_go_on(

@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import shlex
 import sys
+import warnings
 
 from easylaunch import launchers
 from easylaunch.bundle import BLOB_STORE, Run, blob_name
 from easylaunch.errors import EasyLaunchError, LaunchError
+from easylaunch.hosts.transport import HostError
 from easylaunch.jobpack import job_archive
 from easylaunch.jobs import Job
 from easylaunch.modes.base import Composed
@@ -197,7 +199,16 @@ def cancel(mode: BatchMode, jobs: list[Job]) -> tuple[dict[str, EasyLaunchError]
             tasks.append((job, f"{backend['cluster_batch_dir']}/{TASK_STATE}",
                           backend["task_index"]))
     failures.update(mode.cancel_packed(tasks))
-    end_idle_allocations(mode, [job for job, _, _ in tasks if job.id not in failures])
+    cancelled = [job for job, _, _ in tasks if job.id not in failures]
+    try:
+        end_idle_allocations(mode, cancelled)
+    except HostError as exc:  # (the runs are cancelled: their allocations are a best effort)
+        held = sorted({job_id for job in cancelled if (job_id := mode.job_id(job))})
+        warnings.warn(f"the runs are cancelled, but whether their allocation(s) "
+                      f"{', '.join(held)} still wait could not be asked ({exc}); where one "
+                      "waits with nothing left to run, remove it by hand: "
+                      + "; ".join(shlex.join(mode.scheduler.cancel_command(job_id))
+                                  for job_id in held), UserWarning, stacklevel=2)
     return failures, []
 
 
