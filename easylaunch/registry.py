@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from easylaunch.errors import EasyLaunchError
+from easylaunch_job.records import read_status
 from easylaunch_job.states import TERMINAL_STATES
 
 SCHEMA_VERSION = 6
@@ -187,10 +188,8 @@ class Registry:
                     conn.execute("CREATE INDEX runs_by_sweep ON runs (sweep, created DESC)")
                     conn.execute("CREATE TABLE notices (key TEXT PRIMARY KEY, "
                                  "at REAL NOT NULL)")
-                # runs that ended before 6 may show 0 restarts where their record has some
-                # (wait_all wrote the state alone): the next look reads their records again
-                conn.execute(f"UPDATE runs SET ended = NULL WHERE state IN "
-                             f"({', '.join('?' * len(TERMINAL_STATES))})", sorted(TERMINAL_STATES))
+                if version < 6:
+                    _restarts_again(conn)
                 conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             conn.execute("COMMIT")
         except BaseException:
@@ -360,6 +359,20 @@ class Registry:
         """The experiment names of the registered runs, most recently launched first."""
         return [r[0] for r in self.db.execute(
             "SELECT exp_name FROM runs GROUP BY exp_name ORDER BY MAX(created) DESC")]
+
+
+def _restarts_again(conn: sqlite3.Connection) -> None:
+    """Runs that ended before schema 6 may show 0 restarts where their record has some
+    (wait_all wrote the state alone): their restarts read again from their records, once,
+    the rest of the row (end time, reason) left as it was; a run whose record is gone keeps
+    its row as it is."""
+    rows = conn.execute(f"SELECT id, log_dir FROM runs WHERE restarts = 0 AND state IN "
+                        f"({', '.join('?' * len(TERMINAL_STATES))})",
+                        sorted(TERMINAL_STATES)).fetchall()
+    for run_id, log_dir in rows:
+        restarts = read_status(log_dir).get("restarts")
+        if isinstance(restarts, list) and restarts:
+            conn.execute("UPDATE runs SET restarts = ? WHERE id = ?", (len(restarts), run_id))
 
 
 def _escape_like(text: str) -> str:

@@ -3,6 +3,7 @@ path saw them end: wait_all, Job.wait, ls, watch, status, cancel, the dashboard.
 once under max_restarts showed plain ``succeeded`` in ls and ``restarts=0`` in load_sweep
 after a wait_all (issue 39)."""
 
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -99,14 +100,22 @@ def test_a_run_killed_once_shows_its_restart_everywhere_after_wait_all(tmp_path)
 
 def test_rows_an_older_wait_all_left_without_restarts_are_read_again(tmp_path):
     """Registries of schema 5 hold runs whose wait_all wrote the state alone (and a later ls
-    the times): their records are read again once, so their restarts show."""
+    the times): their records are read again once, so their restarts show; a run whose
+    folder is gone keeps its row as it was (its end time and reason not lost)."""
     config, jobs = _launch(tmp_path)
-    wait_all(jobs)
+    (gone,) = run_sweep(jobfns.die_on_attempts, [{"die_on": [1, 2]}], exp_name="gone",
+                        max_restarts=1, config=config)
+    wait_all([*jobs, gone])
     path = tmp_path / "registry.sqlite3"
+    kept = Registry(path).find(gone.id)
+    assert kept.ended and "SIGKILL" in kept.reason
+    shutil.rmtree(gone.log_dir)
     with sqlite3.connect(path) as old:  # as the older easylaunch left them
         old.execute("UPDATE runs SET restarts = 0")
         old.execute("PRAGMA user_version = 5")
     listed = [line.split("\t") for line in cli(config, "ls").splitlines()[1:]]
-    assert {row[0]: row[3] for row in listed} == {
+    assert {row[0]: row[3] for row in listed if row[0] != gone.id} == {
         jobs[0].id: "succeeded (1 restart)", jobs[1].id: "failed (1 restart)"}
     _rows_agree(tmp_path, jobs)
+    after = Registry(path).find(gone.id)
+    assert (after.state, after.ended, after.reason) == (kept.state, kept.ended, kept.reason)
