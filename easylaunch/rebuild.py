@@ -19,12 +19,15 @@ from typing import Any
 import cloudpickle
 
 from easylaunch.errors import LaunchError
+from easylaunch.importable import PROVIDED, _installed
 from easylaunch.payload import pickle_payload
 from easylaunch.settings import ConfigArg, Settings, load_settings, override
 from easylaunch_job.command import Command
 from easylaunch_job.records import BUNDLE_DIR, FUNCTION_PKL
 
 KEYWORDS_SOURCE = "run_experiment keywords"  # (how api names the settings a launch's keywords set)
+SCRIPT_MODULE = "easylaunch_script_"  # (the launching script's name, imported as a module)
+MAIN_MODULES = ("__main__", "__mp_main__")
 _importing: list[str] = []  # the script being imported to find a function in, if any
 
 
@@ -69,18 +72,65 @@ def current_payload(launch: dict, code_dirs: list[str]) -> tuple[Any, bytes]:
         return command, pickle_payload(command, "the command", code_dirs)
     script = launch.get("script_name") or ""
     script_dir = os.path.dirname(script) or None
-    with _argv(script_argv(launch)):
-        module = _module_now(name, script, launch["run_id"], code_dirs)
-    function = _named(module, name, script)
-    registered = name["module"] == "__main__"
-    if registered:  # (the script's own functions travel by value, as __main__'s do)
-        cloudpickle.register_pickle_by_value(module)
+    with _fresh_modules([script_dir or "", *code_dirs, os.getcwd()]):
+        with _argv(script_argv(launch)):
+            module = _module_now(name, script, launch["run_id"], code_dirs)
+        function = _named(module, name, script)
+        registered = name["module"] == "__main__"
+        if registered:  # (the script's own functions travel by value, as __main__'s do)
+            cloudpickle.register_pickle_by_value(module)
+        try:
+            return function, pickle_payload(function, "the function", code_dirs, script_dir)
+        finally:
+            if registered:
+                cloudpickle.unregister_pickle_by_value(module)
+
+
+@contextlib.contextmanager
+def _fresh_modules(folders: list[str]) -> Iterator[None]:
+    """Inside, the Python modules this process imported from ``folders`` (the launching
+    script's, the code folders, the launch's working folder) are imported again from their
+    files as they are now: a process that imported them before (a notebook, a script that
+    launched and now resubmits) finds and pickles the code as it is now, not as it imported
+    it. Afterwards the process has its own modules back (what it holds keeps its identity:
+    its later launches pickle them as before), and none of theirs imported inside."""
+    roots = tuple(os.path.join(os.path.realpath(f), "") for f in folders if f)
+    # (installed packages stay: all but a folder that holds one of ``folders``, such as a
+    # project an old editable install put on the path)
+    installed = tuple(os.path.join(str(f), "") for f in _installed())
+    installed = tuple(f for f in installed if not any(r.startswith(f) for r in roots))
+
+    def from_folders(name: str, module: Any) -> bool:
+        return _reimportable(name, module, roots, installed)
+
+    kept = {name: sys.modules.pop(name) for name, module in list(sys.modules.items())
+            if from_folders(name, module)}
+    importlib.invalidate_caches()  # (files added since the process last looked)
     try:
-        return function, pickle_payload(function, "the function", code_dirs, script_dir)
+        yield
     finally:
-        if registered:
-            cloudpickle.unregister_pickle_by_value(module)
-            sys.modules.pop(module.__name__, None)
+        for name, module in list(sys.modules.items()):
+            if from_folders(name, module) or name.startswith(SCRIPT_MODULE):
+                del sys.modules[name]
+        sys.modules.update(kept)
+        for name, module in kept.items():  # (a package's attribute names its module again)
+            parent, _, child = name.rpartition(".")
+            if parent in sys.modules:
+                with contextlib.suppress(AttributeError, TypeError):
+                    setattr(sys.modules[parent], child, module)
+
+
+def _reimportable(name: str, module: Any, roots: tuple[str, ...],
+                  installed: tuple[str, ...]) -> bool:
+    """Whether ``module`` is Python source under one of ``roots`` that can be imported again:
+    not ``__main__``, easylaunch's own, an ``installed`` package's, or a C extension (which
+    cannot be imported twice)."""
+    path = getattr(module, "__file__", None)
+    if (not isinstance(path, str) or not path.endswith(".py") or name in MAIN_MODULES
+            or name.split(".")[0] in PROVIDED):
+        return False
+    path = os.path.realpath(path)
+    return path.startswith(roots) and not path.startswith(installed)
 
 
 def _pickled_name(bundle: Path, run_id: str) -> dict | None:
@@ -131,7 +181,7 @@ def _module_now(name: dict, script: str, run_id: str, code_dirs: list[str]) -> A
     try:
         if name["module"] != "__main__":
             return importlib.import_module(name["module"])
-        module_name = f"easylaunch_script_{uuid.uuid4().hex[:8]}"
+        module_name = f"{SCRIPT_MODULE}{uuid.uuid4().hex[:8]}"
         spec = importlib.util.spec_from_file_location(module_name, script)
         module = importlib.util.module_from_spec(spec)
         sys.modules[module_name] = module

@@ -277,3 +277,28 @@ def test_a_function_of_a_code_folders_module_is_found_there(cfg, tmp_path):
     out = _easylaunch(settings, "resubmit", "--current-code", job.id, cwd=tmp_path)
     [again] = _resubmitted(out, settings)
     assert again.result(timeout=60) == {"x": 3, "y": 6}
+
+
+def test_current_code_from_the_process_that_imported_the_module_takes_its_file_as_now(
+        cfg, tmp_path, monkeypatch):
+    """A notebook (or a script that launched, then resubmits) imported the function's module
+    from its working folder; the module is fixed, and resubmit(current_code=True) in the same
+    process runs it as its file is now, not as the process imported it."""
+    project = tmp_path / "notebook"
+    project.mkdir()
+    module = project / "nb_model.py"
+    module.write_text("def train(doodad_config, variant):\n    raise ValueError('bug')\n")
+    monkeypatch.chdir(project)
+    monkeypatch.syspath_prepend(str(project))
+    try:
+        import nb_model
+        [job] = run_sweep(nb_model.train, [{"x": 2}], mode="local", config=cfg)
+        assert job.wait(timeout=60) == JobState.FAILED
+        module.write_text("def train(doodad_config, variant):\n    return variant['x'] * 100\n")
+        fixed = resubmit(job.id, config=cfg, current_code=True)
+        assert fixed.result(timeout=60) == 200
+        assert sys.modules["nb_model"] is nb_model  # the process's own module is left as is
+        again = resubmit(job.id, config=cfg)  # as launched: the bug again
+        assert again.wait(timeout=60) == JobState.FAILED
+    finally:
+        sys.modules.pop("nb_model", None)
