@@ -235,3 +235,13 @@ def test_a_batch_written_for_a_cluster_over_ssh_names_it_in_its_steps(remote_cfg
     submit = Path(job.launch_info["backend"]["batch_dir"], "submit.sh").read_text()
     assert f"submit() {{ {ssh_cluster}/venv/bin/python .blobs/" in submit  # (~ made absolute)
     assert not job.launch_info["backend"].get("slurm_job_id")
+
+
+def test_a_batch_written_over_ssh_needs_no_sss_log_dir(remote_cfg, ssh_cluster, capsys):
+    del remote_cfg["SSS_LOG_DIR"]  # (the cluster's log_dir is the default)
+    (job,) = run_sweep(jobfns.double, [{"x": 1}], mode="htp", config=remote_cfg,
+                       submit=False)
+    there = job.launch_info["backend"]["cluster_batch_dir"]
+    assert there.startswith(f"{ssh_cluster}/runs/")  # (under the cluster's log_dir, ~ made
+    assert f"bash {there}/submit.sh\n" in capsys.readouterr().err  # absolute)
+    assert Path(job.launch_info["backend"]["batch_dir"], "submit.sh").is_file()

@@ -134,7 +134,7 @@ class BatchMode(ScheduledMode):
         submits = self.submits()
         value = self.settings.SSS_LOG_DIR
         if value is not None and not os.path.isabs(value) or value is None and (
-                not submits and not self.cluster_here()
+                not submits and self.transport.is_local and not self.cluster_here()
                 or self.settings.SLURM_DIRECTORY_FOR_JOB_SCRIPT and not self.transport.is_local):
             raise LaunchError(
                 f"mode {self.name!r} needs SSS_LOG_DIR: the absolute path on the cluster for "
