@@ -12,7 +12,7 @@ import importlib.util
 import os
 import sys
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -219,13 +219,18 @@ def _named(module: Any, name: dict, script: str) -> Callable[..., Any]:
 
 
 def settings_now(saved: dict, config: ConfigArg) -> Settings:
-    """The settings file a launch read, read again (where it recorded none, or it is gone: the
-    settings in effect now, ``config`` or the lookup), with the settings its keywords set
-    (``max_restarts=``, doodad's keywords) applied again."""
+    """The settings file a launch read, read again, with the settings its keywords set
+    (``max_restarts=``, doodad's keywords) applied again. Where the launch read no file, the
+    settings in effect now (``config``, or the lookup); where its file is gone, ``config``
+    if given (another file, or a dict), else an error naming the file and the fix: the
+    lookup's file could be another project's."""
     path = saved.get("settings_path")
     if path is not None and not os.path.isfile(path):
-        raise LaunchError(f"the settings file {path} the runs were launched with is gone: "
-                          "give the file to read instead (--config FILE; Python: config=)")
+        if config is None or (not isinstance(config, Mapping) and os.path.realpath(
+                os.path.expanduser(config)) == os.path.realpath(path)):
+            raise LaunchError(f"the settings file {path} the runs were launched with is gone: "
+                              "give the file to read instead (--config FILE; Python: config=)")
+        path = None
     settings = load_settings(path or config)
     keywords = saved.get("keywords") or {}
     return override(settings, keywords, KEYWORDS_SOURCE) if keywords else settings

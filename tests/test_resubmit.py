@@ -302,3 +302,29 @@ def test_current_code_from_the_process_that_imported_the_module_takes_its_file_a
         assert again.wait(timeout=60) == JobState.FAILED
     finally:
         sys.modules.pop("nb_model", None)
+
+
+def test_current_settings_whose_file_is_gone_reads_the_file_given_or_names_the_fix(
+        cfg, tmp_path):
+    """The settings file a launch read is gone: --current-settings reads the one given instead
+    (--config; Python: config=), or, given none, says so with the file named."""
+    launched_with = _settings(tmp_path / "settings.py", cfg)
+    [job] = run_sweep(jobfns.double, [{"x": 2}], mode="local", config=str(launched_with))
+    job.wait(timeout=60)
+    launched_with.unlink()
+    found = _settings(tmp_path / "easylaunch_config.py", cfg)  # the lookup's, in the folder
+    out = subprocess.run([sys.executable, "-m", "easylaunch.cli", "resubmit",
+                          "--current-settings", job.id], capture_output=True, text=True,
+                         timeout=180, cwd=tmp_path)
+    assert out.returncode == 1
+    assert f"the settings file {launched_with} the runs were launched with is gone" in out.stderr
+    assert "--config FILE" in out.stderr
+    instead = _settings(tmp_path / "instead.py", dict(cfg, MAX_RESTARTS=1))
+    out = _easylaunch(instead, "resubmit", "--current-settings", job.id, cwd=tmp_path)
+    [fixed] = _resubmitted(out, found)
+    assert fixed.result(timeout=60) == {"x": 2, "y": 4}
+    assert fixed.launch_info["request"]["settings_path"] == str(instead)
+    again = resubmit(job.id, config=str(instead), current_settings=True)
+    assert again.result(timeout=60) == {"x": 2, "y": 4}
+    assert again.launch_info["resubmitted_with"]["settings"] == str(instead)
+    assert again.launch_info["request"]["settings_path"] == str(instead)
