@@ -245,3 +245,18 @@ def test_a_batch_written_over_ssh_needs_no_sss_log_dir(remote_cfg, ssh_cluster, 
     assert there.startswith(f"{ssh_cluster}/runs/")  # (under the cluster's log_dir, ~ made
     assert f"bash {there}/submit.sh\n" in capsys.readouterr().err  # absolute)
     assert Path(job.launch_info["backend"]["batch_dir"], "submit.sh").is_file()
+
+
+def test_the_runs_python_of_htp_is_asked_after_sss_pre_cmds(remote_cfg, ssh_cluster):
+    """htp's runs outside an image start after SSS_PRE_CMDS: the preflight asks their
+    Python the same way (here a PATH that finds a cloudpickle 2 venv's ``python``)."""
+    folder = ssh_cluster / "cp2-venv-pre-cmds"
+    shutil.rmtree(folder, ignore_errors=True)
+    _venv_with_cloudpickle_2(folder, "/usr/bin/python3")
+    user = pwd.getpwnam(REMOTE_USER)
+    subprocess.run(["chown", "-R", f"{user.pw_uid}:{user.pw_gid}", str(folder)], check=True)
+    config = dict(remote_cfg, SSS_PYTHON="python",
+                  SSS_PRE_CMDS=[f"export PATH={folder}/bin:$PATH"])
+    with pytest.raises(LaunchError, match=r"python on cluster 'test' \(easylaunch-test-cluster"
+                                          r"\) has Python 3\.\d+\.\d+ and cloudpickle 2\.1"):
+        run_sweep(jobfns.double, [{"x": 1}], mode="htp", config=config)

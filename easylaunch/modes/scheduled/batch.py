@@ -223,6 +223,11 @@ class BatchMode(ScheduledMode):
     def python_setting(self) -> str:
         return "SSS_PYTHON" if self.settings.SSS_PYTHON else super().python_setting()
 
+    def runs_pre_cmds(self) -> tuple[str, ...]:
+        """(The runs' Python is asked about only where they start outside an image, after
+        the container's pre-commands, SSS_PRE_CMDS, as htp's start line runs them.)"""
+        return self.container.pre_cmds(self.settings)
+
     def launch_info(self, request: LaunchRequest) -> dict[str, str]:
         return {self.container.launch_info_key: str(self.image(request))}
 

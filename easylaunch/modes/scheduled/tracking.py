@@ -81,7 +81,7 @@ class ScheduledMode(HostedMode):
         sched, t = self.scheduler, self.transport
         sched.check_folder(folder)  # before anything is made there
         tool = sched.SUBMIT_TOOL
-        programs = [] if in_image or sched.pre_cmds(self.settings) \
+        programs = [] if in_image or self.runs_pre_cmds() \
             else programs_to_find(request)
         root, _, (which, *answers) = self.check_host(
             folder, runs_python, {"op": "which", "names": [tool]}, *sched.preflight_ops(),
