@@ -75,6 +75,18 @@ def test_sinfo_of_this_machine_and_of_a_site_is_read():
         nodes.partition(site, "gpus", "X")
 
 
+def test_a_list_of_partitions_takes_the_nodes_of_each():
+    site = nodes.parse_sinfo(SINFO_SITE)
+    both = nodes.partition(site, "short,bigmem", "X")
+    assert both == [site[0], site[3]]
+    with pytest.raises(LaunchError, match=r"partition 'gpus' does not exist"):
+        nodes.partition(site, "short,gpus", "X")
+    nodes.check_fits(nodes.Ask("X", (100, "c")), both)  # (bigmem's node can give it)
+    with pytest.raises(LaunchError, match=r"X asks 200 CPUs on a node, but the nodes of "
+                                          r"partition 'short' have at most 2"):
+        nodes.check_fits(nodes.Ask("X", (200, "c")), both)  # (neither can: the first says)
+
+
 def test_pbsnodes_of_the_front_end_and_of_pbs_pro_are_read():
     assert nodes.parse_pbsnodes(PBSNODES_HERE) == [Nodes("", 1, 2, 8000)]
     assert nodes.parse_pbsnodes(PBSNODES_PRO) == [Nodes("", 1, 36, 192000, {"": 4}),

@@ -129,21 +129,40 @@ def memory_mb(text: str) -> int | None:
 
 
 def partition(nodes: Sequence[Nodes], name: str | None, where: str) -> list[Nodes]:
-    """The nodes of partition ``name`` (None: the default one); refused when the cluster has
-    no such partition."""
-    chosen = [n for n in nodes if (n.partition == name if name else n.default)]
-    if chosen or not nodes or not name and not any(n.default for n in nodes):
+    """The nodes of partition ``name`` (None: the default one; ``"a,b"``: those of each, as
+    Slurm takes a list); refused when the cluster has no such partition."""
+    if not name:
+        return [n for n in nodes if n.default]
+    names = [part.strip() for part in name.split(",")]
+    chosen = [n for n in nodes if n.partition in names]
+    missing = [part for part in names if not any(n.partition == part for n in nodes)]
+    if not missing or not nodes:
         return chosen
     known = ", ".join(sorted({n.partition for n in nodes}))
-    raise LaunchError(f"{where}: partition {name!r} does not exist on the cluster; its "
+    raise LaunchError(f"{where}: partition {missing[0]!r} does not exist on the cluster; its "
                       f"partitions: {known}")
 
 
 def check_fits(ask: Ask, nodes: Sequence[Nodes], what: str = "partition") -> None:
-    """Refuse ``ask`` where no node of ``nodes`` (one partition's, or all a PBS server has)
-    can give it, naming the numbers and the setting to change. No nodes: nothing to check."""
-    if not nodes:
-        return
+    """Refuse ``ask`` where no node of ``nodes`` (one partition's or several's, or all a PBS
+    server has) can give it, naming the numbers and the setting to change; of several
+    partitions, one that can give it is enough (the first one's refusal is said). No nodes:
+    nothing to check."""
+    groups: dict[str, list[Nodes]] = {}
+    for node in nodes:
+        groups.setdefault(node.partition, []).append(node)
+    refusals = []
+    for group in groups.values():
+        try:
+            _check_fits(ask, group, what)
+            return
+        except LaunchError as exc:
+            refusals.append(exc)
+    if refusals:
+        raise refusals[0]
+
+
+def _check_fits(ask: Ask, nodes: Sequence[Nodes], what: str) -> None:
     part = nodes[0].partition
     place = f"the nodes of {what} {part!r}" if part else "the cluster's nodes"
     (cpus, cpus_key), (gpus, gpus_key), (memory, memory_key) = ask.cpus, ask.gpus, ask.memory_mb
