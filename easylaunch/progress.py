@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
@@ -71,6 +71,7 @@ def wait_all(jobs: Iterable[Job], timeout: float | None = None,
                 for job in pending:
                     states[job.id] = job.recorded_state()
                 pending = [j for j in pending if not states[j.id].terminal]
+                _raise_not_submitted(pending, states)
                 show(len(jobs) - len(pending), _counts(s.value for s in states.values()))
                 if pending:  # a full scan reads every open run's record: twice a second at most
                     pending[0].mode.wait_for_change(pending[0], 0.5)
@@ -82,6 +83,19 @@ def wait_all(jobs: Iterable[Job], timeout: float | None = None,
         print(f"{len(jobs)} runs: {_counts(s.value for s in final)} (waited "
               f"{time.monotonic() - started:.0f} s)", file=sys.stderr)
     return final
+
+
+def _raise_not_submitted(pending: Sequence[Job], states: Mapping[str, JobState]) -> None:
+    """Raise ``NotSubmittedError`` at once for the first queued run that was written to a
+    batch nobody submitted (its wait would never end), wherever it is in the list."""
+    from easylaunch.errors import NotSubmittedError
+    from easylaunch.jobs import JobState
+
+    for job in pending:
+        not_submitted = getattr(job.mode, "not_submitted", None)  # (batch modes only)
+        why = not_submitted(job) if states[job.id] is JobState.QUEUED and not_submitted else None
+        if why is not None:
+            raise NotSubmittedError(f"run {job.id} was {why}")
 
 
 @contextlib.contextmanager

@@ -165,3 +165,25 @@ def test_ctrl_c_in_logs_follow_and_watch_leaves_the_run_and_names_the_cancel(tmp
                     f"--config {config}`")
     assert job.status() is JobState.RUNNING
     assert f"{run_id}: cancelled" in _run_said_command(line)
+
+
+def test_wait_all_raises_at_once_for_a_batch_nobody_submitted_behind_a_running_run(
+        cfg, tmp_path, slurm_cluster):
+    """A run written to a batch nobody submitted is never waited for, wherever it stands in
+    the list (it used to raise only once the runs ahead of it had ended)."""
+    import jobfns
+
+    from easylaunch import run_sweep, wait_all
+    from easylaunch.errors import NotSubmittedError
+
+    (running,) = run_sweep(jobfns.sleep_a_while, [{"seconds": 120}], exp_name="ahead",
+                           config=cfg)
+    cfg.update(SLURM_CONFIGS=dict(cpu=dict(max_num_cores_per_node=1, time_in_mins=10)))
+    (written,) = run_sweep(jobfns.train, [{}], mode="htp", exp_name="behind", config=cfg,
+                           submit=False)
+    try:
+        with pytest.raises(NotSubmittedError, match=f"run {written.id} was written to batch "):
+            wait_all([running, written], timeout=60)  # (the running run needs 120 s)
+        assert running.recorded_state() is not JobState.SUCCEEDED  # (it did not wait for it)
+    finally:
+        running.cancel()
