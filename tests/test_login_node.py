@@ -260,3 +260,11 @@ def test_the_runs_python_of_htp_is_asked_after_sss_pre_cmds(remote_cfg, ssh_clus
     with pytest.raises(LaunchError, match=r"python on cluster 'test' \(easylaunch-test-cluster"
                                           r"\) has Python 3\.\d+\.\d+ and cloudpickle 2\.1"):
         run_sweep(jobfns.double, [{"x": 1}], mode="htp", config=config)
+
+
+@pytest.mark.parametrize("mode, key", [("slurm", "SLURM_PYTHON"), ("htp", "SSS_PYTHON")])
+def test_a_runs_python_under_the_far_home_starts_the_runs(remote_cfg, ssh_cluster, mode, key):
+    """(Job scripts name the Python in quotes: its ~ is made the cluster's home at launch.)"""
+    (job,) = run_sweep(jobfns.double, [{"x": 2}], mode=mode, config=dict(
+        remote_cfg, **{key: "~/venv/bin/python"}))
+    assert job.result(timeout=120)["y"] == 4

@@ -28,8 +28,10 @@ def probe_op(python: str, pre_cmds: Sequence[str]) -> dict:
     """The far-side op that asks ``python`` (started after ``pre_cmds``, as runs start) for
     its Python and cloudpickle versions."""
     argv = [python, "-c", _PROBE]
-    if pre_cmds:
-        argv = ["bash", "-c", " && ".join([*pre_cmds, "exec " + shlex.join(argv)])]
+    if pre_cmds:  # (a ~/ left for bash to expand, as the far side's op does without them)
+        named = "~/" + shlex.quote(python[2:]) if python.startswith("~/") else shlex.quote(python)
+        argv = ["bash", "-c", " && ".join([*pre_cmds, f"exec {named} "
+                                           + shlex.join(argv[1:])])]
     return {"op": "run", "argv": argv}
 
 

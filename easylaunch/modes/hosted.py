@@ -95,6 +95,7 @@ class HostedMode(Mode):
 
     runs_python = sys.executable  # the Python of runs on this machine, when no host is set
     streams_runs = False  # whether :meth:`stage` sends the runs (they may stream as made)
+    far_home: str | None = None  # the far side's home, once check_host has asked
     _stream: staging.RunStream | None = None
 
     def host_name(self) -> str | None:
@@ -123,13 +124,20 @@ class HostedMode(Mode):
             {"op": "info"}, {"op": "prepare_dir", "path": folder},
             {"op": "which", "names": list(programs)}, *probe, *ops]), t.where)
         check_found(found["found"], t.where)
-        if t.python.startswith("~/"):  # job scripts name it in quotes: no ~ expansion there
-            t.python = info["home"] + t.python[1:]
+        self.far_home = info["home"]
+        t.python = self.far_path(t.python)
         if other:
             self._check_probed(runs_python, answers.pop(0))
         elif runs_python is not None:
             pythons.check_loads(info, t.python, t.where, self.python_setting())
         return folder_there["path"], info, answers
+
+    def far_path(self, path: str) -> str:
+        """``path`` with a leading ``~/`` made the far side's home, once :meth:`check_host`
+        has asked it (job scripts name paths in quotes: no shell expands ``~`` there)."""
+        if path.startswith("~/") and self.far_home is not None:
+            return self.far_home + path[1:]
+        return path
 
     def _check_probed(self, python: str, answer: dict) -> None:
         """Refuse a runs' Python that cannot load the runs, or (where no commands set it up

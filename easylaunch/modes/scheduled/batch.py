@@ -217,7 +217,7 @@ class BatchMode(ScheduledMode):
         packer, runs outside an image): SSS_PYTHON where runs start outside an image (htp
         without SSS_CPU_IMAGE), else :meth:`cluster_python`."""
         if self.settings.SSS_PYTHON and self.packing.runs_outside(self, request):
-            return self.settings.SSS_PYTHON
+            return self.far_path(self.settings.SSS_PYTHON)
         return self.cluster_python()
 
     def python_setting(self) -> str:

@@ -101,7 +101,7 @@ class ScheduledMode(HostedMode):
         """The Python that starts runs on the cluster (outside any container): SLURM_PYTHON
         or PBS_PYTHON, else the cluster's ``python`` over SSH, else (a login node) the
         interpreter of the launching script."""
-        return self.scheduler.python(self.settings) or self.transport.python
+        return self.far_path(self.scheduler.python(self.settings) or self.transport.python)
 
     def python_setting(self) -> str:
         key = self.scheduler.PYTHON_KEY
