@@ -102,10 +102,12 @@ def cancel_commands(jobs: Sequence[Job]) -> list[str]:
 
 def config_flag(path: str | None) -> str:
     """`` --config PATH`` where a bare ``easylaunch`` would not read the settings file
-    ``path`` (the one runs were launched with), else ""."""
+    ``path`` (the one runs were launched with, or a command's --config), else "". Without
+    ``path``: EASYLAUNCH_CONFIG's file, if set (a script's, or the ``easylaunch`` command's
+    --config, which it exports)."""
     from easylaunch.settings import ENV_CONFIG, LOCAL_CONFIG_NAME, USER_CONFIG_PATH
 
-    path = path or os.environ.get(ENV_CONFIG)  # (the command's --config)
+    path = path or os.environ.get(ENV_CONFIG)
     if not path:
         return ""
     found = [p for p in (Path(LOCAL_CONFIG_NAME), USER_CONFIG_PATH.expanduser()) if p.is_file()]

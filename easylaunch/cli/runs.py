@@ -79,14 +79,14 @@ def watch(args: argparse.Namespace) -> int:
 
 def _watch_interrupted(args: argparse.Namespace, still: int) -> str:
     """The line of a Ctrl-C that stopped ``watch``: its open runs go on, and how to cancel
-    them (the runs it watched, by their filters)."""
+    them (the runs it watched, by their filters, with the --config it was given)."""
     from easylaunch.interrupts import config_flag, goes_on, line
 
     cancel = shlex.join(["easylaunch", "cancel", "--state", ",".join(OPEN_STATES),
                          *(["--exp", args.exp] if args.exp else []),
                          *(["--mode", args.mode] if args.mode else [])])
     return line(goes_on(f"{still} open run{'s' * (still != 1)}", still,
-                        [cancel + config_flag(None)]) if still else "")
+                        [cancel + config_flag(args.config)]) if still else "")
 
 
 RANK0_STDOUT = "stdout.rank0.log"  # (the scheduler modes' multi-process runs)
