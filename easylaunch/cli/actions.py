@@ -89,7 +89,7 @@ def resubmit_runs(args: argparse.Namespace) -> int:
     """Resubmit the selected runs, those of one launch together (a packed sweep's failed runs
     go again in one allocation, an array's in one array), saying what code and settings they
     run."""
-    from easylaunch.api import resubmit_launch
+    from easylaunch.resubmission import resubmit_launch
 
     registry = registry_of(args)
     entries, failures = _selected(registry, args)
