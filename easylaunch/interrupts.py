@@ -55,6 +55,12 @@ def line(going: str = "") -> str:
     return "; ".join(filter(None, [INTERRUPTED, *(note() for note in _notes), going]))
 
 
+def say(exc: BaseException | None = None) -> None:
+    """Print the one line of a Ctrl-C on stderr: ``exc``'s message (a wait's, saying what
+    goes on), else :func:`line`."""
+    print(f"easylaunch: {(str(exc) if exc is not None else '') or line()}", file=sys.stderr)
+
+
 def goes_on(what: str, count: int, cancel: Sequence[str]) -> str:
     """``3 slurm runs go on without this process: cancel them with `CANCEL```."""
     one = count == 1
@@ -129,7 +135,7 @@ def install_hook() -> None:
         if issubclass(exc_type, KeyboardInterrupt):
             note_interrupt()
             if _in_easylaunch(tb):
-                print(f"easylaunch: {str(exc) or line()}", file=sys.stderr)
+                say(exc)
                 return
         previous(exc_type, exc, tb)
 

@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt as exc:  # (a wait's says what goes on and how to cancel it)
         interrupts.note_interrupt()  # (this process's local runs are cancelled at its exit)
-        print(f"easylaunch: {str(exc) or interrupts.line()}", file=sys.stderr)
+        interrupts.say(exc)
         return EXIT_INTERRUPTED
     except BrokenPipeError:
         # what is still buffered for the closed pipe must not fail again at exit

@@ -199,7 +199,7 @@ def _wait_at_exit() -> None:
                     pass
                 advance(1)
     except KeyboardInterrupt:
-        print(f"easylaunch: {interrupts.line()}", file=sys.stderr)
+        interrupts.say()
         _cancel_all(pending)
         interrupts.exit_interrupted()
 
