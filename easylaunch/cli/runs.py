@@ -9,7 +9,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from easylaunch import listing
 from easylaunch.cli.shared import AddCommand, count, parse_since, registry_of, tail
@@ -17,6 +17,9 @@ from easylaunch.errors import EasyLaunchError
 from easylaunch.reasons import reason_of
 from easylaunch.refresh import OPEN_STATES, STATES, job_for, refresh_entries, short
 from easylaunch.results.readers import last_points, read_run
+
+if TYPE_CHECKING:
+    from easylaunch.jobs import Job
 
 STATUS_LOG_LINES = 100
 VALUE_CHARS = 2000  # longer values (a huge variant) are cut in `easylaunch status`
@@ -182,7 +185,7 @@ def logs(args: argparse.Namespace) -> int:
     return 0
 
 
-def _say_error(job) -> None:
+def _say_error(job: Job) -> None:
     """Print the error of a failed run whose stdout is empty (a function's traceback is in
     its record and stderr, not its stdout)."""
     info = job.info()
@@ -192,7 +195,7 @@ def _say_error(job) -> None:
         print(info["error"].rstrip())
 
 
-def follow_logs(job, logs: list[tuple[Path, TextIO]], offsets: list[int] | None = None
+def follow_logs(job: Job, logs: list[tuple[Path, TextIO]], offsets: list[int] | None = None
            ) -> list[int]:
     """Copy what the run adds to its logs (each path to its stream) until it ends, from
     ``offsets`` (default: the start); where each log then ends. Ctrl-C raises the

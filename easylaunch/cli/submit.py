@@ -13,12 +13,16 @@ import itertools
 import json
 import shlex
 import sys
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from easylaunch.cli.shared import AddCommand, count
 from easylaunch.errors import EasyLaunchError
 from easylaunch.reasons import reason_of
 from easylaunch_job.environment import shell_exit_code
+
+if TYPE_CHECKING:
+    from easylaunch.jobs import Job
 
 # CLI flag -> launch keyword, for the resources most launches name
 RESOURCE_FLAGS = {"time": "time_in_mins", "partition": "partition", "nodes": "n_nodes",
@@ -95,7 +99,7 @@ def _submit(args: argparse.Namespace) -> int:
     return _wait(jobs) if args.wait else 0
 
 
-def _wait(jobs: list) -> int:
+def _wait(jobs: list[Job]) -> int:
     """Wait for the runs, one run's output streamed as ``logs -f`` streams it (stdout here,
     stderr to stderr); then each run's state line. The exit code: the command's (several
     runs: the first that did not succeed's)."""
@@ -117,7 +121,7 @@ def _wait(jobs: list) -> int:
     return next((code for code in codes if code), 0)
 
 
-def _last_byte(path, size: int) -> bytes:
+def _last_byte(path: Path, size: int) -> bytes:
     with open(path, "rb") as f:
         f.seek(size - 1)
         return f.read(1)
