@@ -2,8 +2,6 @@
 
 from easylaunch.api import (
     get_job,
-    resubmit,
-    resubmit_launch,
     run_command,
     run_commands,
     run_experiment,
@@ -19,6 +17,7 @@ from easylaunch.errors import (
 from easylaunch.jobs import Job, JobState
 from easylaunch.progress import wait_all
 from easylaunch.registry import NoSuchJob, RegistryError
+from easylaunch.resubmission import resubmit, resubmit_launch
 from easylaunch.results import load_histories, load_sweep, plot_sweep
 from easylaunch_job.config import DoodadConfig, GitInfo
 from easylaunch_job.metrics import flush_metrics, log_metrics

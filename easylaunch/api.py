@@ -483,11 +483,3 @@ def get_job(id_or_suffix: str, config: ConfigArg = None) -> Job:
     entry = _registry(load_settings(config)).find(id_or_suffix)
     return Job.from_run_dir(entry.log_dir)
 
-
-def __getattr__(name: str) -> Any:
-    """``resubmit`` and ``resubmit_launch``, which live in :mod:`easylaunch.resubmission` (it
-    imports this module), by their old names here too."""
-    if name in ("resubmit", "resubmit_launch"):
-        from easylaunch import resubmission
-        return getattr(resubmission, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

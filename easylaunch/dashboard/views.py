@@ -340,7 +340,7 @@ def cancel_run(registry: Registry, run_id: str) -> str:
 def resubmit_run(registry: Registry, run_id: str, config: ConfigArg) -> str:
     """Run a run again as ``easylaunch resubmit --detach`` does (a local run outlives the
     dashboard); the new run's id."""
-    from easylaunch.api import resubmit
+    from easylaunch.resubmission import resubmit
 
     entry = registry.find(run_id)
     return resubmit(entry.id, config=config, detach=True if entry.mode == "local" else None).id
