@@ -16,6 +16,8 @@ from easylaunch.errors import LaunchError
 # (MB), generic resources, time limit, node count. --exact: no "2+" minimums for mixed nodes.
 SINFO_FORMAT = "%P|%c|%m|%G|%l|%D"
 MEMORY_UNITS = {"B": 1 / 1024 ** 2, "K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 ** 2}  # -> MB
+# Slurm's --time forms: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S.
+TIME_PATTERN = re.compile(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?")
 _MEMORY = re.compile(r"(\d+)\s*([KMGT]?)(i?B)?", re.IGNORECASE)
 
 
@@ -70,20 +72,25 @@ def parse_gres(text: str) -> dict[str, int]:
     return gpus
 
 
-def slurm_minutes(text: str) -> int | None:
-    """A time limit as sinfo prints it (``infinite``, ``30:00``, ``1-00:00:00``) in minutes
-    (None: no limit)."""
-    match = re.fullmatch(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?", text.strip())
+def slurm_seconds(text: str) -> int | None:
+    """One of Slurm's time forms (M, M:S, H:M:S, D-H, D-H:M, D-H:M:S) in seconds (None:
+    not one, as sinfo's ``infinite``)."""
+    match = TIME_PATTERN.fullmatch(text.strip())
     if not match:
         return None
     days, first, second, third = (int(g) if g else None for g in match.groups())
     if days is not None:
-        seconds = ((days * 24 + first) * 60 + (second or 0)) * 60 + (third or 0)
-    elif third is not None:
-        seconds = (first * 60 + second) * 60 + third
-    else:
-        seconds = first * 60 + (second or 0)
-    return math.ceil(seconds / 60)
+        return ((days * 24 + first) * 60 + (second or 0)) * 60 + (third or 0)
+    if third is not None:
+        return (first * 60 + second) * 60 + third
+    return first * 60 + (second or 0)
+
+
+def slurm_minutes(text: str) -> int | None:
+    """A time limit as sinfo prints it (``infinite``, ``30:00``, ``1-00:00:00``) in minutes
+    (None: no limit)."""
+    seconds = slurm_seconds(text)
+    return None if seconds is None else math.ceil(seconds / 60)
 
 
 def parse_sinfo(stdout: str) -> list[Nodes]:

@@ -31,8 +31,6 @@ if TYPE_CHECKING:
 CONFIG_FIELDS = ("account_name", "partition", "n_gpus", "max_num_cores_per_node",
                  "n_cpus_per_task", "time_in_mins", "n_nodes", "extra_flags", "gpu_string", "mem",
                  "qos", "constraint")
-# Slurm's --time forms: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S.
-TIME_PATTERN = re.compile(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?")
 MEM_PATTERN = r"(\d+)\s*([KMGTkmgt]?)[Bb]?"  # --mem amounts: 16000, "16G", doodad's "8Gb"
 GPU_STRING_PATTERN = r":?[A-Za-z0-9_.-]*"  # a gres GPU type, as doodad's ":TITAN"
 DEFAULT_MAX_ARRAY_SIZE = 1001
@@ -129,15 +127,7 @@ def time_minutes(value: object, what: str) -> int:
     rounded up to whole minutes."""
     if isinstance(value, int) and not isinstance(value, bool):
         minutes = value
-    elif isinstance(value, str) and (m := TIME_PATTERN.fullmatch(value.strip())):
-        days, first, second, third = m.groups()
-        if days is not None:  # D-H[:M[:S]]
-            seconds = ((int(days) * 24 + int(first)) * 60 + int(second or 0)) * 60 + int(
-                third or 0)
-        elif third is not None:  # H:M:S
-            seconds = (int(first) * 60 + int(second)) * 60 + int(third)
-        else:  # M[:S]
-            seconds = int(first) * 60 + int(second or 0)
+    elif isinstance(value, str) and (seconds := cluster_nodes.slurm_seconds(value)) is not None:
         minutes = -(-seconds // 60)
     else:
         minutes = None
@@ -453,8 +443,11 @@ def read_states(job_ids: Sequence[str], answers: list[subprocess.CompletedProces
 
 
 def read_waits(job_ids: Sequence[str], answers: list[subprocess.CompletedProcess],
-               backends: list[dict]) -> dict[str, str]:
-    return slurm_queue.parse_waits(answers[0].stdout)
+               _backends: list[dict]) -> dict[str, str]:
+    """Why each of ``job_ids`` that is queued waits (squeue's answer has the same form
+    whatever the jobs' records say)."""
+    waits = slurm_queue.parse_waits(answers[0].stdout)
+    return {job_id: waits[job_id] for job_id in job_ids if job_id in waits}
 
 
 def output_place(backend: dict) -> tuple[str, str] | None:
