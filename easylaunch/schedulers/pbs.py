@@ -338,10 +338,11 @@ def read_nodes(answers: list[dict]) -> list[cluster_nodes.Nodes]:
     return cluster_nodes.parse_pbsnodes(pbsnodes["out"]) if pbsnodes.get("rc") == 0 else []
 
 
-def fit(res: Resources, nodes: Sequence[cluster_nodes.Nodes], packs: bool) -> Resources:
+def fit(res: Resources, nodes: Sequence[cluster_nodes.Nodes], _packs: bool) -> Resources:
     """``res`` refused where no node of the server can give a chunk of it (ncpus, ngpus,
     mem) or there are fewer such nodes than ``select`` (a queue's walltime limit is not
-    checked: queues name no nodes in pbsnodes' output)."""
+    checked: queues name no nodes in pbsnodes' output). Packed or not, ncpus is what an
+    allocation asks of a node: nothing is left to default."""
     mem = None if res.mem is None else cluster_nodes.memory_mb(res.mem)
     cluster_nodes.check_fits(cluster_nodes.Ask(
         f"PBS_CONFIGS[{res.config_name!r}]", (res.ncpus, "ncpus"), (res.ngpus, "ngpus"),

@@ -212,9 +212,9 @@ def cancel(mode: BatchMode, jobs: list[Job]) -> tuple[dict[str, EasyLaunchError]
     return failures, []
 
 
-def end_idle_allocations(mode: BatchMode, jobs: list[Job]) -> list[str]:
+def end_idle_allocations(mode: BatchMode, jobs: list[Job]) -> None:
     """The allocations of these runs whose task file has no task left to run (every run
-    ended or cancelled), removed from the queue where they still wait; the ids removed. A
+    ended or cancelled), removed from the queue where they still wait. A
     running one is left: its packer ends once its tasks are cancelled, and the allocation
     with it. An allocation whose other runs may still run is never touched."""
     batches: dict[str, set[str]] = {}  # cluster batch folder -> allocation ids
@@ -223,7 +223,7 @@ def end_idle_allocations(mode: BatchMode, jobs: list[Job]) -> list[str]:
         if job_id is not None:
             batches.setdefault(job.launch_info["backend"]["cluster_batch_dir"], set()).add(job_id)
     if not batches:
-        return []
+        return
     sched, ids = mode.scheduler, sorted(set().union(*batches.values()))
     backends = [job.launch_info["backend"] for job in jobs]
     asks = [{"op": "run", "argv": argv} for argv in sched.status_commands(ids, backends)]
@@ -238,7 +238,6 @@ def end_idle_allocations(mode: BatchMode, jobs: list[Job]) -> list[str]:
                    if states.get(job_id) == "queued"})
     mode.transport.run_ops([{"op": "run", "argv": sched.cancel_command(job_id)}
                             for job_id in idle])
-    return idle
 
 
 HTP = Composed("htp", BatchMode, {**dict.fromkeys(slurm.RESOURCE_OPTIONS), "cluster": None,
