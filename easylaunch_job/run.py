@@ -9,6 +9,7 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Sequence
 from typing import Any
 
 from easylaunch_job.attempts import (
@@ -84,15 +85,29 @@ PYTHON_SETTINGS = ("SLURM_PYTHON, PBS_PYTHON, SSS_PYTHON (htp, sss) or the clust
                    "in CLUSTERS")
 
 
+def python_versions(python: Sequence[int] | str | None, pickler: str | None) -> str:
+    """``Python 3.11.7 and cloudpickle 3.1.1`` (``python``: its version numbers, or as
+    written); the launch side's messages say it the same way."""
+    written = python if isinstance(python, str) or python is None \
+        else ".".join(map(str, python))
+    return (f"Python {written or '?'} and "
+            + (f"cloudpickle {pickler}" if pickler else "no cloudpickle"))
+
+
+def wanted_python(minor: str | None, pickler: str | None) -> str:
+    """``a Python 3.11 that has cloudpickle 3.x``: one that can load what ``pickler`` on
+    Python ``minor`` pickled."""
+    return (f"a Python {minor or '?'} that has cloudpickle "
+            f"{(pickler or '?').split('.', 1)[0]}.x")
+
+
 def _versions_apart(meta: dict) -> str:
     """Both sides' Python and cloudpickle (the launch side's from bundle.json), and how to
     start the run on a Python like the launch side's."""
-    here = (f"{sys.executable} has Python {'.'.join(map(str, sys.version_info[:3]))} and "
-            f"cloudpickle {_cloudpickle_version()}")
-    launched = meta.get("cloudpickle") or "?"
-    return (f"{here}; the run was pickled with Python {meta.get('python_minor')} and cloudpickle "
-            f"{launched}. Start runs with a Python {meta.get('python_minor')} that has "
-            f"cloudpickle {launched.split('.', 1)[0]}.x: set {PYTHON_SETTINGS} to it")
+    minor, launched = meta.get("python_minor"), meta.get("cloudpickle")
+    return (f"{sys.executable} has {python_versions(sys.version_info[:3], _cloudpickle_version())}"
+            f"; the run was pickled with {python_versions(minor, launched)}. Start runs with "
+            f"{wanted_python(minor, launched)}: set {PYTHON_SETTINGS} to it")
 
 
 def user_traceback(exc: BaseException) -> str:

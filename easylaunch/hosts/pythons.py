@@ -16,6 +16,7 @@ from collections.abc import Sequence
 import cloudpickle
 
 from easylaunch.errors import LaunchError
+from easylaunch_job.run import python_versions, wanted_python
 
 # What a Python says of itself: the shape of the ``info`` op's answer (easylaunch_job.host_ops).
 _PROBE = ("import json, sys\n"
@@ -50,19 +51,12 @@ def _major(version: str) -> str:
     return version.split(".", 1)[0]
 
 
-def versions(python: Sequence[int], pickler: str | None) -> str:
-    """``Python 3.11.7 and cloudpickle 3.1.1``."""
-    return (f"Python {'.'.join(map(str, python))} and "
-            + (f"cloudpickle {pickler}" if pickler else "no cloudpickle"))
-
-
 def check_loads(there: dict, python: str, where: str, fix: str) -> None:
     """Refuse a runs' Python (``there``: what it said of itself) that cannot load what this
     machine pickles, naming both sides' versions and ``fix``, the setting that picks it."""
     here_minor, here_pickler = list(sys.version_info[:2]), cloudpickle.__version__
     minor, pickler = list(there["python"][:2]), there.get("cloudpickle")
-    wanted = (f"Python {here_minor[0]}.{here_minor[1]} with cloudpickle "
-              f"{_major(here_pickler)}.x")
+    wanted = wanted_python(f"{here_minor[0]}.{here_minor[1]}", here_pickler)
     if minor != here_minor:
         why = "a pickled function loads only on the Python minor version that pickled it"
     elif pickler is None:
@@ -74,8 +68,9 @@ def check_loads(there: dict, python: str, where: str, fix: str) -> None:
         return
     major = int(_major(here_pickler))
     raise LaunchError(
-        f"{python} on {where} has {versions(there['python'], pickler)}, but runs are pickled "
-        f"here ({sys.executable}) with {versions(sys.version_info[:3], here_pickler)}: {why}. "
-        f"Set {fix} to a {wanted} there" + (
+        f"{python} on {where} has {python_versions(there['python'], pickler)}, but runs are "
+        f"pickled here ({sys.executable}) with "
+        f"{python_versions(sys.version_info[:3], here_pickler)}: {why}. "
+        f"Set {fix} to {wanted} there" + (
             f", or install it for {python} (pip install 'cloudpickle>={major},<{major + 1}')"
             if minor == here_minor else ""))
