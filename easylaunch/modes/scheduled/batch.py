@@ -38,7 +38,8 @@ from easylaunch.hosts import staging
 from easylaunch.hosts.staging import Upload
 from easylaunch.hosts.transport import checked
 from easylaunch.jobpack import job_archive
-from easylaunch.jobs import Job, JobState
+from easylaunch.jobs import Job
+from easylaunch.modes.scheduled.by_hand import TO_SUBMIT, ByHand, check_writable_file
 from easylaunch.modes.scheduled.tracking import ClusterFacts, ScheduledMode
 from easylaunch.preview import Preview, resource_fields
 from easylaunch.request import LaunchRequest
@@ -47,7 +48,6 @@ from easylaunch.settings import Mount
 from easylaunch_job.records import BUNDLE_DIR, JOB_PYZ, SNAPSHOT_STORE, write_bytes_atomic
 
 JOB_IDS = "job_ids.txt"
-TO_SUBMIT = "to_submit"  # launch.json's backend key: how to submit a batch copied by hand
 SUBMIT = "submit.sh"
 
 
@@ -120,7 +120,7 @@ def submit_script(python: str, entries: list[tuple[list[str], str]], first: str 
     return "\n".join(lines) + "\n"
 
 
-class BatchMode(ScheduledMode):
+class BatchMode(ByHand, ScheduledMode):
     """Writes a batch folder and submits it where it can: on this machine where the scheduler
     answers here (a login node), or over SSH when a cluster is set. Else (or with
     ``submit=False`` / SSS_SUBMIT=False) the batch is for the user to copy to a cluster and
@@ -150,7 +150,7 @@ class BatchMode(ScheduledMode):
         self.settings.code_mounts("SSS_CODE_DIRS_TO_MOUNT")
         self.settings.data_mounts("SSS_NON_CODE_DIRS_TO_MOUNT")
         if not submits:
-            _check_writable_file("SSS_SCRIPT_PATH", self.settings.SSS_SCRIPT_PATH)
+            check_writable_file("SSS_SCRIPT_PATH", self.settings.SSS_SCRIPT_PATH)
         self.packing.check(self, request)
         if not submits and self.transport.is_local:
             self.scheduler.check_folder(self.cluster_batches(request))
@@ -288,40 +288,6 @@ class BatchMode(ScheduledMode):
         return tuple(shlex.quote(m.local_dir)
                      for m in self.settings.code_mounts("SSS_CODE_DIRS_TO_MOUNT"))
 
-    def copy_step(self, layout: Layout) -> str:
-        """How the batch reaches the cluster: an rsync command where the cluster is known
-        (over SSH, SSS_CLUSTER_HOST, or this machine), else in words; "" where the batch is
-        written in place."""
-        local, there, t = f"{layout.local_dir}/", f"{layout.cluster_dir}/", self.transport
-        host = self.settings.SSS_CLUSTER_HOST
-        if local == there and self.cluster_here():
-            return ""
-        if not t.is_local or self.cluster_here():
-            return shlex.join([*t.rsync_argv(), "-a", local, t.remote(there)])
-        if host:
-            return shlex.join(["rsync", "-a", local, f"{host}:{there}"])
-        return (f"copy {local} to {there} on the cluster (SSS_CLUSTER_HOST=user@login-node "
-                "makes this an rsync command)")
-
-    def cluster_named(self) -> str:
-        """The cluster, as the printed steps name it."""
-        if not self.transport.is_local or self.cluster_here():
-            return self.transport.where
-        return self.settings.SSS_CLUSTER_HOST or "the cluster"
-
-    def note(self, layout: Layout, then: str) -> str:
-        """The copy command and the command to run on the cluster, a line each."""
-        copy = self.copy_step(layout)
-        return (f"easylaunch {self.name}: batch written to {layout.local_dir}, not submitted\n"
-                + (f"  copy it:  {copy}\n  then, on {self.cluster_named()}: {then}\n" if copy
-                   else f"  submit it on {self.cluster_named()}: {then}\n"))
-
-    def to_submit(self, layout: Layout, then: str) -> str:
-        """The steps of :meth:`note` on one line."""
-        copy = self.copy_step(layout)
-        run = f"run on {self.cluster_named()}: {then}"
-        return f"{copy}, then {run}" if copy else run
-
     def prepare(self, request: LaunchRequest, runs: list[Run], facts: ClusterFacts | None
                 ) -> BatchPlan:
         """The plan of this process's open batch of this kind with ``runs`` added."""
@@ -386,15 +352,6 @@ class BatchMode(ScheduledMode):
             return f"written to the batch {backend['batch_dir']}, not submitted"
         return (f"submitted as {self.scheduler.NAME} job {backend[self.scheduler.JOB_ID_KEY]} "
                 f"on {self.transport.where} from {backend['cluster_batch_dir']}")
-
-    def not_submitted(self, job: Job) -> str | None:
-        """What a run written to a batch nobody has submitted says (no job id of it is known
-        here and its record shows no start), with how to submit it; None for any other."""
-        backend = job.launch_info["backend"]
-        how = backend.get(TO_SUBMIT)
-        if how is None or job.recorded_state() is not JobState.QUEUED or self.job_id(job):
-            return None
-        return f"written to batch {backend['batch_dir']}, not submitted: {how}"
 
     def waiting_reason(self, job: Job) -> str | None:
         return self.not_submitted(job) or super().waiting_reason(job)
@@ -476,24 +433,6 @@ class BatchMode(ScheduledMode):
             return None  # the batch folder is not visible from here
         found = [line.split()[1] for line in lines if line.split()[:1] == [job.id]]
         return found[-1] if found else None
-
-
-def _check_writable_file(key: str, path: str | None) -> None:
-    """Refuse a file setting this launch could not write (a folder, a missing or read-only
-    folder, a read-only file)."""
-    if not path:
-        return
-    folder = os.path.dirname(os.path.abspath(path))
-    if os.path.isdir(path):
-        problem = "is a folder"
-    elif not os.path.isdir(folder):
-        problem = f"is in {folder}, which does not exist"
-    elif not os.access(path if os.path.exists(path) else folder, os.W_OK):
-        problem = "cannot be written by you"
-    else:
-        return
-    raise LaunchError(f"{key}={path!r} {problem}; point it at a file you can write, or set it "
-                      "to None to write only the batch folder's submit.sh")
 
 
 def _stage(runs: list[Run], log_root: Path, batch_dir: Path) -> None:
