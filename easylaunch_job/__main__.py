@@ -23,6 +23,8 @@ COMMANDS = {"run": ("easylaunch_job.supervisor", "main"),
 
 
 def main(argv=None):
+    # type: (list[str] | None) -> int
+    # (a type comment: an annotation would be evaluated; this file stays readable by old Pythons)
     """Check the Python, then hand the arguments to the command's own entry point."""
     args = list(sys.argv[1:] if argv is None else argv)
     if sys.version_info[:2] < PYTHON_FLOOR:

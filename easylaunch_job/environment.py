@@ -7,6 +7,7 @@ import contextlib
 import os
 import signal
 import sys
+from collections.abc import Mapping
 
 ENV_PARENT_PID = "EASYLAUNCH_PARENT_PID"  # "<pid>:<start time>" of the launching process
 ENV_GPU_ID = "EASYLAUNCH_GPU_ID"
@@ -48,7 +49,7 @@ WORLD_SIZE_VARS = ("WORLD_SIZE", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_STEP
                    "SLURM_NTASKS")
 
 
-def first_int(env: dict, names: tuple[str, ...]) -> int | None:
+def first_int(env: Mapping[str, str], names: tuple[str, ...]) -> int | None:
     """The first of ``names`` set in ``env``, as an integer (None if none is set)."""
     for name in names:
         value = env.get(name, "").strip()
@@ -57,7 +58,7 @@ def first_int(env: dict, names: tuple[str, ...]) -> int | None:
     return None
 
 
-def rank_info(env: dict | None = None) -> tuple[int, int, int]:
+def rank_info(env: Mapping[str, str] | None = None) -> tuple[int, int, int]:
     """(rank, local rank, world size) from the launcher's variables; (0, 0, 1) alone."""
     env = os.environ if env is None else env
     rank = first_int(env, RANK_VARS) or 0

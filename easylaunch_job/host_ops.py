@@ -18,18 +18,22 @@ import shutil
 import subprocess
 import sys
 import time
+from typing import Any
 
 from easylaunch_job.environment import is_alive, process_start_time
 from easylaunch_job.records import update_status
 
 READ_LIMIT = 1 << 20  # a status.json or job id file is far smaller
 
+Op = dict[str, Any]  # an operation: its ``op`` name and arguments, as JSON
+Answer = dict[str, Any]  # one op's answer, as JSON
 
-def _path(path):
+
+def _path(path: str) -> str:
     return os.path.abspath(os.path.expanduser(path))
 
 
-def _info(op):
+def _info(op: Op) -> Answer:
     """The far side's Python, cloudpickle and home folder."""
     try:
         import cloudpickle
@@ -41,11 +45,11 @@ def _info(op):
             "host": os.uname().nodename, "cpus": os.cpu_count()}
 
 
-def _which(op):
+def _which(op: Op) -> Answer:
     return {"found": {name: shutil.which(name) for name in op["names"]}}
 
 
-def _prepare_dir(op):
+def _prepare_dir(op: Op) -> Answer:
     """Make a folder (and its parents), prove it writable, say how much room it has."""
     path = _path(op["path"])
     try:
@@ -61,13 +65,13 @@ def _prepare_dir(op):
     return {"path": path, "free": stat.f_bavail * stat.f_frsize}
 
 
-def _exists(op):
+def _exists(op: Op) -> Answer:
     return {"exists": [os.path.lexists(_path(p)) for p in op["paths"]]}
 
 
-def _read(op):
+def _read(op: Op) -> Answer:
     """Text of each file (None where missing), with its size and modification time."""
-    files = {}
+    files: dict[str, dict[str, Any] | None] = {}
     for name in op["paths"]:
         try:
             with open(_path(name), "rb") as f:
@@ -79,7 +83,7 @@ def _read(op):
     return {"files": files}
 
 
-def _run(op):
+def _run(op: Op) -> Answer:
     argv = [os.path.expanduser(a) if a.startswith("~/") else a for a in op["argv"]]
     try:
         out = subprocess.run(argv, capture_output=True, text=True, timeout=op.get("timeout", 60),
@@ -92,7 +96,7 @@ def _run(op):
     return {"rc": out.returncode, "out": out.stdout, "err": out.stderr}
 
 
-def _detach(op):
+def _detach(op: Op) -> Answer:
     """Start a command that outlives this connection (its own session, output to a log)."""
     log = _path(op["log"])
     os.makedirs(os.path.dirname(log), exist_ok=True)
@@ -103,12 +107,12 @@ def _detach(op):
     return {"pid": proc.pid, "started": process_start_time(proc.pid)}
 
 
-def _alive(op):
+def _alive(op: Op) -> Answer:
     """Whether each [pid, start time] is still the same running process."""
     return {"alive": [is_alive(pid, started) for pid, started in op["pids"]]}
 
 
-def _touch(op):
+def _touch(op: Op) -> Answer:
     """Make empty files (and their own folder, whose parent must exist)."""
     for name in op["paths"]:
         path = _path(name)
@@ -120,7 +124,7 @@ def _touch(op):
     return {}
 
 
-def _update_status(op):
+def _update_status(op: Op) -> Answer:
     """Merge fields into run folders' status.json (under its lock)."""
     for folder in op["folders"]:
         if os.path.isdir(_path(folder)):
@@ -128,7 +132,7 @@ def _update_status(op):
     return {}
 
 
-def _unpack(op):
+def _unpack(op: Op) -> Answer:
     """Unpack files sent inline (a base64 gzipped tar) under ``root``."""
     import base64
     import io
@@ -139,7 +143,7 @@ def _unpack(op):
     return {}
 
 
-def _link_tree(source, dest):
+def _link_tree(source: str, dest: str) -> None:
     """``dest`` as a copy of ``source`` made of hard links (a real copy across file systems)."""
     tmp = f"{dest}.tmp-{os.getpid()}"
     try:
@@ -150,7 +154,7 @@ def _link_tree(source, dest):
     os.rename(tmp, dest)
 
 
-def _place(op):
+def _place(op: Op) -> Answer:
     """Move uploaded items from the incoming folder into place.
 
     ``shared`` items are content-addressed: kept once in ``store`` (a later upload of the
@@ -174,7 +178,8 @@ def _place(op):
                 _link_tree(kept, dest)
             else:
                 _link_file(kept, dest)
-    folders = {}  # a new run's items move as its one folder (one rename, not one an item)
+    # a new run's items move as its one folder (one rename, not one an item)
+    folders: dict[str, list[str]] = {}
     for rel in op["plain"]:
         folders.setdefault(os.path.dirname(rel), []).append(rel)
     for folder, rels in folders.items():
@@ -201,21 +206,21 @@ def _place(op):
     return {}
 
 
-def _link_file(source, dest):
+def _link_file(source: str, dest: str) -> None:
     try:
         os.link(source, dest)
     except OSError:
         shutil.copy2(source, dest)
 
 
-def _open_tasks(op):
+def _open_tasks(op: Op) -> Answer:
     """The tasks of a packer's task file that may still run (see packer.open_tasks)."""
     from easylaunch_job.packer import open_tasks
 
     return {"open": open_tasks(_path(op["taskfile"]), _path(op["state_dir"]))}
 
 
-def _remove(path):
+def _remove(path: str) -> None:
     if os.path.isdir(path) and not os.path.islink(path):
         shutil.rmtree(path, ignore_errors=True)
     else:
@@ -228,9 +233,9 @@ OPS = {"info": _info, "which": _which, "prepare_dir": _prepare_dir, "exists": _e
        "place": _place, "open_tasks": _open_tasks}
 
 
-def answer(ops):
+def answer(ops: list[Op]) -> list[Answer]:
     """Run ``ops`` in order; one answer each (an op that fails says why, the rest still run)."""
-    answers = []
+    answers: list[Answer] = []
     for op in ops:
         try:
             answers.append(OPS[op["op"]](op))

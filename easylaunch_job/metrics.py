@@ -17,6 +17,7 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from easylaunch_job.environment import ENV_METRICS_FILE, rank_info
@@ -213,7 +214,7 @@ if hasattr(os, "register_at_fork"):
 
 
 @contextlib.contextmanager
-def metrics_into(log_dir: str):
+def metrics_into(log_dir: str) -> Iterator[None]:
     """Point log_metrics at the run's folder while its function runs; write out every line it
     logged before the run's end is recorded, and close the file, in this copy of these helpers
     and in the runner module of an installed easylaunch older than this package, should the
@@ -223,7 +224,8 @@ def metrics_into(log_dir: str):
     try:
         yield
     finally:
-        copies = {sys.modules.get(__name__), sys.modules.get("easylaunch.runner")} - {None}
+        copies = {copy for copy in (sys.modules.get(__name__), sys.modules.get("easylaunch.runner"))
+                  if copy is not None}
         try:  # (a stop signal may cut a flush short: the environment is put back all the same)
             for copy in copies:
                 if hasattr(copy, "close_metrics"):  # (an easylaunch older than metrics: none)

@@ -38,6 +38,7 @@ import subprocess
 import sys
 import threading
 import time
+from typing import cast
 
 from easylaunch_job.attempts import RestartPolicy, give_up_restart
 from easylaunch_job.environment import (
@@ -148,6 +149,7 @@ class Packer:
 
     def _ours(self, index: int) -> bool:
         """(shared) Whether a packer of this allocation claimed task ``index``."""
+        assert self.claims is not None  # (asked in shared mode alone)
         try:
             with open(os.path.join(self.claims, f"task-{index}")) as f:
                 return f.read().split(" ")[0] == self.allocation
@@ -178,6 +180,7 @@ class Packer:
                 open(self._path(index, "err"), "ab") as err:
             try:
                 if worker is not None:
+                    assert self.runs is not None  # (warm workers come with runs)
                     pid = worker.start(self.runs[index][0], self.runs[index][1], rerun)
                     wait = worker.wait
                 else:
@@ -280,8 +283,11 @@ class Packer:
         """(a stopped shared allocation) Packer 0: True once every other packer of the
         allocation has marked its tasks ended (or PEERS_WAIT_SECONDS passed). The others mark
         theirs and return False."""
+        claims = self.claims
+        assert claims is not None  # (gathered in shared mode alone)
+
         def mark(peer: int) -> str:
-            return os.path.join(self.claims, f"stopped-{self.allocation}-{peer}")
+            return os.path.join(claims, f"stopped-{self.allocation}-{peer}")
         if self.peer:
             write_json_atomic(mark(self.peer), {"host": os.uname()[1]})
             return False
@@ -317,6 +323,7 @@ class Packer:
         its last attempt would have without a restart."""
         if self.runs is None:  # (--resubmit comes with --runs)
             return
+        assert self.resubmit is not None  # (called with --resubmit alone)
         qsub = self.submit_with == "qsub"
         argv = (qsub_command if qsub else sbatch_command)(self.resubmit)
         going_on = "1"  # (shared: the tasks this allocation leaves, for the next to take)
@@ -390,7 +397,9 @@ def main(argv: list[str] | None = None) -> int:
     runs = None
     if args.runs:
         with open(args.runs) as f:
-            runs = [tuple(line.rstrip("\n").split("\t")) for line in f if line.strip()]
+            # (two fields a line, as the launching side writes them)
+            runs = [cast("tuple[str, str]", tuple(line.rstrip("\n").split("\t")))
+                    for line in f if line.strip()]
         if len(runs) != len(tasks):
             parser.error("--runs needs one line per task")
     packer = Packer(tasks, args.state_dir, args.workers or default_workers(), runs,

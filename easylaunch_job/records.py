@@ -10,6 +10,7 @@ import contextlib
 import json
 import os
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 from easylaunch_job.states import TERMINAL_STATES
@@ -83,7 +84,7 @@ def read_json(path: str) -> dict:
 
 
 @contextlib.contextmanager
-def status_lock(log_dir: str):
+def status_lock(log_dir: str) -> Iterator[None]:
     """An exclusive lock on a run's status (a no-op where the file system refuses locks)."""
     try:
         import fcntl

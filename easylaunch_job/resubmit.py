@@ -72,6 +72,7 @@ def resubmit_self(log_dir: str) -> None:
     if not script:
         return
     argv = [script]
+    problem: str | None
     try:
         argv, job_of = _resubmission(script)
     except OSError as exc:  # (the PBS script's copy could not be written)

@@ -154,7 +154,8 @@ def call_and_record(fn: Any, config: DoodadConfig, variant: Any, log_dir: str,
         save_error(log_dir, exc, tb_text)
         restarting = finish_attempt(log_dir, policy, "error" if policy.on_error else None,
                                     state="failed", error=tb_text,
-                                    exit_code=exc.exit_code if command else EXIT_FAILED)
+                                    exit_code=exc.exit_code if isinstance(exc, CommandFailed)
+                                    else EXIT_FAILED)
         if reraise:
             raise
         print(tb_text, file=sys.stderr, end="")
@@ -179,7 +180,7 @@ def _provide_easylaunch_module() -> None:
     package.__dict__.update(PACKAGE_API)
     module = types.ModuleType("easylaunch.checkpoint")
     module.__dict__.update(CHECKPOINT_API)
-    package.checkpoint = module
+    package.__dict__["checkpoint"] = module  # (the attribute, which ModuleType's type lacks)
     sys.modules.update({"easylaunch": package, "easylaunch.checkpoint": module})
 
 

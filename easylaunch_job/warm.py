@@ -28,6 +28,7 @@ class WarmWorker:
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, universal_newlines=True, bufsize=1)
 
     def _answer(self) -> int:
+        assert self.proc.stdout is not None  # (opened with PIPE)
         line = self.proc.stdout.readline()
         if not line:
             raise WorkerDied(f"the warm worker ended (exit code {self.proc.wait()}); see the "
@@ -36,6 +37,7 @@ class WarmWorker:
 
     def start(self, bundle: str, log_dir: str, rerun: bool) -> int:
         """Start a run; return the pid of its process (a process group leader)."""
+        assert self.proc.stdin is not None  # (opened with PIPE)
         self.proc.stdin.write(f"{bundle}\t{log_dir}\t{int(rerun)}\n")
         self.proc.stdin.flush()
         return self._answer()
@@ -45,6 +47,7 @@ class WarmWorker:
         return self._answer()
 
     def close(self) -> None:
+        assert self.proc.stdin is not None  # (opened with PIPE)
         with contextlib.suppress(OSError):
             self.proc.stdin.close()
         self.proc.wait()

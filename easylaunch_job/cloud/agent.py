@@ -91,7 +91,8 @@ class Agent:
         other run that has not ended gets a terminal state."""
         told = self.tell_restartable()
         deadline = time.monotonic() + STOP_GRACE_SECONDS
-        while any(s.proc.poll() is None for s in told) and time.monotonic() < deadline:
+        while any(s.proc is not None and s.proc.poll() is None for s in told) and \
+                time.monotonic() < deadline:  # (told: runs with a process)
             time.sleep(0.1)
         why = (f"the cloud took the instance back ({self.spot_notice}) before the run ended; "
                "its last sync is in the bucket" if self.spot_notice else
@@ -113,6 +114,7 @@ class Agent:
         told = [s for s in self.slots if s.restartable and not s.ended and s.proc is not None
                 and s.proc.poll() is None and s.cancelled_at is None]
         for slot in told:
+            assert slot.proc is not None  # (told: runs with a process)
             log(f"run {slot.run_id}: telling it the instance goes away (SIGTERM)")
             signal_group(slot.proc.pid, signal.SIGTERM)
         return told
@@ -303,30 +305,30 @@ def follow(agent: Agent, rank: int) -> None:
     (stdout and stderr) beside its run's as ``stdout.rank<k>.log``. SIGTERM (a cancel) stops
     them first."""
     name = f"stdout.rank{rank}.log"
-    started = []
+    started: list[tuple[RunSlot, subprocess.Popen[bytes]]] = []  # (the slot, its process)
     try:
         for slot in agent.slots:
             agent.prepare(slot)
             with open(slot.log_dir / name, "ab") as out:
-                slot.proc = subprocess.Popen(
+                slot.proc = proc = subprocess.Popen(
                     agent.command(slot), cwd=str(slot.log_dir), stdin=subprocess.DEVNULL,
                     stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
                     env=dict(os.environ, PYTHONUNBUFFERED="1"))
-            started.append(slot)
-            log(f"run {slot.run_id}: rank {rank} started (pid {slot.proc.pid})")
-        for slot in started:
-            while slot.proc.poll() is None:
+            started.append((slot, proc))
+            log(f"run {slot.run_id}: rank {rank} started (pid {proc.pid})")
+        for _slot, proc in started:
+            while proc.poll() is None:
                 check_stop()
                 time.sleep(EXIT_CHECK_SECONDS)
     except Stop:
         log(f"SIGTERM: stopping rank {rank}'s processes")
-        for slot in started:
-            if slot.proc.poll() is None:
-                signal_group(slot.proc.pid, signal.SIGTERM)
+        for _slot, proc in started:
+            if proc.poll() is None:
+                signal_group(proc.pid, signal.SIGTERM)
     finally:
-        for slot in started:
+        for slot, proc in started:
             with contextlib.suppress(subprocess.TimeoutExpired):
-                slot.proc.wait(KILL_GRACE_SECONDS)
+                proc.wait(KILL_GRACE_SECONDS)
             agent.store.put_file(f"{slot.spec['log_prefix']}/{name}", slot.log_dir / name)
 
 

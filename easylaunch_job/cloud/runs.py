@@ -36,7 +36,7 @@ def unpack(data: bytes, dest: Path, only: set[str] | None = None) -> None:
     tmp = dest.with_name(f"{dest.name}.partial-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    extra = {"filter": "tar"} if hasattr(tarfile, "tar_filter") else {}
+    extra: dict[str, Any] = {"filter": "tar"} if hasattr(tarfile, "tar_filter") else {}
     with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
         members = None if only is None else \
             [m for m in tar.getmembers() if m.name.split("/", 1)[0] in only]

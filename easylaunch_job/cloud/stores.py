@@ -23,6 +23,12 @@ class Store:
         self.bucket = bucket
         self.client = client
 
+    @classmethod
+    def default(cls, bucket: str, region: str) -> Store:
+        """The bucket ``bucket`` with the credentials this machine has (``region``: the
+        cloud's region, or Azure's blob endpoint)."""
+        raise NotImplementedError
+
     def url(self, key: str) -> str:
         """The object's URL, e.g. ``gs://bucket/key``."""
         return f"{self.scheme}://{self.bucket}/{key}"
@@ -207,7 +213,9 @@ class AzureBlobStore(Store):
         from azure.storage.blob import BlobServiceClient
 
         service = (BlobServiceClient.from_connection_string(connection) if connection
-                   else BlobServiceClient(account_url, credential=credential))
+                   else BlobServiceClient(account_url,  # type: ignore[arg-type]
+                                          credential=credential))
+        # (account_url None with no connection string: the SDK's ValueError says it is missing)
         return cls(bucket, service.get_container_client(bucket))
 
     @property
