@@ -67,7 +67,7 @@ class _FarSide:
     def __init__(self, argv: list[str]) -> None:
         self.argv = argv
         self.lock = threading.Lock()
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen[str] | None = None
 
     def ask(self, ops: list[dict]) -> tuple[str | None, int | None, str]:
         """(answer line or None, exit code, stderr) for one request."""
@@ -83,8 +83,10 @@ class _FarSide:
                                         mark=ANSWER_MARK)
                 self._send(json.dumps(program))
             self._send(json.dumps(ops))
-            ready, _, _ = select.select([self.proc.stdout], [], [], ANSWER_TIMEOUT_SECONDS)
-            line = self.proc.stdout.readline() if ready else ""
+            answers = self.proc.stdout
+            assert answers is not None  # (opened with PIPE)
+            ready, _, _ = select.select([answers], [], [], ANSWER_TIMEOUT_SECONDS)
+            line = answers.readline() if ready else ""
             if line.startswith(ANSWER_MARK):
                 return line[len(ANSWER_MARK):], None, ""
             self.proc.kill()
@@ -98,6 +100,7 @@ class _FarSide:
         """End the far side: its stdin closes and it exits (killed if it does not)."""
         with self.lock:
             if self.proc is not None:
+                assert self.proc.stdin is not None  # (opened with PIPE)
                 with contextlib.suppress(OSError):
                     self.proc.stdin.close()
                 try:
@@ -107,6 +110,9 @@ class _FarSide:
                 self._discard()
 
     def _discard(self) -> None:
+        # (called with a far side started, its stdin and stdout pipes)
+        assert self.proc is not None and self.proc.stdin is not None and \
+            self.proc.stdout is not None
         self.proc.wait()
         for stream in (self.proc.stdin, self.proc.stdout, self.errors):
             with contextlib.suppress(OSError):
@@ -114,6 +120,7 @@ class _FarSide:
         self.proc = None
 
     def _send(self, line: str) -> None:
+        assert self.proc is not None and self.proc.stdin is not None  # (started, with pipes)
         with contextlib.suppress(BrokenPipeError):  # it died: its exit code says why
             self.proc.stdin.write(line + "\n")
             self.proc.stdin.flush()

@@ -70,7 +70,7 @@ class RunStream:
         self.incoming = f"{store.rstrip('/')}/{INCOMING}"
         self.waiting: list[str] = []  # items of runs made before the stream started
         self.sent: list[str] = []
-        self.procs: list[subprocess.Popen] = []
+        self.procs: list[subprocess.Popen[bytes]] = []  # (tar here, tar there: pipes)
         self.pump: threading.Thread | None = None
         self.bytes = 0
 
@@ -80,6 +80,7 @@ class RunStream:
         if not self.procs and self.ready():
             self._start()
         if self.procs:
+            assert self.procs[0].stdin is not None  # (opened with PIPE)
             try:
                 self.procs[0].stdin.write(b"".join(i.encode() + b"\0" for i in self.waiting))
             except OSError:  # (the stream broke: finish() says nothing arrived)
@@ -106,23 +107,27 @@ class RunStream:
         """Carry the tar from here to there, gzipped and flushed as it comes (gzip's own
         buffering would hold most of it back until the end), counting the bytes."""
         here, there = self.procs
+        out, into = here.stdout, there.stdin
+        # (opened with PIPE and the default buffering: a buffered reader, which has read1)
+        assert isinstance(out, io.BufferedReader) and into is not None
         gzip = zlib.compressobj(6, zlib.DEFLATED, 31)
         try:
-            while chunk := here.stdout.read1(1 << 16):
+            while chunk := out.read1(1 << 16):
                 data = gzip.compress(chunk) + gzip.flush(zlib.Z_SYNC_FLUSH)
-                there.stdin.write(data)
-                there.stdin.flush()
+                into.write(data)
+                into.flush()
                 self.bytes += len(data)
-            there.stdin.write(gzip.flush())
+            into.write(gzip.flush())
         except OSError:  # the far side went away: so does this side's tar
             here.kill()
         with contextlib.suppress(OSError):
-            there.stdin.close()
+            into.close()
 
     def finish(self) -> frozenset[str]:
         """Wait for the copy to end; the items that arrived (none, where it failed)."""
         if not self.procs:
             return frozenset()
+        assert self.procs[0].stdin is not None and self.pump is not None  # (set by _start)
         with contextlib.suppress(OSError):
             self.procs[0].stdin.close()
         # (blocking waits, which see an exit at once; the timer ends a copy that hangs)
