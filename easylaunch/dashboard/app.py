@@ -6,6 +6,7 @@ import math
 import time
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlencode
 
 import jinja2
@@ -44,7 +45,7 @@ class Pages:
                        "poll_ms": POLL_SECONDS * 1000,
                        "charts_poll_ms": CHARTS_POLL_SECONDS * 1000}
 
-    def page(self, request: Request, name: str, status: int = 200, **context) -> Response:
+    def page(self, request: Request, name: str, status: int = 200, **context: Any) -> Response:
         return self.templates.TemplateResponse(request, name, {**self.common, **context},
                                                status_code=status)
 
@@ -52,6 +53,8 @@ class Pages:
 
     def runs(self, request: Request) -> Response:
         filters = views.Filters.of(request.query_params)
+        groups: list[views.Group]
+        reasons: list[tuple[str, int]]
         error, groups, total, page_no, reasons = None, [], 0, 1, []
         try:
             page_no = views.page_number(request.query_params.get("page"))

@@ -21,7 +21,7 @@ class Aligned:
     """Curves on one step axis: ``x``, and for each run its values there (None: no value at
     that step), each point the mean of ``per_point`` steps on average (1: every point)."""
 
-    x: list[float]
+    x: list[float | None]  # (as _short gives them: an infinite step is None)
     ys: list[list[float | None]]
     per_point: float
 

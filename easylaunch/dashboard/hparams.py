@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeGuard
 
 from easylaunch.listing import rounded
 
@@ -63,7 +64,7 @@ def nice_ticks(lo: float, hi: float, count: int = 5) -> list[float]:
     return [first + i * step for i in range(int(hi / step - first / step + 1e-9) + 1)]
 
 
-def _is_number(value: object) -> bool:
+def _is_number(value: object) -> TypeGuard[float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool) \
         and math.isfinite(value)
 
@@ -77,7 +78,8 @@ class _Scale:
         present = [v for v in values if v is not None]
         self.numeric = bool(present) and all(_is_number(v) for v in present)
         if self.numeric:
-            lo, hi = min(present), max(present)
+            numbers = [v for v in present if _is_number(v)]  # (all of them)
+            lo, hi = min(numbers), max(numbers)
             self.log = lo > 0 and hi / lo >= 100
             self.lo, self.hi = (math.log10(lo), math.log10(hi)) if self.log else (lo, hi)
             if self.hi == self.lo:
@@ -89,6 +91,7 @@ class _Scale:
         if not self.numeric:
             names = self.categories
             return names.index(str(value)) / (len(names) - 1) if len(names) > 1 else 0.5
+        assert isinstance(value, (int, float))  # (a numeric scale is given only its numbers)
         v = math.log10(value) if self.log else value
         return (v / 2 - self.lo / 2) / (self.hi / 2 - self.lo / 2)
 

@@ -9,6 +9,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from easylaunch import listing
 from easylaunch.dashboard.curves import align
@@ -89,7 +90,7 @@ def title(column: str) -> str:
     return column
 
 
-def _cell(column: str, value: object) -> Cell:
+def _cell(column: str, value: Any) -> Cell:  # (a DataFrame's cell: numpy's scalars too)
     import pandas as pd
 
     if value is None or (pd.api.types.is_scalar(value) and pd.isna(value)):
