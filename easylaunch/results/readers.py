@@ -61,7 +61,7 @@ def _number(value: object) -> float | None:
 def read_metrics_jsonl(path: Path, metrics: Metrics = None) -> list[Point]:
     """The points of a ``metrics.jsonl`` (only ``metrics``, if given); a line without a step
     gets its line number."""
-    points = []
+    points: list[Point] = []
     for index, line in enumerate(_whole_lines(path)):
         try:
             record = json.loads(line)
@@ -98,7 +98,7 @@ def read_progress_csv(path: Path, metrics: Metrics = None) -> list[Point]:
     step_at = next((header.index(c) for c in CSV_STEP_COLUMNS if c in header), None)
     wanted = {i for i, name in enumerate(header)
               if i != step_at and (metrics is None or name in metrics)}
-    points = []
+    points: list[Point] = []
     for index, row in enumerate(body):
         step = _csv_number(row[step_at]) if step_at is not None else None
         step = float(index) if step is None else step
@@ -204,9 +204,9 @@ def _jsonl_series(path: Path) -> dict[str, Series] | None:
         return None
     if not all(type(r) is dict for r in records):
         return None
-    steps = [_number(r.get("step")) if type(r.get("step")) in _JSON_NUMBERS else None
-             for r in records]
-    steps = [float(i) if s is None or math.isnan(s) else s for i, s in enumerate(steps)]
+    logged_steps = [_number(r.get("step")) if type(r.get("step")) in _JSON_NUMBERS else None
+                    for r in records]
+    steps = [float(i) if s is None or math.isnan(s) else s for i, s in enumerate(logged_steps)]
     found: dict[str, Series] = {}
     for name in dict.fromkeys(k for r in records for k in r):
         if name in ("step", "time"):
