@@ -43,7 +43,8 @@ def git_infos(directories: Iterable[str]) -> list[GitInfo]:
         directory = os.path.abspath(directory)
         if directory not in _by_repo:
             _by_repo[directory] = _read_repo(directory)
-        if _by_repo[directory] is not None:
-            root, info = _by_repo[directory]
+        found = _by_repo[directory]
+        if found is not None:
+            root, info = found
             infos.setdefault(root, info)
     return list(infos.values())

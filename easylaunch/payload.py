@@ -146,11 +146,11 @@ def pickle_payload(obj: Any, what: str, code_dirs: Sequence[str] = (),
     except LaunchError:
         raise
     except _ArrivesChanged as exc:
-        name, where = getattr(exc.obj, "name", None), _locate(obj, what)
+        file_name, where = getattr(exc.obj, "name", None), _locate(obj, what)
         raise LaunchError(
             f"{where} is an open file: it cannot reach a run as the file (at most a copy of "
             "its text would, as a StringIO). Pass its path instead"
-            + (f" ({name!r})" if isinstance(name, str) else "")
+            + (f" ({file_name!r})" if isinstance(file_name, str) else "")
             + " and open it inside the function.") from None
     except Exception as exc:  # noqa: BLE001 - every pickling failure gets the same advice
         raise LaunchError(

@@ -7,6 +7,7 @@ refreshed whenever a command looks at the run.
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import json
 import os
@@ -257,7 +258,8 @@ class Registry:
 
     def find_sweep(self, part: str) -> str:
         """The one sweep id that is or starts with ``part``."""
-        found = list(dict.fromkeys(e.sweep for e in self.list(sweep=part)[0]))
+        found = list(dict.fromkeys(e.sweep for e in self.list(sweep=part)[0]
+                                   if e.sweep is not None))  # (always: the filter is a sweep)
         if part in found:
             return part
         if not found:
@@ -272,7 +274,8 @@ class Registry:
                states: list[str] | None = None, since: float | None = None,
                sweep: str | None = None, reason: str | None = None) -> tuple[str, list]:
         """The WHERE clause (with its arguments) selecting the runs :meth:`list` lists."""
-        where, args = [], []
+        where: list[str] = []
+        args: list[Any] = []
         if exp is not None:
             known = self.db.execute("SELECT 1 FROM runs WHERE exp_name = ? LIMIT 1",
                                     (exp,)).fetchone()
@@ -311,7 +314,8 @@ class Registry:
             query += f" LIMIT {-1 if limit is None else int(limit)} OFFSET {int(offset)}"
         return [Entry.from_row(r) for r in self.db.execute(query, args)], total
 
-    def reasons(self, limit: int = 8, **filters) -> list[tuple[str, int]]:
+    # (in the class body below, ``list`` is the method above: the type is ``builtins.list``)
+    def reasons(self, limit: int = 8, **filters: Any) -> builtins.list[tuple[str, int]]:
         """The commonest reasons runs ended (as :meth:`list`'s filters select them), with how
         many runs each, most first."""
         clause, args = self._where(**filters)
@@ -320,10 +324,10 @@ class Registry:
             f"SELECT reason, COUNT(*) AS n FROM runs{clause}reason IS NOT NULL AND reason != '' "
             f"GROUP BY reason ORDER BY n DESC, reason LIMIT {int(limit)}", args)]
 
-    def sweep_states(self, sweeps: Iterable[str]) -> dict[str, list[str]]:
+    def sweep_states(self, sweeps: Iterable[str]) -> dict[str, builtins.list[str]]:
         """Each of these sweeps' runs' recorded states."""
         sweeps = list(dict.fromkeys(sweeps))
-        found: dict[str, list[str]] = {s: [] for s in sweeps}
+        found: dict[str, builtins.list[str]] = {s: [] for s in sweeps}
         for start in range(0, len(sweeps), 500):
             part = sweeps[start:start + 500]
             for sweep, state in self.db.execute(
@@ -355,7 +359,7 @@ class Registry:
             return self.db.execute("INSERT OR IGNORE INTO notices (key, at) VALUES (?, ?)",
                                    (key, time.time())).rowcount == 1
 
-    def experiments(self) -> list[str]:
+    def experiments(self) -> builtins.list[str]:
         """The experiment names of the registered runs, most recently launched first."""
         return [r[0] for r in self.db.execute(
             "SELECT exp_name FROM runs GROUP BY exp_name ORDER BY MAX(created) DESC")]

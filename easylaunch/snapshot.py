@@ -15,6 +15,7 @@ import shutil
 import stat
 import uuid
 import warnings
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -115,7 +116,7 @@ def _copy_into(source: str, entries: tuple[SnapshotFile, ...], dest: Path) -> No
 
 
 def snapshot(source: str, store: Path, excludes: list[str], max_mb: float,
-             skip_dirs: set[str] = frozenset()) -> Snapshot:
+             skip_dirs: AbstractSet[str] = frozenset()) -> Snapshot:
     """Snapshot ``source`` into ``store`` (or find the existing snapshot of the same content).
 
     The hash is taken over the copy, so a file edited during the launch cannot leave a

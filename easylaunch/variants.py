@@ -71,12 +71,13 @@ def as_data(value: Any, path: str = "") -> tuple[Any, list[str]]:
             texts += more
         return data, texts
     if isinstance(value, (list, tuple)):
-        data, texts = [], []
+        items: list[Any] = []
+        texts = []
         for item in value:
             converted, more = as_data(item, path)
-            data.append(converted)
+            items.append(converted)
             texts += more
-        return data, texts
+        return items, texts
     if type(value).__module__ == "numpy" and hasattr(value, "tolist"):
         return as_data(value.tolist(), path)  # (a scalar's tolist() is its Python number)
     return str(value), [path.rstrip(".") or "(the variant)"]
