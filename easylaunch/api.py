@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 from easylaunch.bundle import (
     BundleSpec,
@@ -364,6 +364,18 @@ def _restart_policy(settings: Settings) -> dict:
     """The runner's RestartPolicy, as bundle.json has it."""
     return {"max_restarts": settings.MAX_RESTARTS, "on_error": settings.RESTART_ON_ERROR,
             "grace_seconds": settings.CHECKPOINT_GRACE_SECONDS}
+
+
+@overload
+def _started(launch: _Launch, registry: Registry) -> list[Job]: ...
+
+
+@overload
+def _started(launch: _Launch, registry: None) -> Preview: ...
+
+
+@overload
+def _started(launch: _Launch, registry: Registry | None) -> list[Job] | Preview: ...
 
 
 def _started(launch: _Launch, registry: Registry | None) -> list[Job] | Preview:

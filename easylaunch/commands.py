@@ -42,14 +42,15 @@ def as_argv(command: Any) -> list[str]:
     return argv
 
 
-def command_of(command: Any, variants: list[dict | None], fill: bool) -> Command:
+def command_of(command: Any, variants: Sequence[Mapping | None], fill: bool) -> Command:
     """The payload of a launch of ``command`` (each ``{name}`` filled from the variant when
     ``fill``), once every run's command is known to be complete."""
     template = as_argv(command)
     payload = Command(template, fill)
     for i, variant in enumerate(variants):
         try:
-            argv = argv_for(template, variant, fill)
+            # (argv_for only format_maps it, which takes any Mapping; it is annotated dict)
+            argv = argv_for(template, variant, fill)  # type: ignore[arg-type]
         except KeyError as exc:
             raise LaunchError(
                 f"the command names {{{exc.args[0]}}}, which variants[{i}] lacks (it has "

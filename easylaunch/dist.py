@@ -13,6 +13,7 @@ import shutil
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import product
+from typing import Any
 
 from easylaunch import launchers
 from easylaunch.errors import EasyLaunchError
@@ -211,7 +212,7 @@ LOCAL_SIZE_VARS = ("LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALN
                    "PALS_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE")
 
 
-def _backend_and_device(torch, local_rank: int, per_host: int,
+def _backend_and_device(torch: Any, local_rank: int, per_host: int,
                         share_gpus: bool = False) -> tuple[str, str]:
     """The default backend and this rank's device. More processes on a host than GPUs is
     refused (NCCL fails on two ranks sharing a GPU) unless ``share_gpus``, which uses gloo."""

@@ -195,11 +195,11 @@ class Job:
                                  f"{info.get('error', 'no error recorded')}")
         if outcome[0] == "success":
             return outcome[1]
-        _, exc, tb_text = outcome
+        _, raised, tb_text = outcome
         remote = RemoteTraceback(f"raised in easylaunch run {self.id} ({self.log_dir}):\n"
                                  f"{tb_text}")
-        if isinstance(exc, BaseException):
-            raise exc from remote
+        if isinstance(raised, BaseException):
+            raise raised from remote
         raise JobFailedError(f"run {self.id} failed:\n{tb_text}")
 
     def fetch(self) -> str:

@@ -183,6 +183,9 @@ def _module_now(name: dict, script: str, run_id: str, code_dirs: list[str]) -> A
             return importlib.import_module(name["module"])
         module_name = f"{SCRIPT_MODULE}{uuid.uuid4().hex[:8]}"
         spec = importlib.util.spec_from_file_location(module_name, script)
+        if spec is None or spec.loader is None:  # (a script whose name does not end in .py)
+            raise ImportError(f"{os.path.basename(script)} does not end in .py, so it cannot "
+                              "be imported as a module")
         module = importlib.util.module_from_spec(spec)
         sys.modules[module_name] = module
         spec.loader.exec_module(module)

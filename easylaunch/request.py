@@ -12,7 +12,7 @@ from typing import Any
 class LaunchRequest:
     """Everything a mode needs to check before anything is made or started."""
 
-    method_call: Callable[..., Any]
+    method_call: Callable[..., Any] | None  # (None: read back from launch.json, the bundle has it)
     variants: list[dict]
     exp_name: str
     use_gpu: bool

@@ -6,6 +6,7 @@ are now, as a new launch of their sweep.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from easylaunch.api import (
     SETTINGS_STORE,
@@ -74,12 +75,12 @@ def resubmit_launch(ids: list[str], config: ConfigArg = None, detach: bool | Non
         with in_folder(old.launch_info.get("cwd")):
             return _started(_launch_again(olds, settings, mode_obj, options, record),
                             registry)
-    request = {"mode_options": options}
+    changed: dict[str, Any] = {"mode_options": options}  # (launch.json's request fields)
     if current_settings:
-        request.update(settings_path=settings.path, settings_file=str(
+        changed.update(settings_path=settings.path, settings_file=str(
             save_settings(settings, Path(saved["log_root"]) / SETTINGS_STORE)))
     launch_id = new_run_id()
-    runs = [clone_run(job.log_dir, launch_id, request,
+    runs = [clone_run(job.log_dir, launch_id, changed,
                       _restart_policy(settings) if current_settings else None, record)
             for job in olds]
     registry.add([registry_row(run) for run in runs])
