@@ -140,3 +140,12 @@ class Scheduler(Protocol):
     def broadcast(self, archive: str, target: str, unpack: str, fail: str) -> list[str]:
         """Shell lines that copy ``archive`` to ``target``.tar.gz on every node of the job
         and run ``unpack`` there once per node (``fail``: a format of the failure line)."""
+
+
+if TYPE_CHECKING:
+    # the checker holds each scheduler module to the protocol (a module stands for a Protocol;
+    # one assignment each, so that an error names the module and its members that differ)
+    from easylaunch.schedulers import pbs, slurm
+
+    _SLURM: Scheduler = slurm
+    _PBS: Scheduler = pbs

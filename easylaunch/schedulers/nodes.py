@@ -79,9 +79,11 @@ def slurm_seconds(text: str) -> int | None:
     if not match:
         return None
     days, first, second, third = (int(g) if g else None for g in match.groups())
+    assert first is not None  # (the pattern's one group that is not optional)
     if days is not None:
         return ((days * 24 + first) * 60 + (second or 0)) * 60 + (third or 0)
     if third is not None:
+        assert second is not None  # (the third number matches only after a second)
         return (first * 60 + second) * 60 + third
     return first * 60 + (second or 0)
 
@@ -98,10 +100,10 @@ def parse_sinfo(stdout: str) -> list[Nodes]:
     found = []
     for line in stdout.splitlines():
         parts = line.split("|")
-        if len(parts) != 6 or _digits(parts[1]) is None:
+        if len(parts) != 6 or (cpus := _digits(parts[1])) is None:
             continue
-        name, cpus, memory, gres, limit, count = parts
-        found.append(Nodes(name.strip().rstrip("*"), _digits(count) or 1, _digits(cpus),
+        name, _, memory, gres, limit, count = parts
+        found.append(Nodes(name.strip().rstrip("*"), _digits(count) or 1, cpus,
                            _digits(memory), parse_gres(gres), slurm_minutes(limit),
                            name.strip().endswith("*")))
     return found

@@ -87,10 +87,8 @@ def format_walltime(seconds: int) -> str:
     return f"{seconds // 3600:02d}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
 
 
-def _count(cfg: dict, key: str, default: int | None, where: str, least: int) -> int | None:
+def _count(cfg: dict, key: str, default: int, where: str, least: int) -> int:
     value = cfg.get(key, default)
-    if value is None:
-        return None
     if not isinstance(value, int) or isinstance(value, bool) or value < least:
         raise LaunchError(f"{where}: {key} must be an integer of at least {least}, got "
                           f"{value!r}")

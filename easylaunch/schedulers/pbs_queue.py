@@ -70,7 +70,8 @@ def parse_qstat_text(stdout: str) -> dict[str, str]:
     """``{short id: easylaunch state}`` from ``qstat -f`` text (PBS Pro, Torque, Slurm's
     wrappers): ``Job Id: X`` blocks of ``name = value`` lines."""
     states: dict[str, str] = {}
-    job_id, attrs = None, {}
+    job_id: str | None = None
+    attrs: dict[str, str] = {}
 
     def close() -> None:
         if job_id is not None:

@@ -15,7 +15,7 @@ import shlex
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from easylaunch import launchers
 from easylaunch.errors import LaunchError
@@ -71,7 +71,9 @@ def resolve_resources(configs: dict, name: str | None, use_gpu: bool,
     if unknown:
         raise LaunchError(f"{where} has unknown field(s) {', '.join(unknown)}; known fields: "
                           f"{', '.join(CONFIG_FIELDS)}")
-    ints = {"time_in_mins": time_minutes(cfg.get("time_in_mins"), f"{where}: time_in_mins")}
+    # (config values: n_gpus and n_cpus_per_task ints, the others ints or None)
+    ints: dict[str, Any] = {
+        "time_in_mins": time_minutes(cfg.get("time_in_mins"), f"{where}: time_in_mins")}
     for key, default in (("n_gpus", 0), ("n_cpus_per_task", 1),
                          ("max_num_cores_per_node", None), ("n_nodes", None)):
         value = cfg.get(key, default)
@@ -118,7 +120,7 @@ def resolve_resources(configs: dict, name: str | None, use_gpu: bool,
     return Resources(name, words["account_name"], words["partition"], ints["n_gpus"],
                      ints["n_cpus_per_task"], ints["time_in_mins"], nodes, n_tasks, extra,
                      ints["max_num_cores_per_node"], gpu_string.lstrip(":"),
-                     None if mem is None else amount[1] + amount[2].upper(),
+                     None if amount is None else amount[1] + amount[2].upper(),
                      words["qos"], words["constraint"], nodes_open)
 
 
