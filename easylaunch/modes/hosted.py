@@ -118,16 +118,17 @@ class HostedMode(Mode):
         (a command launch's) on its PATH. Returns ``folder`` as an absolute path there, what
         the far side said of itself (its Python, home, CPUs) and the answers to ``ops``."""
         t = self.transport
-        other = runs_python is not None and runs_python != t.python
-        probe = [pythons.probe_op(runs_python, self.runs_pre_cmds())] if other else []
+        # (the runs' Python where it is not the far side's own: probed too)
+        other = runs_python if runs_python is not None and runs_python != t.python else None
+        probe = [pythons.probe_op(other, self.runs_pre_cmds())] if other is not None else []
         info, folder_there, found, *answers = checked(t.run_ops([
             {"op": "info"}, {"op": "prepare_dir", "path": folder},
             {"op": "which", "names": list(programs)}, *probe, *ops]), t.where)
         check_found(found["found"], t.where)
         self.far_home = info["home"]
         t.python = self.far_path(t.python)
-        if other:
-            self._check_probed(runs_python, answers.pop(0))
+        if other is not None:
+            self._check_probed(other, answers.pop(0))
         elif runs_python is not None:
             pythons.check_loads(info, t.python, t.where, self.python_setting())
         return folder_there["path"], info, answers
@@ -186,7 +187,7 @@ class HostedMode(Mode):
         streamed = stream.finish() if stream is not None else frozenset()
         return staging.upload(self.transport, Upload(
             request.log_root, root, root, bundles + shared, own + plain, streamed,
-            stream.bytes if streamed else 0), then=then).answers
+            stream.bytes if streamed and stream is not None else 0), then=then).answers
 
     # -- where the run's files are ------------------------------------------------------------
 

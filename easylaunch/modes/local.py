@@ -121,7 +121,8 @@ class _LocalRun:
         gpu = self.slots.acquire(self.pinned)
         try:
             while self._start(gpu):  # again while the run is queued for another attempt
-                self._finish(self.proc.wait())
+                assert self.proc is not None  # (_start started it)
+                self._finish(self.proc, self.proc.wait())
         except Exception as exc:  # noqa: BLE001 - the run must end with a status, not a hang
             with contextlib.suppress(OSError):  # else Job.status() records the end it can
                 update_status(self.log_dir, state="failed", ended_at=time.time(),
@@ -150,8 +151,8 @@ class _LocalRun:
                                     started=self.started)
             return True
 
-    def _finish(self, returncode: int) -> None:
-        processes.signal_group(self.proc.pid, signal.SIGKILL)  # what the run left behind
+    def _finish(self, proc: subprocess.Popen, returncode: int) -> None:
+        processes.signal_group(proc.pid, signal.SIGKILL)  # what the run left behind
         with contextlib.suppress(OSError):  # a full disk: Job.status() keeps the end instead
             record_lost_end(self.log_dir, returncode, self.cancelled,
                                    RestartPolicy.of(self.run.meta))

@@ -24,7 +24,7 @@ import os
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 from easylaunch.errors import LaunchError
 from easylaunch.extras import needed
@@ -63,7 +63,7 @@ def read_seed_files(values: dict[str, Any]) -> dict[str, Any]:
     blob account files they name, nothing is read: keys never leave them."""
     out = dict(values)
     if out.get("AML_YAML"):
-        import yaml
+        import yaml  # type: ignore[import-untyped]  # (PyYAML has no types; no stubs installed)
 
         path = Path(out["AML_YAML"]).expanduser()
         seed = _read_seed_file(path, yaml.safe_load) or {}
@@ -123,7 +123,7 @@ class AmlTarget(Target):
     inputs: dict[str, str] = field(default_factory=dict)  # name -> azureml:// path
 
 
-class AmlMode(CloudMode):
+class AmlMode(CloudMode[AmlTarget]):
     """Runs as Azure ML command jobs, tracked through the datastore and the jobs API."""
 
     name = "aml"
@@ -132,8 +132,8 @@ class AmlMode(CloudMode):
     settings_prefix = "AML"
     own_machines = False
     per_rank = True
-    options: ClassVar[dict[str, Any]] = {"num_exps_per_instance": None, "num_gpus": None,
-                                         "multi_process": None, "compute": None}
+    options: dict[str, Any] = {"num_exps_per_instance": None, "num_gpus": None,
+                               "multi_process": None, "compute": None}
 
     @functools.cached_property
     def values(self) -> dict[str, Any]:
@@ -355,10 +355,10 @@ class AmlMode(CloudMode):
                     failed.append((futures[future], exc))
         if failed:
             self.end_instances(record, created)
-            name, exc = failed[0]
+            name, error = failed[0]
             raise LaunchError(f"Azure ML did not take job {name} ({len(failed)} of {len(jobs)} "
                               f"refused) on {target.machine_type} in workspace "
-                              f"{target.workspace}: {getattr(exc, 'message', None) or exc}")
+                              f"{target.workspace}: {getattr(error, 'message', None) or error}")
         return [dict(record, instance_id=name, compute=target.machine_type,
                      shape=target.market) for name in names]
 

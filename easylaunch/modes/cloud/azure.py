@@ -67,7 +67,9 @@ def _credential(tenant: str | None, client: str | None, secret: str | None,
     if secret:
         # a service principal (doodad's AZ_TENANT_ID, AZ_CLIENT_ID, AZ_SECRET); an authority
         # other than Microsoft's own (Azure Stack, AZURE_AUTHORITY_HOST) is taken as given
-        return ClientSecretCredential(tenant, client, secret, authority=_authority,
+        # (a tenant or client left unset: the SDK's ValueError says so)
+        return ClientSecretCredential(tenant, client, secret,  # type: ignore[arg-type]
+                                      authority=_authority,
                                       disable_instance_discovery=bool(_authority))
     return DefaultAzureCredential(exclude_interactive_browser_credential=True)
 
@@ -117,7 +119,7 @@ class AzureTarget(Target):
     instances: int  # how many VMs the launch starts (the quota check)
 
 
-class AzureMode(CloudMode):
+class AzureMode(CloudMode[AzureTarget]):
     """Runs on Azure VMs, tracked through Blob Storage and Azure Resource Manager."""
 
     name = "azure"

@@ -20,7 +20,7 @@ import time
 from abc import abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar, Generic, NamedTuple, TypeVar
 
 from easylaunch.bundle import Run
 from easylaunch.errors import LaunchError
@@ -94,17 +94,21 @@ class Batch:
     relaunch: int = 0  # 1, 2...: the instances start runs again after earlier ones ended
 
 
+# A cloud's own Target (its settings beyond the shared ones), as its mode's methods take it.
+TargetT = TypeVar("TargetT", bound="Target")
+
+
 @dataclass(frozen=True)
-class CloudPlan:
+class CloudPlan(Generic[TargetT]):
     """Everything a launch uploads and starts."""
 
-    target: Target
+    target: TargetT
     shared: list[cloud.Archive]  # the agent and code snapshots: uploaded when not stored yet
     bundles: list[cloud.Archive]
     batches: list[Batch]
 
 
-class CloudMode(Mode):
+class CloudMode(Mode, Generic[TargetT]):
     """Runs on cloud instances, tracked through the bucket and the cloud's API."""
 
     cloud: ClassVar[str]  # the agent's --cloud
@@ -114,7 +118,7 @@ class CloudMode(Mode):
     settings_prefix: ClassVar[str]  # "AWS": the mode reads AWS_PYTHON, AWS_SYNC_INTERVAL_SECONDS...
     max_instances_per_batch: ClassVar[int] = 100
     restarts = True  # (relaunch.py)
-    options: ClassVar[dict[str, Any]] = {"confirm": True, "num_exps_per_instance": None}
+    options: dict[str, Any] = {"confirm": True, "num_exps_per_instance": None}
 
     machine_type_keys: ClassVar[tuple[str, str]]  # the settings of CPU and GPU machine types
 
@@ -138,11 +142,11 @@ class CloudMode(Mode):
     # -- what a cloud provides ------------------------------------------------------------------
 
     @abstractmethod
-    def target(self, request: LaunchRequest) -> Target:
+    def target(self, request: LaunchRequest) -> TargetT:
         """The settings this request needs, checked without asking the cloud."""
 
     @abstractmethod
-    def check_cloud(self, target: Target) -> None:
+    def check_cloud(self, target: TargetT) -> None:
         """Credentials, bucket and resources, asked of the cloud; LaunchError names the fix."""
 
     def value_problems(self) -> list[str]:
@@ -154,7 +158,7 @@ class CloudMode(Mode):
         """The bucket, through this process's credentials."""
 
     @abstractmethod
-    def start_batch(self, request: LaunchRequest, target: Target, batch: Batch) -> list[dict]:
+    def start_batch(self, request: LaunchRequest, target: TargetT, batch: Batch) -> list[dict]:
         """Start one instance per entry of ``batch.instances``; what to record of each, in the
         same order (``instance_id`` at least). On failure, end what it started and raise."""
 
@@ -188,7 +192,7 @@ class CloudMode(Mode):
         self.check_cloud(target)
         self._confirm(request, target)
 
-    def _confirm(self, request: LaunchRequest, target: Target) -> None:
+    def _confirm(self, request: LaunchRequest, target: TargetT) -> None:
         """Ask once before starting paid instances, on an interactive terminal only."""
         if not self.own_machines or self.opts["confirm"] is False or not (
                 sys.stdin.isatty() and sys.stderr.isatty()):
@@ -204,7 +208,7 @@ class CloudMode(Mode):
 
     # -- prepare and submit ---------------------------------------------------------------------
 
-    def prepare(self, request: LaunchRequest, runs: list[Run], facts: None) -> CloudPlan:
+    def prepare(self, request: LaunchRequest, runs: list[Run], facts: None) -> CloudPlan[TargetT]:
         target = self.target(request)
         agent = cloud.agent_archive(target.prefix)
         snapshots = cloud.pack_snapshots(runs, request.log_root, target.prefix)
@@ -253,12 +257,12 @@ class CloudMode(Mode):
         """The region the agent's storage client uses (none by default)."""
         return ""
 
-    def hourly_price(self, target: Target) -> float | None:
+    def hourly_price(self, target: TargetT) -> float | None:
         """The most one instance of ``target`` costs an hour, where the settings say it (a spot
         maximum); None where only the cloud's price list knows."""
         return None
 
-    def resources(self, target: Target, count: int) -> dict[str, Any]:
+    def resources(self, target: TargetT, count: int) -> dict[str, Any]:
         """What a dry run says the launch's ``count`` instances are."""
         price = self.hourly_price(target)
         return {"instances": count, "runs per instance": self.per_instance(),
@@ -267,7 +271,8 @@ class CloudMode(Mode):
                 "price": f"at most ${price * count:.2f}/hour ({count} x ${price})" if price
                 else "not at hand here (see the cloud's price list for this machine type)"}
 
-    def preview(self, request: LaunchRequest, runs: list[Run], prepared: CloudPlan) -> Preview:
+    def preview(self, request: LaunchRequest, runs: list[Run], prepared: CloudPlan[TargetT]
+                ) -> Preview:
         target = prepared.target
         count = sum(len(batch.instances) for batch in prepared.batches)
         objects = [*prepared.shared, *prepared.bundles, *(b.manifest for b in prepared.batches)]
@@ -279,7 +284,8 @@ class CloudMode(Mode):
             [f"uploads up to {len(objects)} objects ({sum(len(o.data) for o in objects) / 1e6:.2f}"
              f" MB) to {target.bucket}/{target.prefix} (those stored already are skipped)"])
 
-    def submit(self, request: LaunchRequest, runs: list[Run], prepared: CloudPlan) -> list[Job]:
+    def submit(self, request: LaunchRequest, runs: list[Run], prepared: CloudPlan[TargetT]
+               ) -> list[Job]:
         target = prepared.target
         store = self.store(target.bucket, target.location)
         cloud.upload(store, prepared.shared,
@@ -403,8 +409,8 @@ class CloudMode(Mode):
             return again
         if notice or (instance is not None and instance.interrupted):
             job.record_end("failed", f"instance {iid} was taken back by the cloud "
-                                   f"({notice or instance.reason}) before the run ended; its "
-                                   "last sync is in the bucket (job.fetch())")
+                                   f"({notice or (instance and instance.reason)}) before the run "
+                                   "ended; its last sync is in the bucket (job.fetch())")
         elif instance is None:
             job.record_end("failed", f"{self.name}: the cloud no longer knows instance {iid} "
                                    "and the run recorded no outcome")

@@ -70,7 +70,7 @@ def _instance_profile(value: str) -> dict:
     return {"Arn": value} if value.startswith("arn:") else {"Name": value}
 
 
-class Ec2Mode(CloudMode):
+class Ec2Mode(CloudMode[Ec2Target]):
     """Runs on EC2 instances, tracked through S3 and the EC2 API."""
 
     name = "ec2"

@@ -115,7 +115,7 @@ class GcpTarget(Target):
     gpu_count: int
 
 
-class GcpMode(CloudMode):
+class GcpMode(CloudMode[GcpTarget]):
     """Runs on Compute Engine instances, tracked through GCS and the Compute API."""
 
     name = "gcp"

@@ -24,7 +24,7 @@ import functools
 import os
 import shlex
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 from easylaunch.errors import LaunchError
 from easylaunch.extras import install_hint, needed
@@ -38,7 +38,7 @@ from easylaunch_job.cloud.platforms import (
     ENV_SNAPSHOTS,
     ENV_WORKDIR,
 )
-from easylaunch_job.cloud.stores import ENV_AZURE_CONNECTION, STORES, Store
+from easylaunch_job.cloud.stores import ENV_AZURE_CONNECTION, STORES, AzureBlobStore, Store
 
 ENDED_JOB_STATES = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
 FEW_JOBS = 8  # asked about one by one; more: one list_jobs call (it lists every job)
@@ -83,16 +83,16 @@ def job_name(first_run_id: str, relaunch: int) -> str:
     return f"easylaunch-{first_run_id}" + (f"-relaunch{relaunch}" if relaunch else "")
 
 
-class RayMode(CloudMode):
+class RayMode(CloudMode[RayTarget]):
     """Runs as Ray jobs, tracked through the storage path and the cluster's job API."""
 
     name = "ray"
     cloud = "ray"
     settings_prefix = "RAY"
     own_machines = False
-    options: ClassVar[dict[str, Any]] = {"num_exps_per_instance": None, "address": None,
-                                         "num_cpus": None, "num_gpus": None,
-                                         "check_resources": True}
+    options: dict[str, Any] = {"num_exps_per_instance": None, "address": None,
+                               "num_cpus": None, "num_gpus": None,
+                               "check_resources": True}
 
     @property
     def store_scheme(self) -> str:  # type: ignore[override]
@@ -158,7 +158,9 @@ class RayMode(CloudMode):
         """Where the workers find the storage: the S3 region, or the Azure account's
         endpoint (from the client here, which may come from a connection string)."""
         if self.store_scheme == "az":
-            return self.store(target.bucket, target.location).account_url
+            store = self.store(target.bucket, target.location)
+            assert isinstance(store, AzureBlobStore)  # (STORES["az"])
+            return store.account_url
         return self.settings.RAY_STORAGE_LOCATION or ""
 
     def store(self, bucket: str, location: str) -> Store:

@@ -36,8 +36,13 @@ CLAIM_SUFFIX = ".relaunch"
 class Instance(Protocol):
     """What relaunching reads of an instance as its cloud describes it (``base.InstanceState``)."""
 
-    reason: str  # why it ended, when the cloud says
-    interrupted: bool  # the cloud took it back (spot, preemption)
+    @property
+    def reason(self) -> str:
+        """Why it ended, when the cloud says."""
+
+    @property
+    def interrupted(self) -> bool:
+        """Whether the cloud took it back (spot, preemption)."""
 
 
 class Relaunching(Protocol):

@@ -332,6 +332,7 @@ class BatchMode(ByHand, ScheduledMode):
             fields = {run.run_id: {TO_SUBMIT: self.to_submit(layout, prepared.then)}
                       for run in runs}
         else:
+            assert prepared.facts is not None  # (a batch it submits: the check asked the cluster)
             job_ids = self._submit_there(layout, prepared.facts)
             fields = {run.run_id: {self.scheduler.JOB_ID_KEY: job_ids[run.run_id],
                                    **prepared.facts.details} for run in runs}

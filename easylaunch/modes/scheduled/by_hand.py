@@ -12,13 +12,26 @@ from easylaunch.errors import LaunchError
 from easylaunch.jobs import Job, JobState
 
 if TYPE_CHECKING:
+    from easylaunch.hosts.transport import Transport
     from easylaunch.modes.scheduled.batch import Layout
+    from easylaunch.settings import Settings
 
 TO_SUBMIT = "to_submit"  # launch.json's backend key: how to submit a batch copied by hand
 
 
 class ByHand:
     """The steps of a batch copied by hand to its cluster (a part of BatchMode)."""
+
+    if TYPE_CHECKING:  # what BatchMode, the mode this is a part of, gives (for the checker only)
+        name: str
+        settings: Settings
+
+        @property
+        def transport(self) -> Transport: ...
+
+        def cluster_here(self) -> bool: ...
+
+        def job_id(self, job: Job) -> str | None: ...
 
     def copy_step(self, layout: Layout) -> str:
         """How the batch reaches the cluster: an rsync command where the cluster is known
