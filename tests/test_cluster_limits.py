@@ -177,9 +177,11 @@ def node_held(slurm_cluster):
     held = subprocess.run(["sbatch", "--parsable", f"--cpus-per-task={os.cpu_count()}",
                            "--output=/dev/null", "--wrap=sleep 300"],
                           capture_output=True, text=True, check=True).stdout.strip()
-    assert wait_for(lambda: _squeue(held) == "RUNNING", 60)
-    yield held
-    subprocess.run(["scancel", held], check=False)
+    try:
+        assert wait_for(lambda: _squeue(held) == "RUNNING", 60)
+        yield held
+    finally:  # (a hold that never ran must not block the tests after it for 300 s)
+        subprocess.run(["scancel", held], check=False)
 
 
 def _squeue(job_id: str) -> str:
