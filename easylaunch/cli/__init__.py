@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import Any
 
 from easylaunch import __version__, interrupts
 from easylaunch.cli import actions, configure, dist, runs, shells, submit, views
@@ -37,7 +38,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--config", help="settings file to read instead of the usual lookup")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def command(name: str, parents: tuple = (), **kwargs) -> argparse.ArgumentParser:
+    def command(name: str, parents: tuple[argparse.ArgumentParser, ...] = (), **kwargs: Any
+                ) -> argparse.ArgumentParser:
         return sub.add_parser(name, parents=[common, *parents], description=kwargs.get("help"),
                               **kwargs)
 

@@ -7,6 +7,7 @@ import argparse
 import shutil
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from easylaunch.bundle import LAUNCH_JSON
 from easylaunch.cli.shared import AddCommand, parse_since, registry_of
@@ -14,11 +15,14 @@ from easylaunch.errors import EasyLaunchError
 from easylaunch.refresh import OPEN_STATES, STATES, cancel_entries, job_for, refresh_entries
 from easylaunch_job.records import DamagedRecord, read_json
 
+if TYPE_CHECKING:
+    from easylaunch.registry import Entry, Registry
+
 CANCEL_WAIT_SECONDS = 60  # how long `cancel` waits for a run to end
 SHOWN_BEFORE_ASKING = 20  # runs listed before a bulk action asks
 
 
-def _selected(registry, args: argparse.Namespace) -> tuple[list, int]:
+def _selected(registry: Registry, args: argparse.Namespace) -> tuple[list[Entry], int]:
     """The registry entries an action touches: the ids given, or the runs the filters select
     (``--state`` as the runs are now); also how many ids could not be found (each said)."""
     filters = {"exp": args.exp, "mode": args.mode, "since": args.since, "sweep": args.sweep}
@@ -134,7 +138,7 @@ def what_runs(launch: dict) -> str:
                    if kept else "")
 
 
-def _launch_id(entry) -> str:
+def _launch_id(entry: Entry) -> str:
     """The launch a run came from (its own id where its folder cannot say)."""
     try:
         return read_json(str(Path(entry.log_dir) / LAUNCH_JSON))["launch_id"]

@@ -141,7 +141,7 @@ def status(args: argparse.Namespace) -> int:
     return 0
 
 
-def _rank_logs(log_dir) -> str | None:
+def _rank_logs(log_dir: Path) -> str | None:
     """``stdout.rank0.log ... stdout.rank3.log (4 ranks)``, where each rank logs its own."""
     ranks = sorted(log_dir.glob("stdout.rank*.log"), key=lambda p: (len(p.name), p.name))
     if not ranks:
@@ -150,7 +150,7 @@ def _rank_logs(log_dir) -> str | None:
         if len(ranks) > 1 else ranks[0].name
 
 
-def _last_metrics(job) -> str | None:
+def _last_metrics(job: Job) -> str | None:
     """``loss=0.12 (step 49), acc=0.9 (step 49)``: each metric's last value the run logged."""
     last = last_points(read_run(job.mode.readable_folder(job)))
     return ", ".join(f"{name}={value:.6g} (step {step:g})"

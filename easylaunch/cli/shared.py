@@ -7,16 +7,20 @@ import argparse
 import collections
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from easylaunch import listing
 from easylaunch.errors import EasyLaunchError
 from easylaunch.settings import load_settings
 
+if TYPE_CHECKING:
+    from easylaunch.registry import Registry
+
 # Adds one subcommand: ``command(name, parents=(), help=..., aliases=...)``.
 AddCommand = Callable[..., argparse.ArgumentParser]
 
 
-def registry_of(args: argparse.Namespace):
+def registry_of(args: argparse.Namespace) -> Registry:
     """The registry of the settings ``--config`` (or the usual lookup) names."""
     from easylaunch.registry import open_registry
 

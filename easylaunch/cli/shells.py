@@ -52,6 +52,7 @@ def add_shell(command: AddCommand) -> None:
 
 def interactive(args: argparse.Namespace) -> int:
     from easylaunch.modes import get_mode
+    from easylaunch.modes.scheduled.tracking import ScheduledMode
     from easylaunch.request import LaunchRequest
     from easylaunch.settings import load_settings
 
@@ -62,6 +63,7 @@ def interactive(args: argparse.Namespace) -> int:
              **({"pbs_config_name": args.config_name} if args.mode == "pbs" else {})}
     mode = get_mode(args.mode).create(settings, {k: v for k, v in given.items()
                                                  if v is not None})
+    assert isinstance(mode, ScheduledMode)  # (slurm's and pbs's modes are)
     request = LaunchRequest(method_call=None, variants=[{}], exp_name="interactive",
                             use_gpu=bool(args.gpus), gpu_id=None,
                             log_root=Path(settings.LOCAL_LOG_DIR),

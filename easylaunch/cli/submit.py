@@ -13,8 +13,9 @@ import itertools
 import json
 import shlex
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from easylaunch.cli.shared import AddCommand, count
 from easylaunch.errors import EasyLaunchError
@@ -23,6 +24,7 @@ from easylaunch_job.environment import shell_exit_code
 
 if TYPE_CHECKING:
     from easylaunch.jobs import Job
+    from easylaunch.preview import Preview
 
 # CLI flag -> launch keyword, for the resources most launches name
 RESOURCE_FLAGS = {"time": "time_in_mins", "partition": "partition", "nodes": "n_nodes",
@@ -89,6 +91,7 @@ def _submit(args: argparse.Namespace) -> int:
         args.usage_error("no command after --: give the program to run and its arguments")
     keywords = launch_keywords(args)
     variants = grid_variants(args.grid)
+    jobs: Sequence[Job | Preview] | Preview  # (a Preview: a dry run, -o dry_run=true)
     if variants is None:
         jobs = [run_command(argv, args.exp, args.mode, **keywords)]
     else:
@@ -96,7 +99,8 @@ def _submit(args: argparse.Namespace) -> int:
     for job in jobs:
         print(job.id)
     sys.stdout.flush()
-    return _wait(jobs) if args.wait else 0
+    # (a dry run's runs are no Jobs: --wait fails on them with an AttributeError)
+    return _wait(cast("list[Job]", jobs)) if args.wait else 0
 
 
 def _wait(jobs: list[Job]) -> int:
