@@ -50,7 +50,7 @@ def command_of(command: Any, variants: Sequence[Mapping | None], fill: bool) -> 
     for i, variant in enumerate(variants):
         try:
             # (argv_for only format_maps it, which takes any Mapping; it is annotated dict)
-            argv = argv_for(template, variant, fill)  # type: ignore[arg-type]
+            argv = argv_for(template, variant, fill)
         except KeyError as exc:
             raise LaunchError(
                 f"the command names {{{exc.args[0]}}}, which variants[{i}] lacks (it has "

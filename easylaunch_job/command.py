@@ -24,7 +24,7 @@ import signal
 import subprocess
 import sys
 import threading
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from easylaunch_job.environment import ENV_CHECKPOINT_DIR, shell_exit_code
 from easylaunch_job.records import CHECKPOINT_DIR
@@ -57,7 +57,7 @@ def run_variables(run_id: str, run_dir: str) -> dict[str, str]:
             ENV_STOP_SIGNAL: STOP_SIGNAL}
 
 
-def argv_for(template: Sequence[str], variant: dict | None, fill: bool) -> list[str]:
+def argv_for(template: Sequence[str], variant: Mapping | None, fill: bool) -> list[str]:
     """The command of one run: ``template`` with each ``{name}`` replaced by the variant's
     value when ``fill`` (``{{`` and ``}}`` are literal braces), else as it is. Raises KeyError
     for a name the variant lacks and ValueError for a malformed field."""

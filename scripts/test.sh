@@ -9,6 +9,7 @@ scripts/ssh-up.sh    # an OpenSSH server on 127.0.0.1 with a second user: the re
 scripts/browser-up.sh  # Debian's chromium and chromedriver for the dashboard's browser tests
 scripts/pythons-up.sh  # researchers' Pythons (pyenv's, Debian's) the launches start from
 .venv/bin/ruff check .
+.venv/bin/mypy  # the type checker, as pyproject.toml's [tool.mypy] sets it: 0 errors
 # the dashboard tests' screenshots (every page, zoomed and smoothed curves, 900 px) are kept here
 export EASYLAUNCH_ARTIFACTS=${EASYLAUNCH_ARTIFACTS:-$PWD/test-artifacts}
 exec .venv/bin/python -m pytest "$@"

@@ -38,6 +38,10 @@ def test_submit_wait_streams_the_output_and_exits_with_the_commands_code(tmp_pat
     run_id = done.stdout.split()[0]
     assert done.returncode == 0 and done.stdout == f"{run_id}\nfine\n"
     assert done.stderr.splitlines()[-1] == f"easylaunch: run {run_id} succeeded"
+    dry = cli(config, "submit", "--wait", "-o", "dry_run=true", "--", "echo", "fine")
+    assert dry.returncode == 0 and "Traceback" not in dry.stderr, dry.stderr
+    assert dry.stderr.splitlines()[-1] == ("easylaunch: a dry run starts nothing, so --wait "
+                                           "has nothing to wait for")
 
 
 def test_logs_names_its_stream_and_shows_a_silent_failed_runs_error(tmp_path):

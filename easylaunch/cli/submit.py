@@ -99,8 +99,14 @@ def _submit(args: argparse.Namespace) -> int:
     for job in jobs:
         print(job.id)
     sys.stdout.flush()
-    # (a dry run's runs are no Jobs: --wait fails on them with an AttributeError)
-    return _wait(cast("list[Job]", jobs)) if args.wait else 0
+    if not args.wait:
+        return 0
+    runs = [job for job in jobs if hasattr(job, "stdout_path")]  # (a dry run's are previews)
+    if len(runs) < len(jobs):
+        print("easylaunch: a dry run starts nothing, so --wait has nothing to wait for",
+              file=sys.stderr)
+        return 0
+    return _wait(cast("list[Job]", runs))
 
 
 def _wait(jobs: list[Job]) -> int:
