@@ -44,11 +44,16 @@ def _cli(config: str, *args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=120)
 
 
+def _appending_to(told) -> list[str]:
+    """A NOTIFY_COMMAND that appends each notice it reads on stdin to ``told``, a line each."""
+    return [sys.executable, "-c", f"import sys; open({str(told)!r}, 'a').write("
+            "sys.stdin.read() + '\\n')"]
+
+
 def test_the_end_of_a_sweep_is_told_once_to_the_webhook_and_the_command(tmp_path, hook):
     url, received = hook
     told = tmp_path / "told.jsonl"
-    command = [sys.executable, "-c", f"import sys; open({str(told)!r}, 'a').write("
-               "sys.stdin.read() + '\\n')"]
+    command = _appending_to(told)
     config = settings_file(tmp_path, NOTIFY_WEBHOOK=url, NOTIFY_COMMAND=command,
                        NOTIFY_FAILED_RUNS=True)
     jobs = run_sweep(jobfns.fail_unless_exists, [{"path": "/"}, {"path": "/nonexistent"},
@@ -99,8 +104,7 @@ def test_a_failed_run_that_submit_wait_or_logs_f_sees_end_is_told_once(tmp_path,
     goes out (once; a later ``ls`` finds it told)."""
     url, received = hook
     told = tmp_path / "told.jsonl"
-    command = [sys.executable, "-c", f"import sys; open({str(told)!r}, 'a').write("
-               "sys.stdin.read() + '\\n')"]
+    command = _appending_to(told)
     config = settings_file(tmp_path, NOTIFY_COMMAND=command, NOTIFY_WEBHOOK=url,
                            NOTIFY_FAILED_RUNS=True)
     waited = _cli(config, "submit", "--wait", "--", "bash", "-c", "exit 3")
