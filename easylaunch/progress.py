@@ -88,14 +88,11 @@ def wait_all(jobs: Iterable[Job], timeout: float | None = None,
 def _raise_not_submitted(pending: Sequence[Job], states: Mapping[str, JobState]) -> None:
     """Raise ``NotSubmittedError`` at once for the first queued run that was written to a
     batch nobody submitted (its wait would never end), wherever it is in the list."""
-    from easylaunch.errors import NotSubmittedError
     from easylaunch.jobs import JobState
 
     for job in pending:
-        not_submitted = getattr(job.mode, "not_submitted", None)  # (batch modes only)
-        why = not_submitted(job) if states[job.id] is JobState.QUEUED and not_submitted else None
-        if why is not None:
-            raise NotSubmittedError(f"run {job.id} was {why}")
+        if states[job.id] is JobState.QUEUED:
+            job.mode.refuse_not_submitted(job)
 
 
 @contextlib.contextmanager

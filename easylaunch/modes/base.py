@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from easylaunch.errors import EasyLaunchError, LaunchError
+from easylaunch.errors import EasyLaunchError, LaunchError, NotSubmittedError
 from easylaunch.settings import Mount, Settings
 
 if TYPE_CHECKING:
@@ -172,6 +172,18 @@ class Mode(ABC):
         """Whether the run goes on when this process ends (default: yes; a local run this
         process supervises stops with it)."""
         return True
+
+    def not_submitted(self, job: Job) -> str | None:
+        """Why a run will never start by itself (written to a batch nobody submitted, with
+        how to submit it); None for a run that will."""
+        return None
+
+    def refuse_not_submitted(self, job: Job) -> None:
+        """Raise ``NotSubmittedError`` for a run that will never start by itself: a wait for
+        it would never end."""
+        why = self.not_submitted(job)
+        if why is not None:
+            raise NotSubmittedError(f"run {job.id} was {why}")
 
     def waiting_reason(self, job: Job) -> str | None:
         """Why a queued run has not started, as the backend says (None: unknown)."""

@@ -33,7 +33,7 @@ from typing import Protocol
 
 from easylaunch.bundle import BLOB_STORE, Run, blob_name, store_blob
 from easylaunch.containers import SSS_SINGULARITY, SingularityImage
-from easylaunch.errors import EasyLaunchError, LaunchError, NotSubmittedError
+from easylaunch.errors import EasyLaunchError, LaunchError
 from easylaunch.hosts import staging
 from easylaunch.hosts.staging import Upload
 from easylaunch.hosts.transport import checked
@@ -362,9 +362,7 @@ class BatchMode(ByHand, ScheduledMode):
 
     def wait_for_change(self, job: Job, timeout: float) -> None:
         """Raise at once for a run nobody has submitted (a wait would never end)."""
-        unsubmitted = self.not_submitted(job)
-        if unsubmitted is not None:
-            raise NotSubmittedError(f"run {job.id} was {unsubmitted}")
+        self.refuse_not_submitted(job)
         super().wait_for_change(job, timeout)
 
     def _submit_there(self, layout: Layout, facts: ClusterFacts) -> dict[str, str]:
