@@ -17,7 +17,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from easylaunch_job.environment import ENV_METRICS_FILE, rank_info
@@ -148,8 +148,10 @@ def _start_flusher() -> None:
         _metrics_flusher.start()
 
 
-def log_metrics(step: int | float | None = None, **values: float) -> None:
-    """Record metric values (``log_metrics(step=epoch, loss=0.3, acc=0.9)``) as one line of
+def log_metrics(step_or_values: int | float | Mapping[str, float] | None = None, /,
+                step: int | float | None = None, **values: float) -> None:
+    """Record metric values (``log_metrics(step=epoch, loss=0.3, acc=0.9)``, or as W&B's
+    ``wandb.log`` takes them: ``log_metrics({"loss": 0.3}, step=epoch)``) as one line of
     ``metrics.jsonl`` in the run's folder (outside a run: ``./metrics.jsonl``).
 
     Cheap enough to call every step: lines are buffered and written in batches (at the
@@ -158,6 +160,12 @@ def log_metrics(step: int | float | None = None, **values: float) -> None:
     ranks, rank 0 writes and the others' calls are dropped. ``step`` None leaves the step to
     the readers: the line's place in the file.
     """
+    if isinstance(step_or_values, Mapping):
+        values = {**step_or_values, **values}
+    elif step_or_values is not None:
+        if step is not None:
+            raise TypeError("log_metrics: give the step once, e.g. log_metrics(step=3, loss=0.3)")
+        step = step_or_values
     if not values:
         raise TypeError("log_metrics: give at least one value, e.g. log_metrics(loss=0.3)")
     now = time.time()

@@ -81,6 +81,18 @@ def test_outside_a_run_it_writes_metrics_jsonl_here_with_nan_as_null(here):
     assert math.isnan(next(p.value for p in read_metrics_jsonl(here) if p.metric == "nan"))
 
 
+def test_values_as_wandb_log_takes_them_and_the_step_first(here):
+    log_metrics({"loss": 0.5, "acc": 0.25}, step=2)
+    log_metrics({"loss": 0.4}, lr=0.1)
+    log_metrics(3, loss=0.3)
+    flush_metrics()
+    assert [{k: v for k, v in line.items() if k != "time"} for line in lines(here)] == [
+        {"step": 2, "loss": 0.5, "acc": 0.25}, {"step": None, "loss": 0.4, "lr": 0.1},
+        {"step": 3, "loss": 0.3}]
+    with pytest.raises(TypeError, match=r"give the step once"):
+        log_metrics(3, step=4, loss=0.3)
+
+
 def test_a_value_that_is_not_a_number_is_a_type_error_naming_its_key(here):
     with pytest.raises(TypeError, match="loss= must be a number, not a str"):
         log_metrics(step=1, acc=0.5, loss="low")
