@@ -24,7 +24,7 @@ from pathlib import Path
 
 from selenium.webdriver.support.ui import WebDriverWait
 
-from easylaunch.registry import Registry
+from easylaunch.tracking.registry import Registry
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from test_dashboard import start_chromium  # noqa: E402 - the tests' Chromium, started alike

@@ -22,8 +22,8 @@ import fractions, functools, hashlib, heapq, itertools, json, math, operator, os
 import random, re, select, socket, statistics, string, struct, time, uuid, zlib
 import numpy
 import cloudpickle, time as clock
-from easylaunch import payload
-from easylaunch.importable import sorted_out
+from easylaunch.runs import payload
+from easylaunch.runs.importable import sorted_out
 
 MODULES = [array, base64, bisect, calendar, cmath, collections, csv, ctypes, datetime, decimal,
            fractions, functools, hashlib, heapq, itertools, json, math, operator, os, pickle,

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from easylaunch import run_experiment, run_sweep
-from easylaunch.jobpack import job_archive
+from easylaunch.runs.jobpack import job_archive
 from easylaunch_job.outcome import load_outcome
 
 REPO = Path(__file__).resolve().parent.parent

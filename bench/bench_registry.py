@@ -18,7 +18,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from easylaunch.registry import Registry
+from easylaunch.tracking.registry import Registry
 
 
 def fill(path: Path, runs: int) -> None:

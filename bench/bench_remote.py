@@ -34,7 +34,7 @@ import cloudpickle
 from bench_slurm import bench_submitit, work
 
 from easylaunch import run_sweep, wait_all
-from easylaunch.hosts.ssh import SshTransport
+from easylaunch.modes.hosts.ssh import SshTransport
 
 REPO = Path(__file__).resolve().parent.parent
 SSH_CONFIG = REPO / ".test-ssh" / "config"
@@ -58,7 +58,7 @@ class Uploads:
     """What every upload to the far side copied (items and bytes)."""
 
     def __init__(self) -> None:
-        from easylaunch.hosts import staging
+        from easylaunch.modes.hosts import staging
 
         self.calls: list = []
         upload = staging.upload

@@ -82,7 +82,7 @@ def mode_depths() -> dict[str, int]:
             cls = next(v for v in vars(module).values()
                        if isinstance(v, type) and issubclass(v, Mode) and v is not Mode)
         depths[name] = depth(cls)
-    from easylaunch.modes.local_detached import DetachedLocalMode
+    from easylaunch.modes.local.detached import DetachedLocalMode
 
     depths["local (detached)"] = depth(DetachedLocalMode)
     return depths

@@ -1,12 +1,13 @@
 """easylaunch: launch ``fn(doodad_config, variant)`` in-process, locally, on clusters and clouds."""
 
-from easylaunch.api import (
+from easylaunch.api.launch import (
     get_job,
     run_command,
     run_commands,
     run_experiment,
     run_sweep,
 )
+from easylaunch.api.resubmission import resubmit, resubmit_launch
 from easylaunch.errors import (
     EasyLaunchError,
     JobCancelledError,
@@ -14,11 +15,10 @@ from easylaunch.errors import (
     LaunchError,
     SettingsError,
 )
-from easylaunch.jobs import Job, JobState
-from easylaunch.progress import wait_all
-from easylaunch.registry import NoSuchJob, RegistryError
-from easylaunch.resubmission import resubmit, resubmit_launch
 from easylaunch.results import load_histories, load_sweep, plot_sweep
+from easylaunch.tracking.jobs import Job, JobState
+from easylaunch.tracking.progress import wait_all
+from easylaunch.tracking.registry import NoSuchJob, RegistryError
 from easylaunch_job.config import DoodadConfig, GitInfo
 from easylaunch_job.metrics import flush_metrics, log_metrics
 

@@ -1,4 +1,14 @@
-"""Errors easylaunch raises; every message names the problem and the fix."""
+"""Errors easylaunch raises (every message names the problem and the fix), the one-line notices it
+prints, and the error for an extra that is not installed, saying how to install it the way that
+works where easylaunch is installed from: a source checkout or a package index."""
+
+from __future__ import annotations
+
+import importlib
+import shlex
+import sys
+from pathlib import Path
+from types import ModuleType
 
 
 class EasyLaunchError(Exception):
@@ -23,3 +33,33 @@ class JobCancelledError(EasyLaunchError):
 
 class NotSubmittedError(EasyLaunchError):
     """The run was written to a batch nobody has submitted: waiting for it would never end."""
+
+
+_said: set[str] = set()
+
+
+def notice(message: str) -> None:
+    """Print ``easylaunch: <message>`` to stderr, unless this process said it already."""
+    if message not in _said:
+        _said.add(message)
+        print(f"easylaunch: {message}", file=sys.stderr)
+
+
+CHECKOUT = Path(__file__).resolve().parent.parent  # (a source checkout holds pyproject.toml)
+
+
+def install_hint(extra: str) -> str:
+    """The command that installs ``extra`` into this Python."""
+    python = shlex.quote(sys.executable)
+    if (CHECKOUT / "pyproject.toml").is_file():
+        return f"{python} -m pip install -e {shlex.quote(f'{CHECKOUT}[{extra}]')}"
+    return f"{python} -m pip install 'easylaunch[{extra}]'"
+
+
+def needed(module: str, what: str, extra: str, named: str | None = None) -> ModuleType:
+    """``module`` imported; where it is not installed, a LaunchError that says ``what`` needs
+    it (``named``: as people know it) and how to install ``extra``."""
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise LaunchError(f"{what} needs {named or module}: {install_hint(extra)}") from None

@@ -15,8 +15,9 @@ import pytest
 from conftest import settings_file
 from helpers import alive, run_pids, wait_for
 
-from easylaunch import JobState, RegistryError, get_job, listing, run_experiment, run_sweep
-from easylaunch.registry import Registry
+from easylaunch import JobState, RegistryError, get_job, run_experiment, run_sweep
+from easylaunch.tracking import listing
+from easylaunch.tracking.registry import Registry
 
 TESTS_DIR = Path(__file__).resolve().parent
 
@@ -390,7 +391,7 @@ def test_ls_and_status_show_restarts(config_file):
 
 
 def test_a_registry_of_the_previous_schema_is_upgraded(config_file, tmp_path):
-    from easylaunch.registry import open_registry
+    from easylaunch.tracking.registry import open_registry
 
     path = tmp_path / "registry.sqlite3"
     old = sqlite3.connect(path)
@@ -421,10 +422,9 @@ def test_a_registry_used_from_several_threads_stays_shared_with_other_processes(
                            log_dir="/x")])
 
     def elsewhere(code: str) -> str:
-        return subprocess.run([sys.executable, "-c", "import sys; from easylaunch.registry "
-                               "import Registry; r = Registry(sys.argv[1]); " + code,
+        return subprocess.run([sys.executable, "-c", "import sys; from easylaunch.tracking."
+                               "registry import Registry; r = Registry(sys.argv[1]); " + code,
                                str(path)], capture_output=True, text=True, check=True).stdout
-
     add("00000001")
     thread = threading.Thread(target=registry.list)  # a second thread's own connection
     thread.start()

@@ -14,12 +14,12 @@ import pytest
 from helpers import wait_for, write_settings
 
 from easylaunch import JobState, LaunchError, run_experiment, run_sweep
-from easylaunch.hosts.transport import HostError, LocalTransport
-from easylaunch.refresh import cancel_entries
-from easylaunch.registry import open_registry
-from easylaunch.schedulers import nodes, pbs_queue, slurm_queue
-from easylaunch.schedulers.nodes import Nodes
+from easylaunch.modes.hosts.transport import HostError, LocalTransport
+from easylaunch.modes.schedulers import nodes, pbs_queue, slurm_queue
+from easylaunch.modes.schedulers.nodes import Nodes
 from easylaunch.settings import load_settings
+from easylaunch.tracking.refresh import cancel_entries
+from easylaunch.tracking.registry import open_registry
 
 # sinfo_command()'s output on this machine's one-node cluster (scripts/slurm-up.sh).
 SINFO_HERE = "debug*|2|8000|(null)|infinite|1\n"

@@ -14,7 +14,7 @@ from conftest import settings_file
 from helpers import shell_answers, wait_for
 
 from easylaunch import Job, JobState, LaunchError, run_command, run_commands, wait_all
-from easylaunch.registry import open_registry
+from easylaunch.tracking.registry import open_registry
 from easylaunch_job.command import CommandFailed
 
 EASYLAUNCH = [sys.executable, "-m", "easylaunch.cli"]
@@ -178,8 +178,8 @@ def test_a_shell_into_a_running_local_run_is_in_its_folder_with_its_environment(
 
 
 def test_the_scheduler_shell_and_allocation_lines():
-    from easylaunch.schedulers import pbs, slurm
-    from easylaunch.shells import shell_in
+    from easylaunch.modes.base import shell_in
+    from easylaunch.modes.schedulers import pbs, slurm
 
     inner = shell_in("/runs/a b", {"EASYLAUNCH_RUN_ID": "ab12"})
     assert inner == ["env", "EASYLAUNCH_RUN_ID=ab12", "bash", "-c",

@@ -35,11 +35,10 @@ from easylaunch import JobState, run_command, run_experiment, run_sweep
 from easylaunch.cli.shared import parse_since
 from easylaunch.dashboard import hparams, views
 from easylaunch.dashboard.curves import align
-from easylaunch.errors import EasyLaunchError
-from easylaunch.extras import install_hint
-from easylaunch.jobs import Job
-from easylaunch.registry import NoSuchJob, Registry
+from easylaunch.errors import EasyLaunchError, install_hint
 from easylaunch.results.readers import read_series
+from easylaunch.tracking.jobs import Job
+from easylaunch.tracking.registry import NoSuchJob, Registry
 
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 CHROME_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",

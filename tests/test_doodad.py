@@ -22,8 +22,8 @@ from helpers import copy_to_cluster
 from easylaunch import JobState, LaunchError, SettingsError, run_experiment, run_sweep
 from easylaunch.cli import main as cli
 from easylaunch.modes import get_mode
-from easylaunch.request import LaunchRequest
-from easylaunch.schedulers import slurm as scheduler
+from easylaunch.modes.schedulers import slurm as scheduler
+from easylaunch.runs.request import LaunchRequest
 from easylaunch.settings import load_settings
 
 TESTS_DIR = Path(__file__).resolve().parent
@@ -136,7 +136,7 @@ def test_keywords_doodad_ignored_are_ignored_with_one_line_and_typos_refused(cfg
 
 
 def test_keywords_set_settings_where_doodad_read_them(cfg):
-    from easylaunch import doodad
+    from easylaunch.settings import doodad_names as doodad
 
     settings, options, ignored = doodad.split_call_keywords(
         "ec2", {"region": "us-west-2", "spot_price": 0.2, "instance_type": "c5.xlarge",
@@ -320,7 +320,7 @@ def test_the_from_doodad_example_runs_unchanged(mode, tmp_path):
 
 
 def test_readme_table_names_every_doodad_key():
-    from easylaunch.doodad import DOODAD_KEYS
+    from easylaunch.settings.doodad_names import DOODAD_KEYS
 
     readme = (TESTS_DIR.parent / "README.md").read_text()
     section = readme.split("## Coming from doodad", 1)[1].split("\n## ", 1)[0]

@@ -21,10 +21,10 @@ from easylaunch import (
     run_experiment,
     run_sweep,
 )
-from easylaunch.jobs import DamagedRecordError
 from easylaunch.modes import get_mode
-from easylaunch.registry import open_registry
 from easylaunch.settings import load_settings
+from easylaunch.tracking.jobs import DamagedRecordError
+from easylaunch.tracking.registry import open_registry
 from easylaunch_job.outcome import save_result
 from easylaunch_job.records import update_status
 

@@ -5,7 +5,8 @@ import sys
 
 import jobfns
 
-from easylaunch import gitinfo, run_experiment, run_sweep
+from easylaunch import run_experiment, run_sweep
+from easylaunch.runs import gitinfo
 
 
 def _repo(path):
@@ -74,7 +75,7 @@ def test_a_script_in_a_repository_records_its_commit_without_code_folders(tmp_pa
 def test_no_git_binary_means_no_entry_and_no_crash(tmp_path):
     _repo(tmp_path / "repo")
     repo = str(tmp_path / "repo")
-    code = f"from easylaunch.gitinfo import git_infos; print(git_infos([{repo!r}]))"
+    code = f"from easylaunch.runs.gitinfo import git_infos; print(git_infos([{repo!r}]))"
     out = subprocess.run([sys.executable, "-c", code], env={"PATH": "/nonexistent"},
                          capture_output=True, text=True)
     assert out.returncode == 0, out.stderr

@@ -19,7 +19,7 @@ from conftest import TESTS_DIR, settings_file
 from helpers import wait_for
 
 from easylaunch import Job, JobState
-from easylaunch.registry import Registry
+from easylaunch.tracking.registry import Registry
 
 EASYLAUNCH = [sys.executable, "-m", "easylaunch.cli"]
 INTO_THE_WAIT = 1.0  # seconds from the line a process prints to the wait it starts next

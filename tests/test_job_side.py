@@ -10,7 +10,7 @@ from pathlib import Path
 from conftest import REPO_DIR
 
 import easylaunch_job
-from easylaunch.jobpack import job_archive
+from easylaunch.runs.jobpack import job_archive
 
 JOB_SIDE = REPO_DIR / "easylaunch_job"
 HOST_SIDE = REPO_DIR / "easylaunch"
@@ -43,7 +43,7 @@ def test_an_older_python_than_the_floor_is_told_so(tmp_path):
 
 
 def test_the_archive_is_the_same_bytes_in_every_process(tmp_path):
-    program = ("import hashlib; from easylaunch.jobpack import job_archive; "
+    program = ("import hashlib; from easylaunch.runs.jobpack import job_archive; "
                "print(hashlib.sha256(job_archive()).hexdigest())")
     digests = {subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
                               check=True).stdout for _ in range(2)}

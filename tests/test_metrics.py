@@ -15,7 +15,7 @@ from helpers import wait_for
 
 import easylaunch
 from easylaunch import log_metrics, run_experiment, run_sweep
-from easylaunch.extras import install_hint
+from easylaunch.errors import install_hint
 from easylaunch.results import readers
 from easylaunch.results.readers import Point, read_metrics_jsonl, read_progress_csv, read_run
 from easylaunch_job.environment import ENV_METRICS_FILE

@@ -10,9 +10,9 @@ from pathlib import Path
 from conftest import TESTS_DIR, settings_file
 
 from easylaunch import Job, JobState, resubmit
-from easylaunch.bundle import Run
-from easylaunch.registry import open_registry
-from easylaunch.registry_rows import registry_row
+from easylaunch.runs.bundle import Run
+from easylaunch.tracking.registry import open_registry
+from easylaunch.tracking.rows import registry_row
 from easylaunch_job.attempts import RestartPolicy, finish_attempt
 from easylaunch_job.records import update_status
 

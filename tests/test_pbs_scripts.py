@@ -16,7 +16,7 @@ import pytest
 from easylaunch import LaunchError
 from easylaunch.modes import get_mode
 from easylaunch.modes.jobscript import StartLine, start_line
-from easylaunch.schedulers import pbs, pbs_queue
+from easylaunch.modes.schedulers import pbs, pbs_queue
 from easylaunch.settings import load_settings
 
 POLARIS = dict(select=2, ncpus=64, ngpus=4, mpiprocs=4, walltime="01:00:00", queue="debug",

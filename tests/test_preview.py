@@ -11,7 +11,7 @@ import pytest
 from conftest import settings_file
 
 from easylaunch import run_experiment, run_sweep
-from easylaunch.preview import DryRunStop, Preview
+from easylaunch.runs.preview import DryRunStop, Preview
 
 
 def _nothing_kept(root: Path, registry: Path) -> None:

@@ -15,9 +15,9 @@ from helpers import wait_for
 
 from easylaunch import JobState, run_sweep, wait_all
 from easylaunch.dashboard import views
-from easylaunch.registry import Registry
-from easylaunch.registry_rows import record_fields
 from easylaunch.results import load_sweep
+from easylaunch.tracking.registry import Registry
+from easylaunch.tracking.rows import record_fields
 from easylaunch_job.records import read_status
 from easylaunch_job.states import TERMINAL_STATES
 

@@ -28,7 +28,7 @@ def _there(home: Path, job) -> Path:
 @pytest.fixture
 def pushes(monkeypatch):
     """The items of every upload to the far side that were copied (not there yet)."""
-    from easylaunch.hosts import staging
+    from easylaunch.modes.hosts import staging
 
     seen = []
     upload = staging.upload
@@ -135,10 +135,10 @@ def test_failed_runs_of_a_packed_sweep_go_again_in_one_allocation(remote_cfg, tm
 
 def test_cancelling_a_packed_sweep_marks_all_its_tasks_in_one_round_trip(remote_cfg,
                                                                           monkeypatch):
-    from easylaunch.hosts.ssh import SshTransport
-    from easylaunch.refresh import cancel_entries
-    from easylaunch.registry import open_registry
+    from easylaunch.modes.hosts.ssh import SshTransport
     from easylaunch.settings import load_settings
+    from easylaunch.tracking.refresh import cancel_entries
+    from easylaunch.tracking.registry import open_registry
 
     jobs = run_sweep(jobfns.sleep_a_while, [{"seconds": 300}] * 20, mode="htp",
                      config=remote_cfg)  # (2 workers: 2 run, 18 wait)
@@ -241,7 +241,7 @@ def test_faults_name_the_host_and_the_fix_before_anything_is_submitted(remote_cf
 def assert_nothing_made(cfg) -> None:
     """No run folder here and no run in the registry (the runs made while the cluster was
     asked were taken back when it refused)."""
-    from easylaunch.registry import open_registry
+    from easylaunch.tracking.registry import open_registry
 
     root = Path(cfg["LOCAL_LOG_DIR"])
     assert not root.exists() or not [p for p in root.iterdir() if not p.name.startswith(".")]
@@ -265,7 +265,7 @@ def _ssh_config(tmp_path, **changes) -> str:
 
 def _close_master() -> None:
     """End the multiplexed connection to the test host (a later login starts afresh)."""
-    from easylaunch.hosts.ssh import SshTransport
+    from easylaunch.modes.hosts.ssh import SshTransport
 
     good = SshTransport("test", "easylaunch-test-cluster", None, "python3", "~",
                         str(SSH_DIR / "config"))
@@ -335,7 +335,7 @@ def test_sbatch_refusing_the_job_there_leaves_no_run_looking_submitted(remote_cf
     remote_cfg["SLURM_CONFIGS"]["cpu"]["extra_flags"] = "--constraint=no-such-feature"
     with pytest.raises(LaunchError, match="sbatch refused .* on cluster 'test'.*feature"):
         run_sweep(jobfns.double, [{"x": 1}, {"x": 2}], mode="slurm", config=remote_cfg)
-    from easylaunch.registry import open_registry
+    from easylaunch.tracking.registry import open_registry
 
     entries, _ = open_registry().list()
     assert len(entries) == 2 and {e.state for e in entries} == {"failed"}
@@ -351,7 +351,7 @@ def test_strings_reach_the_remote_shell_quoted(remote_cfg, ssh_cluster, tmp_path
 
 
 def test_tracking_survives_the_cluster_going_out_of_reach(remote_cfg):
-    from easylaunch.hosts.ssh import SshTransport
+    from easylaunch.modes.hosts.ssh import SshTransport
 
     job = run_experiment(jobfns.double, variant={"x": 4}, mode="slurm", config=remote_cfg)
     online = job.mode.transport
@@ -368,8 +368,8 @@ def test_runs_are_copied_while_the_launch_makes_them(remote_cfg, ssh_cluster, mo
                                                      stream):
     """Once the first check reached the cluster, each run's files stream there as the run is
     made; the upload then sends only what did not arrive (all of it, where the stream broke)."""
-    from easylaunch.hosts import staging
-    from easylaunch.hosts.ssh import SshTransport
+    from easylaunch.modes.hosts import staging
+    from easylaunch.modes.hosts.ssh import SshTransport
 
     run_sweep(jobfns.double, [{"x": 0}], mode="slurm", config=remote_cfg)  # (connection open)
     if stream == "breaks":  # the far side's tar is missing
@@ -399,8 +399,8 @@ def test_a_copy_cut_off_mid_way_submits_nothing_and_the_next_launch_resumes_it(
         remote_cfg, ssh_cluster, tmp_path, pushes, monkeypatch):
     import threading
 
-    from easylaunch.hosts import transport
-    from easylaunch.hosts.ssh import SshTransport
+    from easylaunch.modes.hosts import transport
+    from easylaunch.modes.hosts.ssh import SshTransport
 
     code = tmp_path / "code"
     code.mkdir()
@@ -442,7 +442,7 @@ def test_a_copy_cut_off_mid_way_submits_nothing_and_the_next_launch_resumes_it(
         run_experiment(jobfns.double, variant={"x": 1}, mode="slurm", config=cfg)
     assert sent == [None]
     assert not (root / "default").exists()  # no run there: it is not submitted either
-    from easylaunch.registry import open_registry
+    from easylaunch.tracking.registry import open_registry
 
     assert [e.state for e in open_registry().list()[0]] == ["failed"]
     job = run_experiment(jobfns.double, variant={"x": 2}, mode="slurm", config=cfg)

@@ -17,15 +17,16 @@ from pathlib import Path
 import jobfns
 import pytest
 
-from easylaunch import get_job, jobpack, resubmit, resubmit_launch, run_command, run_sweep
-from easylaunch.jobs import JobState
+from easylaunch import get_job, resubmit, resubmit_launch, run_command, run_sweep
+from easylaunch.runs import jobpack
+from easylaunch.tracking.jobs import JobState
 
 
 def test_the_job_side_is_the_same_bytes_whatever_the_process_interned_before():
     """Bytecode names a string constant by whether it is interned, which the process's history
     decides (one that had used Ray had interned its own "[", so its launches named another job
     side than a later process's resubmit): the job side's bytecode must not depend on it."""
-    build = ("import hashlib; from easylaunch.jobpack import _bytecode; print(hashlib.sha256("
+    build = ("import hashlib; from easylaunch.runs.jobpack import _bytecode; print(hashlib.sha256("
              "_bytecode('m.py', b'SECTION = \"\\xc2\\xa7\"\\n')).hexdigest())")
     plain, interned = (subprocess.run([sys.executable, "-c", before + build], check=True,
                                       capture_output=True, text=True).stdout

@@ -24,13 +24,13 @@ from easylaunch import (
 )
 from easylaunch.cli import main
 from easylaunch.dashboard import views
-from easylaunch.listing import Shown, grouped_lines
-from easylaunch.refresh import refresh_entries
-from easylaunch.registry import Registry, open_registry
 from easylaunch.results import NoSuchKey, NoSuchMetric, plot
 from easylaunch.results.plot import _curves
 from easylaunch.results.sweep import metrics_folder, select
 from easylaunch.settings import load_settings
+from easylaunch.tracking.listing import Shown, grouped_lines
+from easylaunch.tracking.refresh import refresh_entries
+from easylaunch.tracking.registry import Registry, open_registry
 
 STEPS = 4
 GRID = [dict(lr=lr, seed=seed, opt={"momentum": 0.9}) for lr in (0.1, 0.2) for seed in (0, 1)]

@@ -136,7 +136,7 @@ def test_extra_singularity_args_as_a_list_are_taken_as_one_string():
 
 
 def test_install_hints_name_the_install_that_works_where_easylaunch_is(monkeypatch, tmp_path):
-    from easylaunch import extras
+    from easylaunch import errors as extras
 
     assert extras.install_hint("ui").endswith(f"-m pip install -e '{extras.CHECKOUT}[ui]'")
     monkeypatch.setattr(extras, "CHECKOUT", tmp_path)  # (installed from a package index)
@@ -144,7 +144,8 @@ def test_install_hints_name_the_install_that_works_where_easylaunch_is(monkeypat
 
 
 def test_a_library_not_installed_names_what_needs_it_and_the_install():
-    from easylaunch import LaunchError, extras
+    from easylaunch import LaunchError
+    from easylaunch import errors as extras
 
     with pytest.raises(LaunchError, match=r"^mode 'ray' needs Ray's job client: .*\[ray\]'$"):
         extras.needed("easylaunch_no_such_module", "mode 'ray'", "ray", "Ray's job client")
@@ -219,8 +220,8 @@ def test_a_bad_config_value_names_the_entry_and_field_as_written(tmp_path, key, 
 
 
 def test_the_config_checks_know_every_field_the_schedulers_read():
-    from easylaunch.config_entries import CHECKS
-    from easylaunch.schedulers import pbs, slurm
+    from easylaunch.modes.schedulers import pbs, slurm
+    from easylaunch.settings.entries import CHECKS
 
     assert set(CHECKS["SLURM_CONFIGS"]()) == set(slurm.CONFIG_FIELDS)
     assert set(CHECKS["PBS_CONFIGS"]()) == set(pbs.CONFIG_FIELDS)

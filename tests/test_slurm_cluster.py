@@ -14,7 +14,7 @@ import pytest
 from helpers import alive, copy_to_cluster, packers_on_one_node, run_pids, wait_for
 
 from easylaunch import JobState, LaunchError, run_experiment, run_sweep, wait_all
-from easylaunch.schedulers import slurm
+from easylaunch.modes.schedulers import slurm
 
 TESTS_DIR = Path(__file__).resolve().parent
 

@@ -10,7 +10,7 @@ import jobfns
 import pytest
 
 from easylaunch import EasyLaunchError, LaunchError, run_sweep
-from easylaunch.containers import SingularityImage
+from easylaunch.modes.containers import SingularityImage
 from easylaunch.modes.jobscript import (
     StartLine,
     job_script,
@@ -19,8 +19,8 @@ from easylaunch.modes.jobscript import (
     task_line,
 )
 from easylaunch.modes.scheduled.htp import ansi_c_quote
-from easylaunch.schedulers import slurm, slurm_queue
-from easylaunch.schedulers.nodes import Nodes
+from easylaunch.modes.schedulers import slurm, slurm_queue
+from easylaunch.modes.schedulers.nodes import Nodes
 from easylaunch_job.submission import sbatch_job_id
 
 CONFIGS = dict(
@@ -371,7 +371,7 @@ def test_slurm_mode_off_a_login_node_says_what_to_do(tmp_path, monkeypatch):
 
 def test_environment_broadcast_lines_golden():
     from easylaunch.modes.jobscript import broadcast_env
-    from easylaunch.schedulers import pbs
+    from easylaunch.modes.schedulers import pbs
 
     assert broadcast_env("/logs/.envs/env-ab12.tar.gz", "/local/scratch",
                          slurm.broadcast).splitlines() == [

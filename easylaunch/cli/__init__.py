@@ -12,9 +12,10 @@ import os
 import sys
 from typing import Any
 
-from easylaunch import __version__, interrupts
+from easylaunch import __version__
 from easylaunch.cli import actions, configure, dist, runs, shells, submit, views
 from easylaunch.errors import EasyLaunchError
+from easylaunch.tracking import interrupts
 
 COMMAND_ADDERS = (submit.add_submit, runs.add_ls, runs.add_status, runs.add_watch, runs.add_logs,
                   actions.add_cancel, actions.add_resubmit, actions.add_forget, actions.add_fetch,

@@ -9,14 +9,20 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from easylaunch.bundle import LAUNCH_JSON
 from easylaunch.cli.shared import AddCommand, parse_since, registry_of
 from easylaunch.errors import EasyLaunchError
-from easylaunch.refresh import OPEN_STATES, STATES, cancel_entries, job_for, refresh_entries
+from easylaunch.runs.bundle import LAUNCH_JSON
+from easylaunch.tracking.refresh import (
+    OPEN_STATES,
+    STATES,
+    cancel_entries,
+    job_for,
+    refresh_entries,
+)
 from easylaunch_job.records import DamagedRecord, read_json
 
 if TYPE_CHECKING:
-    from easylaunch.registry import Entry, Registry
+    from easylaunch.tracking.registry import Entry, Registry
 
 CANCEL_WAIT_SECONDS = 60  # how long `cancel` waits for a run to end
 SHOWN_BEFORE_ASKING = 20  # runs listed before a bulk action asks
@@ -93,7 +99,7 @@ def resubmit_runs(args: argparse.Namespace) -> int:
     """Resubmit the selected runs, those of one launch together (a packed sweep's failed runs
     go again in one allocation, an array's in one array), saying what code and settings they
     run."""
-    from easylaunch.resubmission import resubmit_launch
+    from easylaunch.api.resubmission import resubmit_launch
 
     registry = registry_of(args)
     entries, failures = _selected(registry, args)

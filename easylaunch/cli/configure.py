@@ -33,7 +33,7 @@ def config(args: argparse.Namespace) -> int:
 
 
 def doctor(args: argparse.Namespace) -> int:
-    from easylaunch.doctor import diagnose
+    from easylaunch.cli.doctor import diagnose
 
     findings = diagnose(args.path or args.config)
     for finding in findings:

@@ -11,15 +11,15 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from easylaunch import listing
 from easylaunch.cli.shared import AddCommand, count, parse_since, registry_of, tail
 from easylaunch.errors import EasyLaunchError
-from easylaunch.reasons import reason_of
-from easylaunch.refresh import OPEN_STATES, STATES, job_for, refresh_entries, short
 from easylaunch.results.readers import last_points, read_run
+from easylaunch.tracking import listing
+from easylaunch.tracking.refresh import OPEN_STATES, STATES, job_for, refresh_entries, short
+from easylaunch.tracking.rows import reason_of
 
 if TYPE_CHECKING:
-    from easylaunch.jobs import Job
+    from easylaunch.tracking.jobs import Job
 
 STATUS_LOG_LINES = 100
 VALUE_CHARS = 2000  # longer values (a huge variant) are cut in `easylaunch status`
@@ -83,7 +83,7 @@ def watch(args: argparse.Namespace) -> int:
 def _watch_interrupted(args: argparse.Namespace, still: int) -> str:
     """The line of a Ctrl-C that stopped ``watch``: its open runs go on, and how to cancel
     them (the runs it watched, by their filters, with the --config it was given)."""
-    from easylaunch.interrupts import config_flag, goes_on, line
+    from easylaunch.tracking.interrupts import config_flag, goes_on, line
 
     cancel = shlex.join(["easylaunch", "cancel", "--state", ",".join(OPEN_STATES),
                          *(["--exp", args.exp] if args.exp else []),
@@ -200,7 +200,7 @@ def follow_logs(job: Job, logs: list[tuple[Path, TextIO]], offsets: list[int] | 
     """Copy what the run adds to its logs (each path to its stream) until it ends, from
     ``offsets`` (default: the start); where each log then ends. Ctrl-C raises the
     ``KeyboardInterrupt`` that says the run goes on and how to cancel it."""
-    from easylaunch.interrupts import interrupted
+    from easylaunch.tracking.interrupts import interrupted
 
     offsets = list(offsets or [0] * len(logs))
     try:

@@ -9,12 +9,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from easylaunch import listing
 from easylaunch.errors import EasyLaunchError
 from easylaunch.settings import load_settings
+from easylaunch.tracking import listing
 
 if TYPE_CHECKING:
-    from easylaunch.registry import Registry
+    from easylaunch.tracking.registry import Registry
 
 # Adds one subcommand: ``command(name, parents=(), help=..., aliases=...)``.
 AddCommand = Callable[..., argparse.ArgumentParser]
@@ -22,7 +22,7 @@ AddCommand = Callable[..., argparse.ArgumentParser]
 
 def registry_of(args: argparse.Namespace) -> Registry:
     """The registry of the settings ``--config`` (or the usual lookup) names."""
-    from easylaunch.registry import open_registry
+    from easylaunch.tracking.registry import open_registry
 
     return open_registry(load_settings(args.config).REGISTRY_PATH)
 
@@ -39,7 +39,7 @@ def count(text: str) -> int:
 
 
 def parse_since(text: str) -> float:
-    """The ``--since`` argument: :func:`easylaunch.listing.parse_since`, its error said as
+    """The ``--since`` argument: :func:`easylaunch.tracking.listing.parse_since`, its error said as
     argparse says one."""
     try:
         return listing.parse_since(text)

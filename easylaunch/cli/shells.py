@@ -1,5 +1,5 @@
 """``shell`` and ``interactive``: a terminal where a run runs, and an allocation with a shell
-on a compute node (see :mod:`easylaunch.shells`). Both replace this process with the shell,
+on a compute node (see :mod:`easylaunch.modes.base`). Both replace this process with the shell,
 so its exit code is theirs."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 from easylaunch.cli.shared import AddCommand, count, registry_of
 from easylaunch.errors import EasyLaunchError
-from easylaunch.refresh import job_for
+from easylaunch.tracking.refresh import job_for
 
 INTERACTIVE_MODES = ("slurm", "pbs")
 
@@ -53,7 +53,7 @@ def add_shell(command: AddCommand) -> None:
 def interactive(args: argparse.Namespace) -> int:
     from easylaunch.modes import get_mode
     from easylaunch.modes.scheduled.tracking import ScheduledMode
-    from easylaunch.request import LaunchRequest
+    from easylaunch.runs.request import LaunchRequest
     from easylaunch.settings import load_settings
 
     settings = load_settings(args.config)

@@ -19,12 +19,12 @@ from typing import TYPE_CHECKING, Any, cast
 
 from easylaunch.cli.shared import AddCommand, count
 from easylaunch.errors import EasyLaunchError
-from easylaunch.reasons import reason_of
+from easylaunch.tracking.rows import reason_of
 from easylaunch_job.environment import shell_exit_code
 
 if TYPE_CHECKING:
-    from easylaunch.jobs import Job
-    from easylaunch.preview import Preview
+    from easylaunch.runs.preview import Preview
+    from easylaunch.tracking.jobs import Job
 
 # CLI flag -> launch keyword, for the resources most launches name
 RESOURCE_FLAGS = {"time": "time_in_mins", "partition": "partition", "nodes": "n_nodes",

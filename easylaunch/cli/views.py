@@ -21,7 +21,7 @@ def preview(args: argparse.Namespace) -> int:
     """Run a launch script with every launch a dry run (``easylaunch preview``)."""
     import runpy
 
-    from easylaunch import preview
+    from easylaunch.runs import preview
 
     if not os.path.isfile(args.script):
         raise EasyLaunchError(f"{args.script}: no such script")

@@ -24,8 +24,8 @@ from easylaunch.dashboard import sweeps, views
 from easylaunch.dashboard.security import TOKEN_HEADER, Guard
 from easylaunch.errors import EasyLaunchError
 from easylaunch.modes import MODES
-from easylaunch.registry import NoSuchJob, open_registry
 from easylaunch.settings import ConfigArg, load_settings
+from easylaunch.tracking.registry import NoSuchJob, open_registry
 
 HERE = Path(__file__).resolve().parent
 POLL_SECONDS = 3  # how often pages ask for states and log lines

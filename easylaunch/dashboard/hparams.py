@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeGuard
 
-from easylaunch.listing import rounded
+from easylaunch.tracking.listing import rounded
 
 WIDTH, HEIGHT = 860, 300
 LEFT, RIGHT, TOP, BOTTOM = 70, 70, 28, 16  # margins around the axes

@@ -10,8 +10,7 @@ import socket
 import sys
 import webbrowser
 
-from easylaunch.errors import EasyLaunchError
-from easylaunch.extras import install_hint
+from easylaunch.errors import EasyLaunchError, install_hint
 
 NEEDED = ("starlette", "uvicorn", "jinja2")
 
@@ -59,8 +58,8 @@ def serve_command(args: argparse.Namespace) -> int:
 
     from easylaunch.dashboard.app import create_app
     from easylaunch.dashboard.security import host_name, kept_token, loopback_hosts
-    from easylaunch.registry import open_registry
     from easylaunch.settings import load_settings
+    from easylaunch.tracking.registry import open_registry
 
     sock = bind(args.host, args.port)
     port = sock.getsockname()[1]

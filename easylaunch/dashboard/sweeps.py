@@ -11,13 +11,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from easylaunch import listing
 from easylaunch.dashboard.curves import align
 from easylaunch.dashboard.hparams import Parallel, parallel
 from easylaunch.dashboard.views import is_open, registered
 from easylaunch.errors import EasyLaunchError
-from easylaunch.refresh import STATES, refresh_entries
-from easylaunch.registry import Registry
 from easylaunch.results.readers import last_values, read_series
 from easylaunch.results.sweep import (
     CUT_SHORT,
@@ -27,6 +24,9 @@ from easylaunch.results.sweep import (
     variant_of,
 )
 from easylaunch.settings import ConfigArg
+from easylaunch.tracking import listing
+from easylaunch.tracking.refresh import STATES, refresh_entries
+from easylaunch.tracking.registry import Registry
 
 MAX_CURVES = 500  # runs one chart draws at most
 RUN_TITLES = {"run_id": "run", "state": "state", "error": "why", "note": "note",

@@ -15,17 +15,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from easylaunch import bundle, listing
 from easylaunch.errors import EasyLaunchError
-from easylaunch.jobs import DamagedRecordError
-from easylaunch.listing import when
 from easylaunch.modes import MODES
-from easylaunch.reasons import reason_of
-from easylaunch.refresh import OPEN_STATES, STATES, cancel_entry, job_for, refresh_entries
-from easylaunch.registry import Entry, NoSuchJob, Registry
 from easylaunch.results.readers import last_values
 from easylaunch.results.sweep import metrics_folder, variant_of
+from easylaunch.runs import bundle
 from easylaunch.settings import ConfigArg
+from easylaunch.tracking import listing
+from easylaunch.tracking.jobs import DamagedRecordError
+from easylaunch.tracking.listing import when
+from easylaunch.tracking.refresh import OPEN_STATES, STATES, cancel_entry, job_for, refresh_entries
+from easylaunch.tracking.registry import Entry, NoSuchJob, Registry
+from easylaunch.tracking.rows import reason_of
 from easylaunch_job.records import STATUS_JSON, STDERR_LOG, STDOUT_LOG, DamagedRecord, read_json
 
 PER_PAGE = 50
@@ -340,7 +341,7 @@ def cancel_run(registry: Registry, run_id: str) -> str:
 def resubmit_run(registry: Registry, run_id: str, config: ConfigArg) -> str:
     """Run a run again as ``easylaunch resubmit --detach`` does (a local run outlives the
     dashboard); the new run's id."""
-    from easylaunch.resubmission import resubmit
+    from easylaunch.api.resubmission import resubmit
 
     entry = registry.find(run_id)
     return resubmit(entry.id, config=config, detach=True if entry.mode == "local" else None).id

@@ -11,10 +11,10 @@ from easylaunch.errors import LaunchError
 from easylaunch.modes.base import ModeKind
 
 MODES: dict[str, str] = {
-    "here_no_doodad": "easylaunch.modes.here_no_doodad:HereNoDoodadMode",
-    "local": "easylaunch.modes.local_entry:LOCAL",
-    "local_singularity": "easylaunch.modes.local:LOCAL_SINGULARITY",
-    "local_docker": "easylaunch.modes.local:LOCAL_DOCKER",
+    "here_no_doodad": "easylaunch.modes.local.here_no_doodad:HereNoDoodadMode",
+    "local": "easylaunch.modes.local.attached:LOCAL",
+    "local_singularity": "easylaunch.modes.local.attached:LOCAL_SINGULARITY",
+    "local_docker": "easylaunch.modes.local.attached:LOCAL_DOCKER",
     "slurm": "easylaunch.modes.scheduled.array:SLURM",
     "slurm_singularity": "easylaunch.modes.scheduled.array:SLURM_SINGULARITY",
     "sss": "easylaunch.modes.scheduled.sss:SSS",

@@ -1,10 +1,11 @@
-"""What every mode provides: option checks, a pure prepare, submit, and tracking."""
+"""What every mode provides: option checks, a pure prepare, submit, and tracking; and the shell
+line that modes reaching a run's machine share (``easylaunch shell``)."""
 
 from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -13,10 +14,10 @@ from easylaunch.errors import EasyLaunchError, LaunchError, NotSubmittedError
 from easylaunch.settings import Mount, Settings
 
 if TYPE_CHECKING:
-    from easylaunch.bundle import Run
-    from easylaunch.jobs import Job
-    from easylaunch.preview import Preview
-    from easylaunch.request import LaunchRequest
+    from easylaunch.runs.bundle import Run
+    from easylaunch.runs.preview import Preview
+    from easylaunch.runs.request import LaunchRequest
+    from easylaunch.tracking.jobs import Job
 
 
 class RunSink(Protocol):
@@ -227,3 +228,26 @@ class Mode(ABC):
     def wait_for_change(self, job: Job, timeout: float) -> None:
         """Block up to ``timeout`` seconds or until the job may have changed."""
         time.sleep(timeout)
+
+
+# ``bash -c`` program of the shell: into the run's folder, then an interactive bash
+_INTO_FOLDER = 'cd -- "$1" || exit 1; shift; exec bash -i'
+
+
+def shell_in(folder: str, variables: Mapping[str, str]) -> list[str]:
+    """The argv of an interactive bash in ``folder`` with ``variables`` set (no shell reads
+    the values: they stay argv words until bash's own ``cd``)."""
+    return ["env", *(f"{k}={v}" for k, v in variables.items()),
+            "bash", "-c", _INTO_FOLDER, "easylaunch-shell", folder]
+
+
+def process_environment(pid: int) -> dict[str, str]:
+    """The environment a process on this machine started with (/proc), to give a shell the
+    run's own (GPU pinning, PYTHONPATH, the scheduler's variables)."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            data = f.read()
+    except OSError as exc:
+        raise LaunchError(f"cannot read the run's environment (process {pid}): {exc}") from None
+    pairs = (item.decode(errors="replace").partition("=") for item in data.split(b"\0") if item)
+    return {key: value for key, _, value in pairs if key}

@@ -1,6 +1,6 @@
 """What modes whose runs live on a machine reached through a transport share (Slurm, ssh).
 
-That machine is this one or a remote one (``easylaunch.hosts``); nothing here depends on which.
+That machine is this one or a remote one (``modes.hosts``); nothing here depends on which.
 A run's ``status.json`` is the first source of truth. Only while the local copy is not final is
 the far side asked, once for all the runs of a poll: the backend's view (squeue, the packer's
 process), then the runs' records there. A run that ended is brought back into its local folder
@@ -23,15 +23,15 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
-from easylaunch import hosts
-from easylaunch.bundle import LAUNCH_JSON, Run
-from easylaunch.commands import check_found
 from easylaunch.errors import EasyLaunchError, LaunchError
-from easylaunch.hosts import pythons, staging
-from easylaunch.hosts.staging import Upload, bundle_items
-from easylaunch.hosts.transport import HostError, Transport, checked
-from easylaunch.jobs import Job
+from easylaunch.modes import hosts
 from easylaunch.modes.base import NO_SINK, Mode, RunSink
+from easylaunch.modes.hosts import pythons, staging
+from easylaunch.modes.hosts.staging import Upload, bundle_items
+from easylaunch.modes.hosts.transport import HostError, Transport, checked
+from easylaunch.runs.bundle import LAUNCH_JSON, Run
+from easylaunch.runs.commands import check_found
+from easylaunch.tracking.jobs import Job
 from easylaunch_job.records import (
     BUNDLE_DIR,
     RESULT_PKL,
@@ -45,7 +45,7 @@ from easylaunch_job.records import (
 from easylaunch_job.states import TERMINAL_STATES
 
 if TYPE_CHECKING:
-    from easylaunch.request import LaunchRequest
+    from easylaunch.runs.request import LaunchRequest
 
 MIRRORED = (STATUS_JSON, RESULT_PKL)
 KEPT_HERE = (BUNDLE_DIR, LAUNCH_JSON)  # sent there, never brought back (launch.json grows here)
@@ -165,7 +165,7 @@ class HostedMode(Mode):
 
     def stream_runs(self, request: LaunchRequest, ready: Callable[[], bool]) -> RunSink:
         """A stream that copies each run's files to the far side as the launch makes it (see
-        :class:`~easylaunch.hosts.staging.RunStream`; ``ready``: whether the far side has
+        :class:`~easylaunch.modes.hosts.staging.RunStream`; ``ready``: whether the far side has
         been reached), for :meth:`stage`; none where the runs stay on this machine or the
         mode copies them otherwise."""
         if not self.streams_runs or self.transport.is_local or not self.transport.log_dir:

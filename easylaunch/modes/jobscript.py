@@ -13,9 +13,9 @@ import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from easylaunch import launchers
-from easylaunch.containers import SingularityImage
 from easylaunch.errors import LaunchError
+from easylaunch.modes import launchers
+from easylaunch.modes.containers import SingularityImage
 from easylaunch_job.environment import ENV_RESUBMIT_SCRIPT, ENV_TIMEOUT_SIGNAL, TIMEOUT_SIGNAL
 from easylaunch_job.records import JOB_PYZ, STDERR_LOG, STDOUT_LOG
 

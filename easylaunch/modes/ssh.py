@@ -16,15 +16,15 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from easylaunch import shells
-from easylaunch.bundle import Run
-from easylaunch.commands import programs_to_find
 from easylaunch.errors import EasyLaunchError, LaunchError
-from easylaunch.jobs import Job
+from easylaunch.modes.base import shell_in
 from easylaunch.modes.hosted import NO_QUERY, BackendQuery, HostedMode, completed
 from easylaunch.modes.jobscript import StartLine, bundle_pythonpath, start_line, task_line
-from easylaunch.preview import Preview
-from easylaunch.request import LaunchRequest
+from easylaunch.runs.bundle import Run
+from easylaunch.runs.commands import programs_to_find
+from easylaunch.runs.preview import Preview
+from easylaunch.runs.request import LaunchRequest
+from easylaunch.tracking.jobs import Job
 from easylaunch_job.command import run_variables
 from easylaunch_job.records import JOB_PYZ, write_bytes_atomic
 
@@ -177,7 +177,7 @@ class SshMode(HostedMode):
         """bash in the run's folder on the host."""
         folder = self._job_log_dir(job)
         return self.transport.terminal_argv(
-            shells.shell_in(folder, run_variables(job.id, folder))), None
+            shell_in(folder, run_variables(job.id, folder))), None
 
     def cancel(self, job: Job) -> None:
         failure = self.cancel_many([job]).get(job.id)

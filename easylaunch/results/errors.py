@@ -7,8 +7,7 @@ import importlib
 from collections.abc import Sequence
 from types import ModuleType
 
-from easylaunch.errors import EasyLaunchError
-from easylaunch.extras import install_hint
+from easylaunch.errors import EasyLaunchError, install_hint
 
 
 class MissingExtra(EasyLaunchError, ImportError):

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
 from easylaunch.errors import EasyLaunchError
-from easylaunch.listing import counts
 from easylaunch.results.errors import NoSuchKey, choices, closest, need
 from easylaunch.results.sweep import (
     CUT_SHORT,
@@ -26,6 +25,7 @@ from easylaunch.results.sweep import (
     load_histories,
     select,
 )
+from easylaunch.tracking.listing import counts
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -104,8 +104,8 @@ def _default_out(metric: str, by: str | None) -> Path:
 def _named(selection: Selection, config: ConfigArg) -> str:
     """The experiments of the selected runs, and the selection where it says more (a sweep
     or run id)."""
-    from easylaunch.registry import open_registry
     from easylaunch.settings import load_settings
+    from easylaunch.tracking.registry import open_registry
 
     chosen = selection if isinstance(selection, str) else " ".join(selection)
     entries = select(open_registry(load_settings(config).REGISTRY_PATH), selection)

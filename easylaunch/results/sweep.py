@@ -16,20 +16,20 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from easylaunch.errors import EasyLaunchError
-from easylaunch.listing import flat_items
-from easylaunch.reasons import reason_of
-from easylaunch.registry import NoSuchJob
 from easylaunch.results.errors import NoSuchMetric, choices, closest, named, need
 from easylaunch.results.readers import PROGRESS_CSV, Metrics, last_values, read_run
+from easylaunch.tracking.listing import flat_items
+from easylaunch.tracking.registry import NoSuchJob
+from easylaunch.tracking.rows import reason_of
 from easylaunch_job.outcome import load_outcome
 from easylaunch_job.records import METRICS_JSONL, DamagedRecord, read_json, read_status
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from easylaunch.listing import Shown
-    from easylaunch.registry import Entry, Registry
     from easylaunch.settings import ConfigArg
+    from easylaunch.tracking.listing import Shown
+    from easylaunch.tracking.registry import Entry, Registry
 
 Selection = str | Sequence[str]
 RUN_COLUMNS = ("run_id", "exp_name", "sweep", "mode", "state", "note", "error", "restarts",
@@ -90,7 +90,7 @@ def metrics_folder(shown: Shown, fetch: bool) -> Path:
     run folder, as ``easylaunch fetch`` does; else the folder the mode reads it from (the one
     a cluster's job writes, where the file system is shared; a remote cluster's runs come back
     whole when they end), with a cloud run's metric files as last synced to the bucket."""
-    from easylaunch.jobs import Job
+    from easylaunch.tracking.jobs import Job
 
     here = Path(shown.entry.log_dir)
     if shown.entry.remote_log_dir is None:
@@ -113,9 +113,9 @@ def runs_of(selection: Selection, fetch: bool = False,
             config: ConfigArg = None) -> list[SelectedRun]:
     """The selected runs, refreshed (states written back to the registry), with the folders
     their metrics are read from."""
-    from easylaunch.refresh import refresh_entries
-    from easylaunch.registry import open_registry
     from easylaunch.settings import load_settings
+    from easylaunch.tracking.refresh import refresh_entries
+    from easylaunch.tracking.registry import open_registry
 
     registry = open_registry(load_settings(config).REGISTRY_PATH)
     shown = refresh_entries(registry, select(registry, selection))
@@ -125,8 +125,8 @@ def runs_of(selection: Selection, fetch: bool = False,
 def variant_of(entry: Entry) -> dict:
     """The run's variant: the registry's copy, or variant.json for one too large for it (a
     variant.json that cannot be read: an empty variant, with a warning saying why)."""
-    from easylaunch.bundle import VARIANT_JSON
-    from easylaunch.registry_rows import LARGE_VARIANT_KEY
+    from easylaunch.runs.bundle import VARIANT_JSON
+    from easylaunch.tracking.rows import LARGE_VARIANT_KEY
 
     if LARGE_VARIANT_KEY not in entry.variant:
         return entry.variant
@@ -180,7 +180,7 @@ def _result(log_dir: str, run_id: str) -> Any:
 
 
 def _run_row(shown: Shown, now: float) -> dict:
-    from easylaunch.listing import job_label, seconds_run
+    from easylaunch.tracking.listing import job_label, seconds_run
 
     entry = shown.entry
     status = read_status(entry.log_dir)

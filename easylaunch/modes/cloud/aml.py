@@ -26,12 +26,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from easylaunch.errors import LaunchError
-from easylaunch.extras import needed
-from easylaunch.jobs import Job
+from easylaunch.errors import LaunchError, needed
 from easylaunch.modes.cloud import azure
 from easylaunch.modes.cloud.base import Batch, CloudMode, InstanceState, Target, instance_name
-from easylaunch.request import LaunchRequest
+from easylaunch.runs.request import LaunchRequest
+from easylaunch.tracking.jobs import Job
 from easylaunch_job.cloud.platforms import ENV_INDEX, ENV_SNAPSHOTS, ENV_WORKDIR
 from easylaunch_job.cloud.stores import AzureBlobStore
 

@@ -19,8 +19,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from easylaunch.errors import LaunchError
-from easylaunch.extras import needed
+from easylaunch.errors import LaunchError, needed
 from easylaunch.modes.cloud import transfer as cloud
 from easylaunch.modes.cloud.base import (
     Batch,
@@ -29,7 +28,7 @@ from easylaunch.modes.cloud.base import (
     Target,
     instance_name,
 )
-from easylaunch.request import LaunchRequest
+from easylaunch.runs.request import LaunchRequest
 from easylaunch_job.cloud.platforms import AZURE_INDEX_TAG, ENV_COMPUTE_URL
 from easylaunch_job.cloud.stores import ENV_AZURE_CONNECTION, AzureBlobStore
 

@@ -22,14 +22,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Generic, NamedTuple, TypeVar
 
-from easylaunch.bundle import Run
 from easylaunch.errors import LaunchError
-from easylaunch.jobs import Job
 from easylaunch.modes.base import Mode
 from easylaunch.modes.cloud import relaunch
 from easylaunch.modes.cloud import transfer as cloud
-from easylaunch.preview import Preview
-from easylaunch.request import LaunchRequest
+from easylaunch.runs.bundle import Run
+from easylaunch.runs.preview import Preview
+from easylaunch.runs.request import LaunchRequest
+from easylaunch.tracking.jobs import Job
 from easylaunch_job.cloud.agent import CANCEL_SUFFIX
 from easylaunch_job.cloud.inputs import AGENT_JSON
 from easylaunch_job.cloud.stores import Store

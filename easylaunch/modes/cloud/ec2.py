@@ -14,11 +14,10 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from easylaunch.errors import LaunchError
-from easylaunch.extras import needed
+from easylaunch.errors import LaunchError, needed
 from easylaunch.modes.cloud import transfer as cloud
 from easylaunch.modes.cloud.base import Batch, CloudMode, InstanceState, Target
-from easylaunch.request import LaunchRequest
+from easylaunch.runs.request import LaunchRequest
 from easylaunch_job.cloud.stores import S3Store, aws_error_code
 
 ENDED_INSTANCE_STATES = frozenset({"shutting-down", "terminated", "stopping", "stopped"})

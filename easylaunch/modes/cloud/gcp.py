@@ -20,8 +20,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from easylaunch.errors import LaunchError
-from easylaunch.extras import needed
+from easylaunch.errors import LaunchError, needed
 from easylaunch.modes.base import Composed
 from easylaunch.modes.cloud import transfer as cloud
 from easylaunch.modes.cloud.base import (
@@ -32,7 +31,7 @@ from easylaunch.modes.cloud.base import (
     instance_name,
     name_part,
 )
-from easylaunch.request import LaunchRequest
+from easylaunch.runs.request import LaunchRequest
 from easylaunch.settings import Settings, override
 from easylaunch_job.cloud.platforms import ENV_COMPUTE_URL, GCE_INDEX_KEY
 from easylaunch_job.cloud.stores import GcsStore

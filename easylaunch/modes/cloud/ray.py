@@ -26,12 +26,11 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
-from easylaunch.errors import LaunchError
-from easylaunch.extras import install_hint, needed
-from easylaunch.jobs import Job
+from easylaunch.errors import LaunchError, install_hint, needed
 from easylaunch.modes.cloud import transfer as cloud
 from easylaunch.modes.cloud.base import Batch, CloudMode, InstanceState, Target
-from easylaunch.request import LaunchRequest
+from easylaunch.runs.request import LaunchRequest
+from easylaunch.tracking.jobs import Job
 from easylaunch_job.cloud.platforms import (
     ENV_INDEX,
     ENV_RAY_JOB,

@@ -21,9 +21,9 @@ import sys
 import time
 from typing import Any, Protocol
 
-from easylaunch.jobs import Job
 from easylaunch.modes.cloud import transfer as cloud
-from easylaunch.request import LaunchRequest
+from easylaunch.runs.request import LaunchRequest
+from easylaunch.tracking.jobs import Job
 from easylaunch_job.attempts import RestartPolicy, finish_attempt, give_up_restart
 from easylaunch_job.cloud.agent import CANCEL_SUFFIX
 from easylaunch_job.cloud.inputs import parse_manifest

@@ -27,9 +27,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from easylaunch.bundle import Run
 from easylaunch.errors import LaunchError
-from easylaunch.jobpack import job_archive
+from easylaunch.runs.bundle import Run
+from easylaunch.runs.jobpack import job_archive
 from easylaunch_job.cloud.agent import AGENT_PID, DEFAULT_WORKDIR, ENV_WORKDIR
 from easylaunch_job.cloud.platforms import DEFAULT_SHUTDOWN_CMD, ENV_SHUTDOWN_CMD
 from easylaunch_job.cloud.stores import ENV_AML_IDENTITY, ENV_AZURE_CONNECTION, Store

@@ -18,12 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from easylaunch import envpack, launchers
-from easylaunch.bundle import Run
-from easylaunch.containers import SINGULARITY, Singularity
 from easylaunch.errors import LaunchError
-from easylaunch.jobs import Job
+from easylaunch.modes import launchers
 from easylaunch.modes.base import Composed
+from easylaunch.modes.containers import SINGULARITY, Singularity
 from easylaunch.modes.jobscript import (
     StartLine,
     broadcast_env,
@@ -33,9 +31,12 @@ from easylaunch.modes.jobscript import (
     start_line,
 )
 from easylaunch.modes.scheduled.tracking import ClusterFacts, ScheduledMode
-from easylaunch.preview import Preview, op_line, resource_fields
-from easylaunch.request import LaunchRequest
-from easylaunch.schedulers import pbs, slurm
+from easylaunch.modes.schedulers import pbs, slurm
+from easylaunch.runs import envpack
+from easylaunch.runs.bundle import Run
+from easylaunch.runs.preview import Preview, op_line, resource_fields
+from easylaunch.runs.request import LaunchRequest
+from easylaunch.tracking.jobs import Job
 from easylaunch_job.records import write_bytes_atomic
 
 ENV_STORE = ".envs"

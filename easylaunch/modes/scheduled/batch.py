@@ -14,7 +14,7 @@ Consecutive launches of one process with the same mode, experiment, resources an
 grow one batch, as doodad's did: a loop of ``run_experiment`` calls ends as one ``run_sweep``
 would (one task file and one allocation for htp), where the batch is copied by hand. Each
 launch rewrites the batch's files whole, so the folder is complete after every call (the
-process's :data:`~easylaunch.session.SESSION` holds what a later launch joins).
+process's :data:`~easylaunch.runs.session.SESSION` holds what a later launch joins).
 """
 
 from __future__ import annotations
@@ -31,20 +31,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from easylaunch.bundle import BLOB_STORE, Run, blob_name, store_blob
-from easylaunch.containers import SSS_SINGULARITY, SingularityImage
 from easylaunch.errors import EasyLaunchError, LaunchError
-from easylaunch.hosts import staging
-from easylaunch.hosts.staging import Upload
-from easylaunch.hosts.transport import checked
-from easylaunch.jobpack import job_archive
-from easylaunch.jobs import Job
+from easylaunch.modes.containers import SSS_SINGULARITY, SingularityImage
+from easylaunch.modes.hosts import staging
+from easylaunch.modes.hosts.staging import Upload
+from easylaunch.modes.hosts.transport import checked
 from easylaunch.modes.scheduled.by_hand import TO_SUBMIT, ByHand, check_writable_file
 from easylaunch.modes.scheduled.tracking import ClusterFacts, ScheduledMode
-from easylaunch.preview import Preview, resource_fields
-from easylaunch.request import LaunchRequest
-from easylaunch.session import SESSION
+from easylaunch.runs.bundle import BLOB_STORE, Run, blob_name, store_blob
+from easylaunch.runs.jobpack import job_archive
+from easylaunch.runs.preview import Preview, resource_fields
+from easylaunch.runs.request import LaunchRequest
+from easylaunch.runs.session import SESSION
 from easylaunch.settings import Mount
+from easylaunch.tracking.jobs import Job
 from easylaunch_job.records import BUNDLE_DIR, JOB_PYZ, SNAPSHOT_STORE, write_bytes_atomic
 
 JOB_IDS = "job_ids.txt"

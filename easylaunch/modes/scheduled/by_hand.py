@@ -9,10 +9,10 @@ import shlex
 from typing import TYPE_CHECKING
 
 from easylaunch.errors import LaunchError
-from easylaunch.jobs import Job, JobState
+from easylaunch.tracking.jobs import Job, JobState
 
 if TYPE_CHECKING:
-    from easylaunch.hosts.transport import Transport
+    from easylaunch.modes.hosts.transport import Transport
     from easylaunch.modes.scheduled.batch import Layout
     from easylaunch.settings import Settings
 

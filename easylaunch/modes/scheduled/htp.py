@@ -20,19 +20,19 @@ import shlex
 import sys
 import warnings
 
-from easylaunch import launchers
-from easylaunch.bundle import BLOB_STORE, Run, blob_name
 from easylaunch.errors import EasyLaunchError, LaunchError
-from easylaunch.hosts.transport import HostError
-from easylaunch.jobpack import job_archive
-from easylaunch.jobs import Job
+from easylaunch.modes import launchers
 from easylaunch.modes.base import Composed
 from easylaunch.modes.hosted import completed
+from easylaunch.modes.hosts.transport import HostError
 from easylaunch.modes.jobscript import StartLine, bundle_pythonpath, start_line, task_line
 from easylaunch.modes.scheduled.batch import SUBMIT, BatchMode, BatchPlan, Layout, submit_script
-from easylaunch.request import LaunchRequest
-from easylaunch.schedulers import pbs, slurm
+from easylaunch.modes.schedulers import pbs, slurm
+from easylaunch.runs.bundle import BLOB_STORE, Run, blob_name
+from easylaunch.runs.jobpack import job_archive
+from easylaunch.runs.request import LaunchRequest
 from easylaunch.settings import Settings
+from easylaunch.tracking.jobs import Job
 from easylaunch_job.records import JOB_PYZ
 
 TASKS = "tasks.txt"

@@ -11,7 +11,6 @@ import shlex
 import sys
 from typing import TYPE_CHECKING
 
-from easylaunch.bundle import Run
 from easylaunch.modes.base import Composed
 from easylaunch.modes.jobscript import StartLine, job_script, settled_outside, start_line
 from easylaunch.modes.scheduled.batch import (
@@ -21,13 +20,14 @@ from easylaunch.modes.scheduled.batch import (
     Layout,
     submit_script,
 )
-from easylaunch.request import LaunchRequest
-from easylaunch.schedulers import slurm
+from easylaunch.modes.schedulers import slurm
+from easylaunch.runs.bundle import Run
+from easylaunch.runs.request import LaunchRequest
 from easylaunch_job.submission import sbatch_command
 
 if TYPE_CHECKING:
     from easylaunch.errors import EasyLaunchError
-    from easylaunch.jobs import Job
+    from easylaunch.tracking.jobs import Job
 
 
 def check(mode: BatchMode, request: LaunchRequest) -> None:

@@ -2,7 +2,7 @@
 also asks the scheduler what the launch needs to know), the scheduler's side of tracking (asked
 in the same round trip as the runs' records), the terminal state a run gets when the scheduler
 is done with it before the run recorded one (so ``job.wait()`` never hangs), and cancel. The
-scheduler (a module of :mod:`easylaunch.schedulers`) is a part the mode is made with.
+scheduler (a module of :mod:`easylaunch.modes.schedulers`) is a part the mode is made with.
 """
 
 from __future__ import annotations
@@ -18,14 +18,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from easylaunch import shells
-from easylaunch.commands import programs_to_find
 from easylaunch.errors import LaunchError
-from easylaunch.jobs import Job
+from easylaunch.modes.base import shell_in
 from easylaunch.modes.hosted import NO_QUERY, BackendQuery, HostedMode, completed
-from easylaunch.request import LaunchRequest
-from easylaunch.schedulers import Scheduler
-from easylaunch.schedulers.nodes import Nodes
+from easylaunch.modes.schedulers import Scheduler
+from easylaunch.modes.schedulers.nodes import Nodes
+from easylaunch.runs.commands import programs_to_find
+from easylaunch.runs.request import LaunchRequest
+from easylaunch.tracking.jobs import Job
 from easylaunch_job.command import run_variables
 from easylaunch_job.records import STATUS_JSON, STDERR_LOG, update_status
 from easylaunch_job.states import TERMINAL_STATES
@@ -138,7 +138,7 @@ class ScheduledMode(HostedMode):
         op = {"op": "run", "argv": self.scheduler.shell_lookup(job_id)}
         found = completed(self.retried([op], self.transport.run_ops([op]))[0])
         folder = self._job_log_dir(job)
-        inner = shells.shell_in(folder, run_variables(job.id, folder))
+        inner = shell_in(folder, run_variables(job.id, folder))
         return self.transport.terminal_argv(
             self.scheduler.shell_argv(found.stdout, job_id, inner)), None
 

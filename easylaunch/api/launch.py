@@ -1,0 +1,496 @@
+"""``run_experiment`` and ``run_sweep``: validate, bundle, hand over to the mode.
+
+Every check that can fail happens before the first run folder is made, so bad input never
+leaves anything behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import re
+import shlex
+import shutil
+import sys
+import tempfile
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, overload
+
+from easylaunch.errors import LaunchError, notice
+from easylaunch.modes import get_mode, restarting_modes
+from easylaunch.modes.base import Mode
+from easylaunch.runs.bundle import (
+    BundleSpec,
+    Run,
+    bundle_blobs,
+    create_run,
+    make_store,
+    mark_submitted,
+    new_run_id,
+    remove_abandoned_partials,
+    sweep_of,
+)
+from easylaunch.runs.commands import (
+    COMMAND_KEY,
+    CommandLike,
+    as_argv,
+    check_code_programs,
+    command_of,
+    multi_process_options,
+    working_folder,
+)
+from easylaunch.runs.gitinfo import git_infos
+from easylaunch.runs.payload import pickle_payload, warn_if_large
+from easylaunch.runs.preview import PlannedRun, Preview, dry_run_by_default, show
+from easylaunch.runs.rebuild import (
+    KEYWORDS_SOURCE,
+    function_name,
+    refuse_launches_while_importing,
+)
+from easylaunch.runs.request import LaunchRequest
+from easylaunch.runs.session import SESSION
+from easylaunch.runs.snapshot import snapshot
+from easylaunch.runs.variants import check_variant, warn_text_values
+from easylaunch.settings import ConfigArg, Settings, load_settings, override, save_settings
+from easylaunch.settings.doodad_names import split_call_keywords
+from easylaunch.tracking.jobs import Job
+from easylaunch.tracking.progress import track
+from easylaunch.tracking.registry import Registry, open_registry
+from easylaunch.tracking.rows import aborted, registry_row
+from easylaunch_job.command import Command
+from easylaunch_job.records import SNAPSHOT_STORE
+
+EXP_NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,99}")
+SETTINGS_STORE = ".settings"
+
+
+def check_exp_name(exp_name: Any) -> str:
+    """Return ``exp_name`` if it is a safe folder name, else explain what to change."""
+    if not isinstance(exp_name, str) or not exp_name:
+        raise LaunchError(f"exp_name must be a non-empty string, got {exp_name!r}")
+    if EXP_NAME_PATTERN.fullmatch(exp_name) and ".." not in exp_name:
+        return exp_name
+    suggestion = re.sub(r"[^A-Za-z0-9._+-]+", "-", exp_name).replace("..", ".").strip("-.")
+    raise LaunchError(
+        f"exp_name {exp_name!r} cannot be used: it becomes a folder name, so it may hold only "
+        "letters, digits and . _ + - (no '/', '..', spaces or shell characters), start with a "
+        f"letter or digit, and be at most 100 characters. Try {suggestion or 'my-exp'!r}.")
+
+
+def _script_name() -> str:
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None) or (sys.argv[0] if sys.argv else "")
+    return os.path.abspath(path) if path else ""
+
+
+def _registry(settings: Settings) -> Registry:
+    return open_registry(settings.REGISTRY_PATH)
+
+
+def _start(mode_obj: Mode, request: LaunchRequest, runs: list[Run], facts: Any,
+           registry: Registry) -> list[Job]:
+    """Prepare (with what the mode's check learned) and submit the runs; a failure gives the
+    runs not started a terminal state."""
+    try:
+        jobs = mode_obj.submit(request, runs, mode_obj.prepare(request, runs, facts))
+    except BaseException as exc:
+        registry.update_many(aborted(runs, exc))
+        raise
+    if mode_obj.needs_bundle:  # handed over: no longer resolved as never submitted
+        mark_submitted(request.log_root, runs[0].launch["launch_id"],
+                       runs[0].log_dir.stat().st_mode & 0o777)
+    registry.update_many(
+        (job.id, {"state": job.recorded_state().value, "backend": run.launch["backend"],
+                  "remote_log_dir": mode_obj.remote_log_dir(run)})
+        for job, run in zip(jobs, runs, strict=True))
+    if mode_obj.settings.LAUNCH_LINE and runs:
+        print(launch_line(mode_obj, runs), file=sys.stderr)
+    return jobs
+
+
+def launch_line(mode_obj: Mode, runs: list[Run]) -> str:
+    """``easylaunch local: 4 runs of lr launched; folders in F; follow: easylaunch ls ...``
+    (from the runs' records as this process holds them: nothing is read again)."""
+    head = f"easylaunch {mode_obj.name}: "
+    if len(runs) == 1:
+        run = runs[0]
+        return (f"{head}run {run.run_id} of {run.exp_name} {mode_obj.launched(runs)}; folder "
+                f"{run.log_dir}; follow: easylaunch logs -f {run.run_id}")
+    parents = {str(run.log_dir.parent) for run in runs}
+    sweep = sweep_of(runs[0].launch)
+    follow = f"easylaunch ls --sweep {sweep}" if sweep else "easylaunch ls"
+    return (f"{head}{len(runs)} runs of {runs[0].exp_name} {mode_obj.launched(runs)}; folders "
+            f"in {parents.pop() if len(parents) == 1 else 'their experiments'}; follow: {follow}")
+
+
+def run_sweep(
+    method_call: Callable[..., Any],
+    variants: Iterable[Mapping | None],
+    exp_name: str = "default",
+    mode: str = "local",
+    prepend_date_to_exp_name: bool = True,
+    use_gpu: bool = False,
+    gpu_id: int | str | None = None,
+    base_log_dir: str | os.PathLike | None = None,
+    slurm_config_name: str | None = None,
+    config: ConfigArg = None,
+    max_restarts: int | None = None,
+    restart_on_error: bool | None = None,
+    dry_run: bool | None = None,
+    **mode_options: Any,
+) -> list[Job] | Preview:
+    """Launch ``method_call(doodad_config, variant)`` once per variant; return their Jobs.
+
+    Modes that can, turn the whole sweep into one submission. ``config`` is a settings file
+    path or a dict of settings; ``mode_options`` go to the mode (``max_parallel`` for local).
+    ``max_restarts`` and ``restart_on_error`` replace the MAX_RESTARTS and RESTART_ON_ERROR
+    settings for this launch (see ``easylaunch.checkpoint``).
+    doodad's keywords work as doodad's did: ``region=`` sets AWS_REGION in ec2, one that doodad
+    ignored in a mode (``time_in_mins`` in ec2) is ignored with a notice.
+    The runs make one sweep (``easylaunch ls`` groups them; ``--sweep`` selects them).
+    ``dry_run=True`` (or ``easylaunch preview SCRIPT``) checks the launch and prints and
+    returns a :class:`~easylaunch.runs.preview.Preview` of what it would write and run, instead of
+    launching anything.
+    """
+    return _launch(method_call, variants, LaunchOptions(
+        exp_name, mode, prepend_date_to_exp_name, use_gpu, gpu_id, base_log_dir,
+        slurm_config_name, config, max_restarts, restart_on_error, dry_run, mode_options),
+        sweep_id=None)
+
+
+@dataclass(frozen=True)
+class LaunchOptions:
+    """A launch's keywords besides the function and its variants (:func:`run_sweep`'s)."""
+
+    exp_name: str = "default"
+    mode: str = "local"
+    prepend_date_to_exp_name: bool = True
+    use_gpu: bool = False
+    gpu_id: int | str | None = None
+    base_log_dir: str | os.PathLike | None = None
+    slurm_config_name: str | None = None
+    config: ConfigArg = None
+    max_restarts: int | None = None
+    restart_on_error: bool | None = None
+    dry_run: bool | None = None
+    mode_options: dict[str, Any] = field(default_factory=dict)
+
+
+def launch_options(exp_name: str, mode: str, keywords: dict[str, Any]) -> LaunchOptions:
+    """:class:`LaunchOptions` from a launch's keywords (those it does not name are the mode's
+    options)."""
+    names = {f.name for f in dataclasses.fields(LaunchOptions)} - {"mode_options"}
+    given = {k: v for k, v in keywords.items() if k in names}
+    return LaunchOptions(exp_name=exp_name, mode=mode, **given, mode_options={
+        k: v for k, v in keywords.items() if k not in names})
+
+
+def _mode_for(opts: LaunchOptions) -> tuple[Settings, Mode, dict[str, Any]]:
+    """The launch's settings (its keywords applied), its mode object, and the mode options."""
+    settings = load_settings(opts.config)
+    kind = get_mode(opts.mode)
+    given = dict(opts.mode_options)
+    if "multi_process" in given:  # -n N / n_gpus=N, one process per GPU or per node
+        given.update(multi_process_options(
+            opts.mode, kind.options, given.pop("n_gpus", None), given.pop("multi_process"),
+            opts.use_gpu, given.pop("n_nodes", None)))
+    overrides, mode_options, ignored = split_call_keywords(
+        opts.mode, given, kind.options,
+        [f.name for f in dataclasses.fields(LaunchOptions) if f.name != "mode_options"])
+    if ignored:
+        notice(f"mode {opts.mode!r} ignores {', '.join(ignored)}, as doodad's did")
+    overrides.update({key: value for key, value in (("MAX_RESTARTS", opts.max_restarts),
+                                                     ("RESTART_ON_ERROR", opts.restart_on_error))
+                      if value is not None})
+    if overrides:
+        settings = override(settings, overrides, f"{KEYWORDS_SOURCE} of mode {opts.mode!r}")
+    mode_obj = kind.create(settings, mode_options)
+    if settings.MAX_RESTARTS and not mode_obj.restarts:
+        raise LaunchError(f"mode {opts.mode!r} cannot restart runs (max_restarts="
+                          f"{settings.MAX_RESTARTS}); modes that can: "
+                          f"{', '.join(restarting_modes())}. Pass max_restarts=0 here")
+    return settings, mode_obj, mode_options
+
+
+def _checked_variants(method_call: Any, variants: Any, use_gpu: Any) -> list[dict]:
+    """The variants as dicts, once the function, the variants and use_gpu are checked."""
+    if not callable(method_call):
+        raise LaunchError(f"method_call must be a function, got {type(method_call).__name__}")
+    if isinstance(variants, (Mapping, str)) or not isinstance(variants, Iterable):
+        raise LaunchError("variants must be a list of dicts; for a single variant use "
+                          "run_experiment(..., variant=...)")
+    checked = [check_variant(v, i) for i, v in enumerate(variants)]
+    if not checked:
+        raise LaunchError("variants is empty: nothing to launch")
+    if not isinstance(use_gpu, bool):
+        raise LaunchError(f"use_gpu must be True or False, got {use_gpu!r}")
+    return checked
+
+
+def _payloads(mode_obj: Mode, method_call: Callable[..., Any], variants: list[dict],
+              settings: Settings) -> tuple[bytes, list[bytes]]:
+    """The pickled function and variants (nothing for a mode that keeps no bundle), with a
+    warning for a large one."""
+    if not mode_obj.needs_bundle:
+        return b"", [b""] * len(variants)
+    code_dirs = [m.local_dir for m in settings.code_mounts()]
+    script_dir = os.path.dirname(_script_name()) or None
+    function_bytes = pickle_payload(method_call, "the function", code_dirs, script_dir)
+    variant_bytes = [pickle_payload(v, f"variants[{i}]", code_dirs, script_dir)
+                     for i, v in enumerate(variants)]
+    limit = settings.LARGE_PAYLOAD_WARN_MB
+    warn_if_large(method_call, len(function_bytes), "the function", limit)
+    largest = max(range(len(variants)), key=lambda i: len(variant_bytes[i]))
+    warn_if_large(variants[largest], len(variant_bytes[largest]), f"variants[{largest}]", limit)
+    return function_bytes, variant_bytes
+
+
+@dataclass(frozen=True)
+class _Launch:
+    """One checked launch: what its runs share, and the steps that make and start them."""
+
+    opts: LaunchOptions
+    settings: Settings
+    mode: Mode
+    mode_options: dict[str, Any]
+    request: LaunchRequest
+    launch_id: str
+    sweep_id: str
+    function_bytes: bytes
+    variant_bytes: list[bytes]
+    facts: Any  # what the mode's check learned
+    again: tuple[dict, ...] = ()  # a resubmit's: launch.json fields of each run it reruns
+    script_argv: list[str] | None = None  # the launching script's (None: this process's)
+
+    def bundle_spec(self, folder: Path) -> BundleSpec:
+        """What every run of this launch shares, with its stores in ``folder``."""
+        o, s, request, bundles = self.opts, self.settings, self.request, self.mode.needs_bundle
+        command = request.method_call if isinstance(request.method_call, Command) else None
+        code_mounts = s.code_mounts()
+        if bundles:
+            make_store(folder / SNAPSHOT_STORE, s.RUN_FOLDER_MODE)
+        snapshots = [
+            snapshot(m.local_dir, folder / SNAPSHOT_STORE, s.CODE_SNAPSHOT_EXCLUDES,
+                     s.CODE_SNAPSHOT_MAX_MB, skip_dirs={str(request.log_root)})
+            for m in self.mode.snapshot_mounts()] if bundles else []
+        return BundleSpec(
+            root=folder, exp_name=request.exp_name, mode=o.mode,
+            function_bytes=self.function_bytes, use_gpu=o.use_gpu, gpu_id=o.gpu_id,
+            prepend_date=o.prepend_date_to_exp_name,
+            git_infos=git_infos([*(m.local_dir for m in code_mounts),
+                                 *filter(None, [self._origin(code_mounts)])]),
+            snapshots=snapshots,
+            script_name=request.script_name, write_bundle=bundles, runs_here=not bundles,
+            request={"settings_file": str(save_settings(s, folder / SETTINGS_STORE)),
+                     "settings_path": s.path, "keywords": {
+                         k: s[k] for k, source in s.sources.items()
+                         if source.startswith(KEYWORDS_SOURCE)},
+                     "function": function_name(request.method_call),
+                     "script_argv": self.script_argv or sys.argv,
+                     "mode_options": self.mode_options, "use_gpu": o.use_gpu,
+                     "gpu_id": o.gpu_id, "log_root": str(folder),
+                     "slurm_config_name": o.slurm_config_name,
+                     "prepend_date": o.prepend_date_to_exp_name},
+            launch_id=self.launch_id, sweep_id=self.sweep_id,
+            extra_launch_info=self.mode.launch_info(request),
+            command=command,
+            restart=_restart_policy(s),
+            blobs=bundle_blobs(folder, self.function_bytes, s.RUN_FOLDER_MODE)
+            if bundles else {}, folder_mode=s.RUN_FOLDER_MODE, again=self.again)
+
+    def _origin(self, code_mounts: list) -> str:
+        """The folder whose repository a run came from besides the code folders: a command's
+        working folder (not where easylaunch is installed), a function's launching script's."""
+        if isinstance(self.request.method_call, Command):
+            return working_folder(code_mounts[0].local_dir if code_mounts else None)
+        return os.path.dirname(self.request.script_name)
+
+    def _pairs(self) -> list[tuple[dict, bytes]]:
+        return list(zip(self.request.variants, self.variant_bytes, strict=True))
+
+    def dry_run(self) -> Preview:
+        """Make the runs in a folder that is gone afterwards; show what would be submitted."""
+        root = str(self.request.log_root)
+        with tempfile.TemporaryDirectory(prefix="easylaunch-dry-run-") as folder:
+            spec = self.bundle_spec(Path(folder))
+            runs = [create_run(spec, variant, data, i)
+                    for i, (variant, data) in enumerate(self._pairs())]
+            staged = dataclasses.replace(self.request, log_root=Path(folder))
+            shown = self.mode.preview(staged, runs, self.mode.prepare(staged, runs, self.facts))
+            shown.planned = [PlannedRun(r.run_id, r.exp_name, r.log_dir, r.variant)
+                             for r in runs]
+        return show(shown.replace_path(folder, root))
+
+    def start(self, registry: Registry, check: Callable[[LaunchRequest], Any] | None = None
+              ) -> list[Job]:
+        """Make the runs (each registered as it is made), then prepare and submit them. With
+        ``check`` (the mode's, for a far host), the host is asked while the runs are made; if
+        it refuses, the runs made are taken back (folders and registry rows) before the
+        refusal is raised."""
+        pool = pending = None
+        if check is not None:
+            pool = ThreadPoolExecutor(1, thread_name_prefix="easylaunch-check")
+            pending = pool.submit(check, self.request)
+        # (a far host: each run's copy starts as it is made, once the check reached the host)
+        sink = self.mode.stream_runs(self.request, pending.done if pending else lambda: True)
+        runs: list[Run] = []
+        try:
+            spec = self.bundle_spec(self.request.log_root)
+            remove_abandoned_partials(self.request.log_root)
+            for i, (variant, data) in enumerate(track(self._pairs(), "bundling runs")):
+                runs.append(create_run(spec, variant, data, i))
+                registry.add([registry_row(runs[-1])])  # visible at once, should we die
+                sink.made(runs[-1])
+        except BaseException as exc:  # the runs made so far are recorded, as never started
+            sink.abort()
+            registry.update_many(aborted(runs, exc))
+            raise
+        finally:
+            if pool is not None:
+                pool.shutdown(wait=False)
+        try:
+            facts = self.facts if pending is None else _checked(pending, runs, registry)
+            return _start(self.mode, self.request, runs, facts, registry)
+        finally:
+            sink.abort()  # (finished by then, or no longer wanted)
+
+
+def _restart_policy(settings: Settings) -> dict:
+    """The runner's RestartPolicy, as bundle.json has it."""
+    return {"max_restarts": settings.MAX_RESTARTS, "on_error": settings.RESTART_ON_ERROR,
+            "grace_seconds": settings.CHECKPOINT_GRACE_SECONDS}
+
+
+@overload
+def _started(launch: _Launch, registry: Registry) -> list[Job]: ...
+
+
+@overload
+def _started(launch: _Launch, registry: None) -> Preview: ...
+
+
+@overload
+def _started(launch: _Launch, registry: Registry | None) -> list[Job] | Preview: ...
+
+
+def _started(launch: _Launch, registry: Registry | None) -> list[Job] | Preview:
+    """Check the launch with its mode (while the runs are made, for a far host) and start it;
+    without a registry, show it as a dry run."""
+    if registry is not None and launch.mode.checks_while_runs_are_made():
+        return launch.start(registry, check=launch.mode.check)
+    launch = dataclasses.replace(launch, facts=launch.mode.check(launch.request))
+    return launch.dry_run() if registry is None else launch.start(registry)
+
+
+def _checked(pending: Future, runs: list[Run], registry: Registry) -> Any:
+    """What the mode's check learned; if it refused the launch, the runs made meanwhile are
+    removed (folders, and rows), as if never made, and the refusal raised."""
+    try:
+        return pending.result()
+    except BaseException:
+        registry.forget([run.run_id for run in runs])
+        for run in runs:
+            shutil.rmtree(run.log_dir, ignore_errors=True)
+        if runs:
+            with contextlib.suppress(OSError):  # the experiment's folder, if now empty
+                os.rmdir(runs[0].log_dir.parent)
+        raise
+
+
+def _launch(method_call: Callable[..., Any], variants: Iterable[Mapping | None],
+            opts: LaunchOptions, sweep_id: str | None) -> list[Job] | Preview:
+    """:func:`run_sweep`, in the sweep ``sweep_id`` (None: a new one, this launch's;
+    "script": the one this process's earlier single launches of the experiment made)."""
+    refuse_launches_while_importing()
+    settings, mode_obj, mode_options = _mode_for(opts)
+    dry_run = dry_run_by_default() if opts.dry_run is None else opts.dry_run
+    # (a broken registry fails here, before anything is made)
+    registry = None if dry_run else _registry(settings)
+    checked = _checked_variants(method_call, variants, opts.use_gpu)
+    root = Path(os.path.expanduser(os.fspath(opts.base_log_dir or settings.LOCAL_LOG_DIR))
+                ).resolve()
+    launch_id = new_run_id()
+    if sweep_id == "script":  # (a dry run joins no sweep of this process)
+        sweep_id = launch_id if dry_run else \
+            SESSION.sweep_of(opts.exp_name, opts.mode, str(root), launch_id)
+    request = LaunchRequest(
+        method_call=method_call, variants=checked, exp_name=check_exp_name(opts.exp_name),
+        use_gpu=opts.use_gpu, gpu_id=opts.gpu_id, log_root=root,
+        slurm_config_name=opts.slurm_config_name, script_name=_script_name())
+    code_mounts = settings.code_mounts()
+    settings.data_mounts()  # checked here for every mode; modes that mount them read them again
+    check_code_programs(request, code_mounts[0].local_dir if code_mounts else None)
+    function_bytes, variant_bytes = _payloads(mode_obj, method_call, checked, settings)
+    warn_text_values(checked)
+    return _started(_Launch(opts, settings, mode_obj, mode_options, request, launch_id,
+                            sweep_id or launch_id, function_bytes, variant_bytes, None),
+                    registry)
+
+
+def run_experiment(
+    method_call: Callable[..., Any],
+    mode: str = "local",
+    exp_name: str = "default",
+    variant: Mapping | None = None,
+    prepend_date_to_exp_name: bool = True,
+    use_gpu: bool = False,
+    gpu_id: int | str | None = None,
+    base_log_dir: str | os.PathLike | None = None,
+    slurm_config_name: str | None = None,
+    config: ConfigArg = None,
+    max_restarts: int | None = None,
+    restart_on_error: bool | None = None,
+    dry_run: bool | None = None,
+    **mode_options: Any,
+) -> Job | Preview:
+    """Launch ``method_call(doodad_config, variant)`` once; same arguments as doodad's, and
+    ``max_restarts``/``restart_on_error``/``dry_run`` as in :func:`run_sweep`. A script's
+    launches of one experiment in one mode make one sweep."""
+    launched = _launch(method_call, [variant], LaunchOptions(
+        exp_name, mode, prepend_date_to_exp_name, use_gpu, gpu_id, base_log_dir,
+        slurm_config_name, config, max_restarts, restart_on_error, dry_run, mode_options),
+        sweep_id="script")
+    return launched if isinstance(launched, Preview) else launched[0]
+
+
+def run_commands(commands: CommandLike | Iterable[CommandLike],
+                 variants: Iterable[Mapping | None] | None = None,
+                 exp_name: str = "default", mode: str = "local", **launch: Any
+                 ) -> list[Job] | Preview:
+    """Launch a sweep of commands, in one go where the mode can: one command with ``{name}``
+    fields and ``variants`` to fill them (``"python train.py --lr {lr}"``), or a list of
+    commands. ``launch`` takes :func:`easylaunch.run_sweep`'s keywords (``n_gpus`` and
+    ``multi_process`` included)."""
+    if variants is not None:
+        variants = [v or {} for v in variants]
+        payload = command_of(commands, variants, fill=True)
+    else:
+        if isinstance(commands, str) or not isinstance(commands, Iterable):
+            raise LaunchError("run_commands takes a list of commands, or one command with "
+                              "variants=; for one command use run_command")
+        variants = [{COMMAND_KEY: shlex.join(as_argv(c))} for c in commands]
+        if not variants:
+            raise LaunchError("commands is empty: nothing to launch")
+        payload = Command([], from_variant=COMMAND_KEY)
+    return _launch(payload, variants, launch_options(exp_name, mode, launch), sweep_id=None)
+
+
+def run_command(command: CommandLike, exp_name: str = "default", mode: str = "local",
+                variant: Mapping | None = None, **launch: Any) -> Job | Preview:
+    """Launch one command as a run (``variant``: values for its ``{name}`` fields, kept with
+    the run). ``launch`` takes :func:`easylaunch.run_experiment`'s keywords."""
+    payload = command_of(command, [variant], fill=variant is not None)
+    launched = _launch(payload, [variant], launch_options(exp_name, mode, launch),
+                       sweep_id="script")
+    return launched if isinstance(launched, Preview) else launched[0]
+
+
+def get_job(id_or_suffix: str, config: ConfigArg = None) -> Job:
+    """The Job of a registered run, by its id or a unique start or end of it, from any process."""
+    entry = _registry(load_settings(config)).find(id_or_suffix)
+    return Job.from_run_dir(entry.log_dir)
+

@@ -1,0 +1,459 @@
+"""``local``: one subprocess per run on this machine.
+
+Runs start in the background, at most ``max_parallel`` at once (default: the number of GPUs with
+use_gpu, else the CPU cores), each in its own process group so a cancel ends everything it
+started. With use_gpu, each run gets the least-used GPU in round-robin order through
+CUDA_VISIBLE_DEVICES (or the ``gpu_id`` given). When the launching script ends, it waits for its
+runs; Ctrl-C cancels them, and a launcher killed outright takes its runs with it (the runner
+watches its parent). A launch from a ``multiprocessing`` worker, which ends without the exit
+hook that waits, blocks until its runs end, as doodad's local mode did; ``skip_wait=False``
+(doodad's keyword) asks for that anywhere.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import functools
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from easylaunch.errors import LaunchError, notice
+from easylaunch.modes import launchers
+from easylaunch.modes.base import Composed, Mode, process_environment, shell_in
+from easylaunch.modes.containers import DOCKER, SINGULARITY, Container
+from easylaunch.modes.local import machine
+from easylaunch.modes.local.machine import local_gpu_ids
+from easylaunch.runs.bundle import Run
+from easylaunch.runs.commands import check_here
+from easylaunch.runs.preview import Preview
+from easylaunch.runs.request import LaunchRequest
+from easylaunch.settings import Mount, Settings
+from easylaunch.tracking import interrupts
+from easylaunch.tracking.jobs import Job
+from easylaunch.tracking.progress import bar
+from easylaunch_job.attempts import RestartPolicy, record_lost_end
+from easylaunch_job.command import run_variables
+from easylaunch_job.environment import ENV_GPU_ID, ENV_PARENT_PID, process_start_time
+from easylaunch_job.records import STDERR_LOG, STDOUT_LOG, recorded_state, update_status
+from easylaunch_job.states import TERMINAL_STATES
+
+
+@dataclass(frozen=True)
+class LocalCommand:
+    """How to start one run: argv, added environment, working directory."""
+
+    argv: list[str]
+    env: dict[str, str]
+    cwd: str
+
+
+class _Slots:
+    """At most ``cap`` runs at once; hands out the least-used GPU, round-robin on ties."""
+
+    def __init__(self, cap: int, gpus: list[str]) -> None:
+        self.cap = cap
+        self.gpus = gpus
+        self.running = 0
+        self.use = {g: 0 for g in gpus}
+        self.next = 0
+        self.cond = threading.Condition()
+
+    def acquire(self, pinned: str | None) -> str | None:
+        with self.cond:
+            while self.running >= self.cap:
+                self.cond.wait()
+            self.running += 1
+            gpu = pinned if pinned is not None else self._pick()
+            if gpu is not None:
+                self.use[gpu] = self.use.get(gpu, 0) + 1
+            return gpu
+
+    def _pick(self) -> str | None:
+        if not self.gpus:
+            return None
+        order = self.gpus[self.next:] + self.gpus[:self.next]
+        gpu = min(order, key=lambda g: self.use[g])
+        self.next = (self.gpus.index(gpu) + 1) % len(self.gpus)
+        return gpu
+
+    def release(self, gpu: str | None) -> None:
+        with self.cond:
+            self.running -= 1
+            if gpu is not None:
+                self.use[gpu] -= 1
+            self.cond.notify()
+
+
+_slots: dict[tuple, _Slots] = {}
+_live: dict[str, _LocalRun] = {}
+_registry_lock = threading.Lock()
+
+
+class _LocalRun:
+    """One run's subprocess, supervised by a thread of the launching process."""
+
+    def __init__(self, run: Run, command: LocalCommand, slots: _Slots, pinned: str | None,
+                 grace: float) -> None:
+        self.run = run
+        self.command = command
+        self.slots = slots
+        self.pinned = pinned
+        self.grace = grace
+        self.proc: subprocess.Popen | None = None
+        self.started: str | None = None
+        self.cancelled = False
+        self.lock = threading.Lock()
+        self.done = threading.Event()
+
+    @property
+    def log_dir(self) -> str:
+        return str(self.run.log_dir)
+
+    def supervise(self) -> None:
+        gpu = self.slots.acquire(self.pinned)
+        try:
+            while self._start(gpu):  # again while the run is queued for another attempt
+                assert self.proc is not None  # (_start started it)
+                self._finish(self.proc, self.proc.wait())
+        except Exception as exc:  # noqa: BLE001 - the run must end with a status, not a hang
+            with contextlib.suppress(OSError):  # else Job.status() records the end it can
+                update_status(self.log_dir, state="failed", ended_at=time.time(),
+                                     error=f"could not start the run: {exc!r}")
+        finally:
+            self.slots.release(gpu)
+            with _registry_lock:
+                _live.pop(self.run.run_id, None)
+            self.done.set()
+
+    def _start(self, gpu: str | None) -> bool:
+        with self.lock:
+            state = recorded_state(self.log_dir)
+            if self.cancelled or state != "queued":  # cancelled, maybe from another process
+                return False
+            env = dict(os.environ, **self.command.env)
+            if gpu is not None:
+                env.update(CUDA_VISIBLE_DEVICES=gpu, **{ENV_GPU_ID: gpu})
+            with open(self.run.log_dir / STDOUT_LOG, "ab") as out, \
+                    open(self.run.log_dir / STDERR_LOG, "ab") as err:
+                self.proc = subprocess.Popen(
+                    self.command.argv, cwd=self.command.cwd, env=env, stdin=subprocess.DEVNULL,
+                    stdout=out, stderr=err, start_new_session=True)
+            self.started = process_start_time(self.proc.pid)
+            self.run.record_backend(pid=self.proc.pid, pgid=self.proc.pid, gpu_id=gpu,
+                                    started=self.started)
+            return True
+
+    def _finish(self, proc: subprocess.Popen, returncode: int) -> None:
+        machine.signal_group(proc.pid, signal.SIGKILL)  # what the run left behind
+        with contextlib.suppress(OSError):  # a full disk: Job.status() keeps the end instead
+            record_lost_end(self.log_dir, returncode, self.cancelled,
+                                   RestartPolicy.of(self.run.meta))
+
+    def cancel(self) -> None:
+        with self.lock:
+            self.cancelled = True
+            update_status(self.log_dir, cancel_requested=True)  # (never restarted)
+            if self.proc is None:
+                update_status(self.log_dir, state="cancelled", ended_at=time.time(),
+                                     error="cancelled before it started")
+                return
+        threading.Thread(target=machine.terminate_group,
+                         args=(self.proc.pid, self.started, self.grace), daemon=True).start()
+
+
+def _recorded_end(log_dir: str) -> bool:
+    return recorded_state(log_dir) in TERMINAL_STATES
+
+
+def _interrupt_note() -> str:
+    """What a Ctrl-C does to this process's local runs, in the line that says it."""
+    with _registry_lock:
+        live = len(_live)
+    return f"cancelling {live} local run{'s' * (live != 1)}" if live else ""
+
+
+def _wait_at_exit() -> None:
+    """Let the launching script's runs finish; on Ctrl-C (now or before), cancel them (a
+    Ctrl-C here also ends the process as interrupted: 130 in a shell)."""
+    with _registry_lock:  # (supervisor threads remove runs as they end)
+        live = list(_live.values())
+    pending = [lr for lr in live if not lr.done.is_set() and not _recorded_end(lr.log_dir)]
+    if not pending:
+        return
+    try:
+        if interrupts.happened():  # (said already)
+            _cancel_all(pending)
+            return
+        print(f"easylaunch: waiting for {len(pending)} local run(s) to finish "
+              "(Ctrl-C cancels them)", file=sys.stderr)
+        with bar(len(pending), "waiting for local runs") as advance:
+            for lr in pending:
+                while not lr.done.wait(0.5):
+                    pass
+                advance(1)
+    except KeyboardInterrupt:
+        interrupts.say()
+        _cancel_all(pending)
+        interrupts.exit_interrupted()
+
+
+def _cancel_all(pending: list[_LocalRun]) -> None:
+    """Cancel every live local run; wait for those in ``pending`` to end."""
+    with _registry_lock:
+        live = list(_live.values())
+    for lr in live:
+        lr.cancel()
+    for lr in pending:
+        lr.done.wait(lr.grace + 5)
+
+
+_exit_hooks_installed = False
+
+
+def _install_exit_hooks() -> None:
+    global _exit_hooks_installed
+    if not _exit_hooks_installed:
+        _exit_hooks_installed = True
+        interrupts.on_interrupt(_interrupt_note)
+        atexit.register(_wait_at_exit)
+
+
+def _link_data_mount(mount: Mount) -> None:
+    """Make ``mount.local_dir`` reachable at its mount point through a symbolic link; a mount
+    point that holds something else is left as it is (doodad's local mode ignored these)."""
+    if os.path.realpath(mount.mount_point) == os.path.realpath(mount.local_dir):
+        return
+    if not os.path.lexists(mount.mount_point):
+        os.makedirs(os.path.dirname(mount.mount_point), exist_ok=True)
+        with contextlib.suppress(FileExistsError):  # another launcher made it meanwhile
+            os.symlink(mount.local_dir, mount.mount_point)
+            return
+    if os.path.realpath(mount.mount_point) != os.path.realpath(mount.local_dir):
+        notice(f"NON_CODE_DIRS_TO_MOUNT: {mount.mount_point} already exists and is not "
+               f"{mount.local_dir}; local runs see what is there (container modes bind "
+               f"{mount.local_dir} over it)")
+
+
+def _in_multiprocessing_worker() -> bool:
+    """True in a process ``multiprocessing`` started (its exit skips the hooks that wait)."""
+    mp = sys.modules.get("multiprocessing")
+    return mp is not None and mp.parent_process() is not None
+
+
+class LocalMode(Mode):
+    """Background subprocesses on this machine; with a ``container`` part (local_singularity,
+    local_docker), each inside an image, everything else the same. The log root is bound at
+    its own path there, so bundles, code snapshots and run folders keep their paths inside;
+    data folders are bound at their mount points (linked into place without a container)."""
+
+    name = "local"
+    restarts = True  # the supervising thread starts the run's next attempt
+    # skip_wait=False: doodad's blocking; detach=True: runs outlive the launcher (LOCAL_DETACH)
+    options = {"max_parallel": None, "skip_wait": None, "detach": None}
+    container: Container | None = None
+
+    @classmethod
+    def create(cls, settings: Settings, mode_options: dict[str, Any],
+               kind: Composed | None = None) -> Mode:
+        """Runs in this process's care (``local`` itself is :data:`.local_entry.LOCAL`, which
+        picks between these and detached runs)."""
+        detach = mode_options.get("detach")
+        if detach not in (None, True, False):
+            raise LaunchError(f"detach must be True or False, got {detach!r}")
+        if detach and kind is not None:
+            raise LaunchError(f"mode {kind.name!r} cannot detach its runs; detach=True works "
+                              "in mode 'local'")
+        return cls(settings, mode_options, kind)
+
+    @functools.cached_property
+    def _gpus(self) -> list[str]:
+        """This machine's GPUs, asked once per launch (nvidia-smi can take seconds)."""
+        return local_gpu_ids(self.settings.LOCAL_GPU_IDS)
+
+    @property
+    def runs_python(self) -> str:
+        """LOCAL_PYTHON, or the Python of the launching script."""
+        python = self.settings.LOCAL_PYTHON or sys.executable
+        return shutil.which(python) or python
+
+    def check(self, request: LaunchRequest) -> None:
+        cap = self.opts["max_parallel"]
+        if cap is not None and (not isinstance(cap, int) or isinstance(cap, bool) or cap < 1):
+            raise LaunchError(f"max_parallel must be a positive integer, got {cap!r}")
+        if request.use_gpu:
+            gpus = self._gpus
+            if not gpus:
+                raise LaunchError(
+                    "use_gpu=True but no GPU was found (CUDA_VISIBLE_DEVICES is unset and "
+                    "nvidia-smi lists none); pass use_gpu=False or set LOCAL_GPU_IDS")
+            if request.gpu_id is not None and str(request.gpu_id) not in gpus:
+                raise LaunchError(f"gpu_id={request.gpu_id!r} is not one of this machine's "
+                                  f"GPUs ({', '.join(gpus)})")
+        python = self.runs_python
+        if shutil.which(python) is None:
+            raise LaunchError(f"LOCAL_PYTHON={python!r} is not an executable "
+                              "(a path, or a name on PATH)")
+        if self.container is not None:
+            self.container.check(self.settings, request.use_gpu, self.name, here=True)
+        else:
+            check_here(request)
+
+    def launch_info(self, request: LaunchRequest) -> dict[str, str]:
+        if self.container is None:
+            return {}
+        return {self.container.launch_info_key:
+                str(self.container.image(self.settings, request.use_gpu))}
+
+    def prepare(self, request: LaunchRequest, runs: list[Run], facts: None = None
+                ) -> list[LocalCommand]:
+        commands = []
+        launcher = f"{os.getpid()}:{process_start_time(os.getpid())}"
+        python = self.runs_python
+        inherited = [os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []
+        for run in runs:
+            pythonpath = [str(d) for d in run.code_dirs] + inherited
+            argv = launchers.python_runner(python, run.bundle_dir)
+            if self.container is not None:
+                argv = self.container.wrap(
+                    self.settings, request.use_gpu,
+                    launchers.run_binds(request.log_root, self.settings.data_mounts()),
+                    argv[1:], str(request.log_root))
+            commands.append(LocalCommand(
+                argv=argv,
+                env={"PYTHONPATH": os.pathsep.join(pythonpath), "PYTHONUNBUFFERED": "1",
+                     ENV_PARENT_PID: launcher},
+                cwd=os.getcwd()))
+        return commands
+
+    def _cap(self, gpus: list[str]) -> int:
+        """Runs at once: max_parallel, else one per GPU used, else one per CPU."""
+        return self.opts["max_parallel"] or len(gpus) or os.cpu_count() or 1
+
+    def preview(self, request: LaunchRequest, runs: list[Run],
+                prepared: list[LocalCommand]) -> Preview:
+        gpus = self._gpus if request.use_gpu else []
+        return Preview(self.name, len(runs), "this machine", commands=[
+            f"cd {shlex.quote(c.cwd)} && env {shlex.join(f'{k}={v}' for k, v in c.env.items())}"
+            f" {shlex.join(c.argv)}" for c in prepared],
+            resources={"runs at once": self._cap(gpus), "GPUs": ", ".join(gpus) or "none"})
+
+    def submit(self, request: LaunchRequest, runs: list[Run],
+               prepared: list[LocalCommand]) -> list[Job]:
+        for mount in self.settings.data_mounts() if self.container is None else []:
+            _link_data_mount(mount)
+        gpus = self._gpus if request.use_gpu else []
+        cap = self._cap(gpus)
+        with _registry_lock:
+            slots = _slots.setdefault((cap, tuple(gpus)), _Slots(cap, gpus))
+        pinned = str(request.gpu_id) if request.use_gpu and request.gpu_id is not None else None
+        _install_exit_hooks()
+        jobs, started = [], []
+        for run, command in zip(runs, prepared, strict=True):
+            local_run = _LocalRun(run, command, slots, pinned,
+                                  float(self.settings.LOCAL_CANCEL_GRACE_SECONDS))
+            with _registry_lock:
+                _live[run.run_id] = local_run
+            started.append(local_run)
+            threading.Thread(target=local_run.supervise, daemon=True,
+                             name=f"easylaunch-{run.run_id}").start()
+            jobs.append(Job(run.run_id, run.exp_name, run.log_dir, self))
+        blocking = self.opts["skip_wait"] is False
+        if not blocking and _in_multiprocessing_worker():
+            notice("launched from a multiprocessing worker, which ends without waiting for its "
+                   "runs: each launch waits here until its local runs end")
+            blocking = True
+        if blocking:
+            for local_run in started:
+                local_run.done.wait()
+        return jobs
+
+    def refresh(self, job: Job) -> None:
+        launch = job.launch_info
+        if job.id in _live or not machine.same_host(launch):
+            return  # its supervising thread records the outcome / pids mean nothing here
+        if job.info().get("restarts") and not machine.launcher_gone(launch):
+            return  # between two attempts, which its launcher's thread supervises
+        backend = launch.get("backend", {})
+        if backend.get("pid"):
+            if not machine.is_alive(backend["pid"], backend.get("started")):
+                job.record_end("failed", "the run's process ended without recording an "
+                                       "outcome (killed, or out of memory?); see stderr.log")
+        elif machine.launcher_gone(launch):
+            job.record_end("cancelled", "the launching process ended before this run started")
+
+    def cancel(self, job: Job) -> None:
+        local_run = _live.get(job.id)
+        if local_run is not None:
+            local_run.cancel()
+            return
+        update_status(str(job.log_dir), cancel_requested=True)
+        backend = job.launch_info.get("backend", {})
+        if machine.is_alive(backend.get("pid"), backend.get("started")):
+            machine.terminate_group(backend["pgid"], backend.get("started"),
+                                      float(self.settings.LOCAL_CANCEL_GRACE_SECONDS))
+        job.record_end("cancelled", "cancelled")
+
+    def shell(self, job: Job) -> tuple[list[str], dict[str, str] | None]:
+        """bash in the run's folder, with the environment its process started with."""
+        backend = job.launch_info.get("backend", {})
+        if not machine.same_host(job.launch_info) or not machine.is_alive(
+                backend.get("pid"), backend.get("started")):
+            raise LaunchError(f"run {job.id}'s process is not running on this machine")
+        if self.container is not None:
+            raise LaunchError(f"run {job.id} runs inside an image ({self.name}); open a shell "
+                              "there with the container tool's own exec")
+        folder = str(job.log_dir)
+        env = {**process_environment(backend["pid"]),
+               **run_variables(job.id, folder)}
+        return shell_in(folder, {}), env
+
+    def goes_on_without(self, job: Job) -> bool:
+        """A run this process supervises stops with it (its exit cancels it)."""
+        return job.id not in _live
+
+    def wait_for_change(self, job: Job, timeout: float) -> None:
+        local_run = _live.get(job.id)
+        if local_run is not None:
+            local_run.done.wait(timeout)
+        else:
+            time.sleep(timeout)
+
+
+LOCAL_SINGULARITY = Composed("local_singularity", LocalMode, LocalMode.options, restarts=True,
+                             parts={"container": SINGULARITY})  # (SINGULARITY_IMAGE)
+LOCAL_DOCKER = Composed("local_docker", LocalMode, LocalMode.options, restarts=True,
+                        parts={"container": DOCKER})  # (DOCKER_IMAGE, GPU_DOCKER_IMAGE)
+
+
+class LocalOrDetached:
+    """``local``'s table entry: a run in this process's care (:class:`LocalMode`), or with
+    ``detach`` (LOCAL_DETACH by default) under a supervisor of its own (imported only then: it
+    brings the transport's machinery). Used as a Mode class is (``name``, ``options``,
+    ``restarts``, ``create``)."""
+
+    name = LocalMode.name
+    options = LocalMode.options
+    restarts = LocalMode.restarts
+    needs_bundle = True
+
+    @staticmethod
+    def create(settings: Settings, mode_options: dict[str, Any]) -> Mode:
+        attached = LocalMode.create(settings, mode_options)  # (detach checked there)
+        detach = mode_options.get("detach")
+        if not (settings.LOCAL_DETACH if detach is None else detach):
+            return attached
+        from easylaunch.modes.local.detached import DetachedLocalMode
+
+        return DetachedLocalMode(settings, mode_options)
+
+
+LOCAL = LocalOrDetached()

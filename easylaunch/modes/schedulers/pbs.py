@@ -1,0 +1,430 @@
+"""PBS Pro (and OpenPBS) as data and pure functions: resources, #PBS lines, qsub/qstat/qdel
+(the :class:`~easylaunch.modes.schedulers.Scheduler` the modes use, at the end; qstat's output is
+read by :mod:`.pbs_queue`).
+
+Written to PBS Pro's documented formats (Reference Guide: qsub options, ``qstat -f`` and
+``-F json`` output, job states, exit status codes). Nothing here runs a command.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import posixpath
+import re
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from easylaunch.errors import LaunchError
+from easylaunch.modes import launchers
+from easylaunch.modes.schedulers import nodes as cluster_nodes
+from easylaunch.modes.schedulers import pbs_queue
+from easylaunch_job.environment import (
+    ENV_ENTRY,
+    ENV_JOB_ID,
+    ENV_RESUBMIT_SCRIPT,
+    ENV_RESUBMIT_WITH,
+    ENV_TIME_LIMIT_AT,
+    ENV_WATCH_CANCEL,
+)
+from easylaunch_job.submission import qsub_command, qsub_job_id
+
+if TYPE_CHECKING:
+    from easylaunch.runs.request import LaunchRequest
+    from easylaunch.settings import Settings
+
+CONFIG_FIELDS = ("select", "ncpus", "ngpus", "mpiprocs", "depth", "cpu_bind", "mem", "walltime",
+                 "queue", "project", "filesystems", "place", "directives")
+DEFAULT_MAX_ARRAY_SIZE = 10000  # PBS Pro's default max_array_size
+# Words that go into #PBS lines as they are (qsub reads directives like a command line).
+WORD = re.compile(r"[A-Za-z0-9_.:@/+=,-]+")
+
+
+@dataclass(frozen=True)
+class Resources:
+    """What one PBS job asks for: ``select`` chunks of ncpus/ngpus/mpiprocs, one per node."""
+
+    config_name: str
+    nodes: int
+    ncpus: int
+    ngpus: int
+    mpiprocs: int
+    depth: int
+    cpu_bind: str | None
+    mem: str | None
+    walltime_seconds: int
+    queue: str | None
+    project: str | None
+    filesystems: str | None
+    place: str | None
+    directives: tuple[str, ...]
+
+    @property
+    def tasks(self) -> int:
+        return self.nodes * self.mpiprocs
+
+
+def walltime_seconds(value: object, what: str) -> int:
+    """Seconds from minutes (an int) or PBS's ``[[hours:]minutes:]seconds`` text."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        seconds = value * 60
+    elif isinstance(value, str) and re.fullmatch(r"\d+(:\d+){0,2}", value.strip()):
+        seconds = 0
+        for part in value.strip().split(":"):
+            seconds = seconds * 60 + int(part)
+    else:
+        seconds = 0
+    if seconds <= 0:
+        raise LaunchError(f"{what} must be a positive number of minutes or a PBS walltime such "
+                          f"as \"01:30:00\", got {value!r}")
+    return seconds
+
+
+def format_walltime(seconds: int) -> str:
+    """``HH:MM:SS`` as #PBS -l walltime takes it."""
+    return f"{seconds // 3600:02d}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
+def _count(cfg: dict, key: str, default: int, where: str, least: int) -> int:
+    value = cfg.get(key, default)
+    if not isinstance(value, int) or isinstance(value, bool) or value < least:
+        raise LaunchError(f"{where}: {key} must be an integer of at least {least}, got "
+                          f"{value!r}")
+    return value
+
+
+def _word(cfg: dict, key: str, where: str) -> str | None:
+    value = cfg.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str) or not WORD.fullmatch(value):
+        raise LaunchError(f"{where}: {key} must be one word of letters, digits and _.:@/+=,- "
+                          f"(it goes into a #PBS line as it is), got {value!r}")
+    return value
+
+
+def resolve_resources(configs: dict, name: str | None, use_gpu: bool) -> Resources:
+    """Pick and check one of PBS_CONFIGS (``name``, else "gpu"/"cpu" by use_gpu)."""
+    name = name or ("gpu" if use_gpu else "cpu")
+    if name not in configs:
+        raise LaunchError(f"pbs_config_name={name!r} is not in PBS_CONFIGS; known: "
+                          f"{', '.join(sorted(configs)) or 'none'}")
+    cfg, where = configs[name], f"PBS_CONFIGS[{name!r}]"
+    unknown = sorted(set(cfg) - set(CONFIG_FIELDS))
+    if unknown:
+        raise LaunchError(f"{where} has unknown field(s) {', '.join(unknown)}; known fields: "
+                          f"{', '.join(CONFIG_FIELDS)}")
+    nodes = _count(cfg, "select", 1, where, 1)
+    ncpus = _count(cfg, "ncpus", 1, where, 1)
+    ngpus = _count(cfg, "ngpus", 0, where, 0)
+    mpiprocs = _count(cfg, "mpiprocs", ngpus or 1, where, 1)
+    depth = _count(cfg, "depth", max(1, ncpus // mpiprocs), where, 1)
+    if use_gpu and not ngpus:
+        raise LaunchError(f"use_gpu=True but {where} asks for ngpus=0; pick a GPU config with "
+                          "pbs_config_name or set ngpus")
+    directives = cfg.get("directives") or []
+    if not isinstance(directives, list | tuple) or not all(
+            isinstance(d, str) and d.strip().startswith("-") and "\n" not in d
+            for d in directives):
+        raise LaunchError(f"{where}: directives must be a list of qsub options, one per #PBS "
+                          f"line (e.g. [\"-m n\"]), got {directives!r}")
+    return Resources(
+        config_name=name, nodes=nodes, ncpus=ncpus, ngpus=ngpus, mpiprocs=mpiprocs,
+        depth=depth, cpu_bind=_word({"cpu_bind": "depth", **cfg}, "cpu_bind", where),
+        mem=_word(cfg, "mem", where),
+        walltime_seconds=walltime_seconds(cfg.get("walltime", 60), f"{where}: walltime"),
+        queue=_word(cfg, "queue", where), project=_word(cfg, "project", where),
+        filesystems=_word(cfg, "filesystems", where), place=_word(cfg, "place", where),
+        directives=tuple(d.strip() for d in directives))
+
+
+def job_name(text: str) -> str:
+    """A name qsub -N takes: letters, digits and ``_.+-``, starting with a letter."""
+    name = re.sub(r"[^A-Za-z0-9_.+-]", "_", text)[:200]
+    return name if name[:1].isalpha() else f"r{name}"
+
+
+def array_spec(count: int, parallelism: int | None) -> str:
+    """``1-<count>`` with an optional ``%parallelism`` cap (PBS Pro's max_run_subjobs)."""
+    return f"1-{count}%{parallelism}" if parallelism else f"1-{count}"
+
+
+def pbs_header(res: Resources, name: str, array: str | None = None) -> list[str]:
+    """The #PBS lines of a job script (``array`` like ``1-100%10``; None: one job)."""
+    chunk = f"select={res.nodes}:ncpus={res.ncpus}"
+    if res.ngpus:
+        chunk += f":ngpus={res.ngpus}"
+    chunk += f":mpiprocs={res.mpiprocs}"
+    if res.mem:
+        chunk += f":mem={res.mem}"
+    lines = [f"#PBS -N {job_name(name)}", f"#PBS -l {chunk}"]
+    if res.place:
+        lines.append(f"#PBS -l place={res.place}")
+    lines.append(f"#PBS -l walltime={format_walltime(res.walltime_seconds)}")
+    if res.filesystems:
+        lines.append(f"#PBS -l filesystems={res.filesystems}")
+    if res.queue:
+        lines.append(f"#PBS -q {res.queue}")
+    if res.project:
+        lines.append(f"#PBS -A {res.project}")
+    lines.append("#PBS -j oe")
+    if array is not None:
+        lines.append(f"#PBS -J {array}")
+    return lines + [f"#PBS {d}" for d in res.directives]
+
+
+def parse_submit(stdout: str) -> str:
+    """The job id in qsub's output (``123.server``, ``123[].server``, ``123``); refused if
+    none."""
+    job_id = qsub_job_id(stdout)
+    if not job_id:
+        raise LaunchError(f"qsub did not print a job id: {stdout!r}")
+    return job_id
+
+
+def element_id(array_id: str, index: int) -> str:
+    """The id of element ``index`` (1-based) of an array: ``123[4].server``."""
+    seq, _, server = array_id.partition(".")
+    seq = seq.removesuffix("[]")
+    return f"{seq}[{index}]" + (f".{server}" if server else "")
+
+
+def cancel_command(job_id: str) -> list[str]:
+    """qdel one job or one array element (``123[4].server``)."""
+    return ["qdel", job_id]
+
+
+def server_has_json(version_output: str) -> bool:
+    """Whether ``qstat --version`` output is PBS Pro's or OpenPBS's (``pbs_version = ...``),
+    whose qstat has ``-x`` and ``-F json``."""
+    return bool(re.search(r"pbs_version\s*=", version_output))
+
+
+def max_array_size(server_json: str) -> int:
+    """The server's max_array_size from ``qstat -B -f -F json`` (PBS Pro's default when the
+    output is not JSON or lacks it)."""
+    try:
+        servers = json.loads(server_json).get("Server") or {}
+        sizes = [pbs_queue.as_int(attrs.get("max_array_size")) for attrs in servers.values()]
+    except (ValueError, AttributeError):
+        return DEFAULT_MAX_ARRAY_SIZE
+    return next((s for s in sizes if s), DEFAULT_MAX_ARRAY_SIZE)
+
+
+def exec_host_command(job_id: str) -> list[str]:
+    """qstat's full record of one job (its exec_host: the nodes it runs on)."""
+    return ["qstat", "-f", job_id]
+
+
+def node_shell(qstat_out: str, job_id: str, inner: list[str]) -> list[str]:
+    """``ssh -t NODE INNER``: a terminal on the first node of the running job (PBS has no
+    step into a job; sites let a job's user ssh to its nodes)."""
+    state = re.search(r"^\s*job_state = (\w)", qstat_out, re.MULTILINE)
+    host = re.search(r"^\s*exec_host = ([^/+\s]+)", qstat_out, re.MULTILINE)
+    if not state or state.group(1) != "R" or not host:
+        raise LaunchError(f"PBS job {job_id} is not running (qstat says job_state "
+                          f"{state.group(1) if state else 'nothing'}): there is no node to "
+                          "open a shell on")
+    return ["ssh", "-t", host.group(1), shlex.join(inner)]
+
+
+def interactive_job(res: Resources, inner: list[str]) -> list[str]:
+    """``qsub -I -l RESOURCES -- INNER``: an interactive job, ended with its shell."""
+    argv = ["qsub", "-I", "-N", "interactive"]
+    for line in pbs_header(res, "interactive")[1:]:
+        words = shlex.split(line.removeprefix("#PBS "))
+        if words[0] in ("-l", "-q", "-A"):
+            argv += words
+    return [*argv, "--", *inner]
+
+
+# -- the Scheduler the modes use ----------------------------------------------------------------
+
+NAME = "PBS"
+SUBMIT_TOOL = "qsub"
+JOB_ID_KEY = "pbs_job_id"
+OTHER_WAYS = ""
+SCRIPT_DIR = ".pbs"
+SCRIPT_SUFFIX = ".pbs"
+# The run's entry: the one a restart was submitted for, else the array index (PBS Pro numbers
+# elements from 1; Slurm's PBS front ends set SLURM_ARRAY_TASK_ID instead of PBS_ARRAY_INDEX,
+# and SLURM_JOB_ID instead of PBS_JOBID).
+INDEX = (f"${{{ENV_ENTRY}:-"
+         "$(( ${PBS_ARRAY_INDEX:-${SLURM_ARRAY_TASK_ID:-1}} - 1 ))}")
+JOB_ID = "${PBS_JOBID:-${SLURM_JOB_ID:-}}"
+PACKERS_PER_NODE = False  # (an allocation's packer runs on its first node)
+WATCH_CANCEL = 3  # seconds: how soon a run stops when its record asks (see stops_by_record)
+# Options of one launch that replace a PBS_CONFIGS field (option -> field).
+OVERRIDES = {"n_nodes": "select", "n_gpus": "ngpus", "tasks_per_node": "mpiprocs",
+             "time_in_mins": "walltime", "queue": "queue", "project": "project"}
+OPTIONS = {"pbs_config_name": None, **dict.fromkeys(OVERRIDES)}
+# A run's rank under the launchers PBS sites use: Cray PALS, MPICH (hydra), Open MPI.
+MPI_RANK = "${PALS_RANKID:-${PMI_RANK:-${OMPI_COMM_WORLD_RANK:-0}}}"
+
+
+def resources(settings: Settings, opts: dict, request: LaunchRequest) -> Resources:
+    """The checked PBS_CONFIGS entry for this request, with this launch's overrides."""
+    configs = settings.PBS_CONFIGS
+    name = opts["pbs_config_name"] or ("gpu" if request.use_gpu else "cpu")
+    overrides = {field: opts[option] for option, field in OVERRIDES.items()
+                 if opts.get(option) is not None}
+    if name in configs and overrides:
+        configs = {**configs, name: {**configs[name], **overrides}}
+    return resolve_resources(configs, name, request.use_gpu)
+
+
+def check(settings: Settings, res: Resources) -> None:
+    """(PBS warns no one before the walltime: the job script tells the job side when it is.)"""
+
+
+PYTHON_KEY = "PBS_PYTHON"
+
+
+def python(settings: Settings) -> str | None:
+    return settings[PYTHON_KEY]
+
+
+def pre_cmds(settings: Settings) -> tuple[str, ...]:
+    return tuple(settings.PBS_PRE_CMDS)
+
+
+shell_lookup = exec_host_command
+shell_argv = node_shell
+interactive_argv = interactive_job
+
+
+def every_rank(line: str, res: Resources) -> str:
+    """``line`` as is for one process, or once per rank through mpiexec on the job's hosts
+    (``$PBS_NODEFILE``), each rank logging to its own files."""
+    if res.tasks == 1:
+        return line
+    mpiexec = launchers.mpiexec(res.tasks, res.mpiprocs, None, res.cpu_bind, res.depth)
+    per_rank = (f'exec >>"$LOG_DIR"/stdout.rank{MPI_RANK}.log '
+                f'2>>"$LOG_DIR"/stderr.rank{MPI_RANK}.log; {line}')
+    return (f'exec {shlex.join(mpiexec)} --hostfile "$PBS_NODEFILE" '
+            f"bash -c {shlex.quote(per_rank)}")
+
+
+def check_folder(folder: str) -> None:
+    """(PBS takes any folder.)"""
+
+
+def preflight_ops() -> list[dict]:
+    return [{"op": "which", "names": ["qstat", "qdel"]},
+            {"op": "run", "argv": ["qstat", "--version"]},
+            {"op": "run", "argv": ["qstat", "-B", "-f", "-F", "json"]},
+            {"op": "run", "argv": ["pbsnodes", "-a"]}]
+
+
+def cluster_facts(answers: list[dict], where: str) -> tuple[int, dict]:
+    """The server's max_array_size, and whether its qstat has JSON output."""
+    which, version, server, _ = answers
+    missing = [name for name, path in which["found"].items() if path is None]
+    if missing:
+        raise LaunchError(f"mode 'pbs' tracks and cancels runs with qstat and qdel; "
+                          f"{' and '.join(missing)} is not on PATH on {where}")
+    return max_array_size(server["out"]), {
+        "qstat_json": server_has_json(version["out"] + version["err"])}
+
+
+def read_nodes(answers: list[dict]) -> list[cluster_nodes.Nodes]:
+    """The server's nodes, from pbsnodes' answer to :func:`preflight_ops` (none where it
+    failed: nothing is checked then)."""
+    pbsnodes = answers[3]
+    return cluster_nodes.parse_pbsnodes(pbsnodes["out"]) if pbsnodes.get("rc") == 0 else []
+
+
+def fit(res: Resources, nodes: Sequence[cluster_nodes.Nodes], _packs: bool) -> Resources:
+    """``res`` refused where no node of the server can give a chunk of it (ncpus, ngpus,
+    mem) or there are fewer such nodes than ``select`` (a queue's walltime limit is not
+    checked: queues name no nodes in pbsnodes' output). Packed or not, ncpus is what an
+    allocation asks of a node: nothing is left to default."""
+    mem = None if res.mem is None else cluster_nodes.memory_mb(res.mem)
+    cluster_nodes.check_fits(cluster_nodes.Ask(
+        f"PBS_CONFIGS[{res.config_name!r}]", (res.ncpus, "ncpus"), (res.ngpus, "ngpus"),
+        memory_mb=(mem, "mem"), nodes=(res.nodes, "select")), nodes)
+    return res
+
+
+def array_header(res: Resources, job_name: str, script: str, count: int,
+                 parallelism: int | None, settings: Settings) -> list[str]:
+    """#PBS lines; one entry is one job, more a job array."""
+    return pbs_header(res, job_name, None if count == 1 else array_spec(count, parallelism))
+
+
+def node_workers(res: Resources) -> int | None:
+    return res.ncpus
+
+
+def packed(res: Resources, nodes: int, workers: int) -> Resources:
+    """One chunk a node, with a core for each of its ``workers`` runs and one process."""
+    return dataclasses.replace(res, nodes=nodes, ncpus=workers, ngpus=0, mpiprocs=1)
+
+
+def packed_header(res: Resources, job_name: str, folder: str, count: int,
+                  settings: Settings) -> list[str]:
+    """(PBS writes the job's output where it was submitted from: ``folder``.)"""
+    return pbs_header(res, job_name, array_spec(count, None) if count > 1 else None)
+
+
+submit_argv = qsub_command
+
+
+def job_exports(res: Resources, resubmit: str | None) -> str:
+    """When the walltime comes, the job's id and how soon a cancel is read; with
+    ``resubmit``, the script an attempt that ends to restart submits again with qsub (a plain
+    job told its entry)."""
+    exports = (f"{ENV_TIME_LIMIT_AT}=$(( $(date +%s) + {res.walltime_seconds} )) "
+               f'{ENV_JOB_ID}="{JOB_ID}" {ENV_WATCH_CANCEL}={WATCH_CANCEL}')
+    if resubmit is not None:
+        exports += (f" {ENV_RESUBMIT_SCRIPT}={shlex.quote(resubmit)} "
+                    f'{ENV_RESUBMIT_WITH}=qsub {ENV_ENTRY}="$i"')
+    return exports
+
+
+def submit_op(script: str) -> dict:
+    # run in the script's folder: PBS writes the job's own output file there
+    return {"op": "run", "argv": qsub_command(script), "cwd": posixpath.dirname(script)}
+
+
+def element_fields(job_id: str, index: int, count: int, script: str, details: dict) -> dict:
+    element = job_id if count == 1 else element_id(job_id, index + 1)
+    return {"pbs_job_id": element, "array_job_id": job_id, "array_index": index + 1,
+            "script": script, "qstat_json": details["qstat_json"]}
+
+
+def status_commands(job_ids: Sequence[str], backends: list[dict]) -> list[list[str]]:
+    return [pbs_queue.qstat_command(job_ids, pbs_queue.with_json(backends))]
+
+
+read_states = pbs_queue.read_states
+read_waits = pbs_queue.read_waits
+
+
+def reason_command(job_id: str) -> list[str] | None:
+    return None
+
+
+def parse_reason(stdout: str) -> str | None:
+    return None
+
+
+def output_place(backend: dict) -> tuple[str, str] | None:
+    folder = posixpath.dirname(backend.get("script", ""))
+    return (folder, "PBS's output files (NAME.oID) in {}") if folder else None
+
+
+def stops_by_record(backend: dict) -> bool:
+    """Front ends without JSON output may not name array elements (Slurm's cannot: their qdel
+    would end the whole array): there an element is stopped by its record alone."""
+    return "[" in backend[JOB_ID_KEY] and not backend.get("qstat_json")
+
+
+def broadcast(archive: str, target: str, unpack: str, fail: str) -> list[str]:
+    """One mpiexec rank per node copies and unpacks."""
+    copy = ("mpiexec --np \"$(sort -u \"$PBS_NODEFILE\" | wc -l)\" --ppn 1 bash -c "
+            + shlex.quote(f"cp {shlex.quote(archive)} {shlex.quote(target + '.tar.gz')} "
+                          f"&& {unpack}"))
+    return [f"{copy} || {{ {fail.format(what='copying the environment')}; }}"]

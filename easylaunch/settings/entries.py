@@ -1,0 +1,116 @@
+"""SLURM_CONFIGS and PBS_CONFIGS entries as a settings file writes them: the fields an entry
+leaves out come from the template's entry of that name (else its "gpu" entry for one asking for
+GPUs, its "cpu" entry otherwise), and every field it writes is checked, the message naming the
+entry and field as written (``SLURM_CONFIGS["cpu"]["time_in_mins"] = -3 in FILE: must be
+...``). What needs several fields together (a GPU entry's partition, use_gpu) is checked at
+launch, where a launch's own options (``partition=``, ``time_in_mins=``) have joined them.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from easylaunch.errors import LaunchError, SettingsError
+from easylaunch.settings.doodad_names import is_placeholder
+
+Check = tuple[Callable[[Any], bool], str]  # (test, what the value must be)
+GPU_FIELDS = {"SLURM_CONFIGS": "n_gpus", "PBS_CONFIGS": "ngpus"}
+
+
+def _whole(least: int) -> Callable[[Any], bool]:
+    return lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= least
+
+
+def _or_none(check: Check) -> Check:
+    test, must = check
+    return (lambda v: v is None or test(v)), f"{must}, or None"
+
+
+def _text(v: Any) -> bool:
+    return isinstance(v, str)
+
+
+def _parses(parse: Callable[[Any, str], int]) -> Callable[[Any], bool]:
+    """A test by one of the schedulers' parsers (the same ones a launch uses)."""
+    def test(value: Any) -> bool:
+        try:
+            parse(value, "")
+        except LaunchError:
+            return False
+        return True
+    return test
+
+
+def _slurm_checks() -> dict[str, Check]:
+    from easylaunch.modes.schedulers import slurm
+
+    count = (_whole(1), "a whole number, 1 or more")
+    return {
+        "account_name": _or_none((_text, "a string")), "partition": _or_none((_text, "a string")),
+        "qos": _or_none((_text, "a string")), "constraint": _or_none((_text, "a string")),
+        "n_gpus": (_whole(0), "a whole number, 0 or more"), "n_cpus_per_task": count,
+        "max_num_cores_per_node": _or_none(count), "n_nodes": _or_none(count),
+        "time_in_mins": _or_none((_parses(slurm.time_minutes), "a positive number of minutes "
+                                  "or a Slurm time such as \"1:30:00\" or \"2-00:00:00\"")),
+        "mem": _or_none((lambda v: isinstance(v, int | str) and bool(
+            re.fullmatch(slurm.MEM_PATTERN, str(v))), "an amount sbatch reads (16000, \"16G\")")),
+        "gpu_string": _or_none((lambda v: _text(v) and bool(re.fullmatch(
+            slurm.GPU_STRING_PATTERN, v)), "a GPU type as doodad's (\":TITAN\")")),
+        "extra_flags": _or_none((_text, "a string of sbatch options")),
+    }
+
+
+def _pbs_checks() -> dict[str, Check]:
+    from easylaunch.modes.schedulers import pbs
+
+    count = (_whole(1), "a whole number, 1 or more")
+    word = _or_none((lambda v: _text(v) and bool(pbs.WORD.fullmatch(v)),
+                     "one word of letters, digits and _.:@/+=,- (it goes into a #PBS line)"))
+    return {
+        "select": count, "ncpus": count, "ngpus": (_whole(0), "a whole number, 0 or more"),
+        "mpiprocs": count, "depth": count, "cpu_bind": word, "mem": word, "queue": word,
+        "project": word, "filesystems": word, "place": word,
+        "walltime": (_parses(pbs.walltime_seconds), "a positive number of minutes or a PBS "
+                     "walltime such as \"01:30:00\""),
+        "directives": _or_none((lambda v: isinstance(v, list | tuple) and all(
+            _text(d) and d.strip().startswith("-") and "\n" not in d for d in v),
+            "a list of qsub options, one per #PBS line (e.g. [\"-m n\"])")),
+    }
+
+
+CHECKS: dict[str, Callable[[], dict[str, Check]]] = {"SLURM_CONFIGS": _slurm_checks,
+                                                     "PBS_CONFIGS": _pbs_checks}
+
+
+def _template_entry(key: str, name: str, entry: Mapping, defaults: Mapping) -> Mapping:
+    if name in defaults:
+        return defaults[name]
+    gpus = entry.get(GPU_FIELDS[key])
+    return defaults["gpu" if isinstance(gpus, int) and gpus > 0 else "cpu"]
+
+
+def filled(key: str, configs: Mapping[str, Mapping], defaults: Mapping[str, Mapping],
+           source: str) -> dict[str, dict]:
+    """``configs`` (SLURM_CONFIGS or PBS_CONFIGS as written in ``source``) with each entry's
+    written fields checked and the fields it leaves out taken from the template's entry."""
+    checks = CHECKS[key]()
+    out = {}
+    for name, entry in configs.items():
+        where = f"{key}[{json.dumps(name)}]"
+        for field, value in entry.items():
+            if field not in checks:
+                close = difflib.get_close_matches(field, list(checks), n=1)
+                raise SettingsError(
+                    f"{where} in {source}: unknown field {field!r}"
+                    + (f"; did you mean {close[0]!r}?" if close else "")
+                    + f" (fields: {', '.join(checks)})")
+            test, must = checks[field]
+            if not is_placeholder(value) and not test(value):
+                raise SettingsError(f"{where}[{json.dumps(field)}] = {value!r} in {source}: "
+                                    f"must be {must}")
+        out[name] = {**_template_entry(key, name, entry, defaults), **entry}
+    return out

@@ -1,0 +1,210 @@
+"""Runs as they are now: registry entries refreshed from their records and backends (and
+cancelled together).
+
+Shared by ``easylaunch ls``, the bulk actions, ``load_sweep`` and the dashboard, so every view
+of the runs refreshes them the same way (each backend asked once per group, the registry's
+cached rows written back).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import sqlite3
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from easylaunch.errors import EasyLaunchError
+from easylaunch.tracking.jobs import JobState
+from easylaunch.tracking.rows import record_fields
+from easylaunch_job.records import read_status
+
+if TYPE_CHECKING:
+    from easylaunch.tracking.jobs import Job
+    from easylaunch.tracking.listing import Shown
+    from easylaunch.tracking.registry import Entry, Registry
+
+STATES = [s.value for s in JobState]
+OPEN_STATES = [s.value for s in JobState if not s.terminal]
+
+
+def short(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters, saying how much was left out."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text) - limit} more characters)"
+
+
+def job_for(registry: Registry, entry: Entry) -> Job:
+    """The live Job of a registry entry, its state refreshed and its record written back."""
+    from easylaunch.tracking.jobs import Job
+
+    job = Job.from_run_dir(entry.log_dir)
+    job.status()
+    write_records(registry, [job])
+    return job
+
+
+def write_records(registry: Registry, jobs: Sequence[Job]) -> None:
+    """Write what these runs' records say to the registry (:func:`record_fields`, the same
+    fields whichever path looks) and tell the ends this brought (NOTIFY_*): the runs whose
+    rows were open until now, whoever saw the end first (a wait that began after it, as
+    ``logs -f`` and ``submit --wait`` do, still tells it). A run whose record cannot be read
+    now is left as it was."""
+    from easylaunch.tracking import notify
+    from easylaunch.tracking.jobs import DamagedRecordError
+
+    changes = []
+    for job in jobs:
+        with contextlib.suppress(DamagedRecordError, OSError):
+            changes.append((job.id, record_fields(job.info())))
+    with contextlib.suppress(sqlite3.Error):  # the rows are a cache; a full disk keeps them old
+        before = registry.states(job.id for job in jobs)
+        registry.update_many(changes)
+        notify.tell_ends(registry, jobs, before)
+
+
+def record_ends(jobs: Sequence[Job]) -> None:
+    """:func:`write_records` to each run's own registry (REGISTRY_PATH of its settings), as
+    ``wait_all`` and ``Job.wait`` do when they saw runs end."""
+    from easylaunch.tracking.registry import open_registry
+
+    by_registry: dict[str, list[Job]] = {}
+    for job in jobs:
+        by_registry.setdefault(job.mode.settings.REGISTRY_PATH or "", []).append(job)
+    for path, group in by_registry.items():
+        with contextlib.suppress(sqlite3.Error, EasyLaunchError, OSError):
+            write_records(open_registry(path or None), group)
+
+
+def cancel_entry(registry: Registry, entry: Entry, timeout: float) -> tuple[JobState, bool]:
+    """Cancel a registered run and wait up to ``timeout`` seconds for it to end; its state
+    then, and whether it was still open (False: it had ended, nothing was done)."""
+    _, outcome, was_open = cancel_entries(registry, [entry], timeout)[0]
+    if isinstance(outcome, EasyLaunchError):
+        raise outcome
+    return outcome, was_open
+
+
+def cancel_entries(registry: Registry, entries: Sequence[Entry], timeout: float
+                   ) -> list[tuple[Entry, JobState | EasyLaunchError, bool]]:
+    """Cancel registered runs together, then wait up to ``timeout`` seconds for them to end.
+    Each backend is asked about its runs at once and stops them in as few steps as it can (a
+    packed sweep's tasks: one round trip for all). For each run: its state then, or what kept
+    it from being read or cancelled; and whether it was still open."""
+    from easylaunch.tracking.jobs import DamagedRecordError
+    from easylaunch.tracking.progress import wait_all
+
+    outcome: dict[str, tuple[JobState | EasyLaunchError, bool]] = {
+        e.id: (JobState(e.state), False) for e in entries if e.state not in OPEN_STATES}
+    groups, problems = group_jobs([e for e in entries if e.state in OPEN_STATES])
+    outcome.update((run_id, (EasyLaunchError(f"cannot cancel it: {why}"), False))
+                   for run_id, why in problems.items())
+    stopping, ended = [], []
+    for jobs in groups:
+        with contextlib.suppress(EasyLaunchError, OSError):
+            jobs[0].mode.refresh_many(jobs)
+        live = []
+        for job in jobs:
+            with contextlib.suppress(DamagedRecordError):  # (unknown: stopped, its end repairs it)
+                if (state := job.recorded_state()).terminal:
+                    outcome[job.id] = (state, False)
+                    ended.append(job)
+                    continue
+            live.append(job)
+        failures = jobs[0].mode.cancel_many(live)
+        outcome.update((run_id, (exc, True)) for run_id, exc in failures.items())
+        stopping += [job for job in live if job.id not in failures]
+    outcome.update((job.id, (state, True))  # (wait_all writes them to the registry)
+                   for job, state in zip(stopping, wait_all(stopping, timeout, 1.0), strict=True))
+    write_records(registry, ended)
+    return [(entry, *outcome[entry.id]) for entry in entries]
+
+
+def group_jobs(entries: Sequence[Entry]) -> tuple[list[list[Job]], dict[str, str]]:
+    """The live Jobs of these runs, grouped by mode and settings with one mode (and one
+    connection) per group, so each backend is asked once for a group; and, for runs that
+    cannot be read, why."""
+    from easylaunch.tracking.jobs import DamagedRecordError, Job
+
+    problems: dict[str, str] = {}
+    groups: dict[tuple, list[Job]] = {}
+    for entry in entries:
+        try:
+            job = Job.from_run_dir(entry.log_dir)
+            job.resolve_unsubmitted()
+        except DamagedRecordError:
+            problems[entry.id] = "unknown (its status.json is damaged)"
+            continue
+        except (EasyLaunchError, OSError) as exc:
+            why = "folder missing" if not Path(entry.log_dir).is_dir() else short(str(exc), 120)
+            problems[entry.id] = f"{entry.state} ({why})"
+            continue
+        request = job.launch_info.get("request") or {}
+        key = (job.mode.name, request.get("settings_file"),
+               repr(sorted((request.get("mode_options") or {}).items())))
+        if groups.get(key):
+            job.mode = groups[key][0].mode  # one mode (and connection) per group
+        groups.setdefault(key, []).append(job)
+    return list(groups.values()), problems
+
+
+def ended_fields(entry: Entry) -> dict:
+    """A finished run's fields from its status.json (:func:`record_fields` but the state the
+    registry holds), for a row that lacks them (written before they were kept, or never
+    refreshed since it ended)."""
+    from easylaunch.tracking.registry import NO_TIME
+
+    # (NO_TIME and "": looked once, so a record without them is not read again)
+    fields = {"ended": NO_TIME, "reason": ""}
+    if info := read_status(entry.log_dir):  # (none: its folder is gone, the row says more)
+        fields.update(record_fields(info))
+        del fields["state"]
+    return fields
+
+
+def refresh_entries(registry: Registry, entries: Sequence[Entry]) -> list[Shown]:
+    """Each run as a refresh sees it now (``listing.Shown``), written back to the registry, or
+    what keeps it from being read; a fault in one run never stops a listing. Each backend is
+    asked once about all the open runs launched with the same settings: one round trip to a
+    remote cluster, not one per run."""
+    from easylaunch.tracking import notify
+    from easylaunch.tracking.jobs import DamagedRecordError
+    from easylaunch.tracking.listing import Shown
+
+    shown = {entry.id: entry.state for entry in entries}
+    seen: dict[str, dict] = {}  # run id -> registry fields a refresh saw
+    waits: dict[str, str | None] = {}  # run id -> why its queued job waits, as heard
+    for entry in entries:
+        if entry.state not in OPEN_STATES and (entry.ended is None or entry.reason is None):
+            seen[entry.id] = ended_fields(entry)
+    groups, problems = group_jobs([e for e in entries if e.state in OPEN_STATES])
+    shown.update(problems)
+    for jobs in groups:
+        with contextlib.suppress(EasyLaunchError, OSError):
+            jobs[0].mode.refresh_many(jobs)
+        for job in jobs:
+            try:
+                shown[job.id] = job.status().value
+                info = job.info()
+            except DamagedRecordError:
+                shown[job.id] = "unknown (its status.json is damaged)"
+                continue
+            except (EasyLaunchError, OSError) as exc:
+                shown[job.id] = f"{shown[job.id]} ({short(str(exc), 120)})"
+                continue
+            seen[job.id] = record_fields(info)
+            waits[job.id] = job.mode.heard_wait(job) if shown[job.id] == "queued" else None
+    with contextlib.suppress(sqlite3.Error):  # the rows are a cache; a full disk keeps them old
+        registry.update_many((run_id, fields) for run_id, fields in seen.items() if fields)
+        notify.tell_ends(registry, [job for jobs in groups for job in jobs],
+                         {entry.id: entry.state for entry in entries})
+    listed = []
+    for entry in entries:
+        fields = dict(seen.get(entry.id, {}))
+        restarts = fields.pop("restarts", entry.restarts)
+        fields.pop("state", None)
+        listed.append(Shown(dataclasses.replace(entry, **fields) if fields else entry,
+                            shown[entry.id], restarts, waits.get(entry.id)))
+    return listed
