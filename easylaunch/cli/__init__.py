@@ -13,7 +13,7 @@ import sys
 from typing import Any
 
 from easylaunch import __version__
-from easylaunch.cli import actions, configure, dist, runs, shells, submit, views
+from easylaunch.cli import actions, configure, dist, examples, runs, shells, submit, views
 from easylaunch.errors import EasyLaunchError
 from easylaunch.tracking import interrupts
 
@@ -42,7 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
     def command(name: str, parents: tuple[argparse.ArgumentParser, ...] = (), **kwargs: Any
                 ) -> argparse.ArgumentParser:
         return sub.add_parser(name, parents=[common, *parents], description=kwargs.get("help"),
-                              **kwargs)
+                              epilog=examples.epilog(name),
+                              formatter_class=examples.HelpFormatter, **kwargs)
 
     for add in COMMAND_ADDERS:
         add(command)

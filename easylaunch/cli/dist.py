@@ -6,6 +6,7 @@ import argparse
 import os
 import shlex
 
+from easylaunch.cli import examples
 from easylaunch.cli.shared import AddCommand
 from easylaunch.errors import EasyLaunchError
 
@@ -48,11 +49,13 @@ def add_dist(command: AddCommand) -> None:
     """``dist info``, ``dist launch-cmd``, ``dist launch``."""
     parser = command("dist", help="multi-GPU / multi-node helpers for inside a job")
     commands = parser.add_subparsers(dest="dist_command", required=True, metavar="COMMAND")
-    commands.add_parser("info", help="scheduler, hosts and GPUs of this job").set_defaults(
-        func=_dist_info)
+    commands.add_parser("info", help="scheduler, hosts and GPUs of this job",
+                        epilog=examples.epilog("dist info"),
+                        formatter_class=examples.HelpFormatter).set_defaults(func=_dist_info)
     for name, func, text in (("launch-cmd", _dist_launch_cmd, "print the launch command"),
                              ("launch", _dist_launch, "run a program on every GPU of the job")):
-        cmd = commands.add_parser(name, help=text)
+        cmd = commands.add_parser(name, help=text, epilog=examples.epilog(f"dist {name}"),
+                                  formatter_class=examples.HelpFormatter)
         cmd.add_argument("--procs-per-host", type=int, help="default: GPUs per host (or 1)")
         cmd.add_argument("--total", type=int, help="default: hosts x procs per host")
         cmd.add_argument("--cpu-bind", default="depth", help="CPU binding (default: depth)")
