@@ -18,7 +18,7 @@ from easylaunch.errors import (
 from easylaunch.results import load_histories, load_sweep, plot_sweep
 from easylaunch.tracking.jobs import Job, JobState
 from easylaunch.tracking.progress import wait_all
-from easylaunch.tracking.registry import NoSuchJob, RegistryError
+from easylaunch.tracking.registry import NoSuchJob, NoSuchRun, RegistryError
 from easylaunch_job.config import DoodadConfig, GitInfo
 from easylaunch_job.metrics import flush_metrics, log_metrics
 
@@ -34,6 +34,7 @@ __all__ = [
     "JobState",
     "LaunchError",
     "NoSuchJob",
+    "NoSuchRun",
     "RegistryError",
     "SettingsError",
     "flush_metrics",

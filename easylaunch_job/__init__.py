@@ -1,7 +1,7 @@
 """easylaunch's job side: what runs where runs run, with the standard library and cloudpickle.
 
 Every mode ships this package to its targets as one file, a zipapp (``job.pyz``, built by
-:mod:`easylaunch.jobpack` and stored once per content), and starts it the same way:
+:mod:`easylaunch.runs.jobpack` and stored once per content), and starts it the same way:
 ``python job.pyz run BUNDLE [--log-dir DIR]``. Its other commands are the packer (``pack``,
 htp's allocations, ``ssh`` and detached ``local``) and the cloud instance agent (``agent``); the
 far side of the SSH transport loads it from memory.

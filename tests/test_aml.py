@@ -173,7 +173,7 @@ def test_a_sweep_runs_as_jobs_with_the_seeds_settings_and_comes_back(aml_cfg, am
     assert wait_for(lambda: blob_text(aml, "me/output/b.txt") == "seen 1 2 3", 30)
     # code snapshots once, and the second sweep uploads only its bundles and manifest
     kinds = [k.split("/")[1] for k in uploaded]
-    assert kinds.count("snapshots") == 1 and kinds.count("bundles") == 1  # (one archive a batch)
+    assert kinds.count("snapshots") == 1 and kinds.count("bundles") == 1  # (one archive a fleet)
     uploaded.clear()
     again = run_sweep(data_and_output, [{"tag": "c"}], exp_name="sweep", mode="aml",
                       config=aml_cfg)

@@ -195,7 +195,7 @@ def test_a_sweep_packs_runs_per_vm_and_uploads_each_snapshot_once(az_cfg, az, ar
     jobs = run_sweep(jobfns.quick, [{"tag": i} for i in range(5)], exp_name="sw",
                      mode="azure", config=az_cfg, num_exps_per_instance=2)
     kinds = [k.split("/")[1] for k, _ in uploaded]
-    assert kinds.count("snapshots") == 1 and kinds.count("bundles") == 1  # (one archive a batch)
+    assert kinds.count("snapshots") == 1 and kinds.count("bundles") == 1  # (one archive a fleet)
     assert kinds.count("manifests") == 1 and kinds.count("agent") == 1
     names = [j.launch_info["backend"]["instance_id"] for j in jobs]
     assert len(set(names)) == 3 and len(vms_of(arm, "sw")) == 3
@@ -305,7 +305,7 @@ def test_the_vm_body_reads_back_through_the_sdks_own_model(az_cfg, az, arm):
     from azure.mgmt.compute.models import VirtualMachine
 
     from easylaunch.modes.cloud.azure import AzureMode
-    from easylaunch.modes.cloud.base import Batch
+    from easylaunch.modes.cloud.base import Fleet
     from easylaunch.runs.request import LaunchRequest
     from easylaunch.settings import load_settings
 
@@ -315,8 +315,8 @@ def test_the_vm_body_reads_back_through_the_sdks_own_model(az_cfg, az, arm):
                             gpu_id=None, log_root=Path(az_cfg["LOCAL_LOG_DIR"]),
                             slurm_config_name=None, script_name="t.py")
     target = mode.target(request)
-    batch = Batch([["r1"]], None, "r1", "ctl", "#!/bin/bash\necho hi\n")
-    vm = VirtualMachine(mode.vm_resource(request, target, batch, 0, "el-model-r1"))
+    fleet = Fleet([["r1"]], None, "r1", "ctl", "#!/bin/bash\necho hi\n")
+    vm = VirtualMachine(mode.vm_resource(request, target, fleet, 0, "el-model-r1"))
     p = vm.properties
     assert (p.priority, p.eviction_policy, p.billing_profile.max_price) == ("Spot", "Delete", -1)
     assert p.hardware_profile.vm_size == "Standard_D2s_v5"

@@ -38,7 +38,7 @@ from easylaunch.dashboard.curves import align
 from easylaunch.errors import EasyLaunchError, install_hint
 from easylaunch.results.readers import read_series
 from easylaunch.tracking.jobs import Job
-from easylaunch.tracking.registry import NoSuchJob, Registry
+from easylaunch.tracking.registry import NoSuchRun, Registry
 
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 CHROME_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
@@ -568,9 +568,9 @@ def test_a_sweep_is_named_by_an_unambiguous_start(tmp_path):
                  for i, sweep in enumerate(["feed0001", "feed0001", "feed0002"]))
     assert registry.find_sweep("feed0001") == "feed0001"
     assert registry.find_sweep("feed0002") == "feed0002"
-    with pytest.raises(NoSuchJob, match="'feed' matches several sweeps: feed0002, feed0001"):
+    with pytest.raises(NoSuchRun, match="'feed' matches several sweeps: feed0002, feed0001"):
         registry.find_sweep("feed")
-    with pytest.raises(NoSuchJob, match="no sweep id is or starts with 'beef'"):
+    with pytest.raises(NoSuchRun, match="no sweep id is or starts with 'beef'"):
         registry.find_sweep("beef")
 
 

@@ -373,7 +373,7 @@ def test_extra_launch_info_names_the_instance_type_as_doodads_did(mode, gpu, exp
     request = LaunchRequest(method_call=None, variants=[{}], exp_name="d", use_gpu=gpu,
                             gpu_id=None, log_root=tmp_path, slurm_config_name=None,
                             script_name="")
-    info = get_mode(mode)(settings, {}).launch_info(request)
+    info = get_mode(mode)(settings, {}).extra_launch_info(request)
     assert info == {"instance_type": expected, "docker_image": "None"}
 
 

@@ -346,7 +346,7 @@ def test_a_sweep_uploads_each_snapshot_once_and_packs_runs_per_instance(
     jobs = run_sweep(jobfns.quick, [{"tag": i} for i in range(3)], exp_name="sw",
                      mode="ec2", config=ec2_cfg, num_exps_per_instance=2)
     kinds = [k.split("/")[1] for k in uploaded]
-    assert kinds.count("snapshots") == 1 and kinds.count("bundles") == 1  # (one archive a batch)
+    assert kinds.count("snapshots") == 1 and kinds.count("bundles") == 1  # (one archive a fleet)
     assert kinds.count("manifests") == 1 and kinds.count("agent") == 1
     ids = [j.launch_info["backend"]["instance_id"] for j in jobs]
     assert ids[0] == ids[1] != ids[2] and len(instances_of(aws, "sw")) == 2
@@ -496,8 +496,8 @@ def test_a_batch_that_fails_after_another_started_terminates_the_first(
     real_args = ec2_mode.Ec2Mode.run_instances_args
     calls = []
 
-    def second_names_a_missing_profile(self, request, target, batch):
-        args = real_args(self, request, target, batch)
+    def second_names_a_missing_profile(self, request, target, fleet):
+        args = real_args(self, request, target, fleet)
         calls.append(args)
         if len(calls) == 2:
             args["IamInstanceProfile"] = {"Name": "no-such-profile"}  # EC2 refuses it

@@ -271,7 +271,7 @@ def test_a_sweep_uploads_each_snapshot_once_and_packs_runs_per_instance(
     jobs = run_sweep(jobfns.quick, [{"tag": i} for i in range(3)], exp_name="sw", mode="gcp",
                      config=gcp_cfg, num_exps_per_instance=2)
     kinds = [k.split("/")[1] for k in uploaded]
-    assert kinds.count("snapshots") == 1 and kinds.count("bundles") == 1  # (one archive a batch)
+    assert kinds.count("snapshots") == 1 and kinds.count("bundles") == 1  # (one archive a fleet)
     assert kinds.count("manifests") == 1 and kinds.count("agent") == 1
     names = [j.launch_info["backend"]["instance_id"] for j in jobs]
     assert names[0] == names[1] != names[2] and len(instances_of(compute, "sw")) == 2

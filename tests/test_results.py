@@ -14,7 +14,7 @@ from conftest import settings_file
 from test_ec2 import aws, ec2_cfg, moto, play  # noqa: F401 - its fixtures, used below
 
 from easylaunch import (
-    NoSuchJob,
+    NoSuchRun,
     load_histories,
     load_sweep,
     plot_sweep,
@@ -112,7 +112,7 @@ def test_runs_are_selected_by_sweep_ids_experiment_part_or_run_ids(local_sweep):
     assert by_id.loc[failed.id, "state"] == "failed" and by_id.loc[failed.id, "result"] is None
     assert len(by_id.loc[other.id, "result"]) == 2  # (start, end)
     assert math.isnan(by_id.loc[other.id, "metric.loss"])
-    with pytest.raises(NoSuchJob, match=r"'nothing-here' is no experiment, sweep or run.*"
+    with pytest.raises(NoSuchRun, match=r"'nothing-here' is no experiment, sweep or run.*"
                                         r"experiments: other, curves"):
         load_sweep("nothing-here", config=config)
 
@@ -202,10 +202,10 @@ def test_a_part_that_names_a_run_and_a_sweep_or_several_sweeps_is_refused(tmp_pa
 
     assert ids("feed0001") == ["0000aaaa", "abcd1234"]
     assert ids("abcd1") == ["abcd1234"] and ids("abcd9") == ["2222cccc"]
-    with pytest.raises(NoSuchJob, match=r"'abcd' is the start of both run abcd1234 \(e\) and "
+    with pytest.raises(NoSuchRun, match=r"'abcd' is the start of both run abcd1234 \(e\) and "
                                         "sweep abcd9999: give more characters"):
         select(registry, "abcd")
-    with pytest.raises(NoSuchJob, match="'feed' matches several sweeps: feed0002, feed0001; "
+    with pytest.raises(NoSuchRun, match="'feed' matches several sweeps: feed0002, feed0001; "
                                         "give more characters"):
         select(registry, "feed")
     registry.add([dict(id="3333dddd", exp_name="abcd", mode="local", state="succeeded",

@@ -296,7 +296,7 @@ class _Launch:
                      "slurm_config_name": o.slurm_config_name,
                      "prepend_date": o.prepend_date_to_exp_name},
             launch_id=self.launch_id, sweep_id=self.sweep_id,
-            extra_launch_info=self.mode.launch_info(request),
+            extra_launch_info=self.mode.extra_launch_info(request),
             command=command,
             restart=_restart_policy(s),
             blobs=bundle_blobs(folder, self.function_bytes, s.RUN_FOLDER_MODE)

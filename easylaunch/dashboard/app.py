@@ -25,7 +25,7 @@ from easylaunch.dashboard.security import TOKEN_HEADER, Guard
 from easylaunch.errors import EasyLaunchError
 from easylaunch.modes import MODES
 from easylaunch.settings import ConfigArg, load_settings
-from easylaunch.tracking.registry import NoSuchJob, open_registry
+from easylaunch.tracking.registry import NoSuchRun, open_registry
 
 HERE = Path(__file__).resolve().parent
 POLL_SECONDS = 3  # how often pages ask for states and log lines
@@ -137,7 +137,7 @@ class Pages:
         if isinstance(exc, HTTPException):
             status, message = exc.status_code, exc.detail
         elif isinstance(exc, EasyLaunchError):
-            status, message = 404 if isinstance(exc, NoSuchJob) else 400, str(exc)
+            status, message = 404 if isinstance(exc, NoSuchRun) else 400, str(exc)
         else:  # (a bug: the server's output shows the traceback)
             status, message = 500, f"the dashboard failed: {type(exc).__name__}: {exc}"
         if request.url.path.startswith("/api/"):

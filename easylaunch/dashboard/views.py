@@ -25,7 +25,7 @@ from easylaunch.tracking import listing
 from easylaunch.tracking.jobs import DamagedRecordError
 from easylaunch.tracking.listing import when
 from easylaunch.tracking.refresh import OPEN_STATES, STATES, cancel_entry, job_for, refresh_entries
-from easylaunch.tracking.registry import Entry, NoSuchJob, Registry
+from easylaunch.tracking.registry import Entry, NoSuchRun, Registry
 from easylaunch.tracking.rows import reason_of
 from easylaunch_job.records import STATUS_JSON, STDERR_LOG, STDOUT_LOG, DamagedRecord, read_json
 
@@ -183,7 +183,7 @@ def registered(registry: Registry, ids: Sequence[str]) -> list[Entry]:
     for run_id in list(dict.fromkeys(ids))[:MAX_IDS]:
         try:
             entries.append(registry.find(run_id))
-        except NoSuchJob:
+        except NoSuchRun:
             continue
     return entries
 

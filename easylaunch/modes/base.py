@@ -138,7 +138,7 @@ class Mode(ABC):
         Slurm job 12 (an array of 4)", "ran in this process")."""
         return "launched"
 
-    def launch_info(self, request: LaunchRequest) -> dict[str, str]:
+    def extra_launch_info(self, request: LaunchRequest) -> dict[str, str]:
         """What doodad put in ``extra_launch_info`` for this mode (instance type, image)."""
         return {}
 

@@ -19,7 +19,7 @@ from easylaunch.errors import EasyLaunchError
 from easylaunch.results.errors import NoSuchMetric, choices, closest, named, need
 from easylaunch.results.readers import PROGRESS_CSV, Metrics, last_values, read_run
 from easylaunch.tracking.listing import flat_items
-from easylaunch.tracking.registry import NoSuchJob
+from easylaunch.tracking.registry import NoSuchRun
 from easylaunch.tracking.rows import reason_of
 from easylaunch_job.outcome import load_outcome
 from easylaunch_job.records import METRICS_JSONL, DamagedRecord, read_json, read_status
@@ -52,7 +52,7 @@ def select(registry: Registry, selection: Selection) -> list[Entry]:
     order; or a list of these (the runs of all of them)."""
     parts = [selection] if isinstance(selection, str) else list(selection)
     if not parts:
-        raise NoSuchJob("give an experiment name, a sweep id or run ids")
+        raise NoSuchRun("give an experiment name, a sweep id or run ids")
     found: dict[str, Entry] = {}
     for part in parts:
         found.update((e.id, e) for e in _select_one(registry, part))
@@ -66,12 +66,12 @@ def _select_one(registry: Registry, part: str) -> list[Entry]:
         return registry.list(exp=part)[0]
     try:
         run: Entry | None = registry.find(part)
-    except NoSuchJob as exc:
+    except NoSuchRun as exc:
         run, as_run = None, exc
     if registry.list(sweep=part, limit=0)[1]:  # (some sweep id is or starts with it)
         sweep = registry.find_sweep(part)  # (several: an error listing them)
         if run is not None:
-            raise NoSuchJob(f"{part!r} is the start of both run {run.id} ({run.exp_name}) and "
+            raise NoSuchRun(f"{part!r} is the start of both run {run.id} ({run.exp_name}) and "
                             f"sweep {sweep}: give more characters")
         return registry.list(sweep=sweep)[0]
     if run is not None:
@@ -79,7 +79,7 @@ def _select_one(registry: Registry, part: str) -> list[Entry]:
     in_exp = registry.list(exp=part)[0]
     if in_exp:
         return in_exp
-    raise NoSuchJob(f"{part!r} is no experiment, sweep or run ({as_run}); experiments: "
+    raise NoSuchRun(f"{part!r} is no experiment, sweep or run ({as_run}); experiments: "
                     f"{choices(registry.experiments(), 10)}"
                     + closest(part, registry.experiments()))
 

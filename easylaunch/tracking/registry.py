@@ -54,8 +54,11 @@ class RegistryError(EasyLaunchError):
     """The registry cannot be opened or read; the message says what to do."""
 
 
-class NoSuchJob(EasyLaunchError, LookupError):
+class NoSuchRun(EasyLaunchError, LookupError):
     """No run (or more than one) matches the id or suffix given."""
+
+
+NoSuchJob = NoSuchRun  # its name before 0.2, kept for scripts that catch it
 
 
 @dataclass(frozen=True)
@@ -236,7 +239,7 @@ class Registry:
     def find(self, part: str) -> Entry:
         """The one run whose id is, starts with or ends with ``part``."""
         if not part:
-            raise NoSuchJob("give a run id, or the start or end of one")
+            raise NoSuchRun("give a run id, or the start or end of one")
         rows = self.db.execute(
             f"SELECT {', '.join(COLUMNS)} FROM runs WHERE id = ? OR id LIKE ? ESCAPE '\\' "
             "OR id LIKE ? ESCAPE '\\' ORDER BY created DESC LIMIT 11",
@@ -246,13 +249,13 @@ class Registry:
             return Entry.from_row(exact[0])
         if not rows:
             if part in self.experiments():
-                raise NoSuchJob(f"{part!r} is an experiment, not a run id: its runs are listed "
+                raise NoSuchRun(f"{part!r} is an experiment, not a run id: its runs are listed "
                                 f"by `easylaunch ls --exp {shlex.quote(part)}`")
-            raise NoSuchJob(f"no run id starts or ends with {part!r} (see `easylaunch ls`)")
+            raise NoSuchRun(f"no run id starts or ends with {part!r} (see `easylaunch ls`)")
         if len(rows) > 1:
             listed = ", ".join(f"{r[0]} ({r[1]})" for r in rows[:10])
             more = " and more" if len(rows) > 10 else ""
-            raise NoSuchJob(f"{part!r} matches several runs: {listed}{more}; "
+            raise NoSuchRun(f"{part!r} matches several runs: {listed}{more}; "
                             "give more characters")
         return Entry.from_row(rows[0])
 
@@ -263,10 +266,10 @@ class Registry:
         if part in found:
             return part
         if not found:
-            raise NoSuchJob(f"no sweep id is or starts with {part!r}")
+            raise NoSuchRun(f"no sweep id is or starts with {part!r}")
         if len(found) > 1:
             more = " and more" if len(found) > 10 else ""
-            raise NoSuchJob(f"{part!r} matches several sweeps: {', '.join(found[:10])}{more}; "
+            raise NoSuchRun(f"{part!r} matches several sweeps: {', '.join(found[:10])}{more}; "
                             "give more characters")
         return found[0]
 

@@ -1,5 +1,5 @@
 """What an instance brings in before its runs start: the launch manifest, the code snapshots
-and blobs (once per content), each run's bundle (from its batch's archive), and, for a run
+and blobs (once per content), each run's bundle (from its fleet's archive), and, for a run
 that goes on from an earlier instance, what that instance synced."""
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ def place_bundle(store: Store, workdir: Path, slot: RunSlot, slots: list[RunSlot
         return
     key = slot.spec["bundles_key"]
     unpacked = workdir / BUNDLES_STORE / key.rsplit("/", 1)[-1].split(".")[0]
-    if not unpacked.is_dir():  # (only this instance's runs: the batch may hold thousands)
+    if not unpacked.is_dir():  # (only this instance's runs: the fleet may hold thousands)
         unpack(required(store, key), unpacked, {s.spec["folder"] for s in slots})
     os.replace(unpacked / slot.spec["folder"], slot.log_dir / BUNDLE_DIR)
 

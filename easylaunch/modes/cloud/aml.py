@@ -28,7 +28,7 @@ from typing import Any
 
 from easylaunch.errors import LaunchError, needed
 from easylaunch.modes.cloud import azure
-from easylaunch.modes.cloud.base import Batch, CloudMode, InstanceState, Target, instance_name
+from easylaunch.modes.cloud.base import CloudMode, Fleet, InstanceState, Target, instance_name
 from easylaunch.runs.request import LaunchRequest
 from easylaunch.tracking.jobs import Job
 from easylaunch_job.cloud.platforms import ENV_INDEX, ENV_SNAPSHOTS, ENV_WORKDIR
@@ -143,7 +143,7 @@ class AmlMode(CloudMode[AmlTarget]):
     def docker_image(self) -> str | None:
         return None  # the job's environment is the image
 
-    def launch_info(self, request: LaunchRequest) -> dict[str, str]:
+    def extra_launch_info(self, request: LaunchRequest) -> dict[str, str]:
         v = self.values
         return {"workspace": str(v.get("AML_WORKSPACE")), "compute": str(self._compute()),
                 "environment": str(v.get("AML_ENVIRONMENT") or v.get("AML_IMAGE"))}
@@ -300,9 +300,9 @@ class AmlMode(CloudMode[AmlTarget]):
 
     # -- jobs -----------------------------------------------------------------------------------
 
-    def job(self, request: LaunchRequest, target: AmlTarget, batch: Batch, index: int,
+    def job(self, request: LaunchRequest, target: AmlTarget, fleet: Fleet, index: int,
             name: str) -> Any:
-        """The command job of the batch's ``index``-th share."""
+        """The command job of the fleet's ``index``-th share."""
         sdk = _sdk()
         from azure.ai.ml.entities import Environment, ManagedIdentityConfiguration
 
@@ -314,7 +314,7 @@ class AmlMode(CloudMode[AmlTarget]):
                             else sdk.MpiDistribution)(process_count_per_instance=target.processes)
         output = v.get("AML_OUTPUT_FOLDER")
         job = sdk.command(
-            command=f"bash -c {shlex.quote(batch.boot_script)}",
+            command=f"bash -c {shlex.quote(fleet.boot_script)}",
             environment=target.environment or Environment(image=target.image),
             compute=target.machine_type, instance_count=target.nodes, distribution=distribution,
             environment_variables={**{str(k): str(x) for k, x in (v.get("AML_ENV") or
@@ -327,22 +327,22 @@ class AmlMode(CloudMode[AmlTarget]):
                                           mode="rw_mount")} if output else None,
             identity=ManagedIdentityConfiguration(),
             experiment_name=v.get("AML_EXPERIMENT") or request.exp_name,
-            display_name=f"{request.exp_name} {batch.instances[index][0]}",
-            tags={"easylaunch-exp": request.exp_name, "easylaunch-launch": batch.launch_id,
-                  "easylaunch-runs": " ".join(batch.instances[index])})
+            display_name=f"{request.exp_name} {fleet.instances[index][0]}",
+            tags={"easylaunch-exp": request.exp_name, "easylaunch-launch": fleet.launch_id,
+                  "easylaunch-runs": " ".join(fleet.instances[index])})
         job.name = name
         return job
 
-    def start_batch(self, request: LaunchRequest, target: AmlTarget,
-                    batch: Batch) -> list[dict]:
-        """The batch's jobs created at once (a few at a time); those created are cancelled if
+    def start_fleet(self, request: LaunchRequest, target: AmlTarget,
+                    fleet: Fleet) -> list[dict]:
+        """The fleet's jobs created at once (a few at a time); those created are cancelled if
         one is refused."""
         api = self.client()
-        names = [instance_name(request.exp_name, ids[0], batch.relaunch)
-                 for ids in batch.instances]
+        names = [instance_name(request.exp_name, ids[0], fleet.relaunch)
+                 for ids in fleet.instances]
         record = {"subscription": target.subscription, "resource_group": target.resource_group,
                   "workspace": target.workspace}
-        jobs = [self.job(request, target, batch, i, name) for i, name in enumerate(names)]
+        jobs = [self.job(request, target, fleet, i, name) for i, name in enumerate(names)]
         created, failed = [], []
         with concurrent.futures.ThreadPoolExecutor(SUBMIT_THREADS) as pool:
             futures = {pool.submit(api.jobs.create_or_update, job): job.name for job in jobs}

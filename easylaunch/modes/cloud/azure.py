@@ -22,8 +22,8 @@ from typing import Any
 from easylaunch.errors import LaunchError, needed
 from easylaunch.modes.cloud import transfer as cloud
 from easylaunch.modes.cloud.base import (
-    Batch,
     CloudMode,
+    Fleet,
     InstanceState,
     Target,
     instance_name,
@@ -127,7 +127,7 @@ class AzureMode(CloudMode[AzureTarget]):
     settings_prefix = "AZURE"
     machine_type_keys = ("AZURE_VM_SIZE", "AZURE_GPU_VM_SIZE")
 
-    def launch_info(self, request: LaunchRequest) -> dict[str, str]:
+    def extra_launch_info(self, request: LaunchRequest) -> dict[str, str]:
         return {"instance_type": self.vm_size(request.use_gpu),
                 "docker_image": str(self.docker_image())}
 
@@ -287,7 +287,7 @@ class AzureMode(CloudMode[AzureTarget]):
 
     # -- starting VMs ---------------------------------------------------------------------------
 
-    def vm_resource(self, request: LaunchRequest, target: AzureTarget, batch: Batch,
+    def vm_resource(self, request: LaunchRequest, target: AzureTarget, fleet: Fleet,
                     index: int, name: str) -> dict:
         """The body of one ``virtualMachines`` PUT, in Resource Manager's JSON."""
         s = self.settings
@@ -307,7 +307,7 @@ class AzureMode(CloudMode[AzureTarget]):
                            **delete}},
             "osProfile": {
                 "computerName": name, "adminUsername": ADMIN_USER,
-                "customData": base64.b64encode(batch.boot_script.encode()).decode(),
+                "customData": base64.b64encode(fleet.boot_script.encode()).decode(),
                 "linuxConfiguration": {"disablePasswordAuthentication": True, "ssh": {
                     "publicKeys": [{"path": f"/home/{ADMIN_USER}/.ssh/authorized_keys",
                                     "keyData": self.ssh_public_key()}]}}},
@@ -322,8 +322,8 @@ class AzureMode(CloudMode[AzureTarget]):
         return {
             "location": target.location,
             "tags": {"easylaunch-exp": request.exp_name[:256],
-                     "easylaunch-run": batch.instances[index][0],
-                     "easylaunch-launch": batch.launch_id, AZURE_INDEX_TAG: str(index)},
+                     "easylaunch-run": fleet.instances[index][0],
+                     "easylaunch-launch": fleet.launch_id, AZURE_INDEX_TAG: str(index)},
             "identity": {"type": "UserAssigned",
                          "userAssignedIdentities": {s.AZURE_IDENTITY: {}}},
             "properties": properties}
@@ -339,20 +339,20 @@ class AzureMode(CloudMode[AzureTarget]):
         return Ed25519PrivateKey.generate().public_key().public_bytes(
             serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH).decode()
 
-    def start_batch(self, request: LaunchRequest, target: AzureTarget,
-                    batch: Batch) -> list[dict]:
+    def start_fleet(self, request: LaunchRequest, target: AzureTarget,
+                    fleet: Fleet) -> list[dict]:
         """One PUT per VM, then wait for their provisioning; on any failure, delete those
         created and raise the error with what was asked."""
         api = self.compute(target.subscription)
         record = {"subscription": target.subscription, "resource_group": target.resource_group}
-        names = [instance_name(request.exp_name, ids[0], batch.relaunch) for ids in batch.instances]
+        names = [instance_name(request.exp_name, ids[0], fleet.relaunch) for ids in fleet.instances]
         created: list[str] = []
         try:
             pollers = []
             for index, name in enumerate(names):
                 pollers.append(api.virtual_machines.begin_create_or_update(
                     target.resource_group, name,
-                    self.vm_resource(request, target, batch, index, name)))
+                    self.vm_resource(request, target, fleet, index, name)))
                 created.append(name)
             for poller in pollers:
                 poller.result()
@@ -364,7 +364,7 @@ class AzureMode(CloudMode[AzureTarget]):
                 f"of {target.image} in {target.location} ({target.resource_group}): "
                 f"{getattr(exc, 'message', None) or exc}") from exc
         return [dict(record, instance_id=name, machine_type=target.machine_type,
-                     market=target.market, launch_label=batch.launch_id) for name in names]
+                     market=target.market, launch_label=fleet.launch_id) for name in names]
 
     # -- tracking and ending --------------------------------------------------------------------
 

@@ -1,8 +1,8 @@
 """What the cloud modes (``ec2``, ``gcp``) share: one path from launch to fetch.
 
 A launch uploads what the bucket does not hold yet (code snapshots and bundles are named by
-content, so a sweep uploads each snapshot once), one manifest per batch of instances and the
-instance agent; then the mode starts the batch's instances with a short boot script that fetches
+content, so a sweep uploads each snapshot once), one manifest per fleet of instances and the
+instance agent; then the mode starts the fleet's instances with a short boot script that fetches
 the agent, which runs the manifest and mirrors the runs' log folders to the bucket.
 ``launch.json`` records each run's instance and bucket prefix, so ``status``, ``wait``,
 ``fetch`` and ``cancel`` work from any later process: the run's ``status.json`` is read from the
@@ -83,12 +83,12 @@ class Target:
 
 
 @dataclass(frozen=True)
-class Batch:
+class Fleet:
     """Instances started together: the ids of each one's runs (by index in the manifest)."""
 
     instances: list[list[str]]
     manifest: cloud.Archive
-    launch_id: str  # the first run's id: names the batch's cancel markers and instance labels
+    launch_id: str  # the first run's id: names the fleet's cancel markers and instance labels
     control_prefix: str
     boot_script: str
     relaunch: int = 0  # 1, 2...: the instances start runs again after earlier ones ended
@@ -105,7 +105,7 @@ class CloudPlan(Generic[TargetT]):
     target: TargetT
     shared: list[cloud.Archive]  # the agent and code snapshots: uploaded when not stored yet
     bundles: list[cloud.Archive]
-    batches: list[Batch]
+    fleets: list[Fleet]
 
 
 class CloudMode(Mode, Generic[TargetT]):
@@ -113,7 +113,7 @@ class CloudMode(Mode, Generic[TargetT]):
 
     cloud: ClassVar[str]  # the agent's --cloud
     store_scheme: ClassVar[str]  # the bucket's kind: "s3", "gs"
-    own_machines: ClassVar[bool] = True  # each batch starts machines of its own (paid for)
+    own_machines: ClassVar[bool] = True  # each fleet starts machines of its own (paid for)
     per_rank: ClassVar[bool] = False  # an instance may be several processes (ranks)
     settings_prefix: ClassVar[str]  # "AWS": the mode reads AWS_PYTHON, AWS_SYNC_INTERVAL_SECONDS...
     max_instances_per_batch: ClassVar[int] = 100
@@ -122,7 +122,7 @@ class CloudMode(Mode, Generic[TargetT]):
 
     machine_type_keys: ClassVar[tuple[str, str]]  # the settings of CPU and GPU machine types
 
-    def launch_info(self, request: LaunchRequest) -> dict[str, str]:
+    def extra_launch_info(self, request: LaunchRequest) -> dict[str, str]:
         return {"instance_type": self.settings[self.machine_type_keys[request.use_gpu]],
                 "docker_image": str(self.docker_image())}
 
@@ -158,13 +158,13 @@ class CloudMode(Mode, Generic[TargetT]):
         """The bucket, through this process's credentials."""
 
     @abstractmethod
-    def start_batch(self, request: LaunchRequest, target: TargetT, batch: Batch) -> list[dict]:
-        """Start one instance per entry of ``batch.instances``; what to record of each, in the
+    def start_fleet(self, request: LaunchRequest, target: TargetT, fleet: Fleet) -> list[dict]:
+        """Start one instance per entry of ``fleet.instances``; what to record of each, in the
         same order (``instance_id`` at least). On failure, end what it started and raise."""
 
     @abstractmethod
     def end_instances(self, record: dict, instance_ids: list[str]) -> None:
-        """Terminate or delete instances started like ``record`` (what start_batch gave, or a
+        """Terminate or delete instances started like ``record`` (what start_fleet gave, or a
         run's backend record, which holds it)."""
 
     @abstractmethod
@@ -220,18 +220,18 @@ class CloudMode(Mode, Generic[TargetT]):
                    for g in groups]
         blobs = cloud.pack_blobs(runs, request.log_root, target.prefix)
         blob_keys = {b.key.rsplit("/", 1)[-1]: b.key for b in blobs}
-        batches = [self._batch(target, g, b.key, blob_keys, agent.key, request.use_gpu)
+        fleets = [self._fleet(target, g, b.key, blob_keys, agent.key, request.use_gpu)
                    for g, b in zip(groups, bundles, strict=True)]
-        return CloudPlan(target, [agent, *snapshots, *blobs], bundles, batches)
+        return CloudPlan(target, [agent, *snapshots, *blobs], bundles, fleets)
 
-    def _batch(self, target: Target, instances: list[list[Run]], bundles_key: str,
-               blobs: dict[str, str], agent_key: str, use_gpu: bool) -> Batch:
+    def _fleet(self, target: Target, instances: list[list[Run]], bundles_key: str,
+               blobs: dict[str, str], agent_key: str, use_gpu: bool) -> Fleet:
         prefix = target.prefix
         interval = float(self.setting("SYNC_INTERVAL_SECONDS"))
         launch_id = instances[0][0].run_id
         snapshots = {snap["digest"]: cloud.snapshot_key(prefix, snap["digest"])
                      for snap in instances[0][0].launch["code_snapshots"]}
-        return self.batch_of(target, {
+        return self.fleet_of(target, {
             "format": cloud.MANIFEST_FORMAT, "python": self.setting("PYTHON"),
             "docker_image": self.docker_image(), "use_gpu": use_gpu,
             "sync_interval": interval, "poll_seconds": min(AGENT_POLL_SECONDS, interval),
@@ -241,9 +241,9 @@ class CloudMode(Mode, Generic[TargetT]):
             "instances": [[cloud.manifest_run(r, prefix, bundles_key) for r in group]
                           for group in instances]}, agent_key, launch_id)
 
-    def batch_of(self, target: Target, manifest: dict, agent_key: str, launch_id: str,
-                 relaunch: int = 0) -> Batch:
-        """The batch that starts ``manifest``'s instances with the agent ``agent_key``."""
+    def fleet_of(self, target: Target, manifest: dict, agent_key: str, launch_id: str,
+                 relaunch: int = 0) -> Fleet:
+        """The fleet that starts ``manifest``'s instances with the agent ``agent_key``."""
         archive = cloud.manifest_archive(target.prefix, manifest)
         boot = cloud.boot_script(cloud.BootSpec(
             cloud=self.cloud, store=self.store_scheme, python=manifest["python"],
@@ -251,7 +251,7 @@ class CloudMode(Mode, Generic[TargetT]):
             pip_requirements=tuple(self.setting("PIP_REQUIREMENTS")), bucket=target.bucket,
             region=self.agent_region(target), agent_key=agent_key, manifest_key=archive.key))
         ids = [[spec["run_id"] for spec in group] for group in manifest["instances"]]
-        return Batch(ids, archive, launch_id, manifest["control_prefix"], boot, relaunch)
+        return Fleet(ids, archive, launch_id, manifest["control_prefix"], boot, relaunch)
 
     def agent_region(self, target: Target) -> str:
         """The region the agent's storage client uses (none by default)."""
@@ -274,12 +274,12 @@ class CloudMode(Mode, Generic[TargetT]):
     def preview(self, request: LaunchRequest, runs: list[Run], prepared: CloudPlan[TargetT]
                 ) -> Preview:
         target = prepared.target
-        count = sum(len(batch.instances) for batch in prepared.batches)
-        objects = [*prepared.shared, *prepared.bundles, *(b.manifest for b in prepared.batches)]
+        count = sum(len(fleet.instances) for fleet in prepared.fleets)
+        objects = [*prepared.shared, *prepared.bundles, *(b.manifest for b in prepared.fleets)]
         return Preview(
             self.name, len(runs), f"{self.name} {target.location}",
-            {f"boot script of batch {i}": batch.boot_script
-             for i, batch in enumerate(prepared.batches, start=1)},
+            {f"boot script of fleet {i}": fleet.boot_script
+             for i, fleet in enumerate(prepared.fleets, start=1)},
             [], self.resources(target, count),
             [f"uploads up to {len(objects)} objects ({sum(len(o.data) for o in objects) / 1e6:.2f}"
              f" MB) to {target.bucket}/{target.prefix} (those stored already are skipped)"])
@@ -289,30 +289,30 @@ class CloudMode(Mode, Generic[TargetT]):
         target = prepared.target
         store = self.store(target.bucket, target.location)
         cloud.upload(store, prepared.shared,
-                     [*prepared.bundles, *(b.manifest for b in prepared.batches)])
+                     [*prepared.bundles, *(b.manifest for b in prepared.fleets)])
         started: list[tuple[dict, list[Run]]] = []
         by_id = {run.run_id: run for run in runs}
         try:
-            for batch in prepared.batches:
-                instances = self.start_batch(request, target, batch)
-                for instance, ids in zip(instances, batch.instances, strict=True):
+            for fleet in prepared.fleets:
+                instances = self.start_fleet(request, target, fleet)
+                for instance, ids in zip(instances, fleet.instances, strict=True):
                     group = [by_id[i] for i in ids]
                     started.append((instance, group))
-                    self._record(group, instance, batch, store, target)
+                    self._record(group, instance, fleet, store, target)
         except BaseException:
             self._withdraw(store, started)
             raise
         return [Job(run.run_id, run.exp_name, run.log_dir, self) for run in runs]
 
-    def _record(self, group: list[Run], instance: dict, batch: Batch, store: Store,
+    def _record(self, group: list[Run], instance: dict, fleet: Fleet, store: Store,
                 target: Target) -> None:
         prefixes = {r.run_id: cloud.run_log_prefix(target.prefix, r) for r in group}
         for run in group:
             run.record_backend(
                 **instance, location=target.location, bucket=target.bucket,
                 log_prefix=prefixes[run.run_id], log_url=store.url(prefixes[run.run_id]) + "/",
-                manifest_key=batch.manifest.key,
-                cancel_key=f"{batch.control_prefix}/{run.run_id}{CANCEL_SUFFIX}",
+                manifest_key=fleet.manifest.key,
+                cancel_key=f"{fleet.control_prefix}/{run.run_id}{CANCEL_SUFFIX}",
                 instance_runs=prefixes)
 
     def _withdraw(self, store: Store, started: list[tuple[dict, list[Run]]]) -> None:

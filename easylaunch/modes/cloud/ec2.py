@@ -1,7 +1,7 @@
 """``ec2``: each run on an AWS instance that syncs its log folder to S3 and terminates when done.
 
 The shared cloud path (modes/cloud/base.py) uploads, writes the manifest and tracks runs; this
-module adds what is AWS's own: one ``run_instances`` call per batch (spot when AWS_SPOT_PRICE is
+module adds what is AWS's own: one ``run_instances`` call per fleet (spot when AWS_SPOT_PRICE is
 set) with the boot script as user-data, ``InstanceInitiatedShutdownBehavior="terminate"`` and the
 IAM instance profile the instances use for S3; ``describe_instances`` to see instances end; and
 ``terminate_instances`` for cancel.
@@ -16,7 +16,7 @@ from typing import Any
 
 from easylaunch.errors import LaunchError, needed
 from easylaunch.modes.cloud import transfer as cloud
-from easylaunch.modes.cloud.base import Batch, CloudMode, InstanceState, Target
+from easylaunch.modes.cloud.base import CloudMode, Fleet, InstanceState, Target
 from easylaunch.runs.request import LaunchRequest
 from easylaunch_job.cloud.stores import S3Store, aws_error_code
 
@@ -182,16 +182,16 @@ class Ec2Mode(CloudMode[Ec2Target]):
         return target.spot_price
 
     def run_instances_args(self, request: LaunchRequest, target: Ec2Target,
-                           batch: Batch) -> dict:
-        """The run_instances arguments of one batch."""
+                           fleet: Fleet) -> dict:
+        """The run_instances arguments of one fleet."""
         s = self.settings
-        count = len(batch.instances)
+        count = len(fleet.instances)
         tags = [{"Key": "Name", "Value": f"easylaunch-{request.exp_name}"},
                 {"Key": "easylaunch:exp", "Value": request.exp_name},
-                {"Key": "easylaunch:launch", "Value": batch.launch_id}]
+                {"Key": "easylaunch:launch", "Value": fleet.launch_id}]
         args: dict[str, Any] = dict(
             ImageId=target.image, InstanceType=target.machine_type, MinCount=count,
-            MaxCount=count, UserData=batch.boot_script,
+            MaxCount=count, UserData=fleet.boot_script,
             InstanceInitiatedShutdownBehavior="terminate",
             IamInstanceProfile=_instance_profile(s.AWS_IAM_INSTANCE_PROFILE),
             TagSpecifications=[{"ResourceType": "instance", "Tags": tags}])
@@ -207,11 +207,11 @@ class Ec2Mode(CloudMode[Ec2Target]):
             args["SubnetId"] = s.AWS_SUBNET_ID
         return args
 
-    def start_batch(self, request: LaunchRequest, target: Ec2Target, batch: Batch) -> list[dict]:
+    def start_fleet(self, request: LaunchRequest, target: Ec2Target, fleet: Fleet) -> list[dict]:
         """One run_instances call; EC2's refusal as a LaunchError that names what was asked."""
         from botocore.exceptions import ClientError
 
-        args = self.run_instances_args(request, target, batch)
+        args = self.run_instances_args(request, target, fleet)
         try:
             reply = client("ec2", target.location).run_instances(**args)
         except ClientError as exc:

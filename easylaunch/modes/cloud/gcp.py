@@ -24,8 +24,8 @@ from easylaunch.errors import LaunchError, needed
 from easylaunch.modes.base import Composed
 from easylaunch.modes.cloud import transfer as cloud
 from easylaunch.modes.cloud.base import (
-    Batch,
     CloudMode,
+    Fleet,
     InstanceState,
     Target,
     instance_name,
@@ -193,7 +193,7 @@ class GcpMode(CloudMode[GcpTarget]):
 
     # -- starting instances ---------------------------------------------------------------------
 
-    def instance_resource(self, request: LaunchRequest, target: GcpTarget, batch: Batch,
+    def instance_resource(self, request: LaunchRequest, target: GcpTarget, fleet: Fleet,
                           index: int, name: str) -> Any:
         """The Instance one ``insert`` call creates."""
         compute_v1 = _compute()
@@ -207,16 +207,16 @@ class GcpMode(CloudMode[GcpTarget]):
             scheduling.instance_termination_action = "DELETE"
         elif s.GCP_PREEMPTIBLE:
             scheduling.preemptible = True
-        items = {"startup-script": batch.boot_script,
+        items = {"startup-script": fleet.boot_script,
                  "shutdown-script": cloud.shutdown_script(), GCE_INDEX_KEY: str(index)}
-        run_ids = batch.instances[index]
+        run_ids = fleet.instances[index]
         disk = compute_v1.AttachedDiskInitializeParams(source_image=image,
                                                        disk_size_gb=s.GCP_DISK_SIZE_GB)
         instance = compute_v1.Instance(
             name=name, machine_type=f"zones/{zone}/machineTypes/{target.machine_type}",
             labels={"easylaunch-exp": name_part(request.exp_name, 63) or "none",
                     "easylaunch-run": run_ids[0],
-                    "easylaunch-launch": batch.launch_id},
+                    "easylaunch-launch": fleet.launch_id},
             disks=[compute_v1.AttachedDisk(boot=True, auto_delete=True, initialize_params=disk)],
             network_interfaces=[compute_v1.NetworkInterface(
                 network=s.GCP_NETWORK, access_configs=[compute_v1.AccessConfig(
@@ -232,20 +232,20 @@ class GcpMode(CloudMode[GcpTarget]):
                 accelerator_count=target.gpu_count)]
         return instance
 
-    def start_batch(self, request: LaunchRequest, target: GcpTarget, batch: Batch) -> list[dict]:
+    def start_fleet(self, request: LaunchRequest, target: GcpTarget, fleet: Fleet) -> list[dict]:
         """One insert per instance, then wait for their operations; on any failure, delete
         those inserted and raise the error with what was asked."""
         api = clients(target.project)
         record = {"project": target.project, "zone": target.location}
-        names = [instance_name(request.exp_name, ids[0], batch.relaunch)
-                 for ids in batch.instances]
+        names = [instance_name(request.exp_name, ids[0], fleet.relaunch)
+                 for ids in fleet.instances]
         inserted: list[str] = []
         try:
             operations = []
             for index, name in enumerate(names):
                 operations.append(api.instances.insert_unary(
                     project=target.project, zone=target.location,
-                    instance_resource=self.instance_resource(request, target, batch, index,
+                    instance_resource=self.instance_resource(request, target, fleet, index,
                                                              name),
                     timeout=CHECK_TIMEOUT_SECONDS))
                 inserted.append(name)
@@ -259,7 +259,7 @@ class GcpMode(CloudMode[GcpTarget]):
                 f"{target.market} instance(s) of {target.image_project}/{target.image} in "
                 f"{target.location}: {getattr(exc, 'message', None) or exc}") from exc
         return [dict(record, instance_id=name, machine_type=target.machine_type,
-                     market=target.market, launch_label=batch.launch_id) for name in names]
+                     market=target.market, launch_label=fleet.launch_id) for name in names]
 
     # -- tracking and ending --------------------------------------------------------------------
 

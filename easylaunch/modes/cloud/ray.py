@@ -28,7 +28,7 @@ from typing import Any
 
 from easylaunch.errors import LaunchError, install_hint, needed
 from easylaunch.modes.cloud import transfer as cloud
-from easylaunch.modes.cloud.base import Batch, CloudMode, InstanceState, Target
+from easylaunch.modes.cloud.base import CloudMode, Fleet, InstanceState, Target
 from easylaunch.runs.request import LaunchRequest
 from easylaunch.tracking.jobs import Job
 from easylaunch_job.cloud.platforms import (
@@ -145,7 +145,7 @@ class RayMode(CloudMode[RayTarget]):
     def docker_image(self) -> str | None:
         return None  # the cluster's own environment (RAY_PYTHON)
 
-    def launch_info(self, request: LaunchRequest) -> dict[str, str]:
+    def extra_launch_info(self, request: LaunchRequest) -> dict[str, str]:
         target = self.target(request)
         return {"ray_address": target.location, "resources": target.machine_type}
 
@@ -207,15 +207,15 @@ class RayMode(CloudMode[RayTarget]):
                     "nodes, or, where the cluster adds nodes itself, pass "
                     "check_resources=False")
 
-    def start_batch(self, request: LaunchRequest, target: RayTarget,
-                    batch: Batch) -> list[dict]:
+    def start_fleet(self, request: LaunchRequest, target: RayTarget,
+                    fleet: Fleet) -> list[dict]:
         """One submit_job call per job; those submitted are stopped if a later one fails."""
         client = job_client(target.location)
-        entrypoint = f"bash -c {shlex.quote(batch.boot_script)}"
+        entrypoint = f"bash -c {shlex.quote(fleet.boot_script)}"
         workdir = self.settings.RAY_WORKDIR
         started: list[str] = []
-        for index, ids in enumerate(batch.instances):
-            name = job_name(ids[0], batch.relaunch)
+        for index, ids in enumerate(fleet.instances):
+            name = job_name(ids[0], fleet.relaunch)
             try:
                 client.submit_job(
                     entrypoint=entrypoint, submission_id=name,

@@ -54,10 +54,10 @@ class Relaunching(Protocol):
 
     def target(self, request: LaunchRequest) -> Any: ...
 
-    def batch_of(self, target: Any, manifest: dict, agent_key: str, launch_id: str,
+    def fleet_of(self, target: Any, manifest: dict, agent_key: str, launch_id: str,
                  relaunch: int = 0) -> Any: ...
 
-    def start_batch(self, request: LaunchRequest, target: Any, batch: Any) -> list[dict]: ...
+    def start_fleet(self, request: LaunchRequest, target: Any, fleet: Any) -> list[dict]: ...
 
     def end_instances(self, record: dict, instance_ids: list[str]) -> None: ...
 
@@ -143,12 +143,12 @@ def _start_group(mode: Relaunching, group: list[Job]) -> None:
     request = LaunchRequest.of_launch(launch, [{}] * len(specs))
     target = mode.target(request)
     agent = cloud.agent_archive(target.prefix)
-    batch = mode.batch_of(target, dict(manifest, instances=[specs]), agent.key,
+    fleet = mode.fleet_of(target, dict(manifest, instances=[specs]), agent.key,
                           manifest["control_prefix"].rsplit("/", 1)[-1],
                           relaunch=len(old.get("earlier_instances", [])) + 1)
-    cloud.upload(store, [agent], [batch.manifest])
-    [instance] = mode.start_batch(request, target, batch)
-    shared = dict(instance, manifest_key=batch.manifest.key,
+    cloud.upload(store, [agent], [fleet.manifest])
+    [instance] = mode.start_fleet(request, target, fleet)
+    shared = dict(instance, manifest_key=fleet.manifest.key,
                   instance_runs={s["run_id"]: s["log_prefix"] for s in specs},
                   earlier_instances=[*old.get("earlier_instances", []), old["instance_id"]])
     for job in group:

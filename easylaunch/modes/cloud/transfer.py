@@ -169,7 +169,7 @@ def pack_blobs(runs: list[Run], log_root: Path, prefix: str) -> list[Archive]:
 
 def pack_bundles(runs: list[Run], prefix: str) -> Archive:
     """The runs' bundle folders (links to snapshots and blobs kept as links), each under its
-    run folder's name, as one content-named archive (one upload a batch; alike bundles
+    run folder's name, as one content-named archive (one upload a fleet; alike bundles
     compress together)."""
     data = tar_gz_folders({run.log_dir.name: run.bundle_dir for run in runs})
     ids = runs[0].run_id + (f"..{runs[-1].run_id}, {len(runs)} runs" if len(runs) > 1 else "")

@@ -307,7 +307,7 @@ class LocalMode(Mode):
         else:
             check_here(request)
 
-    def launch_info(self, request: LaunchRequest) -> dict[str, str]:
+    def extra_launch_info(self, request: LaunchRequest) -> dict[str, str]:
         if self.container is None:
             return {}
         return {self.container.launch_info_key:

@@ -49,7 +49,7 @@ def array_chunks(count: int, max_len: int) -> list[range]:
 
 
 @dataclass(frozen=True)
-class ArrayJob:
+class ArraySubmission:
     """One job array: its script (here, and on the cluster), and the runs its elements stand
     for."""
 
@@ -73,7 +73,7 @@ class ArrayPlan:
     (if any)."""
 
     facts: ClusterFacts
-    arrays: list[ArrayJob]
+    arrays: list[ArraySubmission]
     env: EnvPack | None
 
 
@@ -117,7 +117,7 @@ class ArrayMode(ScheduledMode):
                               else self.cluster_python(), request,
                               in_image=self.container is not None)
 
-    def launch_info(self, request: LaunchRequest) -> dict[str, str]:
+    def extra_launch_info(self, request: LaunchRequest) -> dict[str, str]:
         if self.container is None:
             return {}
         return {self.container.launch_info_key:
@@ -176,7 +176,7 @@ class ArrayMode(ScheduledMode):
             entries = [(there(r.bundle_dir), there(r.log_dir)) for r in members]
             script = script_dir / f"{members[0].run_id}{self.scheduler.SCRIPT_SUFFIX}"
             text = self.array_script(res, request, entries, there(script), line)
-            arrays.append(ArrayJob(script, there(script), text, members))
+            arrays.append(ArraySubmission(script, there(script), text, members))
         return ArrayPlan(facts, arrays, env)
 
     def preview(self, request: LaunchRequest, runs: list[Run], prepared: ArrayPlan) -> Preview:
@@ -216,7 +216,7 @@ class ArrayMode(ScheduledMode):
             job_id + (f" (an array of {count})" if count > 1 else "")
             for job_id, count in arrays.items()))
 
-    def _job_ids(self, arrays: list[ArrayJob], answers: list[dict]) -> list[str]:
+    def _job_ids(self, arrays: list[ArraySubmission], answers: list[dict]) -> list[str]:
         """The job id each array got; if any was refused, the others are cancelled (all or
         nothing: no half-submitted sweep) and the refusal raised."""
         job_ids, refused = [], None

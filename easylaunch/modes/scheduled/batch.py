@@ -228,7 +228,7 @@ class BatchMode(ByHand, ScheduledMode):
         the container's pre-commands, SSS_PRE_CMDS, as htp's start line runs them.)"""
         return self.container.pre_cmds(self.settings)
 
-    def launch_info(self, request: LaunchRequest) -> dict[str, str]:
+    def extra_launch_info(self, request: LaunchRequest) -> dict[str, str]:
         return {self.container.launch_info_key: str(self.image(request))}
 
     def image(self, request: LaunchRequest) -> str | None:
