@@ -1,6 +1,14 @@
 """Modes by name: a Mode class, or a shared class composed with its parts (a scheduler, a
 container, a way of packing runs). A mode module is imported only when a launch or a job asks
-for it."""
+for it.
+
+The families: :mod:`.local` (this machine), :mod:`.scheduled` (Slurm and PBS, here or over SSH),
+:mod:`.ssh` (workstations), :mod:`.cloud` (EC2, GCE, Azure VMs, Azure ML, Ray). From
+``mode="slurm"`` to ``sbatch``: :data:`MODES` names ``scheduled.job_arrays:SLURM``, whose
+``ArrayMode.submit`` writes each array's script and has :meth:`.hosted.HostedMode.stage` send the
+runs and the scheduler's submit op (``schedulers/slurm.py``: ``submit_op``, the ``sbatch`` argv)
+through the transport (``hosts/transport.py``: this machine; ``hosts/ssh.py``: a login node),
+where the job side's ``host_ops`` runs it."""
 
 from __future__ import annotations
 
@@ -15,11 +23,11 @@ MODES: dict[str, str] = {
     "local": "easylaunch.modes.local.attached:LOCAL",
     "local_singularity": "easylaunch.modes.local.attached:LOCAL_SINGULARITY",
     "local_docker": "easylaunch.modes.local.attached:LOCAL_DOCKER",
-    "slurm": "easylaunch.modes.scheduled.array:SLURM",
-    "slurm_singularity": "easylaunch.modes.scheduled.array:SLURM_SINGULARITY",
+    "slurm": "easylaunch.modes.scheduled.job_arrays:SLURM",
+    "slurm_singularity": "easylaunch.modes.scheduled.job_arrays:SLURM_SINGULARITY",
     "sss": "easylaunch.modes.scheduled.sss:SSS",
     "htp": "easylaunch.modes.scheduled.htp:HTP",
-    "pbs": "easylaunch.modes.scheduled.array:PBS",
+    "pbs": "easylaunch.modes.scheduled.job_arrays:PBS",
     "pbs_htp": "easylaunch.modes.scheduled.htp:PBS_HTP",
     "ssh": "easylaunch.modes.ssh:SshMode",
     "ec2": "easylaunch.modes.cloud.ec2:Ec2Mode",
