@@ -10,6 +10,7 @@ scripts/browser-up.sh  # Debian's chromium and chromedriver for the dashboard's 
 scripts/pythons-up.sh  # researchers' Pythons (pyenv's, Debian's) the launches start from
 .venv/bin/ruff check .
 .venv/bin/mypy  # the type checker, as pyproject.toml's [tool.mypy] sets it: 0 errors
+NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet --site-dir site  # the docs (mkdocs.yml): a broken link, a missing page or a failing reference fails
 # the dashboard tests' screenshots (every page, zoomed and smoothed curves, 900 px) are kept here
 export EASYLAUNCH_ARTIFACTS=${EASYLAUNCH_ARTIFACTS:-$PWD/test-artifacts}
 exec .venv/bin/python -m pytest "$@"
