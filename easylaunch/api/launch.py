@@ -23,6 +23,7 @@ from typing import Any, overload
 from easylaunch.errors import LaunchError, notice
 from easylaunch.modes import get_mode, restarting_modes
 from easylaunch.modes.base import Mode
+from easylaunch.modes.console import track
 from easylaunch.runs.bundle import (
     BundleSpec,
     Run,
@@ -58,7 +59,6 @@ from easylaunch.runs.variants import check_variant, warn_text_values
 from easylaunch.settings import ConfigArg, Settings, load_settings, override, save_settings
 from easylaunch.settings.doodad_names import split_call_keywords
 from easylaunch.tracking.jobs import Job
-from easylaunch.tracking.progress import track
 from easylaunch.tracking.registry import Registry, open_registry
 from easylaunch.tracking.rows import aborted, registry_row
 from easylaunch_job.command import Command
@@ -96,7 +96,8 @@ def _start(mode_obj: Mode, request: LaunchRequest, runs: list[Run], facts: Any,
     """Prepare (with what the mode's check learned) and submit the runs; a failure gives the
     runs not started a terminal state."""
     try:
-        jobs = mode_obj.submit(request, runs, mode_obj.prepare(request, runs, facts))
+        jobs = [Job(record, mode_obj) for record in
+                mode_obj.submit(request, runs, mode_obj.prepare(request, runs, facts))]
     except BaseException as exc:
         registry.update_many(aborted(runs, exc))
         raise

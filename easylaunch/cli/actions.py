@@ -178,7 +178,7 @@ def forget(args: argparse.Namespace) -> int:
 def fetch(args: argparse.Namespace) -> int:
     registry = registry_of(args)
     job = job_for(registry, registry.find(args.id))
-    print(job.mode.fetch(job))
+    print(job.mode.fetch(job.record))
     return 0
 
 

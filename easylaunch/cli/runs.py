@@ -99,12 +99,13 @@ def status(args: argparse.Namespace) -> int:
     registry = registry_of(args)
     entry = registry.find(args.id)
     job = job_for(registry, entry)
-    job.mode.sync_logs(job)
+    job.mode.sync_logs(job.record)
     info, launch = job.info(), job.launch_info
+    queued = info.get("state") == "queued"
     rows = [
         ("id", job.id), ("experiment", job.exp_name), ("mode", job.mode.name),
         ("state", info.get("state")),
-        ("waiting for", job.mode.waiting_reason(job) if info.get("state") == "queued" else None),
+        ("waiting for", job.mode.waiting_reason(job.record) if queued else None),
         ("launched", listing.when(launch.get("launched_at"))),
         ("started", listing.when(info.get("started_at"))),
         ("ended", listing.when(info.get("ended_at"))),
@@ -152,7 +153,7 @@ def _rank_logs(log_dir: Path) -> str | None:
 
 def _last_metrics(job: Job) -> str | None:
     """``loss=0.12 (step 49), acc=0.9 (step 49)``: each metric's last value the run logged."""
-    last = last_points(read_run(job.mode.readable_folder(job)))
+    last = last_points(read_run(job.mode.readable_folder(job.record)))
     return ", ".join(f"{name}={value:.6g} (step {step:g})"
                      for name, (step, value) in last.items()) or None
 
@@ -168,7 +169,7 @@ def _restarts(restarts: list[dict]) -> str | None:
 def logs(args: argparse.Namespace) -> int:
     registry = registry_of(args)
     job = job_for(registry, registry.find(args.id))
-    job.mode.sync_logs(job)
+    job.mode.sync_logs(job.record)
     path, other = (job.stderr_path, "stdout: without --stderr") if args.stderr else \
         (job.stdout_path, "stderr: --stderr")
     if sys.stderr.isatty():  # (a pipe gets the log alone)
@@ -206,13 +207,13 @@ def follow_logs(job: Job, logs: list[tuple[Path, TextIO]], offsets: list[int] | 
     try:
         while True:
             finished = job.status().terminal
-            job.mode.sync_logs(job)
+            job.mode.sync_logs(job.record)
             for i, (path, out) in enumerate(logs):
                 offsets[i] += _copy_new(path, offsets[i], out)
             if finished:
                 job.wait()  # (writes its end to the registry)
                 return offsets
-            job.mode.wait_for_change(job, 0.2)  # each mode's own pace of asking its backend
+            job.mode.wait_for_change(job.record, 0.2)  # each mode's own pace of asking its backend
     except KeyboardInterrupt:
         raise interrupted([job]) from None
 

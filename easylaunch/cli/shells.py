@@ -36,7 +36,7 @@ def shell(args: argparse.Namespace) -> int:
     if state.terminal:
         raise EasyLaunchError(f"run {job.id} has ended ({state.value}): nothing runs there "
                               f"any more; its folder is {job.log_dir}")
-    argv, env = job.mode.shell(job)
+    argv, env = job.mode.shell(job.record)
     print(f"easylaunch: a shell where run {job.id} runs (exit or Ctrl-D to leave; the run "
           "goes on)", file=sys.stderr)
     return _exec(argv, env)

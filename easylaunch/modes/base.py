@@ -16,8 +16,8 @@ from easylaunch.settings import Mount, Settings
 if TYPE_CHECKING:
     from easylaunch.runs.bundle import Run
     from easylaunch.runs.preview import Preview
+    from easylaunch.runs.record import RunRecord
     from easylaunch.runs.request import LaunchRequest
-    from easylaunch.tracking.jobs import Job
 
 
 class RunSink(Protocol):
@@ -126,8 +126,8 @@ class Mode(ABC):
         ``facts``: what :meth:`check` returned."""
 
     @abstractmethod
-    def submit(self, request: LaunchRequest, runs: list[Run], prepared: Any) -> list[Job]:
-        """Start the prepared runs and return their Jobs."""
+    def submit(self, request: LaunchRequest, runs: list[Run], prepared: Any) -> list[RunRecord]:
+        """Start the prepared runs and return their records."""
 
     @abstractmethod
     def preview(self, request: LaunchRequest, runs: list[Run], prepared: Any) -> Preview:
@@ -142,23 +142,29 @@ class Mode(ABC):
         """What doodad put in ``extra_launch_info`` for this mode (instance type, image)."""
         return {}
 
-    def sync_record(self, job: Job) -> None:
+    def read_record(self, job: RunRecord) -> dict:
+        """The run's status.json as it is now: its own record copied here first
+        (:meth:`sync_record`), then read where it changed (:meth:`RunRecord.info`)."""
+        self.sync_record(job)
+        return job.info()
+
+    def sync_record(self, job: RunRecord) -> None:
         """Copy the run's own record into its local folder, where the job writes it elsewhere
         (default: the job writes it there already)."""
 
-    def refresh(self, job: Job) -> None:
+    def refresh(self, job: RunRecord) -> None:
         """Bring a non-terminal status.json up to date with the backend (default: nothing)."""
 
-    def refresh_many(self, jobs: list[Job]) -> None:
+    def refresh_many(self, jobs: list[RunRecord]) -> None:
         """Refresh several jobs of this mode; backends override it to ask once for all."""
         for job in jobs:
             self.refresh(job)
 
-    def cancel(self, job: Job) -> None:
+    def cancel(self, job: RunRecord) -> None:
         """Stop a run that has not ended."""
         raise NotImplementedError(f"mode {self.name!r} cannot cancel runs")
 
-    def cancel_many(self, jobs: list[Job]) -> dict[str, EasyLaunchError]:
+    def cancel_many(self, jobs: list[RunRecord]) -> dict[str, EasyLaunchError]:
         """Stop these runs (none ended) as :meth:`cancel` does, one by one; what kept each one
         that failed from being stopped. Modes that stop many in one step override it."""
         failures: dict[str, EasyLaunchError] = {}
@@ -169,28 +175,28 @@ class Mode(ABC):
                 failures[job.id] = exc
         return failures
 
-    def goes_on_without(self, job: Job) -> bool:
+    def goes_on_without(self, job: RunRecord) -> bool:
         """Whether the run goes on when this process ends (default: yes; a local run this
         process supervises stops with it)."""
         return True
 
-    def not_submitted(self, job: Job) -> str | None:
+    def not_submitted(self, job: RunRecord) -> str | None:
         """Why a run will never start by itself (written to a batch nobody submitted, with
         how to submit it); None for a run that will."""
         return None
 
-    def refuse_not_submitted(self, job: Job) -> None:
+    def refuse_not_submitted(self, job: RunRecord) -> None:
         """Raise ``NotSubmittedError`` for a run that will never start by itself: a wait for
         it would never end."""
         why = self.not_submitted(job)
         if why is not None:
             raise NotSubmittedError(f"run {job.id} was {why}")
 
-    def waiting_reason(self, job: Job) -> str | None:
+    def waiting_reason(self, job: RunRecord) -> str | None:
         """Why a queued run has not started, as the backend says (None: unknown)."""
         return None
 
-    def heard_wait(self, job: Job) -> str | None:
+    def heard_wait(self, job: RunRecord) -> str | None:
         """Why a queued run waits, as the backend said in this mode's last refresh (asks
         nothing; None: it did not say)."""
         return None
@@ -199,19 +205,19 @@ class Mode(ABC):
         """Where the run writes its logs when that is not its local folder (for the registry)."""
         return None
 
-    def log_file(self, job: Job, name: str) -> Path:
+    def log_file(self, job: RunRecord, name: str) -> Path:
         """Where this run's log file ``name`` can be read from this machine."""
         return job.log_dir / name
 
-    def readable_folder(self, job: Job) -> Path:
+    def readable_folder(self, job: RunRecord) -> Path:
         """The folder this run's files (metrics, event files) are read from on this machine."""
         return job.log_dir
 
-    def sync_logs(self, job: Job) -> None:
+    def sync_logs(self, job: RunRecord) -> None:
         """Bring the run's logs up to date here, where it writes them elsewhere (default: it
         writes them here)."""
 
-    def fetch(self, job: Job) -> str:
+    def fetch(self, job: RunRecord) -> str:
         """Bring remote logs and results into the local run folder; say what was done."""
         return f"run {job.id} ran on this machine: everything is already in {job.log_dir}"
 
@@ -219,13 +225,13 @@ class Mode(ABC):
         """The code folders whose snapshots the runs import (CODE_DIRS_TO_MOUNT)."""
         return self.settings.code_mounts()
 
-    def shell(self, job: Job) -> tuple[list[str], dict[str, str] | None]:
+    def shell(self, job: RunRecord) -> tuple[list[str], dict[str, str] | None]:
         """The argv (run here, on a terminal) of an interactive shell on the machine and in
         the folder of a running run, with its environment; and the environment to run it
         with here (None: this process's)."""
         raise LaunchError(f"mode {self.name!r} has no way into a run's machine")
 
-    def wait_for_change(self, job: Job, timeout: float) -> None:
+    def wait_for_change(self, job: RunRecord, timeout: float) -> None:
         """Block up to ``timeout`` seconds or until the job may have changed."""
         time.sleep(timeout)
 

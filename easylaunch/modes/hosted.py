@@ -31,7 +31,7 @@ from easylaunch.modes.hosts.staging import Upload, bundle_items
 from easylaunch.modes.hosts.transport import HostError, Transport, checked
 from easylaunch.runs.bundle import LAUNCH_JSON, Run
 from easylaunch.runs.commands import check_found
-from easylaunch.tracking.jobs import Job
+from easylaunch.runs.record import RunRecord
 from easylaunch_job.records import (
     BUNDLE_DIR,
     RESULT_PKL,
@@ -191,7 +191,7 @@ class HostedMode(Mode):
 
     # -- where the run's files are ------------------------------------------------------------
 
-    def _job_log_dir(self, job: Job) -> str:
+    def _job_log_dir(self, job: RunRecord) -> str:
         """Where the job writes the run's record, on the far side."""
         return job.launch_info["backend"].get("job_log_dir", str(job.log_dir))
 
@@ -201,22 +201,22 @@ class HostedMode(Mode):
             return None
         return self.transport.remote(there)
 
-    def log_file(self, job: Job, name: str) -> Path:
+    def log_file(self, job: RunRecord, name: str) -> Path:
         """The log where the job writes it when that is readable here, else the local copy."""
         there = self.readable_folder(job) / name
         return there if there.exists() else job.log_dir / name
 
-    def readable_folder(self, job: Job) -> Path:
+    def readable_folder(self, job: RunRecord) -> Path:
         """The folder the job writes, where it is readable here (a shared file system), else
         the local copy."""
         there = Path(self._job_log_dir(job))
         return there if self.transport.is_local and there.is_dir() else job.log_dir
 
-    def _mirrored(self, job: Job) -> bool:
+    def _mirrored(self, job: RunRecord) -> bool:
         """Whether the job keeps its record somewhere other than its local folder."""
         return not self.transport.is_local or self._job_log_dir(job) != str(job.log_dir)
 
-    def sync_record(self, job: Job) -> None:
+    def sync_record(self, job: RunRecord) -> None:
         """Where the job's folder is visible here (a shared file system), its record is
         copied whenever it is newer: a run the user reran on the cluster shows it too."""
         there = Path(self._job_log_dir(job))
@@ -225,16 +225,16 @@ class HostedMode(Mode):
 
     # -- tracking -----------------------------------------------------------------------------
 
-    def backend_query(self, jobs: list[Job]) -> BackendQuery:
+    def backend_query(self, jobs: list[RunRecord]) -> BackendQuery:
         """Ask the backend about these open jobs (asked before their records are read, so a
         backend that says a job ended is never ahead of its record); its ``settle`` gives runs
         the backend has finished with the terminal state they lack."""
         return NO_QUERY
 
-    def refresh(self, job: Job) -> None:
+    def refresh(self, job: RunRecord) -> None:
         self.refresh_many([job])
 
-    def refresh_many(self, jobs: list[Job]) -> None:
+    def refresh_many(self, jobs: list[RunRecord]) -> None:
         """One round trip for all the runs: the backend's view, then their records there;
         runs that ended are brought back here. (On this machine the records are read in
         place: ``sync_record`` copies them each time a job's state is read.)"""
@@ -256,7 +256,7 @@ class HostedMode(Mode):
         if asked:
             query.settle(answers[:-1])
 
-    def _mirror(self, job: Job, record: dict | None) -> bool:
+    def _mirror(self, job: RunRecord, record: dict | None) -> bool:
         """Copy the record read there into the local folder; True if it is terminal (its
         folder is then brought back before the record is written here)."""
         if record is None:
@@ -272,10 +272,10 @@ class HostedMode(Mode):
                 write_json_atomic(str(job.log_dir / STATUS_JSON), status)
         return False
 
-    def _bring_back(self, jobs: list[Job]) -> None:
+    def _bring_back(self, jobs: list[RunRecord]) -> None:
         """Copy the folders of runs that ended there into their local folders (results and
         logs; one rsync per folder of runs), then their final records."""
-        groups: dict[tuple[str, Path], list[Job]] = {}
+        groups: dict[tuple[str, Path], list[RunRecord]] = {}
         for job in jobs:
             there = Path(self._job_log_dir(job))
             groups.setdefault((str(there.parent.parent), job.log_dir.parent.parent),
@@ -290,7 +290,7 @@ class HostedMode(Mode):
             except HostError:
                 continue  # brought back on a later poll
 
-    def request_cancel(self, jobs: list[Job], *then: dict) -> list[dict]:
+    def request_cancel(self, jobs: list[RunRecord], *then: dict) -> list[dict]:
         """Note the cancel in the runs' records, here and where the jobs write them, then run
         the far-side ops ``then`` in the same round trip; their answers."""
         for job in jobs:
@@ -300,7 +300,7 @@ class HostedMode(Mode):
              "fields": {"cancel_requested": True}}, *then]), self.transport.where)
         return answers[1:]
 
-    def cancel_packed(self, tasks: list[tuple[Job, str, int]]) -> dict[str, EasyLaunchError]:
+    def cancel_packed(self, tasks: list[tuple[RunRecord, str, int]]) -> dict[str, EasyLaunchError]:
         """Cancel tasks of packers, each a (run, the packer's state folder there, task index):
         the packer skips the task, or stops it if it runs; one not started yet ends at once.
         One round trip for them all; what kept each run from being cancelled (all of them,
@@ -322,7 +322,7 @@ class HostedMode(Mode):
                 job.record_end("cancelled", "cancelled before it started")
         return {}
 
-    def fetch(self, job: Job) -> str:
+    def fetch(self, job: RunRecord) -> str:
         if not self._mirrored(job):
             return super().fetch(job)
         there = Path(self._job_log_dir(job))
@@ -332,11 +332,11 @@ class HostedMode(Mode):
         return (f"brought {self.transport.remote(str(there))} into {job.log_dir} "
                 f"({sent} bytes over the wire)")
 
-    def sync_logs(self, job: Job) -> None:
+    def sync_logs(self, job: RunRecord) -> None:
         if not self.transport.is_local:
             there = self._job_log_dir(job)
             with contextlib.suppress(HostError):
                 self.transport.pull(there, [STDOUT_LOG, STDERR_LOG], job.log_dir)
 
-    def wait_for_change(self, job: Job, timeout: float) -> None:
+    def wait_for_change(self, job: RunRecord, timeout: float) -> None:
         time.sleep(max(timeout, 0.25))  # each look asks the far side: at most 4 times a second

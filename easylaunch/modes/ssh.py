@@ -23,8 +23,8 @@ from easylaunch.modes.jobscript import StartLine, bundle_pythonpath, start_line,
 from easylaunch.runs.bundle import Run
 from easylaunch.runs.commands import programs_to_find
 from easylaunch.runs.preview import Preview
+from easylaunch.runs.record import RunRecord
 from easylaunch.runs.request import LaunchRequest
-from easylaunch.tracking.jobs import Job
 from easylaunch_job.command import run_variables
 from easylaunch_job.records import JOB_PYZ, write_bytes_atomic
 
@@ -125,7 +125,7 @@ class SshMode(HostedMode):
                        {"runs at once": prepared.argv[prepared.argv.index("--workers") + 1],
                         "GPUs": ", ".join(prepared.facts.gpus) or "none"})
 
-    def submit(self, request: LaunchRequest, runs: list[Run], prepared: Pack) -> list[Job]:
+    def submit(self, request: LaunchRequest, runs: list[Run], prepared: Pack) -> list[RunRecord]:
         prepared.local_dir.mkdir(parents=True)
         for name, text in prepared.files.items():
             write_bytes_atomic(str(prepared.local_dir / name), text.encode())
@@ -140,23 +140,23 @@ class SshMode(HostedMode):
                 packer_pid=started["pid"], packer_started=started["started"],
                 packer_log=prepared.log, state_dir=state_dir, task_index=index,
                 gpus=prepared.facts.gpus)
-        return [Job(run.run_id, run.exp_name, run.log_dir, self) for run in runs]
+        return [RunRecord.of_run(run) for run in runs]
 
     # -- tracking -------------------------------------------------------------------------------
 
-    def _packers(self, jobs: list[Job]) -> list[tuple]:
+    def _packers(self, jobs: list[RunRecord]) -> list[tuple]:
         backends = [job.launch_info["backend"] for job in jobs]
         return sorted({(b["packer_pid"], b["packer_started"]) for b in backends
                        if "packer_pid" in b})
 
-    def backend_query(self, jobs: list[Job]) -> BackendQuery:
+    def backend_query(self, jobs: list[RunRecord]) -> BackendQuery:
         packers = self._packers(jobs)
         if not packers:
             return NO_QUERY
         return BackendQuery([{"op": "alive", "pids": [list(p) for p in packers]}],
                             functools.partial(self._settle, jobs, packers))
 
-    def _settle(self, jobs: list[Job], packers: list[tuple], answers: list[dict]) -> None:
+    def _settle(self, jobs: list[RunRecord], packers: list[tuple], answers: list[dict]) -> None:
         """A run whose packer is gone without the run recording an outcome failed (the host
         rebooted, or the packer was killed)."""
         alive = dict(zip(packers, answers[0]["alive"], strict=True))
@@ -164,7 +164,7 @@ class SshMode(HostedMode):
             backend = job.launch_info["backend"]
             if alive.get((backend.get("packer_pid"), backend.get("packer_started")), True):
                 continue
-            if job.info().get("state") not in ("queued", "running"):
+            if self.read_record(job).get("state") not in ("queued", "running"):
                 continue
             if job.info().get("cancel_requested"):
                 job.record_end("cancelled", "cancelled")
@@ -173,18 +173,18 @@ class SshMode(HostedMode):
                                          "this run recorded an outcome (was the machine "
                                          f"restarted?); see {backend['packer_log']} there")
 
-    def shell(self, job: Job) -> tuple[list[str], dict[str, str] | None]:
+    def shell(self, job: RunRecord) -> tuple[list[str], dict[str, str] | None]:
         """bash in the run's folder on the host."""
         folder = self._job_log_dir(job)
         return self.transport.terminal_argv(
             shell_in(folder, run_variables(job.id, folder))), None
 
-    def cancel(self, job: Job) -> None:
+    def cancel(self, job: RunRecord) -> None:
         failure = self.cancel_many([job]).get(job.id)
         if failure is not None:
             raise failure
 
-    def cancel_many(self, jobs: list[Job]) -> dict[str, EasyLaunchError]:
+    def cancel_many(self, jobs: list[RunRecord]) -> dict[str, EasyLaunchError]:
         """The packer's tasks, in one round trip."""
         return self.cancel_packed([(job, job.launch_info["backend"]["state_dir"],
                                     job.launch_info["backend"]["task_index"]) for job in jobs])

@@ -101,8 +101,8 @@ def metrics_folder(shown: Shown, fetch: bool) -> Path:
             job.fetch()
             return here
         for name in (METRICS_JSONL, PROGRESS_CSV):
-            job.mode.log_file(job, name)  # (a cloud run's: copied here from the bucket)
-        return job.mode.readable_folder(job)
+            job.mode.log_file(job.record, name)  # (a cloud run's: copied here from the bucket)
+        return job.mode.readable_folder(job.record)
     except (EasyLaunchError, OSError) as exc:
         warnings.warn(f"run {shown.entry.id}: its metrics could not be brought here ({exc}); "
                       "reading what its folder holds", stacklevel=3)

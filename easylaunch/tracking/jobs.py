@@ -12,28 +12,20 @@ import time
 from pathlib import Path
 from typing import Any
 
-from easylaunch.errors import EasyLaunchError, JobCancelledError, JobFailedError
+from easylaunch.errors import JobCancelledError, JobFailedError
 from easylaunch.modes import get_mode
 from easylaunch.modes.base import Mode
+from easylaunch.modes.local import machine
 from easylaunch.runs import bundle
+from easylaunch.runs.record import NOT_RETURNED, DamagedRecordError, RunRecord
 from easylaunch.settings import launch_settings
+from easylaunch.tracking.interrupts import interrupted
+from easylaunch.tracking.notify import record_ends
 from easylaunch_job.outcome import load_outcome
-from easylaunch_job.records import (
-    STATUS_JSON,
-    STDERR_LOG,
-    STDOUT_LOG,
-    DamagedRecord,
-    read_json,
-    update_status,
-    write_json_atomic,
-)
-from easylaunch_job.states import TERMINAL_STATES, JobState
+from easylaunch_job.records import STDERR_LOG, STDOUT_LOG
+from easylaunch_job.states import JobState
 
-_NO_VALUE = object()
-
-
-class DamagedRecordError(EasyLaunchError):
-    """A run's status.json cannot be read (empty or cut short by a crash)."""
+__all__ = ["DamagedRecordError", "Job", "JobState", "RemoteTraceback"]
 
 
 class RemoteTraceback(Exception):
@@ -44,15 +36,12 @@ class RemoteTraceback(Exception):
 
 
 class Job:
-    """A handle on one launched run; ``Job.from_run_dir`` reconnects from a later process."""
+    """A handle on one launched run: its record (:class:`RunRecord`) and the mode that tracks
+    it; ``Job.from_run_dir`` reconnects from a later process."""
 
-    def __init__(self, run_id: str, exp_name: str, log_dir: Path, mode: Mode) -> None:
-        self.id = run_id
-        self.exp_name = exp_name
-        self.log_dir = Path(log_dir)
+    def __init__(self, record: RunRecord, mode: Mode) -> None:
+        self.record = record
         self.mode = mode
-        self._value: Any = _NO_VALUE
-        self._unwritten_end: dict = {}  # an end that could not be written to status.json
         self._end_recorded = False  # whether a wait wrote the run's end to the registry
 
     def __repr__(self) -> str:
@@ -63,45 +52,38 @@ class Job:
     def from_run_dir(cls, log_dir: str | os.PathLike) -> Job:
         """Reconnect to the run whose folder is ``log_dir``, with the settings and mode options
         it was launched with."""
-        log_dir = Path(log_dir)
-        try:
-            launch = read_json(str(log_dir / bundle.LAUNCH_JSON))
-        except DamagedRecord as exc:
-            raise EasyLaunchError(f"its {bundle.LAUNCH_JSON} is damaged, so the run cannot "
-                                  f"be tracked or acted on ({exc})") from None
-        if not launch:
-            raise EasyLaunchError(f"{log_dir} is not an easylaunch run folder "
-                                  f"(no {bundle.LAUNCH_JSON})")
+        return cls.of_record(RunRecord.read(log_dir))
+
+    @classmethod
+    def of_record(cls, record: RunRecord) -> Job:
+        """The handle on a run whose record is read, with the mode it was launched with."""
+        launch = record.launch_info
         saved = launch.get("request") or {}
         mode = get_mode(launch["mode"]).create(launch_settings(saved.get("settings_file")),
                                                saved.get("mode_options") or {})
-        return cls(launch["run_id"], launch["exp_name"], log_dir, mode)
+        return cls(record, mode)
+
+    @property
+    def id(self) -> str:
+        return self.record.id
+
+    @property
+    def exp_name(self) -> str:
+        return self.record.exp_name
+
+    @property
+    def log_dir(self) -> Path:
+        return self.record.log_dir
 
     @property
     def launch_info(self) -> dict:
         """The run's launch.json: mode, ids, host, versions, command line, git commits."""
-        return read_json(str(self.log_dir / bundle.LAUNCH_JSON))
+        return self.record.launch_info
 
     def info(self) -> dict:
-        """The run's status.json as it is now (state, times, exit code, error).
-
-        A run whose folder is gone reads as failed, with the reason; a damaged status.json
-        raises :class:`DamagedRecordError` for this run alone.
-        """
-        if not self.log_dir.is_dir():
-            return {"state": "failed", "error": f"the run folder {self.log_dir} no longer "
-                                                "exists (deleted or moved): its outcome is lost"}
-        self.mode.sync_record(self)
-        try:
-            status = read_json(str(self.log_dir / STATUS_JSON))
-        except DamagedRecord as exc:
-            if self._unwritten_end:
-                return self._unwritten_end
-            raise DamagedRecordError(f"run {self.id}: {exc}; its state is unknown until the run "
-                                     "writes it again") from None
-        if self._unwritten_end and status.get("state") not in TERMINAL_STATES:
-            return {**status, **self._unwritten_end}
-        return status
+        """The run's status.json as it is now (state, times, exit code, error); see
+        :meth:`RunRecord.info`."""
+        return self.mode.read_record(self.record)
 
     def recorded_state(self) -> JobState:
         """The state in the run's own status.json, without asking the backend."""
@@ -114,13 +96,13 @@ class Job:
             state = self.recorded_state()
         except DamagedRecordError:  # unknown until the run or its backend writes an end
             with contextlib.suppress(DamagedRecordError):
-                self.mode.refresh(self)
+                self.mode.refresh(self.record)
             try:
                 return self.recorded_state()
             except DamagedRecordError:
                 return JobState.UNKNOWN
         if not self.resolve_unsubmitted() and not state.terminal:
-            self.mode.refresh(self)
+            self.mode.refresh(self.record)
         return self.recorded_state()
 
     def resolve_unsubmitted(self) -> bool:
@@ -135,8 +117,6 @@ class Job:
 
     def _launcher_died_before_submitting(self) -> bool:
         """True if the run was never handed to its mode and its launcher is gone."""
-        from easylaunch.modes.local import machine
-
         launch = self.launch_info
         return bundle.was_submitted(launch) is False and machine.launcher_gone(launch)
 
@@ -148,12 +128,11 @@ class Job:
         """Block until the run ends (or ``timeout`` seconds pass); return its state, its end
         written to the registry. Ctrl-C raises ``KeyboardInterrupt`` saying, in one line,
         whether the run goes on and how to cancel it."""
-        from easylaunch.tracking.interrupts import interrupted
-
         deadline = None if timeout is None else time.monotonic() + timeout
         delay = 0.01
         try:
             while True:
+                self.record.reload()  # (a new look: status.json read again)
                 state = self.status()
                 if state.terminal:
                     self._record_end_once()
@@ -161,7 +140,7 @@ class Job:
                 if deadline is not None and time.monotonic() >= deadline:
                     return state
                 pause = delay if deadline is None else min(delay, deadline - time.monotonic())
-                self.mode.wait_for_change(self, max(pause, 0.0))
+                self.mode.wait_for_change(self.record, max(pause, 0.0))
                 delay = min(delay * 1.5, 1.0)
         except KeyboardInterrupt:
             raise interrupted([self]) from None
@@ -169,8 +148,6 @@ class Job:
     def _record_end_once(self) -> None:
         """Write the run's end to the registry (and tell it, if its row was open), once for
         this handle."""
-        from easylaunch.tracking.refresh import record_ends
-
         if not self._end_recorded:
             self._end_recorded = True
             record_ends([self])
@@ -180,8 +157,8 @@ class Job:
         state = self.wait(timeout)
         if not state.terminal:
             raise TimeoutError(f"run {self.id} is still {state} after {timeout} s")
-        if self._value is not _NO_VALUE:
-            return self._value
+        if self.record.returned is not NOT_RETURNED:
+            return self.record.returned
         info = self.info()
         if state in (JobState.CANCELLED, JobState.TIMEOUT):
             raise JobCancelledError(f"run {self.id} ended as {state}: {info.get('error', '')}")
@@ -204,27 +181,15 @@ class Job:
 
     def fetch(self) -> str:
         """Bring the run's remote logs and results into its local folder; say what was done."""
-        return self.mode.fetch(self)
+        return self.mode.fetch(self.record)
 
     def record_backend(self, **ids: Any) -> None:
-        """Store backend ids (a new instance, a new job) in launch.json, as
-        :meth:`bundle.Run.record_backend` does at launch."""
-        launch = self.launch_info
-        launch.setdefault("backend", {}).update(ids)
-        write_json_atomic(str(self.log_dir / bundle.LAUNCH_JSON), launch)
+        """Store backend ids (a new instance, a new job) in launch.json."""
+        self.record.record_backend(**ids)
 
     def record_end(self, state: str, error: str) -> None:
-        """Record a terminal state for a run whose own record has none (the first end wins).
-
-        Where status.json cannot be written (a full disk), this handle keeps the end, with
-        the reason it is not on disk.
-        """
-        try:
-            update_status(str(self.log_dir), state=state, ended_at=time.time(),
-                                 error=error)
-        except OSError as exc:
-            self._unwritten_end = {"state": state, "ended_at": time.time(),
-                                   "error": f"{error} (not saved in status.json: {exc})"}
+        """Record a terminal state for a run whose own record has none (the first end wins)."""
+        self.record.record_end(state, error)
 
     def cancel(self) -> None:
         """Stop the run (a finished run is left as it is)."""
@@ -233,14 +198,14 @@ class Job:
         except DamagedRecordError:  # its state is unknown: stop it, its end repairs the record
             ended = False
         if not ended:
-            self.mode.cancel(self)
+            self.mode.cancel(self.record)
 
     @property
     def stdout_path(self) -> Path:
         """The run's stdout log, where it can be read from here."""
-        return self.mode.log_file(self, STDOUT_LOG)
+        return self.mode.log_file(self.record, STDOUT_LOG)
 
     @property
     def stderr_path(self) -> Path:
         """The run's stderr log, where it can be read from here."""
-        return self.mode.log_file(self, STDERR_LOG)
+        return self.mode.log_file(self.record, STDERR_LOG)

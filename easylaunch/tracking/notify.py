@@ -8,17 +8,26 @@ that fails is said on stderr (without the URL, which may hold a token) and not t
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shlex
+import sqlite3
 import subprocess
 import sys
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
-from easylaunch.tracking.jobs import Job, JobState
-from easylaunch.tracking.registry import Entry, Registry
+from easylaunch.errors import EasyLaunchError
+from easylaunch.runs.record import DamagedRecordError, RunRecord
+from easylaunch.tracking.registry import Entry, Registry, open_registry
+from easylaunch.tracking.rows import record_fields
+from easylaunch_job.states import JobState
+
+if TYPE_CHECKING:
+    from easylaunch.tracking.jobs import Job
 
 DELIVERY_TIMEOUT = 10  # seconds a command or a webhook gets
 ERROR_CHARS = 300  # of a failed run's error, in a summary
@@ -82,7 +91,7 @@ def sweep_message(entries: list[Entry], errors: Mapping[str, str]) -> dict:
 
 def _error(entry: Entry) -> str:
     try:
-        return Job.from_run_dir(entry.log_dir).info().get("error") or ""
+        return RunRecord.read(entry.log_dir).info().get("error") or ""
     except Exception:  # noqa: BLE001 - a summary goes out without the error rather than not
         return ""
 
@@ -116,3 +125,30 @@ def tell_ends(registry: Registry, jobs: Iterable[Job], before: Mapping[str, str]
 def _tell_once(registry: Registry, key: str, settings: Mapping, message: dict) -> None:
     if registry.claim(key):
         deliver(settings, message)
+
+
+def write_records(registry: Registry, jobs: Sequence[Job]) -> None:
+    """Write what these runs' records say to the registry (:func:`record_fields`, the same
+    fields whichever path looks) and tell the ends this brought (NOTIFY_*): the runs whose
+    rows were open until now, whoever saw the end first (a wait that began after it, as
+    ``logs -f`` and ``submit --wait`` do, still tells it). A run whose record cannot be read
+    now is left as it was."""
+    changes = []
+    for job in jobs:
+        with contextlib.suppress(DamagedRecordError, OSError):
+            changes.append((job.id, record_fields(job.info())))
+    with contextlib.suppress(sqlite3.Error):  # the rows are a cache; a full disk keeps them old
+        before = registry.states(job.id for job in jobs)
+        registry.update_many(changes)
+        tell_ends(registry, jobs, before)
+
+
+def record_ends(jobs: Sequence[Job]) -> None:
+    """:func:`write_records` to each run's own registry (REGISTRY_PATH of its settings), as
+    ``wait_all`` and ``Job.wait`` do when they saw runs end."""
+    by_registry: dict[str, list[Job]] = {}
+    for job in jobs:
+        by_registry.setdefault(job.mode.settings.REGISTRY_PATH or "", []).append(job)
+    for path, group in by_registry.items():
+        with contextlib.suppress(sqlite3.Error, EasyLaunchError, OSError):
+            write_records(open_registry(path or None), group)

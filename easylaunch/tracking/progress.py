@@ -1,44 +1,23 @@
-"""Progress bars on a terminal (rich), and nothing at all when stderr is not one."""
+"""Waiting for many runs at once (``wait_all``), with a bar of their states on a terminal."""
 
 from __future__ import annotations
 
-import contextlib
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, TypeVar
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from easylaunch.modes.console import state_bar
+from easylaunch.tracking.interrupts import interrupted
+from easylaunch.tracking.listing import counts
+from easylaunch.tracking.notify import record_ends
+from easylaunch_job.states import JobState
 
 if TYPE_CHECKING:
-    from easylaunch.tracking.jobs import Job, JobState
-
-T = TypeVar("T")
-
-
-@contextlib.contextmanager
-def bar(total: int, description: str) -> Iterator[Callable[[int], None]]:
-    """Yield ``advance(n)``: a rich progress bar on a terminal for 2+ items, else a no-op."""
-    if total < 2 or not sys.stderr.isatty():
-        yield lambda n: None
-        return
-    from rich.console import Console
-    from rich.progress import Progress
-
-    with Progress(console=Console(stderr=True), transient=True) as progress:
-        task = progress.add_task(description, total=total)
-        yield lambda n: progress.advance(task, n)
-
-
-def track(items: Sequence[T], description: str) -> Iterator[T]:
-    """Iterate over ``items`` with a progress bar (on a terminal)."""
-    with bar(len(items), description) as advance:
-        for item in items:
-            yield item
-            advance(1)
+    from easylaunch.tracking.jobs import Job
 
 
 def _counts(states: Iterable[str]) -> str:
-    from easylaunch.tracking.listing import counts
-
     return counts(list(states))
 
 
@@ -50,9 +29,6 @@ def wait_all(jobs: Iterable[Job], timeout: float | None = None,
     The runs' own records are read often; backends (squeue, process tables) are asked at most
     every ``refresh_every`` seconds, once per mode for all the jobs still open.
     """
-    from easylaunch.tracking.interrupts import interrupted
-    from easylaunch.tracking.refresh import record_ends
-
     jobs = list(jobs)
     started = time.monotonic()
     deadline = None if timeout is None else started + timeout
@@ -66,15 +42,16 @@ def wait_all(jobs: Iterable[Job], timeout: float | None = None,
                     for job in pending:
                         by_mode.setdefault(id(job.mode), []).append(job)
                     for group in by_mode.values():
-                        group[0].mode.refresh_many(group)
+                        group[0].mode.refresh_many([job.record for job in group])
                     last_refresh = time.monotonic()
-                for job in pending:
+                for job in pending:  # (a new look: each record's status.json read again)
+                    job.record.reload()
                     states[job.id] = job.recorded_state()
                 pending = [j for j in pending if not states[j.id].terminal]
                 _raise_not_submitted(pending, states)
                 show(len(jobs) - len(pending), _counts(s.value for s in states.values()))
                 if pending:  # a full scan reads every open run's record: twice a second at most
-                    pending[0].mode.wait_for_change(pending[0], 0.5)
+                    pending[0].mode.wait_for_change(pending[0].record, 0.5)
     except KeyboardInterrupt:
         raise interrupted(pending) from None
     final = [j.status() for j in jobs]
@@ -88,25 +65,6 @@ def wait_all(jobs: Iterable[Job], timeout: float | None = None,
 def _raise_not_submitted(pending: Sequence[Job], states: Mapping[str, JobState]) -> None:
     """Raise ``NotSubmittedError`` at once for the first queued run that was written to a
     batch nobody submitted (its wait would never end), wherever it is in the list."""
-    from easylaunch.tracking.jobs import JobState
-
     for job in pending:
         if states[job.id] is JobState.QUEUED:
-            job.mode.refuse_not_submitted(job)
-
-
-@contextlib.contextmanager
-def state_bar(total: int, description: str) -> Iterator[Callable[[int, str], None]]:
-    """Yield ``show(done, counts)``: a bar of ``total`` runs with counts by state on a
-    terminal for 2+ runs (elapsed time, no jumpy estimate), else a no-op."""
-    if total < 2 or not sys.stderr.isatty():
-        yield lambda done, counts: None
-        return
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-               TextColumn("{task.fields[counts]}"), TimeElapsedColumn())
-    with Progress(*columns, console=Console(stderr=True), transient=True) as progress:
-        task = progress.add_task(description, total=total, counts="")
-        yield lambda done, counts: progress.update(task, completed=done, counts=counts)
+            job.mode.refuse_not_submitted(job.record)

@@ -13,17 +13,16 @@ import dataclasses
 import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from easylaunch.errors import EasyLaunchError
-from easylaunch.tracking.jobs import JobState
+from easylaunch.runs.record import DamagedRecordError
+from easylaunch.tracking.jobs import Job, JobState
+from easylaunch.tracking.listing import Shown
+from easylaunch.tracking.notify import tell_ends, write_records
+from easylaunch.tracking.progress import wait_all
+from easylaunch.tracking.registry import NO_TIME, Entry, Registry
 from easylaunch.tracking.rows import record_fields
 from easylaunch_job.records import read_status
-
-if TYPE_CHECKING:
-    from easylaunch.tracking.jobs import Job
-    from easylaunch.tracking.listing import Shown
-    from easylaunch.tracking.registry import Entry, Registry
 
 STATES = [s.value for s in JobState]
 OPEN_STATES = [s.value for s in JobState if not s.terminal]
@@ -38,44 +37,10 @@ def short(text: str, limit: int) -> str:
 
 def job_for(registry: Registry, entry: Entry) -> Job:
     """The live Job of a registry entry, its state refreshed and its record written back."""
-    from easylaunch.tracking.jobs import Job
-
     job = Job.from_run_dir(entry.log_dir)
     job.status()
     write_records(registry, [job])
     return job
-
-
-def write_records(registry: Registry, jobs: Sequence[Job]) -> None:
-    """Write what these runs' records say to the registry (:func:`record_fields`, the same
-    fields whichever path looks) and tell the ends this brought (NOTIFY_*): the runs whose
-    rows were open until now, whoever saw the end first (a wait that began after it, as
-    ``logs -f`` and ``submit --wait`` do, still tells it). A run whose record cannot be read
-    now is left as it was."""
-    from easylaunch.tracking import notify
-    from easylaunch.tracking.jobs import DamagedRecordError
-
-    changes = []
-    for job in jobs:
-        with contextlib.suppress(DamagedRecordError, OSError):
-            changes.append((job.id, record_fields(job.info())))
-    with contextlib.suppress(sqlite3.Error):  # the rows are a cache; a full disk keeps them old
-        before = registry.states(job.id for job in jobs)
-        registry.update_many(changes)
-        notify.tell_ends(registry, jobs, before)
-
-
-def record_ends(jobs: Sequence[Job]) -> None:
-    """:func:`write_records` to each run's own registry (REGISTRY_PATH of its settings), as
-    ``wait_all`` and ``Job.wait`` do when they saw runs end."""
-    from easylaunch.tracking.registry import open_registry
-
-    by_registry: dict[str, list[Job]] = {}
-    for job in jobs:
-        by_registry.setdefault(job.mode.settings.REGISTRY_PATH or "", []).append(job)
-    for path, group in by_registry.items():
-        with contextlib.suppress(sqlite3.Error, EasyLaunchError, OSError):
-            write_records(open_registry(path or None), group)
 
 
 def cancel_entry(registry: Registry, entry: Entry, timeout: float) -> tuple[JobState, bool]:
@@ -93,9 +58,6 @@ def cancel_entries(registry: Registry, entries: Sequence[Entry], timeout: float
     Each backend is asked about its runs at once and stops them in as few steps as it can (a
     packed sweep's tasks: one round trip for all). For each run: its state then, or what kept
     it from being read or cancelled; and whether it was still open."""
-    from easylaunch.tracking.jobs import DamagedRecordError
-    from easylaunch.tracking.progress import wait_all
-
     outcome: dict[str, tuple[JobState | EasyLaunchError, bool]] = {
         e.id: (JobState(e.state), False) for e in entries if e.state not in OPEN_STATES}
     groups, problems = group_jobs([e for e in entries if e.state in OPEN_STATES])
@@ -104,7 +66,7 @@ def cancel_entries(registry: Registry, entries: Sequence[Entry], timeout: float
     stopping, ended = [], []
     for jobs in groups:
         with contextlib.suppress(EasyLaunchError, OSError):
-            jobs[0].mode.refresh_many(jobs)
+            jobs[0].mode.refresh_many([job.record for job in jobs])
         live = []
         for job in jobs:
             with contextlib.suppress(DamagedRecordError):  # (unknown: stopped, its end repairs it)
@@ -113,7 +75,7 @@ def cancel_entries(registry: Registry, entries: Sequence[Entry], timeout: float
                     ended.append(job)
                     continue
             live.append(job)
-        failures = jobs[0].mode.cancel_many(live)
+        failures = jobs[0].mode.cancel_many([job.record for job in live])
         outcome.update((run_id, (exc, True)) for run_id, exc in failures.items())
         stopping += [job for job in live if job.id not in failures]
     outcome.update((job.id, (state, True))  # (wait_all writes them to the registry)
@@ -126,8 +88,6 @@ def group_jobs(entries: Sequence[Entry]) -> tuple[list[list[Job]], dict[str, str
     """The live Jobs of these runs, grouped by mode and settings with one mode (and one
     connection) per group, so each backend is asked once for a group; and, for runs that
     cannot be read, why."""
-    from easylaunch.tracking.jobs import DamagedRecordError, Job
-
     problems: dict[str, str] = {}
     groups: dict[tuple, list[Job]] = {}
     for entry in entries:
@@ -154,8 +114,6 @@ def ended_fields(entry: Entry) -> dict:
     """A finished run's fields from its status.json (:func:`record_fields` but the state the
     registry holds), for a row that lacks them (written before they were kept, or never
     refreshed since it ended)."""
-    from easylaunch.tracking.registry import NO_TIME
-
     # (NO_TIME and "": looked once, so a record without them is not read again)
     fields = {"ended": NO_TIME, "reason": ""}
     if info := read_status(entry.log_dir):  # (none: its folder is gone, the row says more)
@@ -169,10 +127,6 @@ def refresh_entries(registry: Registry, entries: Sequence[Entry]) -> list[Shown]
     what keeps it from being read; a fault in one run never stops a listing. Each backend is
     asked once about all the open runs launched with the same settings: one round trip to a
     remote cluster, not one per run."""
-    from easylaunch.tracking import notify
-    from easylaunch.tracking.jobs import DamagedRecordError
-    from easylaunch.tracking.listing import Shown
-
     shown = {entry.id: entry.state for entry in entries}
     seen: dict[str, dict] = {}  # run id -> registry fields a refresh saw
     waits: dict[str, str | None] = {}  # run id -> why its queued job waits, as heard
@@ -183,7 +137,7 @@ def refresh_entries(registry: Registry, entries: Sequence[Entry]) -> list[Shown]
     shown.update(problems)
     for jobs in groups:
         with contextlib.suppress(EasyLaunchError, OSError):
-            jobs[0].mode.refresh_many(jobs)
+            jobs[0].mode.refresh_many([job.record for job in jobs])
         for job in jobs:
             try:
                 shown[job.id] = job.status().value
@@ -195,10 +149,10 @@ def refresh_entries(registry: Registry, entries: Sequence[Entry]) -> list[Shown]
                 shown[job.id] = f"{shown[job.id]} ({short(str(exc), 120)})"
                 continue
             seen[job.id] = record_fields(info)
-            waits[job.id] = job.mode.heard_wait(job) if shown[job.id] == "queued" else None
+            waits[job.id] = job.mode.heard_wait(job.record) if shown[job.id] == "queued" else None
     with contextlib.suppress(sqlite3.Error):  # the rows are a cache; a full disk keeps them old
         registry.update_many((run_id, fields) for run_id, fields in seen.items() if fields)
-        notify.tell_ends(registry, [job for jobs in groups for job in jobs],
+        tell_ends(registry, [job for jobs in groups for job in jobs],
                          {entry.id: entry.state for entry in entries})
     listed = []
     for entry in entries:

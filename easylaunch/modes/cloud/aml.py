@@ -29,8 +29,8 @@ from typing import Any
 from easylaunch.errors import LaunchError, needed
 from easylaunch.modes.cloud import azure
 from easylaunch.modes.cloud.base import CloudMode, Fleet, InstanceState, Target, instance_name
+from easylaunch.runs.record import RunRecord
 from easylaunch.runs.request import LaunchRequest
-from easylaunch.tracking.jobs import Job
 from easylaunch_job.cloud.platforms import ENV_INDEX, ENV_SNAPSHOTS, ENV_WORKDIR
 from easylaunch_job.cloud.stores import AzureBlobStore
 
@@ -396,7 +396,7 @@ class AmlMode(CloudMode[AmlTarget]):
                                                  False)
         return states
 
-    def shell(self, job: Job) -> tuple[list[str], dict[str, str] | None]:
+    def shell(self, job: RunRecord) -> tuple[list[str], dict[str, str] | None]:
         backend = job.launch_info.get("backend", {})
         raise LaunchError(
             f"easylaunch does not open shells in Azure ML jobs: open job "

@@ -28,8 +28,8 @@ from easylaunch.modes.cloud import relaunch
 from easylaunch.modes.cloud import transfer as cloud
 from easylaunch.runs.bundle import Run
 from easylaunch.runs.preview import Preview
+from easylaunch.runs.record import RunRecord
 from easylaunch.runs.request import LaunchRequest
-from easylaunch.tracking.jobs import Job
 from easylaunch_job.cloud.agent import CANCEL_SUFFIX
 from easylaunch_job.cloud.inputs import AGENT_JSON
 from easylaunch_job.cloud.stores import Store
@@ -285,7 +285,7 @@ class CloudMode(Mode, Generic[TargetT]):
              f" MB) to {target.bucket}/{target.prefix} (those stored already are skipped)"])
 
     def submit(self, request: LaunchRequest, runs: list[Run], prepared: CloudPlan[TargetT]
-               ) -> list[Job]:
+               ) -> list[RunRecord]:
         target = prepared.target
         store = self.store(target.bucket, target.location)
         cloud.upload(store, prepared.shared,
@@ -302,7 +302,7 @@ class CloudMode(Mode, Generic[TargetT]):
         except BaseException:
             self._withdraw(store, started)
             raise
-        return [Job(run.run_id, run.exp_name, run.log_dir, self) for run in runs]
+        return [RunRecord.of_run(run) for run in runs]
 
     def _record(self, group: list[Run], instance: dict, fleet: Fleet, store: Store,
                 target: Target) -> None:
@@ -337,7 +337,7 @@ class CloudMode(Mode, Generic[TargetT]):
     # -- tracking -------------------------------------------------------------------------------
 
     @staticmethod
-    def _backend(job: Job) -> dict:
+    def _backend(job: RunRecord) -> dict:
         backend = job.launch_info.get("backend", {})
         if "instance_id" not in backend:
             raise LaunchError(f"run {job.id} has no instance recorded (its launch failed "
@@ -348,7 +348,7 @@ class CloudMode(Mode, Generic[TargetT]):
         """The bucket a run's record (launch.json's backend) names."""
         return self.store(backend["bucket"], backend["location"])
 
-    def _mirror(self, job: Job, store: Store, prefix: str) -> dict:
+    def _mirror(self, job: RunRecord, store: Store, prefix: str) -> dict:
         """Bring the run's status.json (and result.pkl once it ended) from the bucket."""
         data = store.get(f"{prefix}/{STATUS_JSON}")
         try:
@@ -366,10 +366,10 @@ class CloudMode(Mode, Generic[TargetT]):
         update_status(str(job.log_dir), **remote)
         return remote
 
-    def refresh(self, job: Job) -> None:
+    def refresh(self, job: RunRecord) -> None:
         self.refresh_many([job])
 
-    def refresh_many(self, jobs: list[Job]) -> None:
+    def refresh_many(self, jobs: list[RunRecord]) -> None:
         """Read each run's status from the bucket; ask the cloud once about those not ended."""
         open_jobs = []  # with the record each was looked at by (another process may move it)
         for job in jobs:
@@ -387,7 +387,7 @@ class CloudMode(Mode, Generic[TargetT]):
         if again:
             relaunch.start(self, again)
 
-    def _settle(self, job: Job, backend: dict, instance: InstanceState | None) -> bool:
+    def _settle(self, job: RunRecord, backend: dict, instance: InstanceState | None) -> bool:
         """Give a run whose instance (named in ``backend``) is gone the terminal state it did
         not record; True when the run starts again instead (this process claimed its
         relaunch)."""
@@ -421,7 +421,7 @@ class CloudMode(Mode, Generic[TargetT]):
                                    "the run's logs")
         return False
 
-    def shell(self, job: Job) -> tuple[list[str], dict[str, str] | None]:
+    def shell(self, job: RunRecord) -> tuple[list[str], dict[str, str] | None]:
         instance = job.launch_info.get("backend", {}).get("instance_id", "its instance")
         raise LaunchError(
             f"easylaunch does not open shells on {self.name} instances: the images it starts "
@@ -429,7 +429,7 @@ class CloudMode(Mode, Generic[TargetT]):
             f"ssh to {instance}'s public address; the run's logs sync to "
             f"{job.launch_info['backend'].get('log_url', 'its bucket')}")
 
-    def cancel(self, job: Job) -> None:
+    def cancel(self, job: RunRecord) -> None:
         """Ask the agent to stop the run and sync it, then end the instance if it is not
         running other runs; the run ends as cancelled."""
         backend = self._backend(job)
@@ -453,7 +453,7 @@ class CloudMode(Mode, Generic[TargetT]):
     def remote_log_dir(self, run: Run) -> str | None:
         return run.launch["backend"].get("log_url")
 
-    def log_file(self, job: Job, name: str) -> Path:
+    def log_file(self, job: RunRecord, name: str) -> Path:
         """The run's log as last synced to the bucket (copied into the local folder first)."""
         backend = job.launch_info.get("backend", {})
         if "instance_id" in backend:
@@ -462,7 +462,7 @@ class CloudMode(Mode, Generic[TargetT]):
                 write_bytes_atomic(str(job.log_dir / name), data)
         return job.log_dir / name
 
-    def sync_logs(self, job: Job) -> None:
+    def sync_logs(self, job: RunRecord) -> None:
         """The run's other logs (each rank's, the instance's) as last synced to the bucket
         (its stdout and stderr come as they are read: ``log_file``)."""
         backend = job.launch_info.get("backend", {})
@@ -470,7 +470,7 @@ class CloudMode(Mode, Generic[TargetT]):
             cloud.download_prefix(self.store_of(backend), backend["log_prefix"], job.log_dir,
                                   skip=(STDOUT_LOG, STDERR_LOG), suffix=".log")
 
-    def fetch(self, job: Job) -> str:
+    def fetch(self, job: RunRecord) -> str:
         backend = self._backend(job)
         store = self.store_of(backend)
         prefix = backend["log_prefix"]
@@ -481,5 +481,5 @@ class CloudMode(Mode, Generic[TargetT]):
         return (f"fetched {len(files)} file(s) from {backend['log_url']} into {job.log_dir}"
                 if files else f"nothing stored yet under {backend['log_url']}")
 
-    def wait_for_change(self, job: Job, timeout: float) -> None:
+    def wait_for_change(self, job: RunRecord, timeout: float) -> None:
         time.sleep(max(timeout, 0.5))  # each look asks the bucket (and maybe the cloud)

@@ -29,8 +29,8 @@ from typing import Any
 from easylaunch.errors import LaunchError, install_hint, needed
 from easylaunch.modes.cloud import transfer as cloud
 from easylaunch.modes.cloud.base import CloudMode, Fleet, InstanceState, Target
+from easylaunch.runs.record import RunRecord
 from easylaunch.runs.request import LaunchRequest
-from easylaunch.tracking.jobs import Job
 from easylaunch_job.cloud.platforms import (
     ENV_INDEX,
     ENV_RAY_JOB,
@@ -262,7 +262,7 @@ class RayMode(CloudMode[RayTarget]):
                     status, status in ENDED_JOB_STATES, reason, False)
         return states
 
-    def shell(self, job: Job) -> tuple[list[str], dict[str, str] | None]:
+    def shell(self, job: RunRecord) -> tuple[list[str], dict[str, str] | None]:
         backend = job.launch_info.get("backend", {})
         raise LaunchError(
             f"easylaunch does not open shells in Ray jobs: find the node of job "

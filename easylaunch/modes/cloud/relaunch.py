@@ -22,8 +22,8 @@ import time
 from typing import Any, Protocol
 
 from easylaunch.modes.cloud import transfer as cloud
+from easylaunch.runs.record import RunRecord
 from easylaunch.runs.request import LaunchRequest
-from easylaunch.tracking.jobs import Job
 from easylaunch_job.attempts import RestartPolicy, finish_attempt, give_up_restart
 from easylaunch_job.cloud.agent import CANCEL_SUFFIX
 from easylaunch_job.cloud.inputs import parse_manifest
@@ -68,7 +68,7 @@ def _claim_key(backend: dict) -> str:
             f"{backend['instance_id']}{CLAIM_SUFFIX}")
 
 
-def claim(job: Job, backend: dict, store: Store, instance: Instance | None,
+def claim(job: RunRecord, backend: dict, store: Store, instance: Instance | None,
           notice: str | None) -> bool | None:
     """Decide what becomes of a run whose instance (``backend``: the record that named it, as
     read before the instance was seen ended) ended before the run recorded an end, and that
@@ -94,7 +94,7 @@ def claim(job: Job, backend: dict, store: Store, instance: Instance | None,
     return again
 
 
-def _count_restart(job: Job, policy: RestartPolicy, backend: dict,
+def _count_restart(job: RunRecord, policy: RestartPolicy, backend: dict,
                    instance: Instance | None, notice: str | None) -> bool:
     """End the run's attempt on the ended instance, unless its runner recorded the stop itself;
     True if the run is queued for another attempt."""
@@ -115,10 +115,10 @@ def _claimant() -> dict:
     return {"claimed_by": f"{socket.gethostname()}:{os.getpid()}", "claimed_at": time.time()}
 
 
-def start(mode: Relaunching, jobs: list[Job]) -> None:
+def start(mode: Relaunching, jobs: list[RunRecord]) -> None:
     """Start the next attempt of claimed runs: one new instance per ended instance. A start
     that fails ends the runs, saying why."""
-    groups: dict[str, list[Job]] = {}
+    groups: dict[str, list[RunRecord]] = {}
     for job in jobs:
         groups.setdefault(job.launch_info["backend"]["instance_id"], []).append(job)
     for old_instance, group in groups.items():
@@ -132,7 +132,7 @@ def start(mode: Relaunching, jobs: list[Job]) -> None:
                 _publish(mode.store_of(job.launch_info["backend"]), job)
 
 
-def _start_group(mode: Relaunching, group: list[Job]) -> None:
+def _start_group(mode: Relaunching, group: list[RunRecord]) -> None:
     launch = group[0].launch_info
     old = launch["backend"]
     store = mode.store_of(old)
@@ -167,7 +167,7 @@ def _start_group(mode: Relaunching, group: list[Job]) -> None:
               f"{old['instance_id']}: {exc}", file=sys.stderr)
 
 
-def _publish(store: Store, job: Job) -> None:
+def _publish(store: Store, job: RunRecord) -> None:
     """Put the run's status.json, as settled here, in the bucket (where the instances and
     every other process read it)."""
     backend = job.launch_info["backend"]

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from easylaunch.errors import LaunchError, notice
-from easylaunch.modes import launchers
+from easylaunch.modes import console, launchers
 from easylaunch.modes.base import Composed, Mode, process_environment, shell_in
 from easylaunch.modes.containers import DOCKER, SINGULARITY, Container
 from easylaunch.modes.local import machine
@@ -35,11 +35,9 @@ from easylaunch.modes.local.machine import local_gpu_ids
 from easylaunch.runs.bundle import Run
 from easylaunch.runs.commands import check_here
 from easylaunch.runs.preview import Preview
+from easylaunch.runs.record import RunRecord
 from easylaunch.runs.request import LaunchRequest
 from easylaunch.settings import Mount, Settings
-from easylaunch.tracking import interrupts
-from easylaunch.tracking.jobs import Job
-from easylaunch.tracking.progress import bar
 from easylaunch_job.attempts import RestartPolicy, record_lost_end
 from easylaunch_job.command import run_variables
 from easylaunch_job.environment import ENV_GPU_ID, ENV_PARENT_PID, process_start_time
@@ -190,20 +188,20 @@ def _wait_at_exit() -> None:
     if not pending:
         return
     try:
-        if interrupts.happened():  # (said already)
+        if console.happened():  # (said already)
             _cancel_all(pending)
             return
         print(f"easylaunch: waiting for {len(pending)} local run(s) to finish "
               "(Ctrl-C cancels them)", file=sys.stderr)
-        with bar(len(pending), "waiting for local runs") as advance:
+        with console.bar(len(pending), "waiting for local runs") as advance:
             for lr in pending:
                 while not lr.done.wait(0.5):
                     pass
                 advance(1)
     except KeyboardInterrupt:
-        interrupts.say()
+        console.say()
         _cancel_all(pending)
-        interrupts.exit_interrupted()
+        console.exit_interrupted()
 
 
 def _cancel_all(pending: list[_LocalRun]) -> None:
@@ -223,7 +221,7 @@ def _install_exit_hooks() -> None:
     global _exit_hooks_installed
     if not _exit_hooks_installed:
         _exit_hooks_installed = True
-        interrupts.on_interrupt(_interrupt_note)
+        console.on_interrupt(_interrupt_note)
         atexit.register(_wait_at_exit)
 
 
@@ -347,7 +345,7 @@ class LocalMode(Mode):
             resources={"runs at once": self._cap(gpus), "GPUs": ", ".join(gpus) or "none"})
 
     def submit(self, request: LaunchRequest, runs: list[Run],
-               prepared: list[LocalCommand]) -> list[Job]:
+               prepared: list[LocalCommand]) -> list[RunRecord]:
         for mount in self.settings.data_mounts() if self.container is None else []:
             _link_data_mount(mount)
         gpus = self._gpus if request.use_gpu else []
@@ -365,7 +363,7 @@ class LocalMode(Mode):
             started.append(local_run)
             threading.Thread(target=local_run.supervise, daemon=True,
                              name=f"easylaunch-{run.run_id}").start()
-            jobs.append(Job(run.run_id, run.exp_name, run.log_dir, self))
+            jobs.append(RunRecord.of_run(run))
         blocking = self.opts["skip_wait"] is False
         if not blocking and _in_multiprocessing_worker():
             notice("launched from a multiprocessing worker, which ends without waiting for its "
@@ -376,7 +374,7 @@ class LocalMode(Mode):
                 local_run.done.wait()
         return jobs
 
-    def refresh(self, job: Job) -> None:
+    def refresh(self, job: RunRecord) -> None:
         launch = job.launch_info
         if job.id in _live or not machine.same_host(launch):
             return  # its supervising thread records the outcome / pids mean nothing here
@@ -390,7 +388,7 @@ class LocalMode(Mode):
         elif machine.launcher_gone(launch):
             job.record_end("cancelled", "the launching process ended before this run started")
 
-    def cancel(self, job: Job) -> None:
+    def cancel(self, job: RunRecord) -> None:
         local_run = _live.get(job.id)
         if local_run is not None:
             local_run.cancel()
@@ -402,7 +400,7 @@ class LocalMode(Mode):
                                       float(self.settings.LOCAL_CANCEL_GRACE_SECONDS))
         job.record_end("cancelled", "cancelled")
 
-    def shell(self, job: Job) -> tuple[list[str], dict[str, str] | None]:
+    def shell(self, job: RunRecord) -> tuple[list[str], dict[str, str] | None]:
         """bash in the run's folder, with the environment its process started with."""
         backend = job.launch_info.get("backend", {})
         if not machine.same_host(job.launch_info) or not machine.is_alive(
@@ -416,11 +414,11 @@ class LocalMode(Mode):
                **run_variables(job.id, folder)}
         return shell_in(folder, {}), env
 
-    def goes_on_without(self, job: Job) -> bool:
+    def goes_on_without(self, job: RunRecord) -> bool:
         """A run this process supervises stops with it (its exit cancels it)."""
         return job.id not in _live
 
-    def wait_for_change(self, job: Job, timeout: float) -> None:
+    def wait_for_change(self, job: RunRecord, timeout: float) -> None:
         local_run = _live.get(job.id)
         if local_run is not None:
             local_run.done.wait(timeout)

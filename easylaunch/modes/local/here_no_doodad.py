@@ -14,10 +14,10 @@ from easylaunch.modes.local import machine
 from easylaunch.runs.bundle import Run
 from easylaunch.runs.commands import check_here
 from easylaunch.runs.preview import Preview
+from easylaunch.runs.record import RunRecord
 from easylaunch.runs.request import LaunchRequest
-from easylaunch.tracking.jobs import Job
 from easylaunch_job.config import make_doodad_config
-from easylaunch_job.records import update_status
+from easylaunch_job.records import STDERR_LOG, STDOUT_LOG, update_status
 from easylaunch_job.run import call_and_record
 
 
@@ -72,21 +72,23 @@ class HereNoDoodadMode(Mode):
     def prepare(self, request: LaunchRequest, runs: list[Run], facts: None) -> list[Any]:
         return [None for _ in runs]
 
-    def submit(self, request: LaunchRequest, runs: list[Run], prepared: list[Any]) -> list[Job]:
+    def submit(self, request: LaunchRequest, runs: list[Run], prepared: list[Any]
+               ) -> list[RunRecord]:
         """Call the function once per run, in turn. An exception it raises is recorded, then
         raised here, in the caller, as doodad did (a debugger's post-mortem sees the
         function's own frames); the runs after it are recorded as not run."""
         jobs = []
         for index, run in enumerate(runs):
-            job = Job(run.run_id, run.exp_name, run.log_dir, self)
+            job = RunRecord.of_run(run)
             log_dir = str(run.log_dir)
             config = make_doodad_config(run.meta, log_dir)
             try:
-                with _tee_output(job.stdout_path, job.stderr_path):
+                with _tee_output(self.log_file(job, STDOUT_LOG), self.log_file(job, STDERR_LOG)):
                     code, value = call_and_record(request.method_call, config, run.variant,
                                                   log_dir, reraise=True)
             except BaseException:
-                with open(job.stderr_path, "a") as log:  # (the caller shows it; the log keeps it)
+                # (the caller shows the error; the log keeps it)
+                with open(self.log_file(job, STDERR_LOG), "a") as log:
                     log.write(job.info().get("error") or "")
                 for later in runs[index + 1:]:
                     update_status(str(later.log_dir), state="cancelled", ended_at=time.time(),
@@ -94,7 +96,7 @@ class HereNoDoodadMode(Mode):
                                         "first (here_no_doodad runs them in turn)")
                 raise
             if code == 0:
-                job._value = value
+                job.returned = value
             else:  # (its value could not be recorded)
                 print(f"easylaunch: run {run.run_id} ended {job.recorded_state()}; its "
                       f"record is in {run.log_dir}", file=sys.stderr)
@@ -108,11 +110,11 @@ class HereNoDoodadMode(Mode):
         return Preview(self.name, len(runs), "this process", notes=[
             "each run calls the function in this process, one after another"])
 
-    def refresh(self, job: Job) -> None:
+    def refresh(self, job: RunRecord) -> None:
         """A run left unfinished by a launching process that has since died failed."""
         if machine.launcher_gone(job.launch_info):
             job.record_end("failed", "the launching process ended during the run")
 
-    def cancel(self, job: Job) -> None:
+    def cancel(self, job: RunRecord) -> None:
         """A run in this process has always ended by the time anyone can cancel it."""
 

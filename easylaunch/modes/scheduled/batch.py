@@ -41,10 +41,10 @@ from easylaunch.modes.scheduled.tracking import ClusterFacts, ScheduledMode
 from easylaunch.runs.bundle import BLOB_STORE, Run, blob_name, store_blob
 from easylaunch.runs.jobpack import job_archive
 from easylaunch.runs.preview import Preview, resource_fields
+from easylaunch.runs.record import RunRecord
 from easylaunch.runs.request import LaunchRequest
 from easylaunch.runs.session import SESSION
 from easylaunch.settings import Mount
-from easylaunch.tracking.jobs import Job
 from easylaunch_job.records import BUNDLE_DIR, JOB_PYZ, SNAPSHOT_STORE, write_bytes_atomic
 
 JOB_IDS = "job_ids.txt"
@@ -71,8 +71,8 @@ class Packing(Protocol):
         """Whether this packing's batch is copied by hand unless ``submit=True`` says
         otherwise (BRC's ht_helper reads its task file where the user puts it)."""
 
-    def cancel(self, mode: BatchMode, jobs: list[Job]
-               ) -> tuple[dict[str, EasyLaunchError], list[Job]]:
+    def cancel(self, mode: BatchMode, jobs: list[RunRecord]
+               ) -> tuple[dict[str, EasyLaunchError], list[RunRecord]]:
         """Stop the runs as this packing must: what kept each one from being stopped, and the
         runs it leaves to the scheduler."""
 
@@ -313,7 +313,8 @@ class BatchMode(ByHand, ScheduledMode):
             resource_fields(self.resources(request)),
             [self.note(layout, prepared.then).rstrip("\n")] if by_hand else [])
 
-    def submit(self, request: LaunchRequest, runs: list[Run], prepared: BatchPlan) -> list[Job]:
+    def submit(self, request: LaunchRequest, runs: list[Run], prepared: BatchPlan
+               ) -> list[RunRecord]:
         layout = prepared.layout
         key = self.batch_key(request, runs)
         earlier = SESSION.open_batch(key)[1] if self.grows_batches() else []
@@ -345,7 +346,7 @@ class BatchMode(ByHand, ScheduledMode):
                   self.note(layout, prepared.then).rstrip("\n"), file=sys.stderr)
         if self.grows_batches():
             SESSION.grow_batch(key, layout.name, earlier + runs)
-        return [Job(run.run_id, run.exp_name, run.log_dir, self) for run in runs]
+        return [RunRecord.of_run(run) for run in runs]
 
     def launched(self, runs: list[Run]) -> str:
         backend = runs[0].launch["backend"]
@@ -354,13 +355,13 @@ class BatchMode(ByHand, ScheduledMode):
         return (f"submitted as {self.scheduler.NAME} job {backend[self.scheduler.JOB_ID_KEY]} "
                 f"on {self.transport.where} from {backend['cluster_batch_dir']}")
 
-    def waiting_reason(self, job: Job) -> str | None:
+    def waiting_reason(self, job: RunRecord) -> str | None:
         return self.not_submitted(job) or super().waiting_reason(job)
 
-    def heard_wait(self, job: Job) -> str | None:
+    def heard_wait(self, job: RunRecord) -> str | None:
         return self.not_submitted(job) or super().heard_wait(job)
 
-    def wait_for_change(self, job: Job, timeout: float) -> None:
+    def wait_for_change(self, job: RunRecord, timeout: float) -> None:
         """Raise at once for a run nobody has submitted (a wait would never end)."""
         self.refuse_not_submitted(job)
         super().wait_for_change(job, timeout)
@@ -393,7 +394,7 @@ class BatchMode(ByHand, ScheduledMode):
                               f"{out['err'].strip()[-800:]}")
         return job_ids
 
-    def fetch(self, job: Job) -> str:
+    def fetch(self, job: RunRecord) -> str:
         there = self._job_log_dir(job)
         if self.transport.is_local and not Path(there).is_dir():
             host = self.settings.SSS_CLUSTER_HOST
@@ -404,12 +405,12 @@ class BatchMode(ByHand, ScheduledMode):
             return f"{there} is on the cluster; bring it here with:\n  {copy}"
         return super().fetch(job)
 
-    def cancel(self, job: Job) -> None:
+    def cancel(self, job: RunRecord) -> None:
         failure = self.cancel_many([job]).get(job.id)
         if failure is not None:
             raise failure
 
-    def cancel_many(self, jobs: list[Job]) -> dict[str, EasyLaunchError]:
+    def cancel_many(self, jobs: list[RunRecord]) -> dict[str, EasyLaunchError]:
         failures, left = self.packing.cancel(self, jobs)
         for job in left:
             try:
@@ -418,7 +419,7 @@ class BatchMode(ByHand, ScheduledMode):
                 failures[job.id] = exc
         return failures
 
-    def submitted_job_id(self, job: Job) -> str | None:
+    def submitted_job_id(self, job: RunRecord) -> str | None:
         """The id recorded at submission, else the one the user's own run of submit.sh wrote
         (read where the batch folder is visible from here)."""
         recorded = super().submitted_job_id(job)

@@ -9,7 +9,8 @@ import shlex
 from typing import TYPE_CHECKING
 
 from easylaunch.errors import LaunchError
-from easylaunch.tracking.jobs import Job, JobState
+from easylaunch.runs.record import RunRecord
+from easylaunch_job.states import JobState
 
 if TYPE_CHECKING:
     from easylaunch.modes.hosts.transport import Transport
@@ -31,7 +32,7 @@ class ByHand:
 
         def cluster_here(self) -> bool: ...
 
-        def job_id(self, job: Job) -> str | None: ...
+        def job_id(self, job: RunRecord) -> str | None: ...
 
     def copy_step(self, layout: Layout) -> str:
         """How the batch reaches the cluster: an rsync command where the cluster is known
@@ -67,7 +68,7 @@ class ByHand:
         run = f"run on {self.cluster_named()}: {then}"
         return f"{copy}, then {run}" if copy else run
 
-    def not_submitted(self, job: Job) -> str | None:
+    def not_submitted(self, job: RunRecord) -> str | None:
         """What a run written to a batch nobody has submitted says (no job id of it is known
         here and its record shows no start), with how to submit it; None for any other."""
         backend = job.launch_info["backend"]

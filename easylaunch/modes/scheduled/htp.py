@@ -30,9 +30,9 @@ from easylaunch.modes.scheduled.batch import SUBMIT, BatchMode, BatchPlan, Layou
 from easylaunch.modes.schedulers import pbs, slurm
 from easylaunch.runs.bundle import BLOB_STORE, Run, blob_name
 from easylaunch.runs.jobpack import job_archive
+from easylaunch.runs.record import RunRecord
 from easylaunch.runs.request import LaunchRequest
 from easylaunch.settings import Settings
-from easylaunch.tracking.jobs import Job
 from easylaunch_job.records import JOB_PYZ
 
 TASKS = "tasks.txt"
@@ -183,7 +183,8 @@ def only_by_hand(mode: BatchMode) -> bool:
     return mode.settings.HTP_RUNNER == "ht_helper"
 
 
-def cancel(mode: BatchMode, jobs: list[Job]) -> tuple[dict[str, EasyLaunchError], list[Job]]:
+def cancel(mode: BatchMode, jobs: list[RunRecord]
+           ) -> tuple[dict[str, EasyLaunchError], list[RunRecord]]:
     """Cancel tasks of the shared allocations (never a whole allocation), all in one round
     trip. The batch folder on the cluster is reached over SSH, or visible here (a shared file
     system)."""
@@ -212,7 +213,7 @@ def cancel(mode: BatchMode, jobs: list[Job]) -> tuple[dict[str, EasyLaunchError]
     return failures, []
 
 
-def end_idle_allocations(mode: BatchMode, jobs: list[Job]) -> None:
+def end_idle_allocations(mode: BatchMode, jobs: list[RunRecord]) -> None:
     """The allocations of these runs whose task file has no task left to run (every run
     ended or cancelled), removed from the queue where they still wait. A
     running one is left: its packer ends once its tasks are cancelled, and the allocation

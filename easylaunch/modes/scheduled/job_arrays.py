@@ -35,8 +35,8 @@ from easylaunch.modes.schedulers import pbs, slurm
 from easylaunch.runs import envpack
 from easylaunch.runs.bundle import Run
 from easylaunch.runs.preview import Preview, op_line, resource_fields
+from easylaunch.runs.record import RunRecord
 from easylaunch.runs.request import LaunchRequest
-from easylaunch.tracking.jobs import Job
 from easylaunch_job.records import write_bytes_atomic
 
 ENV_STORE = ".envs"
@@ -188,7 +188,8 @@ class ArrayMode(ScheduledMode):
             [op_line(self.scheduler.submit_op(a.script_there)) for a in prepared.arrays],
             resource_fields(self.resources(request)), notes)
 
-    def submit(self, request: LaunchRequest, runs: list[Run], prepared: ArrayPlan) -> list[Job]:
+    def submit(self, request: LaunchRequest, runs: list[Run], prepared: ArrayPlan
+               ) -> list[RunRecord]:
         if prepared.env is not None:
             envpack.pack_env(prepared.env.prefix, prepared.env.archive)
         for array in prepared.arrays:
@@ -207,7 +208,7 @@ class ArrayMode(ScheduledMode):
                 log_there = f"{root}/{run.log_dir.relative_to(request.log_root)}"
                 run.record_backend(job_log_dir=log_there, **self.scheduler.element_fields(
                     job_id, index, len(array.runs), array.script_there, prepared.facts.details))
-        return [Job(run.run_id, run.exp_name, run.log_dir, self) for run in runs]
+        return [RunRecord.of_run(run) for run in runs]
 
     def launched(self, runs: list[Run]) -> str:
         """The job (or array) each group of runs became."""

@@ -27,7 +27,7 @@ from easylaunch_job.submission import sbatch_command
 
 if TYPE_CHECKING:
     from easylaunch.errors import EasyLaunchError
-    from easylaunch.tracking.jobs import Job
+    from easylaunch.runs.record import RunRecord
 
 
 def check(mode: BatchMode, request: LaunchRequest) -> None:
@@ -70,7 +70,8 @@ def only_by_hand(mode: BatchMode) -> bool:
     return False
 
 
-def cancel(mode: BatchMode, jobs: list[Job]) -> tuple[dict[str, EasyLaunchError], list[Job]]:
+def cancel(mode: BatchMode, jobs: list[RunRecord]
+           ) -> tuple[dict[str, EasyLaunchError], list[RunRecord]]:
     return {}, jobs  # (scancel: one job per run)
 
 

@@ -24,8 +24,8 @@ from easylaunch.modes.hosted import NO_QUERY, BackendQuery, HostedMode, complete
 from easylaunch.modes.schedulers import Scheduler
 from easylaunch.modes.schedulers.nodes import Nodes
 from easylaunch.runs.commands import programs_to_find
+from easylaunch.runs.record import RunRecord
 from easylaunch.runs.request import LaunchRequest
-from easylaunch.tracking.jobs import Job
 from easylaunch_job.command import run_variables
 from easylaunch_job.records import STATUS_JSON, STDERR_LOG, update_status
 from easylaunch_job.states import TERMINAL_STATES
@@ -112,14 +112,14 @@ class ScheduledMode(HostedMode):
     def runs_pre_cmds(self) -> tuple[str, ...]:
         return self.scheduler.pre_cmds(self.settings)
 
-    def scheduler_output(self, job: Job) -> str | None:
+    def scheduler_output(self, job: RunRecord) -> str | None:
         """Where the scheduler's own output for this run is, in words (None: unknown)."""
         place = self.scheduler.output_place(job.launch_info["backend"])
         if place is None or (self.transport.is_local and not Path(place[0]).exists()):
             return None
         return place[1].format(self.transport.remote(place[0]))
 
-    def waiting_reason(self, job: Job) -> str | None:
+    def waiting_reason(self, job: RunRecord) -> str | None:
         """Why a queued job waits, as the scheduler says (Resources, Priority, ...)."""
         job_id = self.job_id(job)
         argv = None if job_id is None else self.scheduler.reason_command(job_id)
@@ -129,7 +129,7 @@ class ScheduledMode(HostedMode):
         out = completed(self.retried([op], self.transport.run_ops([op]))[0])
         return self.scheduler.parse_reason(out.stdout) if out.returncode == 0 else None
 
-    def shell(self, job: Job) -> tuple[list[str], dict[str, str] | None]:
+    def shell(self, job: RunRecord) -> tuple[list[str], dict[str, str] | None]:
         """bash in the run's folder on its job's node (through the scheduler), over the
         cluster's SSH connection with a terminal when the cluster is remote."""
         job_id = self.job_id(job)
@@ -144,27 +144,27 @@ class ScheduledMode(HostedMode):
 
     # -- tracking -------------------------------------------------------------------------------
 
-    def job_id(self, job: Job) -> str | None:
+    def job_id(self, job: RunRecord) -> str | None:
         """The scheduler's id of the job (or array element) that runs this run, if known: the
         one its last attempt submitted for the next, else the one it recorded when it started
         (on front ends that cannot name array elements, the only one the scheduler knows), else
         the one submitted at launch."""
-        info = job.info()
+        info = self.read_record(job)
         return info.get("next_job_id") or info.get("job_id") or self.submitted_job_id(job)
 
-    def submitted_job_id(self, job: Job) -> str | None:
+    def submitted_job_id(self, job: RunRecord) -> str | None:
         """The scheduler's id of the job submitted at launch, if known."""
         return job.launch_info["backend"].get(self.scheduler.JOB_ID_KEY)
 
-    def _open_ids(self, jobs: list[Job]) -> dict[str, list[Job]]:
-        by_id: dict[str, list[Job]] = {}  # htp runs share one allocation's id
+    def _open_ids(self, jobs: list[RunRecord]) -> dict[str, list[RunRecord]]:
+        by_id: dict[str, list[RunRecord]] = {}  # htp runs share one allocation's id
         for job in jobs:
             job_id = self.job_id(job)
             if job_id is not None:
                 by_id.setdefault(job_id, []).append(job)
         return by_id
 
-    def backend_query(self, jobs: list[Job]) -> BackendQuery:
+    def backend_query(self, jobs: list[RunRecord]) -> BackendQuery:
         by_id = self._open_ids(jobs)
         if not by_id:
             return NO_QUERY
@@ -173,7 +173,7 @@ class ScheduledMode(HostedMode):
                for argv in self.scheduler.status_commands(list(by_id), backends)]
         return BackendQuery(ops, functools.partial(self._settle_all, by_id, backends, ops))
 
-    def _settle_all(self, by_id: dict[str, list[Job]], backends: list[dict], ops: list[dict],
+    def _settle_all(self, by_id: dict[str, list[RunRecord]], backends: list[dict], ops: list[dict],
                     answers: list[dict]) -> None:
         answers = self.retried(ops, answers)
         said = [completed(a) for a in answers]
@@ -184,15 +184,15 @@ class ScheduledMode(HostedMode):
                 self._waits[job.id] = waits.get(job_id)
                 self._settle(job, job_id, states.get(job_id, "unknown"))
 
-    def heard_wait(self, job: Job) -> str | None:
+    def heard_wait(self, job: RunRecord) -> str | None:
         return self._waits.get(job.id)
 
-    def _settle(self, job: Job, job_id: str, state: str | None) -> None:
+    def _settle(self, job: RunRecord, job_id: str, state: str | None) -> None:
         """Give a run the scheduler has finished with (or forgotten) the terminal state it
         lacks."""
         if state in ("queued", "running", "unknown"):
             return
-        info = job.info()
+        info = self.read_record(job)
         # (its record, mirrored in the same round trip, may be newer than the ids asked about)
         if info.get("state") in TERMINAL_STATES or self.job_id(job) != job_id:
             return  # ended, or gone on as another job (a restart) since the scheduler was asked
@@ -209,7 +209,7 @@ class ScheduledMode(HostedMode):
             job.record_end(state, f"{name} reports job {job_id} as {state} before the run "
                                   f"recorded an outcome; {look}")
 
-    def _where_to_look(self, job: Job) -> str:
+    def _where_to_look(self, job: RunRecord) -> str:
         """Point at the log that says why a job ended: the run's stderr.log where it exists,
         else the scheduler's own output, else say that neither was written."""
         stderr = self.log_file(job, STDERR_LOG)
@@ -221,7 +221,7 @@ class ScheduledMode(HostedMode):
         return ("the job wrote no log (it may have failed before it started: check the "
                 f"queue, the paths and what {self.scheduler.NAME} says about the job)")
 
-    def cancel(self, job: Job) -> None:
+    def cancel(self, job: RunRecord) -> None:
         job_id = self.job_id(job)
         if job_id is None:
             update_status(str(job.log_dir), cancel_requested=True)
@@ -245,7 +245,7 @@ class ScheduledMode(HostedMode):
                 answers[i] = answer
         return answers
 
-    def _stop(self, job: Job, job_id: str) -> None:
+    def _stop(self, job: RunRecord, job_id: str) -> None:
         """Note the cancel in the run's record and stop its job in the same round trip. Where
         the scheduler cannot name the run's element (``stops_by_record``), the record alone
         stops it: a running element stops within seconds (its job side watches the record),

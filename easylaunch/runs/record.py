@@ -1,0 +1,143 @@
+"""A run's folder as its records say: its ids, ``launch.json`` (how it was launched) and
+``status.json`` (how it went), each read from disk once until the file changes.
+
+Modes take and return these records; the user's handle on a run, :class:`easylaunch.Job`, holds
+one with the run's mode. ``launch.json`` changes only through :meth:`RunRecord.record_backend`,
+so it is read once; ``status.json`` changes while the run runs, so each look at the run
+(:meth:`RunRecord.reload`) reads it again, and between looks a copy is used only while the file
+is the one it was read from (same inode, size and modification time).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from easylaunch.errors import EasyLaunchError
+from easylaunch.runs.bundle import LAUNCH_JSON
+from easylaunch_job.records import (
+    STATUS_JSON,
+    DamagedRecord,
+    read_json,
+    update_status,
+    write_json_atomic,
+)
+from easylaunch_job.states import TERMINAL_STATES, JobState
+
+if TYPE_CHECKING:
+    from easylaunch.runs.bundle import Run
+
+NOT_RETURNED = object()  # RunRecord.returned of a run that did not run in this process
+
+
+class DamagedRecordError(EasyLaunchError):
+    """A run's status.json cannot be read (empty or cut short by a crash)."""
+
+
+def _signature(path: Path) -> tuple[int, int, int] | None:
+    """What tells one version of a file from another without opening it (None: no file)."""
+    try:
+        found = os.stat(path)
+    except OSError:
+        return None
+    return found.st_ino, found.st_size, found.st_mtime_ns
+
+
+class RunRecord:
+    """One run's folder and its records (:attr:`launch_info`, :meth:`info`), as modes track
+    it; the in-process value of a run that ran here (``here_no_doodad``) in :attr:`returned`."""
+
+    def __init__(self, run_id: str, exp_name: str, log_dir: str | os.PathLike,
+                 launch: dict | None = None) -> None:
+        self.id = run_id
+        self.exp_name = exp_name
+        self.log_dir = Path(log_dir)
+        self._launch = launch
+        self._status: dict | None = None
+        self._status_signature: tuple[int, int, int] | None = None
+        self._unwritten_end: dict = {}  # an end that could not be written to status.json
+        self.returned: Any = NOT_RETURNED
+
+    @classmethod
+    def of_run(cls, run: Run) -> RunRecord:
+        """The record of a run just launched (its launch.json as the launch holds it)."""
+        return cls(run.run_id, run.exp_name, run.log_dir, run.launch or None)
+
+    @classmethod
+    def read(cls, log_dir: str | os.PathLike) -> RunRecord:
+        """The record of the run whose folder is ``log_dir`` (its launch.json read once)."""
+        log_dir = Path(log_dir)
+        try:
+            launch = read_json(str(log_dir / LAUNCH_JSON))
+        except DamagedRecord as exc:
+            raise EasyLaunchError(f"its {LAUNCH_JSON} is damaged, so the run cannot be "
+                                  f"tracked or acted on ({exc})") from None
+        if not launch:
+            raise EasyLaunchError(f"{log_dir} is not an easylaunch run folder "
+                                  f"(no {LAUNCH_JSON})")
+        return cls(launch["run_id"], launch["exp_name"], log_dir, launch)
+
+    @property
+    def launch_info(self) -> dict:
+        """The run's launch.json: mode, ids, host, versions, command line, git commits (a
+        copy: :meth:`record_backend` changes it)."""
+        if self._launch is None:
+            self._launch = read_json(str(self.log_dir / LAUNCH_JSON))
+        return copy.deepcopy(self._launch)
+
+    def reload(self) -> None:
+        """A new look at the run: the next :meth:`info` reads status.json again."""
+        self._status = None
+
+    def info(self) -> dict:
+        """The run's status.json (state, times, exit code, error), read again only after
+        :meth:`reload` or when the file changed.
+
+        A run whose folder is gone reads as failed, with the reason; a damaged status.json
+        raises :class:`DamagedRecordError` for this run alone.
+        """
+        if not self.log_dir.is_dir():
+            return {"state": "failed", "error": f"the run folder {self.log_dir} no longer "
+                                                "exists (deleted or moved): its outcome is lost"}
+        path = self.log_dir / STATUS_JSON
+        signature = _signature(path)
+        if self._status is None or signature != self._status_signature:
+            try:
+                self._status = read_json(str(path))
+            except DamagedRecord as exc:
+                self._status = None
+                if self._unwritten_end:
+                    return self._unwritten_end
+                raise DamagedRecordError(f"run {self.id}: {exc}; its state is unknown until "
+                                         "the run writes it again") from None
+            self._status_signature = signature
+        if self._unwritten_end and self._status.get("state") not in TERMINAL_STATES:
+            return {**copy.deepcopy(self._status), **self._unwritten_end}
+        return copy.deepcopy(self._status)
+
+    def recorded_state(self) -> JobState:
+        """The state in the run's own status.json, without asking the backend."""
+        return JobState(self.info().get("state", "unknown"))
+
+    def record_backend(self, **ids: Any) -> None:
+        """Store backend ids (a new instance, a new job) in launch.json, as
+        :meth:`easylaunch.runs.bundle.Run.record_backend` does at launch."""
+        launch = self.launch_info
+        launch.setdefault("backend", {}).update(ids)
+        write_json_atomic(str(self.log_dir / LAUNCH_JSON), launch)
+        self._launch = launch
+
+    def record_end(self, state: str, error: str) -> None:
+        """Record a terminal state for a run whose own record has none (the first end wins).
+
+        Where status.json cannot be written (a full disk), this record keeps the end, with
+        the reason it is not on disk.
+        """
+        try:
+            update_status(str(self.log_dir), state=state, ended_at=time.time(), error=error)
+        except OSError as exc:
+            self._unwritten_end = {"state": state, "ended_at": time.time(),
+                                   "error": f"{error} (not saved in status.json: {exc})"}
