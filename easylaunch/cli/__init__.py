@@ -2,30 +2,41 @@
 
 One module per group of commands (:mod:`.runs`, :mod:`.actions`, :mod:`.configure`,
 :mod:`.views`, :mod:`.dist`), each command a handler and an ``add_<command>`` function that
-adds its arguments.
+adds its arguments. A command's start imports only its own module (and the layers it uses):
+``easylaunch ls`` none of the launch path, ``easylaunch --version`` no command's module.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
-from typing import Any
 
 from easylaunch import __version__
-from easylaunch.cli import actions, configure, dist, examples, runs, shells, submit, views
+from easylaunch.cli import examples
 from easylaunch.errors import EasyLaunchError
-from easylaunch.tracking import interrupts
 
-COMMAND_ADDERS = (submit.add_submit, runs.add_ls, runs.add_status, runs.add_watch, runs.add_logs,
-                  actions.add_cancel, actions.add_resubmit, actions.add_forget, actions.add_fetch,
-                  configure.add_init, configure.add_config, views.add_preview, views.add_plot,
-                  views.add_ui, shells.add_shell, shells.add_interactive, configure.add_doctor,
-                  dist.add_dist)
+TYPE_CHECKING = False  # (as typing's, which type checkers read so; importing typing: 3 ms)
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+    from typing import Any
+
+# every command -> its module in easylaunch.cli, whose add_<command> adds it; in the order
+# ``easylaunch --help`` lists them
+COMMAND_MODULES = {
+    "submit": "submit", "ls": "runs", "status": "runs", "watch": "runs", "logs": "runs",
+    "cancel": "actions", "resubmit": "actions", "forget": "actions", "fetch": "actions",
+    "init": "configure", "config": "configure", "preview": "views", "plot": "views",
+    "ui": "views", "shell": "shells", "interactive": "shells", "doctor": "configure",
+    "dist": "dist"}
+# (as their modules add them)
+COMMAND_ALIASES = {"abort": "cancel", "q": "status", "rm": "forget"}
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of the ``easylaunch`` command."""
+def build_parser(commands: Iterable[str] | None = None) -> argparse.ArgumentParser:
+    """The argument parser of the ``easylaunch`` command, with every command's (or only those
+    of ``commands``, names of :data:`COMMAND_MODULES`)."""
     parser = argparse.ArgumentParser(
         prog="easylaunch", description="Submit commands as runs; list, inspect, follow, "
         "cancel, resubmit and fetch the runs easylaunch launched.",
@@ -45,9 +56,28 @@ def build_parser() -> argparse.ArgumentParser:
                               epilog=examples.epilog(name),
                               formatter_class=examples.HelpFormatter, **kwargs)
 
-    for add in COMMAND_ADDERS:
-        add(command)
+    for name in COMMAND_MODULES if commands is None else commands:
+        module = importlib.import_module(f"easylaunch.cli.{COMMAND_MODULES[name]}")
+        getattr(module, f"add_{name}")(command)
     return parser
+
+
+def _commands_needed(argv: list[str]) -> list[str] | None:
+    """The commands whose parsers parsing ``argv`` needs: the one it names (its first word that
+    is not ``--config``'s value), none if ``--version`` comes first; all (None) otherwise:
+    for ``--help``, an unknown command, an abbreviated option."""
+    words = iter(argv)
+    for word in words:
+        if word == "--config":
+            next(words, None)
+        elif word == "--version":
+            return []
+        elif not word.startswith("-"):
+            name = COMMAND_ALIASES.get(word, word)
+            return [name] if name in COMMAND_MODULES else None
+        elif not word.startswith("--config="):
+            return None
+    return None
 
 
 EXIT_USAGE = 2  # (argparse's own)
@@ -59,8 +89,9 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``easylaunch`` command; returns the exit code: 0 done, 1 an error
     (a run not found, a refused action), 2 a usage error, 130 interrupted, 141 the output's
     reader went away (``easylaunch ls | head``)."""
-    parser = build_parser()
-    if not (sys.argv[1:] if argv is None else argv):
+    words = sys.argv[1:] if argv is None else argv
+    parser = build_parser(_commands_needed(words))
+    if not words:
         parser.print_help()
         return EXIT_USAGE
     args = parser.parse_args(argv)
@@ -72,6 +103,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"easylaunch: error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt as exc:  # (a wait's says what goes on and how to cancel it)
+        from easylaunch.tracking import interrupts  # (here: it needs the run records' layers)
+
         interrupts.note_interrupt()  # (this process's local runs are cancelled at its exit)
         interrupts.say(exc)
         return EXIT_INTERRUPTED

@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from easylaunch.errors import EasyLaunchError
-from easylaunch.settings import load_settings
-from easylaunch.tracking import listing
 
+# (the settings and tracking layers are imported by the commands that read the registry, not
+# by every command's start: ``easylaunch dist``, which every multi-GPU job runs, uses neither)
 if TYPE_CHECKING:
     from easylaunch.tracking.registry import Registry
 
@@ -22,6 +22,7 @@ AddCommand = Callable[..., argparse.ArgumentParser]
 
 def registry_of(args: argparse.Namespace) -> Registry:
     """The registry of the settings ``--config`` (or the usual lookup) names."""
+    from easylaunch.settings import load_settings
     from easylaunch.tracking.registry import open_registry
 
     return open_registry(load_settings(args.config).REGISTRY_PATH)
@@ -41,6 +42,8 @@ def count(text: str) -> int:
 def parse_since(text: str) -> float:
     """The ``--since`` argument: :func:`easylaunch.tracking.listing.parse_since`, its error said as
     argparse says one."""
+    from easylaunch.tracking import listing
+
     try:
         return listing.parse_since(text)
     except EasyLaunchError as exc:
