@@ -21,6 +21,62 @@ Check = tuple[Callable[[Any], bool], str]  # (test, what the value must be)
 GPU_FIELDS = {"SLURM_CONFIGS": "n_gpus", "PBS_CONFIGS": "ngpus"}
 
 
+# -- the forms of the values, shared with the schedulers that write them into scripts --------
+
+# Slurm's --time forms: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S.
+TIME_PATTERN = re.compile(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?")
+MEM_PATTERN = r"(\d+)\s*([KMGTkmgt]?)[Bb]?"  # --mem amounts: 16000, "16G", doodad's "8Gb"
+GPU_STRING_PATTERN = r":?[A-Za-z0-9_.-]*"  # a gres GPU type, as doodad's ":TITAN"
+WORD = re.compile(r"[A-Za-z0-9_.:@/+=,-]+")  # a value that goes into a #PBS line as it is
+
+
+def slurm_seconds(text: str) -> int | None:
+    """One of Slurm's time forms (M, M:S, H:M:S, D-H, D-H:M, D-H:M:S) in seconds (None:
+    not one, as sinfo's ``infinite``)."""
+    match = TIME_PATTERN.fullmatch(text.strip())
+    if not match:
+        return None
+    days, first, second, third = (int(g) if g else None for g in match.groups())
+    assert first is not None  # (the pattern's one group that is not optional)
+    if days is not None:
+        return ((days * 24 + first) * 60 + (second or 0)) * 60 + (third or 0)
+    if third is not None:
+        assert second is not None  # (the third number matches only after a second)
+        return (first * 60 + second) * 60 + third
+    return first * 60 + (second or 0)
+
+
+def time_minutes(value: object, what: str) -> int:
+    """Minutes from an int or one of Slurm's --time forms ("90", "1:30:00", "2-00:00:00"),
+    rounded up to whole minutes."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        minutes = value
+    elif isinstance(value, str) and (seconds := slurm_seconds(value)) is not None:
+        minutes = -(-seconds // 60)
+    else:
+        minutes = None
+    if minutes is None or minutes <= 0:
+        raise LaunchError(f"{what} must be a positive number of minutes or a Slurm time such as "
+                          f"\"1:30:00\" or \"2-00:00:00\", got {value!r}")
+    return minutes
+
+
+def walltime_seconds(value: object, what: str) -> int:
+    """Seconds from minutes (an int) or PBS's ``[[hours:]minutes:]seconds`` text."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        seconds = value * 60
+    elif isinstance(value, str) and re.fullmatch(r"\d+(:\d+){0,2}", value.strip()):
+        seconds = 0
+        for part in value.strip().split(":"):
+            seconds = seconds * 60 + int(part)
+    else:
+        seconds = 0
+    if seconds <= 0:
+        raise LaunchError(f"{what} must be a positive number of minutes or a PBS walltime such "
+                          f"as \"01:30:00\", got {value!r}")
+    return seconds
+
+
 def _whole(least: int) -> Callable[[Any], bool]:
     return lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= least
 
@@ -35,7 +91,7 @@ def _text(v: Any) -> bool:
 
 
 def _parses(parse: Callable[[Any, str], int]) -> Callable[[Any], bool]:
-    """A test by one of the schedulers' parsers (the same ones a launch uses)."""
+    """A test by one of the parsers above (the same ones a launch uses)."""
     def test(value: Any) -> bool:
         try:
             parse(value, "")
@@ -46,35 +102,31 @@ def _parses(parse: Callable[[Any, str], int]) -> Callable[[Any], bool]:
 
 
 def _slurm_checks() -> dict[str, Check]:
-    from easylaunch.modes.schedulers import slurm
-
     count = (_whole(1), "a whole number, 1 or more")
     return {
         "account_name": _or_none((_text, "a string")), "partition": _or_none((_text, "a string")),
         "qos": _or_none((_text, "a string")), "constraint": _or_none((_text, "a string")),
         "n_gpus": (_whole(0), "a whole number, 0 or more"), "n_cpus_per_task": count,
         "max_num_cores_per_node": _or_none(count), "n_nodes": _or_none(count),
-        "time_in_mins": _or_none((_parses(slurm.time_minutes), "a positive number of minutes "
+        "time_in_mins": _or_none((_parses(time_minutes), "a positive number of minutes "
                                   "or a Slurm time such as \"1:30:00\" or \"2-00:00:00\"")),
         "mem": _or_none((lambda v: isinstance(v, int | str) and bool(
-            re.fullmatch(slurm.MEM_PATTERN, str(v))), "an amount sbatch reads (16000, \"16G\")")),
+            re.fullmatch(MEM_PATTERN, str(v))), "an amount sbatch reads (16000, \"16G\")")),
         "gpu_string": _or_none((lambda v: _text(v) and bool(re.fullmatch(
-            slurm.GPU_STRING_PATTERN, v)), "a GPU type as doodad's (\":TITAN\")")),
+            GPU_STRING_PATTERN, v)), "a GPU type as doodad's (\":TITAN\")")),
         "extra_flags": _or_none((_text, "a string of sbatch options")),
     }
 
 
 def _pbs_checks() -> dict[str, Check]:
-    from easylaunch.modes.schedulers import pbs
-
     count = (_whole(1), "a whole number, 1 or more")
-    word = _or_none((lambda v: _text(v) and bool(pbs.WORD.fullmatch(v)),
+    word = _or_none((lambda v: _text(v) and bool(WORD.fullmatch(v)),
                      "one word of letters, digits and _.:@/+=,- (it goes into a #PBS line)"))
     return {
         "select": count, "ncpus": count, "ngpus": (_whole(0), "a whole number, 0 or more"),
         "mpiprocs": count, "depth": count, "cpu_bind": word, "mem": word, "queue": word,
         "project": word, "filesystems": word, "place": word,
-        "walltime": (_parses(pbs.walltime_seconds), "a positive number of minutes or a PBS "
+        "walltime": (_parses(walltime_seconds), "a positive number of minutes or a PBS "
                      "walltime such as \"01:30:00\""),
         "directives": _or_none((lambda v: isinstance(v, list | tuple) and all(
             _text(d) and d.strip().startswith("-") and "\n" not in d for d in v),

@@ -11,13 +11,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from easylaunch.errors import LaunchError
+from easylaunch.settings.entries import slurm_seconds
 
 # One line a partition and node configuration: name (* marks the default), CPUs, memory
 # (MB), generic resources, time limit, node count. --exact: no "2+" minimums for mixed nodes.
 SINFO_FORMAT = "%P|%c|%m|%G|%l|%D"
 MEMORY_UNITS = {"B": 1 / 1024 ** 2, "K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 ** 2}  # -> MB
-# Slurm's --time forms: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S.
-TIME_PATTERN = re.compile(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?")
 _MEMORY = re.compile(r"(\d+)\s*([KMGT]?)(i?B)?", re.IGNORECASE)
 
 
@@ -70,22 +69,6 @@ def parse_gres(text: str) -> dict[str, int]:
         if kind:
             gpus[kind] = gpus.get(kind, 0) + count
     return gpus
-
-
-def slurm_seconds(text: str) -> int | None:
-    """One of Slurm's time forms (M, M:S, H:M:S, D-H, D-H:M, D-H:M:S) in seconds (None:
-    not one, as sinfo's ``infinite``)."""
-    match = TIME_PATTERN.fullmatch(text.strip())
-    if not match:
-        return None
-    days, first, second, third = (int(g) if g else None for g in match.groups())
-    assert first is not None  # (the pattern's one group that is not optional)
-    if days is not None:
-        return ((days * 24 + first) * 60 + (second or 0)) * 60 + (third or 0)
-    if third is not None:
-        assert second is not None  # (the third number matches only after a second)
-        return (first * 60 + second) * 60 + third
-    return first * 60 + (second or 0)
 
 
 def slurm_minutes(text: str) -> int | None:

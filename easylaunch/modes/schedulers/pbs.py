@@ -21,6 +21,7 @@ from easylaunch.errors import LaunchError
 from easylaunch.modes import launchers
 from easylaunch.modes.schedulers import nodes as cluster_nodes
 from easylaunch.modes.schedulers import pbs_queue
+from easylaunch.settings.entries import WORD, walltime_seconds
 from easylaunch_job.environment import (
     ENV_ENTRY,
     ENV_JOB_ID,
@@ -39,7 +40,6 @@ CONFIG_FIELDS = ("select", "ncpus", "ngpus", "mpiprocs", "depth", "cpu_bind", "m
                  "queue", "project", "filesystems", "place", "directives")
 DEFAULT_MAX_ARRAY_SIZE = 10000  # PBS Pro's default max_array_size
 # Words that go into #PBS lines as they are (qsub reads directives like a command line).
-WORD = re.compile(r"[A-Za-z0-9_.:@/+=,-]+")
 
 
 @dataclass(frozen=True)
@@ -66,20 +66,7 @@ class Resources:
         return self.nodes * self.mpiprocs
 
 
-def walltime_seconds(value: object, what: str) -> int:
-    """Seconds from minutes (an int) or PBS's ``[[hours:]minutes:]seconds`` text."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        seconds = value * 60
-    elif isinstance(value, str) and re.fullmatch(r"\d+(:\d+){0,2}", value.strip()):
-        seconds = 0
-        for part in value.strip().split(":"):
-            seconds = seconds * 60 + int(part)
-    else:
-        seconds = 0
-    if seconds <= 0:
-        raise LaunchError(f"{what} must be a positive number of minutes or a PBS walltime such "
-                          f"as \"01:30:00\", got {value!r}")
-    return seconds
+
 
 
 def format_walltime(seconds: int) -> str:

@@ -21,6 +21,7 @@ from easylaunch.errors import LaunchError
 from easylaunch.modes import launchers
 from easylaunch.modes.schedulers import nodes as cluster_nodes
 from easylaunch.modes.schedulers import slurm_queue
+from easylaunch.settings.entries import GPU_STRING_PATTERN, MEM_PATTERN, time_minutes
 from easylaunch_job.environment import ENV_RESUBMIT_SCRIPT, ENV_TIMEOUT_SIGNAL, TIMEOUT_SIGNAL
 from easylaunch_job.submission import sbatch_command, sbatch_job_id
 
@@ -31,8 +32,6 @@ if TYPE_CHECKING:
 CONFIG_FIELDS = ("account_name", "partition", "n_gpus", "max_num_cores_per_node",
                  "n_cpus_per_task", "time_in_mins", "n_nodes", "extra_flags", "gpu_string", "mem",
                  "qos", "constraint")
-MEM_PATTERN = r"(\d+)\s*([KMGTkmgt]?)[Bb]?"  # --mem amounts: 16000, "16G", doodad's "8Gb"
-GPU_STRING_PATTERN = r":?[A-Za-z0-9_.-]*"  # a gres GPU type, as doodad's ":TITAN"
 DEFAULT_MAX_ARRAY_SIZE = 1001
 
 @dataclass(frozen=True)
@@ -124,19 +123,7 @@ def resolve_resources(configs: dict, name: str | None, use_gpu: bool,
                      words["qos"], words["constraint"], nodes_open)
 
 
-def time_minutes(value: object, what: str) -> int:
-    """Minutes from an int or one of Slurm's --time forms ("90", "1:30:00", "2-00:00:00"),
-    rounded up to whole minutes."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        minutes = value
-    elif isinstance(value, str) and (seconds := cluster_nodes.slurm_seconds(value)) is not None:
-        minutes = -(-seconds // 60)
-    else:
-        minutes = None
-    if minutes is None or minutes <= 0:
-        raise LaunchError(f"{what} must be a positive number of minutes or a Slurm time such as "
-                          f"\"1:30:00\" or \"2-00:00:00\", got {value!r}")
-    return minutes
+
 
 
 def check_log_folder(folder: str) -> None:
