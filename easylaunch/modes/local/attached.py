@@ -261,9 +261,9 @@ class LocalMode(Mode):
 
     @classmethod
     def create(cls, settings: Settings, mode_options: dict[str, Any],
-               kind: Composed | None = None) -> Mode:
-        """Runs in this process's care (``local`` itself is :data:`.local_entry.LOCAL`, which
-        picks between these and detached runs)."""
+               kind: Composed | None = None) -> LocalMode:
+        """Runs in this process's care (``local`` itself is :data:`LOCAL`, which picks between
+        these and detached runs)."""
         detach = mode_options.get("detach")
         if detach not in (None, True, False):
             raise LaunchError(f"detach must be True or False, got {detach!r}")
@@ -449,9 +449,10 @@ class LocalOrDetached:
         detach = mode_options.get("detach")
         if not (settings.LOCAL_DETACH if detach is None else detach):
             return attached
+        # (late: detached runs bring the SSH mode's modules, which attached runs do without)
         from easylaunch.modes.local.detached import DetachedLocalMode
 
-        return DetachedLocalMode(settings, mode_options)
+        return DetachedLocalMode(settings, mode_options, attached)
 
 
 LOCAL = LocalOrDetached()

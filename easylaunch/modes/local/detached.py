@@ -12,27 +12,28 @@ marks its unfinished runs failed at the next look.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from easylaunch.modes.base import Composed
-from easylaunch.modes.local.attached import LocalMode
 from easylaunch.modes.local.machine import chosen_gpu_ids
 from easylaunch.modes.ssh import HostFacts, SshMode
 from easylaunch.runs.bundle import Run
 from easylaunch.runs.request import LaunchRequest
 from easylaunch.settings import Settings
 
+if TYPE_CHECKING:
+    from easylaunch.modes.local.attached import LocalMode
+
 
 class DetachedLocalMode(SshMode):
     """``local`` runs under a detached supervisor on this machine."""
 
     name = "local"
-    options = LocalMode.options  # (the mode is still ``local``: its options, its name)
 
     def __init__(self, settings: Settings, mode_options: dict[str, Any],
-                 kind: Composed | None = None) -> None:
-        super().__init__(settings, mode_options, kind)
-        self.attached = LocalMode(settings, mode_options)  # its checks and its Python
+                 attached: LocalMode) -> None:
+        self.options = attached.options  # (the mode is still ``local``: its options, its name)
+        super().__init__(settings, mode_options)
+        self.attached = attached  # its checks and its Python
         self.runs_python = self.attached.runs_python
 
     def host_name(self) -> None:
