@@ -1,6 +1,7 @@
 """The code's shape that a reader relies on: every mode name resolves to its class, in the
 family folder its name says."""
 
+import import_graph
 import pytest
 
 from easylaunch.modes import MODES, get_mode
@@ -17,3 +18,15 @@ def test_every_mode_name_resolves_in_its_family(name):
     assert callable(kind.create)
     family = FAMILIES.get(name) or FAMILIES[name.split("_")[0]]  # (local_docker: local)
     assert MODES[name].startswith(f"easylaunch.modes.{family}")
+
+
+def test_no_layer_imports_a_higher_one():
+    """settings -> runs -> modes -> tracking -> api / results -> cli, dashboard: a module imports
+    its own layer and those below (late imports included, type-only imports not)."""
+    wrong = import_graph.layer_violations(import_graph.all_imports())
+    assert not wrong, "imports of a higher layer:\n" + "\n".join(map(str, wrong))
+
+
+def test_no_import_circles():
+    loops = import_graph.circles(import_graph.all_imports())
+    assert not loops, "import circles:\n" + "\n".join(" -> ".join(loop) for loop in loops)

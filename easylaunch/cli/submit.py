@@ -78,7 +78,7 @@ def launch_keywords(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _submit(args: argparse.Namespace) -> int:
-    from easylaunch import run_command, run_commands
+    from easylaunch.api.launch import run_command, run_commands
 
     if not args.command:
         args.usage_error("no command: give it after --, e.g. easylaunch submit -- python "
@@ -113,8 +113,8 @@ def _wait(jobs: list[Job]) -> int:
     """Wait for the runs, one run's output streamed as ``logs -f`` streams it (stdout here,
     stderr to stderr); then each run's state line. The exit code: the command's (several
     runs: the first that did not succeed's)."""
-    from easylaunch import wait_all
     from easylaunch.cli.runs import follow_logs
+    from easylaunch.tracking.progress import wait_all
 
     if len(jobs) == 1:
         logs = [(jobs[0].stdout_path, sys.stdout), (jobs[0].stderr_path, sys.stderr)]
