@@ -10,7 +10,7 @@ import json
 import os
 import shlex
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -20,6 +20,7 @@ from easylaunch.modes import MODES
 from easylaunch.results.readers import last_values
 from easylaunch.results.sweep import metrics_folder, variant_of
 from easylaunch.runs import bundle
+from easylaunch.runs.record import RunRecord
 from easylaunch.settings import ConfigArg
 from easylaunch.tracking import listing
 from easylaunch.tracking.jobs import DamagedRecordError
@@ -27,7 +28,7 @@ from easylaunch.tracking.listing import when
 from easylaunch.tracking.refresh import OPEN_STATES, STATES, cancel_entry, job_for, refresh_entries
 from easylaunch.tracking.registry import Entry, NoSuchRun, Registry
 from easylaunch.tracking.rows import reason_of
-from easylaunch_job.records import STATUS_JSON, STDERR_LOG, STDOUT_LOG, DamagedRecord, read_json
+from easylaunch_job.records import STDERR_LOG, STDOUT_LOG, DamagedRecord
 
 PER_PAGE = 50
 MAX_PAGE = 10**9  # a larger page number is read as this one (past the end: no rows)
@@ -213,9 +214,9 @@ class RunView:
     diffs: list[tuple[str, str]]  # file name, text
 
 
-def _read_record(path: Path) -> dict:
+def _read_record(read: Callable[[], dict]) -> dict:
     try:
-        return read_json(str(path))
+        return read()
     except (DamagedRecord, OSError) as exc:
         return {"damaged_record": str(exc)}
 
@@ -233,8 +234,9 @@ def run_view(registry: Registry, run_id: str) -> RunView:
     """The run ``run_id`` (an id, or its unique start or end), refreshed."""
     shown = refresh_entries(registry, [registry.find(run_id)])[0]
     e, folder = shown.entry, Path(shown.entry.log_dir)
-    info = _read_record(folder / STATUS_JSON)
-    launch = _read_record(folder / bundle.LAUNCH_JSON)
+    record = shown.record or RunRecord(e.id, e.exp_name, folder)  # (read once, by the refresh)
+    info = _read_record(record.status_json)
+    launch = _read_record(lambda: record.launch_info)
     command = launch.get("command_line")
     backend = launch.get("backend") or e.backend
     facts = [

@@ -92,9 +92,19 @@ class RunRecord:
         """A new look at the run: the next :meth:`info` reads status.json again."""
         self._status = None
 
+    def status_json(self) -> dict:
+        """status.json as the file holds it (empty where there is none; a damaged one raises
+        ``DamagedRecord``), read again only after :meth:`reload` or when the file changed."""
+        path = self.log_dir / STATUS_JSON
+        signature = _signature(path)
+        if self._status is None or signature != self._status_signature:
+            self._status = None
+            self._status = read_json(str(path))
+            self._status_signature = signature
+        return copy.deepcopy(self._status)
+
     def info(self) -> dict:
-        """The run's status.json (state, times, exit code, error), read again only after
-        :meth:`reload` or when the file changed.
+        """The run's status.json (state, times, exit code, error), as :meth:`status_json`.
 
         A run whose folder is gone reads as failed, with the reason; a damaged status.json
         raises :class:`DamagedRecordError` for this run alone.
@@ -102,21 +112,16 @@ class RunRecord:
         if not self.log_dir.is_dir():
             return {"state": "failed", "error": f"the run folder {self.log_dir} no longer "
                                                 "exists (deleted or moved): its outcome is lost"}
-        path = self.log_dir / STATUS_JSON
-        signature = _signature(path)
-        if self._status is None or signature != self._status_signature:
-            try:
-                self._status = read_json(str(path))
-            except DamagedRecord as exc:
-                self._status = None
-                if self._unwritten_end:
-                    return self._unwritten_end
-                raise DamagedRecordError(f"run {self.id}: {exc}; its state is unknown until "
-                                         "the run writes it again") from None
-            self._status_signature = signature
-        if self._unwritten_end and self._status.get("state") not in TERMINAL_STATES:
-            return {**copy.deepcopy(self._status), **self._unwritten_end}
-        return copy.deepcopy(self._status)
+        try:
+            status = self.status_json()
+        except DamagedRecord as exc:
+            if self._unwritten_end:
+                return self._unwritten_end
+            raise DamagedRecordError(f"run {self.id}: {exc}; its state is unknown until the run "
+                                     "writes it again") from None
+        if self._unwritten_end and status.get("state") not in TERMINAL_STATES:
+            return {**status, **self._unwritten_end}
+        return status
 
     def recorded_state(self) -> JobState:
         """The state in the run's own status.json, without asking the backend."""

@@ -16,6 +16,7 @@ from typing import Any
 
 from easylaunch.errors import EasyLaunchError
 from easylaunch.runs.commands import COMMAND_KEY
+from easylaunch.runs.record import RunRecord
 from easylaunch.tracking.registry import Entry
 from easylaunch_job.outcome import load_outcome
 
@@ -37,6 +38,7 @@ class Shown:
     state: str  # may carry a note: "running (folder missing)"
     restarts: int
     waiting: str | None = None  # why a queued run's job waits, as the scheduler says
+    record: RunRecord | None = None  # the run's records as the refresh read them (open runs)
 
     @property
     def state_text(self) -> str:

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from easylaunch.errors import EasyLaunchError
-from easylaunch.runs.record import DamagedRecordError
+from easylaunch.runs.record import DamagedRecordError, RunRecord
 from easylaunch.tracking.jobs import Job, JobState
 from easylaunch.tracking.listing import Shown
 from easylaunch.tracking.notify import tell_ends, write_records
@@ -128,6 +128,7 @@ def refresh_entries(registry: Registry, entries: Sequence[Entry]) -> list[Shown]
     asked once about all the open runs launched with the same settings: one round trip to a
     remote cluster, not one per run."""
     shown = {entry.id: entry.state for entry in entries}
+    records: dict[str, RunRecord] = {}
     seen: dict[str, dict] = {}  # run id -> registry fields a refresh saw
     waits: dict[str, str | None] = {}  # run id -> why its queued job waits, as heard
     for entry in entries:
@@ -148,7 +149,7 @@ def refresh_entries(registry: Registry, entries: Sequence[Entry]) -> list[Shown]
             except (EasyLaunchError, OSError) as exc:
                 shown[job.id] = f"{shown[job.id]} ({short(str(exc), 120)})"
                 continue
-            seen[job.id] = record_fields(info)
+            seen[job.id], records[job.id] = record_fields(info), job.record
             waits[job.id] = job.mode.heard_wait(job.record) if shown[job.id] == "queued" else None
     with contextlib.suppress(sqlite3.Error):  # the rows are a cache; a full disk keeps them old
         registry.update_many((run_id, fields) for run_id, fields in seen.items() if fields)
@@ -160,5 +161,6 @@ def refresh_entries(registry: Registry, entries: Sequence[Entry]) -> list[Shown]
         restarts = fields.pop("restarts", entry.restarts)
         fields.pop("state", None)
         listed.append(Shown(dataclasses.replace(entry, **fields) if fields else entry,
-                            shown[entry.id], restarts, waits.get(entry.id)))
+                            shown[entry.id], restarts, waits.get(entry.id),
+                            records.get(entry.id)))
     return listed
