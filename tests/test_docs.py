@@ -167,9 +167,11 @@ def test_page_runs_as_written(page, request, tmp_path):
         request.getfixturevalue(fixture)
     found = blocks(page_text(page))
     env = reader_env(Path(os.environ["HOME"]))
+    project = tmp_path / "project"  # the reader's folder (their home is conftest's)
+    project.mkdir()
     for block in found:
         if block.lang in ("python", "bash") and block.marker not in ("fragment", "installs"):
-            run_block(block, page, tmp_path, env)
+            run_block(block, page, project, env)
 
 
 def test_markers_say_why():

@@ -319,12 +319,11 @@ def test_the_from_doodad_example_runs_unchanged(mode, tmp_path):
     assert all('"succeeded"' in (r / "status.json").read_text() for r in runs)
 
 
-def test_readme_table_names_every_doodad_key():
+def test_the_docs_table_names_every_doodad_key():
     from easylaunch.settings.doodad_names import DOODAD_KEYS
 
-    readme = (TESTS_DIR.parent / "README.md").read_text()
-    section = readme.split("## Coming from doodad", 1)[1].split("\n## ", 1)[0]
-    missing = [k for k in DOODAD_KEYS if f"`{k}`" not in section]
+    page = (TESTS_DIR.parent / "docs/coming-from/doodad.md").read_text()
+    missing = [k for k in DOODAD_KEYS if f"`{k}`" not in page]
     assert not missing
 
 
