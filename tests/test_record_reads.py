@@ -76,7 +76,7 @@ def test_each_poll_of_a_wait_reads_status_json_once(config, reads, monkeypatch):
         reads.clear()
         assert not wait_all([job], timeout=1.0, refresh_every=0.2)[0].terminal
         assert polls and reads[STATUS_JSON] <= len(polls) + 1, (dict(reads), len(polls))
-        assert reads[LAUNCH_JSON] == 0
+        assert reads[LAUNCH_JSON] <= 1
     finally:
         (job.log_dir / jobfns.RELEASE).write_text("")
     assert wait_all([job], timeout=60)[0].value == "succeeded"  # (a poll sees the run's end)

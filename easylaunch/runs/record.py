@@ -2,10 +2,11 @@
 ``status.json`` (how it went), each read from disk once until the file changes.
 
 Modes take and return these records; the user's handle on a run, :class:`easylaunch.Job`, holds
-one with the run's mode. ``launch.json`` changes only through :meth:`RunRecord.record_backend`,
-so it is read once; ``status.json`` changes while the run runs, so each look at the run
-(:meth:`RunRecord.reload`) reads it again, and between looks a copy is used only while the file
-is the one it was read from (same inode, size and modification time).
+one with the run's mode. ``launch.json`` changes only when a backend id is recorded, so it is
+read once; ``status.json`` changes while the run runs, so each look at the run (a wait's poll:
+:meth:`RunRecord.reload`) reads it again. Between reads a copy serves only while the file is the
+one it was read from (same inode, size and modification time: a stat, not an open), so a change
+written by anyone is seen.
 """
 
 from __future__ import annotations
@@ -46,6 +47,28 @@ def _signature(path: Path) -> tuple[int, int, int] | None:
     return found.st_ino, found.st_size, found.st_mtime_ns
 
 
+class _JsonFile:
+    """A record file's content, read again only when forgotten or when the file changed."""
+
+    def __init__(self, path: Path, content: dict | None = None) -> None:
+        self.path = path
+        self.content = content
+        self.signature = _signature(path) if content is not None else None
+
+    def read(self) -> dict:
+        """A copy of the content (empty where there is no file; a damaged one raises
+        ``DamagedRecord``)."""
+        signature = _signature(self.path)  # (before the read: a change during it is seen)
+        if self.content is None or signature != self.signature:
+            self.content = None
+            self.content = read_json(str(self.path))
+            self.signature = signature
+        return copy.deepcopy(self.content)
+
+    def forget(self) -> None:
+        self.content = None
+
+
 class RunRecord:
     """One run's folder and its records (:attr:`launch_info`, :meth:`info`), as modes track
     it; the in-process value of a run that ran here (``here_no_doodad``) in :attr:`returned`."""
@@ -55,9 +78,8 @@ class RunRecord:
         self.id = run_id
         self.exp_name = exp_name
         self.log_dir = Path(log_dir)
-        self._launch = launch
-        self._status: dict | None = None
-        self._status_signature: tuple[int, int, int] | None = None
+        self._launch = _JsonFile(self.log_dir / LAUNCH_JSON, launch)
+        self._status = _JsonFile(self.log_dir / STATUS_JSON)
         self._unwritten_end: dict = {}  # an end that could not be written to status.json
         self.returned: Any = NOT_RETURNED
 
@@ -68,40 +90,33 @@ class RunRecord:
 
     @classmethod
     def read(cls, log_dir: str | os.PathLike) -> RunRecord:
-        """The record of the run whose folder is ``log_dir`` (its launch.json read once)."""
-        log_dir = Path(log_dir)
+        """The record of the run whose folder is ``log_dir`` (its launch.json read)."""
+        record = _JsonFile(Path(log_dir) / LAUNCH_JSON)
         try:
-            launch = read_json(str(log_dir / LAUNCH_JSON))
+            launch = record.read()
         except DamagedRecord as exc:
             raise EasyLaunchError(f"its {LAUNCH_JSON} is damaged, so the run cannot be "
                                   f"tracked or acted on ({exc})") from None
         if not launch:
             raise EasyLaunchError(f"{log_dir} is not an easylaunch run folder "
                                   f"(no {LAUNCH_JSON})")
-        return cls(launch["run_id"], launch["exp_name"], log_dir, launch)
+        found = cls(launch["run_id"], launch["exp_name"], log_dir)
+        found._launch = record
+        return found
 
     @property
     def launch_info(self) -> dict:
-        """The run's launch.json: mode, ids, host, versions, command line, git commits (a
-        copy: :meth:`record_backend` changes it)."""
-        if self._launch is None:
-            self._launch = read_json(str(self.log_dir / LAUNCH_JSON))
-        return copy.deepcopy(self._launch)
+        """The run's launch.json: mode, ids, host, versions, command line, git commits."""
+        return self._launch.read()
 
     def reload(self) -> None:
         """A new look at the run: the next :meth:`info` reads status.json again."""
-        self._status = None
+        self._status.forget()
 
     def status_json(self) -> dict:
         """status.json as the file holds it (empty where there is none; a damaged one raises
-        ``DamagedRecord``), read again only after :meth:`reload` or when the file changed."""
-        path = self.log_dir / STATUS_JSON
-        signature = _signature(path)
-        if self._status is None or signature != self._status_signature:
-            self._status = None
-            self._status = read_json(str(path))
-            self._status_signature = signature
-        return copy.deepcopy(self._status)
+        ``DamagedRecord``)."""
+        return self._status.read()
 
     def info(self) -> dict:
         """The run's status.json (state, times, exit code, error), as :meth:`status_json`.
@@ -133,7 +148,7 @@ class RunRecord:
         launch = self.launch_info
         launch.setdefault("backend", {}).update(ids)
         write_json_atomic(str(self.log_dir / LAUNCH_JSON), launch)
-        self._launch = launch
+        self._launch = _JsonFile(self._launch.path, launch)
 
     def record_end(self, state: str, error: str) -> None:
         """Record a terminal state for a run whose own record has none (the first end wins).
