@@ -17,6 +17,7 @@ from typing import Any
 
 from easylaunch.errors import EasyLaunchError
 from easylaunch.modes import launchers
+from easylaunch.modes.local.machine import local_gpu_ids
 from easylaunch.modes.schedulers.slurm_queue import run_command
 from easylaunch_job.environment import (
     LOCAL_RANK_VARS,
@@ -130,7 +131,6 @@ def gpus_per_host(env: Mapping[str, str] | None = None) -> int:
     count = first_int(env, GPU_COUNT_VARS)
     if count is not None:
         return count
-    from easylaunch.modes.local.machine import local_gpu_ids
 
     return len(local_gpu_ids(env=env))
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from easylaunch.cli.doctor import diagnose
 from easylaunch.cli.shared import AddCommand
 from easylaunch.settings import (
     DEFAULTS,
@@ -33,8 +34,6 @@ def config(args: argparse.Namespace) -> int:
 
 
 def doctor(args: argparse.Namespace) -> int:
-    from easylaunch.cli.doctor import diagnose
-
     findings = diagnose(args.path or args.config)
     for finding in findings:
         print(f"{finding.level:5}  {finding.text}")

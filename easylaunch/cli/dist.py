@@ -6,14 +6,13 @@ import argparse
 import os
 import shlex
 
+from easylaunch import dist
 from easylaunch.cli import examples
 from easylaunch.cli.shared import AddCommand
 from easylaunch.errors import EasyLaunchError
 
 
 def _dist_command(args: argparse.Namespace) -> list[str]:
-    from easylaunch import dist
-
     command = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
     if not command:
         raise dist.DistError("give the program to start after --, e.g. -- python train.py")
@@ -22,8 +21,6 @@ def _dist_command(args: argparse.Namespace) -> list[str]:
 
 
 def _dist_info(args: argparse.Namespace) -> int:
-    from easylaunch import dist
-
     topo = dist.topology()
     print(f"scheduler: {topo.scheduler}\nworkdir: {dist.workdir()}\nhosts: "
           f"{' '.join(topo.hosts)}\nnhosts: {topo.nhosts}\nngpu_per_host: "

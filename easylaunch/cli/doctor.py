@@ -17,6 +17,7 @@ from typing import Any
 
 from easylaunch import settings
 from easylaunch.errors import EasyLaunchError, SettingsError
+from easylaunch.modes.schedulers import pbs, slurm
 from easylaunch.settings import doodad_names as doodad
 from easylaunch_job.environment import python_minor
 
@@ -96,14 +97,12 @@ def _meaning(key: str, value: Any) -> Finding:
 
 
 def _slurm_configs(s: settings.Settings) -> Iterator[Finding]:
-    from easylaunch.modes.schedulers import slurm as scheduler
-
     for name, cfg in s.SLURM_CONFIGS.items():
         todo = [k for k, v in cfg.items() if doodad.is_placeholder(v)]
         if todo:
             yield Finding("warn", f"SLURM_CONFIGS[{name!r}]: {', '.join(todo)} still 'TODO'")
         try:
-            scheduler.resolve_resources(s.SLURM_CONFIGS, name, cfg.get("n_gpus", 0) > 0)
+            slurm.resolve_resources(s.SLURM_CONFIGS, name, cfg.get("n_gpus", 0) > 0)
         except EasyLaunchError as exc:
             if "time_in_mins" in str(exc) and cfg.get("time_in_mins") is None:
                 yield Finding("info", f"SLURM_CONFIGS[{name!r}] has no time_in_mins: pass "
@@ -116,11 +115,9 @@ def _slurm_configs(s: settings.Settings) -> Iterator[Finding]:
 
 
 def _pbs_configs(s: settings.Settings) -> Iterator[Finding]:
-    from easylaunch.modes.schedulers import pbs as scheduler
-
     for name in s.PBS_CONFIGS:
         try:
-            scheduler.resolve_resources(s.PBS_CONFIGS, name, False)
+            pbs.resolve_resources(s.PBS_CONFIGS, name, False)
         except EasyLaunchError as exc:
             yield Finding("error", str(exc))
 

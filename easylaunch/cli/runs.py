@@ -15,6 +15,7 @@ from easylaunch.cli.shared import AddCommand, count, parse_since, registry_of, t
 from easylaunch.errors import EasyLaunchError
 from easylaunch.results.readers import last_points, read_run
 from easylaunch.tracking import listing
+from easylaunch.tracking.interrupts import config_flag, goes_on, interrupted, line
 from easylaunch.tracking.refresh import OPEN_STATES, STATES, job_for, refresh_entries, short
 from easylaunch.tracking.rows import reason_of
 
@@ -83,8 +84,6 @@ def watch(args: argparse.Namespace) -> int:
 def _watch_interrupted(args: argparse.Namespace, still: int) -> str:
     """The line of a Ctrl-C that stopped ``watch``: its open runs go on, and how to cancel
     them (the runs it watched, by their filters, with the --config it was given)."""
-    from easylaunch.tracking.interrupts import config_flag, goes_on, line
-
     cancel = shlex.join(["easylaunch", "cancel", "--state", ",".join(OPEN_STATES),
                          *(["--exp", args.exp] if args.exp else []),
                          *(["--mode", args.mode] if args.mode else [])])
@@ -201,8 +200,6 @@ def follow_logs(job: Job, logs: list[tuple[Path, TextIO]], offsets: list[int] | 
     """Copy what the run adds to its logs (each path to its stream) until it ends, from
     ``offsets`` (default: the start); where each log then ends. Ctrl-C raises the
     ``KeyboardInterrupt`` that says the run goes on and how to cancel it."""
-    from easylaunch.tracking.interrupts import interrupted
-
     offsets = list(offsets or [0] * len(logs))
     try:
         while True:

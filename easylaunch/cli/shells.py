@@ -11,6 +11,10 @@ from pathlib import Path
 
 from easylaunch.cli.shared import AddCommand, count, registry_of
 from easylaunch.errors import EasyLaunchError
+from easylaunch.modes import get_mode
+from easylaunch.modes.scheduled.tracking import ScheduledMode
+from easylaunch.runs.request import LaunchRequest
+from easylaunch.settings import load_settings
 from easylaunch.tracking.refresh import job_for
 
 INTERACTIVE_MODES = ("slurm", "pbs")
@@ -51,11 +55,6 @@ def add_shell(command: AddCommand) -> None:
 
 
 def interactive(args: argparse.Namespace) -> int:
-    from easylaunch.modes import get_mode
-    from easylaunch.modes.scheduled.tracking import ScheduledMode
-    from easylaunch.runs.request import LaunchRequest
-    from easylaunch.settings import load_settings
-
     settings = load_settings(args.config)
     given = {"cluster": args.cluster, "time_in_mins": args.time, "n_nodes": args.nodes,
              "n_gpus": args.gpus or None,

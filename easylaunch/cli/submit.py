@@ -17,8 +17,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
+from easylaunch.api.launch import run_command, run_commands
+from easylaunch.cli.runs import follow_logs
 from easylaunch.cli.shared import AddCommand, count
 from easylaunch.errors import EasyLaunchError
+from easylaunch.tracking.progress import wait_all
 from easylaunch.tracking.rows import reason_of
 from easylaunch_job.environment import shell_exit_code
 
@@ -78,8 +81,6 @@ def launch_keywords(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _submit(args: argparse.Namespace) -> int:
-    from easylaunch.api.launch import run_command, run_commands
-
     if not args.command:
         args.usage_error("no command: give it after --, e.g. easylaunch submit -- python "
                          "train.py --lr 3e-4")
@@ -113,9 +114,6 @@ def _wait(jobs: list[Job]) -> int:
     """Wait for the runs, one run's output streamed as ``logs -f`` streams it (stdout here,
     stderr to stderr); then each run's state line. The exit code: the command's (several
     runs: the first that did not succeed's)."""
-    from easylaunch.cli.runs import follow_logs
-    from easylaunch.tracking.progress import wait_all
-
     if len(jobs) == 1:
         logs = [(jobs[0].stdout_path, sys.stdout), (jobs[0].stderr_path, sys.stderr)]
         for (path, out), end in zip(logs, follow_logs(jobs[0], logs), strict=True):

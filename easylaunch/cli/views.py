@@ -7,13 +7,14 @@ import os
 import sys
 
 from easylaunch.cli.shared import AddCommand, count
+from easylaunch.dashboard.server import serve_command
 from easylaunch.errors import EasyLaunchError
+from easylaunch.results.plot import plot_command
+from easylaunch.runs import preview as dry_runs
 from easylaunch.settings import ENV_CONFIG
 
 
 def plot(args: argparse.Namespace) -> int:
-    from easylaunch.results.plot import plot_command
-
     return plot_command(args)
 
 
@@ -21,11 +22,9 @@ def preview(args: argparse.Namespace) -> int:
     """Run a launch script with every launch a dry run (``easylaunch preview``)."""
     import runpy
 
-    from easylaunch.runs import preview
-
     if not os.path.isfile(args.script):
         raise EasyLaunchError(f"{args.script}: no such script")
-    os.environ[preview.ENV_DRY_RUN] = "1"
+    os.environ[dry_runs.ENV_DRY_RUN] = "1"
     if args.config:
         os.environ[ENV_CONFIG] = args.config  # the script's launches read it too
     sys.argv = [args.script, *args.args]
@@ -36,24 +35,22 @@ def preview(args: argparse.Namespace) -> int:
     except SystemExit as exc:
         if exc.code not in (None, 0):
             raise
-    except preview.DryRunStop as exc:  # job.wait(), job.result() on a dry run's runs
-        print(f"easylaunch preview: the script stopped after {preview.shown()} dry run(s), "
+    except dry_runs.DryRunStop as exc:  # job.wait(), job.result() on a dry run's runs
+        print(f"easylaunch preview: the script stopped after {dry_runs.shown()} dry run(s), "
               f"where it asks its runs for their ends or results ({exc})", file=sys.stderr)
     except Exception as exc:  # noqa: BLE001 - the script's own failure: said, not a success
-        if not preview.shown():
+        if not dry_runs.shown():
             raise
-        print(f"easylaunch preview: the script failed after {preview.shown()} dry run(s): "
+        print(f"easylaunch preview: the script failed after {dry_runs.shown()} dry run(s): "
               f"{type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
-    if not preview.shown():
+    if not dry_runs.shown():
         print(f"easylaunch preview: {args.script} launched nothing", file=sys.stderr)
         return 1
     return 0
 
 
 def ui(args: argparse.Namespace) -> int:
-    from easylaunch.dashboard.server import serve_command
-
     return serve_command(args)
 
 

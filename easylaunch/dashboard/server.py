@@ -10,7 +10,10 @@ import socket
 import sys
 import webbrowser
 
+from easylaunch.dashboard.security import host_name, kept_token, loopback_hosts
 from easylaunch.errors import EasyLaunchError, install_hint
+from easylaunch.settings import load_settings
+from easylaunch.tracking.registry import open_registry
 
 NEEDED = ("starlette", "uvicorn", "jinja2")
 
@@ -56,10 +59,7 @@ def serve_command(args: argparse.Namespace) -> int:
             f"{args.port or 8765} THIS-HOST")
     import uvicorn
 
-    from easylaunch.dashboard.app import create_app
-    from easylaunch.dashboard.security import host_name, kept_token, loopback_hosts
-    from easylaunch.settings import load_settings
-    from easylaunch.tracking.registry import open_registry
+    from easylaunch.dashboard.app import create_app  # (the ui extra: starlette, jinja2)
 
     sock = bind(args.host, args.port)
     port = sock.getsockname()[1]

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from easylaunch.api.resubmission import resubmit
 from easylaunch.errors import EasyLaunchError
 from easylaunch.modes import MODES
 from easylaunch.results.readers import last_values
@@ -343,7 +344,5 @@ def cancel_run(registry: Registry, run_id: str) -> str:
 def resubmit_run(registry: Registry, run_id: str, config: ConfigArg) -> str:
     """Run a run again as ``easylaunch resubmit --detach`` does (a local run outlives the
     dashboard); the new run's id."""
-    from easylaunch.api.resubmission import resubmit
-
     entry = registry.find(run_id)
     return resubmit(entry.id, config=config, detach=True if entry.mode == "local" else None).id

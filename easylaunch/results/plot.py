@@ -25,7 +25,9 @@ from easylaunch.results.sweep import (
     load_histories,
     select,
 )
+from easylaunch.settings import load_settings
 from easylaunch.tracking.listing import counts
+from easylaunch.tracking.registry import open_registry
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -104,9 +106,6 @@ def _default_out(metric: str, by: str | None) -> Path:
 def _named(selection: Selection, config: ConfigArg) -> str:
     """The experiments of the selected runs, and the selection where it says more (a sweep
     or run id)."""
-    from easylaunch.settings import load_settings
-    from easylaunch.tracking.registry import open_registry
-
     chosen = selection if isinstance(selection, str) else " ".join(selection)
     entries = select(open_registry(load_settings(config).REGISTRY_PATH), selection)
     names = ", ".join(dict.fromkeys(e.exp_name for e in entries))

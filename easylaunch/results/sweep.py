@@ -18,9 +18,13 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from easylaunch.errors import EasyLaunchError
 from easylaunch.results.errors import NoSuchMetric, choices, closest, named, need
 from easylaunch.results.readers import PROGRESS_CSV, Metrics, last_values, read_run
-from easylaunch.tracking.listing import flat_items
-from easylaunch.tracking.registry import NoSuchRun
-from easylaunch.tracking.rows import reason_of
+from easylaunch.runs.bundle import VARIANT_JSON
+from easylaunch.settings import load_settings
+from easylaunch.tracking.jobs import Job
+from easylaunch.tracking.listing import flat_items, job_label, seconds_run
+from easylaunch.tracking.refresh import refresh_entries
+from easylaunch.tracking.registry import NoSuchRun, open_registry
+from easylaunch.tracking.rows import LARGE_VARIANT_KEY, reason_of
 from easylaunch_job.outcome import load_outcome
 from easylaunch_job.records import METRICS_JSONL, DamagedRecord, read_json, read_status
 
@@ -90,8 +94,6 @@ def metrics_folder(shown: Shown, fetch: bool) -> Path:
     run folder, as ``easylaunch fetch`` does; else the folder the mode reads it from (the one
     a cluster's job writes, where the file system is shared; a remote cluster's runs come back
     whole when they end), with a cloud run's metric files as last synced to the bucket."""
-    from easylaunch.tracking.jobs import Job
-
     here = Path(shown.entry.log_dir)
     if shown.entry.remote_log_dir is None:
         return here
@@ -113,10 +115,6 @@ def runs_of(selection: Selection, fetch: bool = False,
             config: ConfigArg = None) -> list[SelectedRun]:
     """The selected runs, refreshed (states written back to the registry), with the folders
     their metrics are read from."""
-    from easylaunch.settings import load_settings
-    from easylaunch.tracking.refresh import refresh_entries
-    from easylaunch.tracking.registry import open_registry
-
     registry = open_registry(load_settings(config).REGISTRY_PATH)
     shown = refresh_entries(registry, select(registry, selection))
     return [SelectedRun(s, metrics_folder(s, fetch)) for s in shown]
@@ -125,9 +123,6 @@ def runs_of(selection: Selection, fetch: bool = False,
 def variant_of(entry: Entry) -> dict:
     """The run's variant: the registry's copy, or variant.json for one too large for it (a
     variant.json that cannot be read: an empty variant, with a warning saying why)."""
-    from easylaunch.runs.bundle import VARIANT_JSON
-    from easylaunch.tracking.rows import LARGE_VARIANT_KEY
-
     if LARGE_VARIANT_KEY not in entry.variant:
         return entry.variant
     path = Path(entry.log_dir) / VARIANT_JSON
@@ -180,8 +175,6 @@ def _result(log_dir: str, run_id: str) -> Any:
 
 
 def _run_row(shown: Shown, now: float) -> dict:
-    from easylaunch.tracking.listing import job_label, seconds_run
-
     entry = shown.entry
     status = read_status(entry.log_dir)
     state, _, note = shown.state.partition(" ")
