@@ -99,6 +99,7 @@ def resubmit_runs(args: argparse.Namespace) -> int:
     """Resubmit the selected runs, those of one launch together (a packed sweep's failed runs
     go again in one allocation, an array's in one array), saying what code and settings they
     run."""
+    # (late: the launch path, which cancel, forget and fetch, in this module too, do without)
     from easylaunch.api.resubmission import resubmit_launch
 
     registry = registry_of(args)

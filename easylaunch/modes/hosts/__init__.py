@@ -74,7 +74,7 @@ def transport_to(settings: Settings, name: str | None, local_python: str = sys.e
     """The transport to cluster ``name``, or to this machine when ``name`` is None."""
     if name is None:
         return LocalTransport(local_python)
-    from easylaunch.modes.hosts.ssh import SshTransport
+    from easylaunch.modes.hosts.ssh import SshTransport  # (late: only a cluster over SSH needs it)
 
     cluster = find_cluster(settings, name)
     return SshTransport(cluster.name, cluster.destination, cluster.port, cluster.python,
