@@ -13,8 +13,7 @@ How a page's fenced code blocks are read (the convention the pages keep):
   excerpt, something that needs a GPU or a cloud account): not run. WHY says why, and which
   test covers it where one does.
 - ``<!-- installs: WHY -->``: an install step; the suite runs in the .venv scripts/setup.sh
-  made, so it is not run here (a run of the page on a fresh clone runs it: see
-  ``page_script``).
+  made, so it is not run here (a reader's run of the page on a fresh clone runs it).
 - ``<!-- runs until: TEXT -->``: a command that serves until stopped (``easylaunch ui``): it
   runs until its output shows TEXT, then gets Ctrl-C.
 - ```` ```text ```` and other languages are output or formats, never run.
