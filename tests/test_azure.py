@@ -306,7 +306,7 @@ def test_the_vm_body_reads_back_through_the_sdks_own_model(az_cfg, az, arm):
 
     from easylaunch.modes.cloud.azure import AzureMode
     from easylaunch.modes.cloud.base import Fleet
-    from easylaunch.runs.request import LaunchRequest
+    from easylaunch.runs.record import LaunchRequest
     from easylaunch.settings import load_settings
 
     mode = AzureMode(load_settings(dict(az_cfg, AZURE_SPOT=True)), {"confirm": False,

@@ -23,7 +23,7 @@ from easylaunch import JobState, LaunchError, SettingsError, run_experiment, run
 from easylaunch.cli import main as cli
 from easylaunch.modes import get_mode
 from easylaunch.modes.schedulers import slurm as scheduler
-from easylaunch.runs.request import LaunchRequest
+from easylaunch.runs.record import LaunchRequest
 from easylaunch.settings import load_settings
 
 TESTS_DIR = Path(__file__).resolve().parent

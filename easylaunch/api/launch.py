@@ -52,7 +52,7 @@ from easylaunch.runs.rebuild import (
     function_name,
     refuse_launches_while_importing,
 )
-from easylaunch.runs.request import LaunchRequest
+from easylaunch.runs.record import LaunchRequest
 from easylaunch.runs.session import SESSION
 from easylaunch.runs.snapshot import snapshot
 from easylaunch.runs.variants import check_variant, warn_text_values

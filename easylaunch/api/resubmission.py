@@ -23,7 +23,7 @@ from easylaunch.modes.base import Mode
 from easylaunch.runs.bundle import VARIANT_JSON, clone_run, new_run_id, sweep_of
 from easylaunch.runs.commands import check_code_programs
 from easylaunch.runs.rebuild import current_payload, in_folder, script_argv, settings_now
-from easylaunch.runs.request import LaunchRequest
+from easylaunch.runs.record import LaunchRequest
 from easylaunch.settings import ConfigArg, Settings, load_settings, save_settings
 from easylaunch.tracking.jobs import Job
 from easylaunch.tracking.rows import aborted, registry_row

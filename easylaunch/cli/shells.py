@@ -13,7 +13,7 @@ from easylaunch.cli.shared import AddCommand, count, registry_of
 from easylaunch.errors import EasyLaunchError
 from easylaunch.modes import get_mode
 from easylaunch.modes.scheduled.tracking import ScheduledMode
-from easylaunch.runs.request import LaunchRequest
+from easylaunch.runs.record import LaunchRequest
 from easylaunch.settings import load_settings
 from easylaunch.tracking.refresh import job_for
 

@@ -16,8 +16,7 @@ from easylaunch.settings import Mount, Settings
 if TYPE_CHECKING:
     from easylaunch.runs.bundle import Run
     from easylaunch.runs.preview import Preview
-    from easylaunch.runs.record import RunRecord
-    from easylaunch.runs.request import LaunchRequest
+    from easylaunch.runs.record import LaunchRequest, RunRecord
 
 
 class RunSink(Protocol):

@@ -45,7 +45,7 @@ from easylaunch_job.records import (
 from easylaunch_job.states import TERMINAL_STATES
 
 if TYPE_CHECKING:
-    from easylaunch.runs.request import LaunchRequest
+    from easylaunch.runs.record import LaunchRequest
 
 MIRRORED = (STATUS_JSON, RESULT_PKL)
 KEPT_HERE = (BUNDLE_DIR, LAUNCH_JSON)  # sent there, never brought back (launch.json grows here)

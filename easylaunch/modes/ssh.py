@@ -23,8 +23,7 @@ from easylaunch.modes.jobscript import StartLine, bundle_pythonpath, start_line,
 from easylaunch.runs.bundle import Run
 from easylaunch.runs.commands import programs_to_find
 from easylaunch.runs.preview import Preview
-from easylaunch.runs.record import RunRecord
-from easylaunch.runs.request import LaunchRequest
+from easylaunch.runs.record import LaunchRequest, RunRecord
 from easylaunch_job.command import run_variables
 from easylaunch_job.records import JOB_PYZ, write_bytes_atomic
 

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from easylaunch.errors import LaunchError
-from easylaunch.runs.request import LaunchRequest
+from easylaunch.runs.record import LaunchRequest
 from easylaunch_job.command import Command, argv_for
 
 CommandLike = str | Sequence[str]

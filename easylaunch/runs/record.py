@@ -1,5 +1,7 @@
-"""A run's folder as its records say: its ids, ``launch.json`` (how it was launched) and
-``status.json`` (how it went), each read from disk once until the file changes.
+"""What a launch asks for and what each of its runs leaves: the validated request
+(:class:`LaunchRequest`, which every run's ``launch.json`` keeps), and a run's folder as its
+records say (:class:`RunRecord`: its ids, ``launch.json``, ``status.json``), each file read
+from disk once until it changes.
 
 Modes take and return these records; the user's handle on a run, :class:`easylaunch.Job`, holds
 one with the run's mode. ``launch.json`` changes only when a backend id is recorded, so it is
@@ -14,6 +16,8 @@ from __future__ import annotations
 import copy
 import os
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +36,31 @@ if TYPE_CHECKING:
     from easylaunch.runs.bundle import Run
 
 NOT_RETURNED = object()  # RunRecord.returned of a run that did not run in this process
+
+
+@dataclass(frozen=True)
+class LaunchRequest:
+    """Everything a mode needs to check before anything is made or started."""
+
+    method_call: Callable[..., Any] | None  # (None: read back from launch.json, the bundle has it)
+    variants: list[dict]
+    exp_name: str
+    use_gpu: bool
+    gpu_id: int | str | None
+    log_root: Path
+    slurm_config_name: str | None
+    script_name: str
+
+    @classmethod
+    def of_launch(cls, launch: dict, variants: list[dict]) -> LaunchRequest:
+        """The request a run was launched with, from its launch.json, for ``variants``
+        (without the function: the run's bundle holds it)."""
+        saved = launch["request"]
+        return cls(method_call=None, variants=variants, exp_name=launch["exp_name"],
+                   use_gpu=saved["use_gpu"], gpu_id=saved["gpu_id"],
+                   log_root=Path(saved["log_root"]),
+                   slurm_config_name=saved["slurm_config_name"],
+                   script_name=launch["script_name"])
 
 
 class DamagedRecordError(EasyLaunchError):

@@ -28,7 +28,7 @@ from easylaunch.modes.cloud.base import (
     Target,
     instance_name,
 )
-from easylaunch.runs.request import LaunchRequest
+from easylaunch.runs.record import LaunchRequest
 from easylaunch_job.cloud.platforms import AZURE_INDEX_TAG, ENV_COMPUTE_URL
 from easylaunch_job.cloud.stores import ENV_AZURE_CONNECTION, AzureBlobStore
 

@@ -28,8 +28,7 @@ from easylaunch.modes.cloud import relaunch
 from easylaunch.modes.cloud import transfer as cloud
 from easylaunch.runs.bundle import Run
 from easylaunch.runs.preview import Preview
-from easylaunch.runs.record import RunRecord
-from easylaunch.runs.request import LaunchRequest
+from easylaunch.runs.record import LaunchRequest, RunRecord
 from easylaunch_job.cloud.agent import CANCEL_SUFFIX
 from easylaunch_job.cloud.inputs import AGENT_JSON
 from easylaunch_job.cloud.stores import Store

@@ -17,7 +17,7 @@ from typing import Any
 from easylaunch.errors import LaunchError, needed
 from easylaunch.modes.cloud import transfer as cloud
 from easylaunch.modes.cloud.base import CloudMode, Fleet, InstanceState, Target
-from easylaunch.runs.request import LaunchRequest
+from easylaunch.runs.record import LaunchRequest
 from easylaunch_job.cloud.stores import S3Store, aws_error_code
 
 ENDED_INSTANCE_STATES = frozenset({"shutting-down", "terminated", "stopping", "stopped"})

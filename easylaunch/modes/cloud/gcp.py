@@ -31,7 +31,7 @@ from easylaunch.modes.cloud.base import (
     instance_name,
     name_part,
 )
-from easylaunch.runs.request import LaunchRequest
+from easylaunch.runs.record import LaunchRequest
 from easylaunch.settings import Settings, override
 from easylaunch_job.cloud.platforms import ENV_COMPUTE_URL, GCE_INDEX_KEY
 from easylaunch_job.cloud.stores import GcsStore

@@ -29,8 +29,7 @@ from typing import Any
 from easylaunch.errors import LaunchError, install_hint, needed
 from easylaunch.modes.cloud import transfer as cloud
 from easylaunch.modes.cloud.base import CloudMode, Fleet, InstanceState, Target
-from easylaunch.runs.record import RunRecord
-from easylaunch.runs.request import LaunchRequest
+from easylaunch.runs.record import LaunchRequest, RunRecord
 from easylaunch_job.cloud.platforms import (
     ENV_INDEX,
     ENV_RAY_JOB,

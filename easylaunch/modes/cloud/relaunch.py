@@ -22,8 +22,7 @@ import time
 from typing import Any, Protocol
 
 from easylaunch.modes.cloud import transfer as cloud
-from easylaunch.runs.record import RunRecord
-from easylaunch.runs.request import LaunchRequest
+from easylaunch.runs.record import LaunchRequest, RunRecord
 from easylaunch_job.attempts import RestartPolicy, finish_attempt, give_up_restart
 from easylaunch_job.cloud.agent import CANCEL_SUFFIX
 from easylaunch_job.cloud.inputs import parse_manifest

@@ -35,8 +35,7 @@ from easylaunch.modes.local.machine import local_gpu_ids
 from easylaunch.runs.bundle import Run
 from easylaunch.runs.commands import check_here
 from easylaunch.runs.preview import Preview
-from easylaunch.runs.record import RunRecord
-from easylaunch.runs.request import LaunchRequest
+from easylaunch.runs.record import LaunchRequest, RunRecord
 from easylaunch.settings import Mount, Settings
 from easylaunch_job.attempts import RestartPolicy, record_lost_end
 from easylaunch_job.command import run_variables

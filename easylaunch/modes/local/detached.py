@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from easylaunch.modes.local.machine import chosen_gpu_ids
 from easylaunch.modes.ssh import HostFacts, SshMode
 from easylaunch.runs.bundle import Run
-from easylaunch.runs.request import LaunchRequest
+from easylaunch.runs.record import LaunchRequest
 from easylaunch.settings import Settings
 
 if TYPE_CHECKING:

@@ -14,8 +14,7 @@ from easylaunch.modes.local import machine
 from easylaunch.runs.bundle import Run
 from easylaunch.runs.commands import check_here
 from easylaunch.runs.preview import Preview
-from easylaunch.runs.record import RunRecord
-from easylaunch.runs.request import LaunchRequest
+from easylaunch.runs.record import LaunchRequest, RunRecord
 from easylaunch_job.config import make_doodad_config
 from easylaunch_job.records import STDERR_LOG, STDOUT_LOG, update_status
 from easylaunch_job.run import call_and_record

@@ -41,8 +41,7 @@ from easylaunch.modes.scheduled.tracking import ClusterFacts, ScheduledMode
 from easylaunch.runs.bundle import BLOB_STORE, Run, blob_name, store_blob
 from easylaunch.runs.jobpack import job_archive
 from easylaunch.runs.preview import Preview, resource_fields
-from easylaunch.runs.record import RunRecord
-from easylaunch.runs.request import LaunchRequest
+from easylaunch.runs.record import LaunchRequest, RunRecord
 from easylaunch.runs.session import SESSION
 from easylaunch.settings import Mount
 from easylaunch_job.records import BUNDLE_DIR, JOB_PYZ, SNAPSHOT_STORE, write_bytes_atomic

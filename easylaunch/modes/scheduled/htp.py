@@ -30,8 +30,7 @@ from easylaunch.modes.scheduled.batch import SUBMIT, BatchMode, BatchPlan, Layou
 from easylaunch.modes.schedulers import pbs, slurm
 from easylaunch.runs.bundle import BLOB_STORE, Run, blob_name
 from easylaunch.runs.jobpack import job_archive
-from easylaunch.runs.record import RunRecord
-from easylaunch.runs.request import LaunchRequest
+from easylaunch.runs.record import LaunchRequest, RunRecord
 from easylaunch.settings import Settings
 from easylaunch_job.records import JOB_PYZ
 

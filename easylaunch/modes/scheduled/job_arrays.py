@@ -35,8 +35,7 @@ from easylaunch.modes.schedulers import pbs, slurm
 from easylaunch.runs import envpack
 from easylaunch.runs.bundle import Run
 from easylaunch.runs.preview import Preview, op_line, resource_fields
-from easylaunch.runs.record import RunRecord
-from easylaunch.runs.request import LaunchRequest
+from easylaunch.runs.record import LaunchRequest, RunRecord
 from easylaunch_job.records import write_bytes_atomic
 
 ENV_STORE = ".envs"

@@ -22,7 +22,7 @@ from easylaunch.modes.scheduled.batch import (
 )
 from easylaunch.modes.schedulers import slurm
 from easylaunch.runs.bundle import Run
-from easylaunch.runs.request import LaunchRequest
+from easylaunch.runs.record import LaunchRequest
 from easylaunch_job.submission import sbatch_command
 
 if TYPE_CHECKING:

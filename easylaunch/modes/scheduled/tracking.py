@@ -24,8 +24,7 @@ from easylaunch.modes.hosted import NO_QUERY, BackendQuery, HostedMode, complete
 from easylaunch.modes.schedulers import Scheduler
 from easylaunch.modes.schedulers.nodes import Nodes
 from easylaunch.runs.commands import programs_to_find
-from easylaunch.runs.record import RunRecord
-from easylaunch.runs.request import LaunchRequest
+from easylaunch.runs.record import LaunchRequest, RunRecord
 from easylaunch_job.command import run_variables
 from easylaunch_job.records import STATUS_JSON, STDERR_LOG, update_status
 from easylaunch_job.states import TERMINAL_STATES

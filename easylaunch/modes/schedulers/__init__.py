@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from easylaunch.modes.schedulers.nodes import Nodes
-    from easylaunch.runs.request import LaunchRequest
+    from easylaunch.runs.record import LaunchRequest
     from easylaunch.settings import Settings
 
 

@@ -33,7 +33,7 @@ from easylaunch_job.environment import (
 from easylaunch_job.submission import qsub_command, qsub_job_id
 
 if TYPE_CHECKING:
-    from easylaunch.runs.request import LaunchRequest
+    from easylaunch.runs.record import LaunchRequest
     from easylaunch.settings import Settings
 
 CONFIG_FIELDS = ("select", "ncpus", "ngpus", "mpiprocs", "depth", "cpu_bind", "mem", "walltime",

@@ -26,7 +26,7 @@ from easylaunch_job.environment import ENV_RESUBMIT_SCRIPT, ENV_TIMEOUT_SIGNAL, 
 from easylaunch_job.submission import sbatch_command, sbatch_job_id
 
 if TYPE_CHECKING:
-    from easylaunch.runs.request import LaunchRequest
+    from easylaunch.runs.record import LaunchRequest
     from easylaunch.settings import Settings
 
 CONFIG_FIELDS = ("account_name", "partition", "n_gpus", "max_num_cores_per_node",
