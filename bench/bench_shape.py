@@ -1,20 +1,26 @@
-"""The code's shape, as issue 26 counts it (no timing): the largest module, the largest module
-of the job side, how deep every mode's class sits below Mode, and the import circles between
-easylaunch's modules (late imports included, type-only imports not).
+"""The code's shape, as issues 26 and 40 count it (no timing): the largest module, the largest
+module of the job side, how deep every mode's class sits below Mode, the package root's entries,
+its small modules, and easylaunch's imports of its own modules (late imports included,
+type-only imports not): their circles, those inside functions, those of a higher layer.
 
 Usage: python bench/bench_shape.py
 """
 
 from __future__ import annotations
 
-import ast
 import importlib
+import sys
 from pathlib import Path
 
 from easylaunch.modes import MODES, get_mode
 from easylaunch.modes.base import Mode
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "tests"))
+
+import import_graph  # noqa: E402
+
+FACES = {"__init__", "__main__", "api", "checkpoint", "dist", "errors"}  # modules users import
 
 
 def module_name(path: Path) -> str:
@@ -27,39 +33,16 @@ def lines(package: str) -> list[tuple[int, str]]:
                    for p in (REPO / package).rglob("*.py")), reverse=True)
 
 
-def imports(path: Path, known: set[str]) -> set[str]:
-    """The modules of ``known`` that ``path`` imports at run time (late imports included)."""
-    tree = ast.parse(path.read_text())
-    type_only = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If)
-                 and "TYPE_CHECKING" in ast.unparse(node.test) for n in ast.walk(node)}
-    found = set()
-    for node in ast.walk(tree):
-        if id(node) in type_only:
-            continue
-        if isinstance(node, ast.Import):
-            found |= {a.name for a in node.names} & known
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            subs = {f"{node.module}.{a.name}" for a in node.names} & known
-            found |= subs or ({node.module} & known)
-    return found
+def root_entries() -> list[str]:
+    """What the package root holds (caches left out)."""
+    return sorted(p.name for p in (REPO / "easylaunch").iterdir() if p.name != "__pycache__")
 
 
-def circles() -> list[list[str]]:
-    """Import circles among easylaunch's modules (each once, shortest path first)."""
-    paths = {module_name(p): p for p in (REPO / "easylaunch").rglob("*.py")}
-    graph = {name: imports(path, set(paths)) for name, path in paths.items()}
-    found, seen = [], set()
-    for start in sorted(graph):
-        frontier = [[start]]
-        while frontier:
-            path = frontier.pop(0)
-            for nxt in sorted(graph[path[-1]]):
-                if nxt == start and frozenset(path) not in seen:
-                    seen.add(frozenset(path))
-                    found.append(path + [start])
-                elif nxt not in path and len(path) < 8:
-                    frontier.append(path + [nxt])
-    return found
+def small_modules(limit: int = 40) -> list[tuple[int, str]]:
+    """Modules under ``limit`` lines that are not a package's face."""
+    return [(count, name) for count, name in lines("easylaunch") if count < limit
+            and name.rsplit(".", 1)[-1] not in FACES
+            and not (REPO / name.replace(".", "/") / "__init__.py").is_file()]
 
 
 def depth(cls: type) -> int:
@@ -96,8 +79,19 @@ def main() -> None:
     depths = mode_depths()
     print("mode classes below Mode: " + ", ".join(f"{n} {d}" for n, d in depths.items())
           + f" (deepest {max(depths.values())}; goal <= 3)")
-    found = circles()
-    print(f"import circles: {len(found)}" + "".join(f"\n  {' -> '.join(c)}" for c in found))
+    entries = root_entries()
+    print(f"entries at the package root: {len(entries)} (goal <= 12): {', '.join(entries)}")
+    small = small_modules()
+    print(f"modules under 40 lines that are not a face: {len(small)} (goal 0)"
+          + "".join(f"\n  {name} {count}" for count, name in small))
+    found = import_graph.all_imports()
+    loops = import_graph.circles(found)
+    print(f"import circles: {len(loops)}" + "".join(f"\n  {' -> '.join(c)}" for c in loops))
+    late = [i for i in found if i.late]
+    print(f"function-level imports of easylaunch's own modules: {len(late)} (goal <= 10)"
+          + "".join(f"\n  {i}" for i in late))
+    wrong = import_graph.layer_violations(found)
+    print(f"imports of a higher layer: {len(wrong)} (goal 0)" + "".join(f"\n  {i}" for i in wrong))
 
 
 if __name__ == "__main__":
