@@ -228,6 +228,19 @@ def test_every_command_has_a_reference_entry_and_its_example():
                 assert f"`{option}" in page or option in ("-h", "--help"), (name, option)
 
 
+def test_the_architecture_page_names_every_module_and_no_other():
+    """The Architecture page's file list follows the code: every module of both packages is
+    named there, and every module named there exists."""
+    page = (DOCS / "development" / "architecture.md").read_text()
+    files = page.split("## The files", 1)[1].split("```")[1]  # the page's file list
+    modules = {p.name for package in ("easylaunch", "easylaunch_job")
+               for p in (REPO_DIR / package).rglob("*.py")}
+    named = set(re.findall(r"\b(\w+\.py)\b", files))
+    where = "docs/development/architecture.md's file list"
+    assert sorted(modules - named - {"__init__.py", "__main__.py"}) == [], f"{where}: add these"
+    assert sorted(named - modules) == [], f"{where} names modules that are gone"
+
+
 def test_help_on_the_command_line_ends_with_the_example():
     """``easylaunch COMMAND --help`` as a user types it."""
     from easylaunch.cli.examples import EXAMPLES
