@@ -42,6 +42,7 @@ class Job:
     def __init__(self, record: RunRecord, mode: Mode) -> None:
         self.record = record
         self.mode = mode
+        self.id, self.exp_name, self.log_dir = record.id, record.exp_name, record.log_dir
         self._end_recorded = False  # whether a wait wrote the run's end to the registry
 
     def __repr__(self) -> str:
@@ -62,18 +63,6 @@ class Job:
         mode = get_mode(launch["mode"]).create(launch_settings(saved.get("settings_file")),
                                                saved.get("mode_options") or {})
         return cls(record, mode)
-
-    @property
-    def id(self) -> str:
-        return self.record.id
-
-    @property
-    def exp_name(self) -> str:
-        return self.record.exp_name
-
-    @property
-    def log_dir(self) -> Path:
-        return self.record.log_dir
 
     @property
     def launch_info(self) -> dict:
