@@ -218,7 +218,7 @@ def test_a_whole_job_array_named_by_its_own_id_has_its_elements_state():
 
 
 def test_arrays_are_split_below_max_array_size():
-    from easylaunch.modes.scheduled.array import array_chunks
+    from easylaunch.modes.scheduled.job_arrays import array_chunks
     assert array_chunks(2500, 1000) == [range(0, 1000), range(1000, 2000), range(2000, 2500)]
     assert slurm.array_spec(1000, None) == "0-999"
     assert slurm.array_spec(5, 2) == "0-4%2"
