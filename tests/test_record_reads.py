@@ -14,7 +14,7 @@ from helpers import wait_for
 from easylaunch import run_experiment, wait_all
 from easylaunch.cli import main
 from easylaunch.dashboard.views import run_view
-from easylaunch.runs.bundle import LAUNCH_JSON
+from easylaunch.runs.record import LAUNCH_JSON
 from easylaunch.tracking.registry import Registry
 from easylaunch_job.records import STATUS_JSON
 

@@ -33,7 +33,6 @@ from easylaunch.runs.bundle import (
     mark_submitted,
     new_run_id,
     remove_abandoned_partials,
-    sweep_of,
 )
 from easylaunch.runs.commands import (
     COMMAND_KEY,
@@ -52,7 +51,7 @@ from easylaunch.runs.rebuild import (
     function_name,
     refuse_launches_while_importing,
 )
-from easylaunch.runs.record import LaunchRequest
+from easylaunch.runs.record import LaunchRequest, sweep_of
 from easylaunch.runs.session import SESSION
 from easylaunch.runs.snapshot import snapshot
 from easylaunch.runs.variants import check_variant, warn_text_values

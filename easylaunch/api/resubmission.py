@@ -20,10 +20,10 @@ from easylaunch.api.launch import (
 from easylaunch.errors import LaunchError
 from easylaunch.modes import get_mode
 from easylaunch.modes.base import Mode
-from easylaunch.runs.bundle import VARIANT_JSON, clone_run, new_run_id, sweep_of
+from easylaunch.runs.bundle import clone_run, new_run_id
 from easylaunch.runs.commands import check_code_programs
 from easylaunch.runs.rebuild import current_payload, in_folder, script_argv, settings_now
-from easylaunch.runs.record import LaunchRequest
+from easylaunch.runs.record import VARIANT_JSON, LaunchRequest, sweep_of
 from easylaunch.settings import ConfigArg, Settings, load_settings, save_settings
 from easylaunch.tracking.jobs import Job
 from easylaunch.tracking.rows import aborted, registry_row

@@ -103,10 +103,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"easylaunch: error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt as exc:  # (a wait's says what goes on and how to cancel it)
-        from easylaunch.tracking import interrupts  # (here: it needs the run records' layers)
+        from easylaunch.modes import console  # (here: only an interrupted command needs it)
 
-        interrupts.note_interrupt()  # (this process's local runs are cancelled at its exit)
-        interrupts.say(exc)
+        console.note_interrupt()  # (this process's local runs are cancelled at its exit)
+        console.say(exc)
         return EXIT_INTERRUPTED
     except BrokenPipeError:
         # what is still buffered for the closed pipe must not fail again at exit

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from easylaunch.cli.shared import AddCommand, parse_since, registry_of
 from easylaunch.errors import EasyLaunchError
-from easylaunch.runs.bundle import LAUNCH_JSON
+from easylaunch.runs.record import LAUNCH_JSON
 from easylaunch.tracking.refresh import (
     OPEN_STATES,
     STATES,

@@ -13,9 +13,10 @@ from typing import TYPE_CHECKING, TextIO
 
 from easylaunch.cli.shared import AddCommand, count, parse_since, registry_of, tail
 from easylaunch.errors import EasyLaunchError
+from easylaunch.modes.console import line
 from easylaunch.results.readers import last_points, read_run
 from easylaunch.tracking import listing
-from easylaunch.tracking.interrupts import config_flag, goes_on, interrupted, line
+from easylaunch.tracking.interrupts import config_flag, goes_on, interrupted
 from easylaunch.tracking.refresh import OPEN_STATES, STATES, job_for, refresh_entries, short
 from easylaunch.tracking.rows import reason_of
 

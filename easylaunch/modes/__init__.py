@@ -16,7 +16,10 @@ import difflib
 import importlib
 
 from easylaunch.errors import LaunchError
-from easylaunch.modes.base import ModeKind
+
+TYPE_CHECKING = False  # (as typing's; this package's modules import it, base.py the settings)
+if TYPE_CHECKING:
+    from easylaunch.modes.base import ModeKind
 
 MODES: dict[str, str] = {
     "here_no_doodad": "easylaunch.modes.local.here_no_doodad:HereNoDoodadMode",

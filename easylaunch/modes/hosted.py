@@ -29,9 +29,9 @@ from easylaunch.modes.base import NO_SINK, Mode, RunSink
 from easylaunch.modes.hosts import pythons, staging
 from easylaunch.modes.hosts.staging import Upload, bundle_items
 from easylaunch.modes.hosts.transport import HostError, Transport, checked
-from easylaunch.runs.bundle import LAUNCH_JSON, Run
+from easylaunch.runs.bundle import Run
 from easylaunch.runs.commands import check_found
-from easylaunch.runs.record import RunRecord
+from easylaunch.runs.record import LAUNCH_JSON, RunRecord
 from easylaunch_job.records import (
     BUNDLE_DIR,
     RESULT_PKL,

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from easylaunch.errors import EasyLaunchError
 from easylaunch.results.errors import NoSuchMetric, choices, closest, named, need
 from easylaunch.results.readers import PROGRESS_CSV, Metrics, last_values, read_run
-from easylaunch.runs.bundle import VARIANT_JSON
+from easylaunch.runs.record import VARIANT_JSON
 from easylaunch.settings import load_settings
 from easylaunch.tracking.jobs import Job
 from easylaunch.tracking.listing import flat_items, job_label, seconds_run

@@ -24,10 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import cloudpickle
-
 from easylaunch.errors import LaunchError
 from easylaunch.runs.jobpack import job_archive
+from easylaunch.runs.record import LAUNCH_JSON, VARIANT_JSON, sweep_of
 from easylaunch.runs.snapshot import Snapshot
 from easylaunch.runs.variants import as_data
 from easylaunch_job.command import Command
@@ -49,8 +48,6 @@ from easylaunch_job.records import (
 
 CODE_DIR = "code"
 GIT_DIR = "git"
-LAUNCH_JSON = "launch.json"
-VARIANT_JSON = "variant.json"
 LAUNCH_STORE = ".launches"  # one empty file per launch its mode took: <launch id>
 PARTIAL_DIR = ".partial"  # run folders being made (in the log root), renamed out when complete
 OLD_RUNNER = "runner.py"  # the job side in bundles made before easylaunch_job (one file)
@@ -161,6 +158,14 @@ def bundle_blobs(root: Path, function_bytes: bytes, mode: int) -> dict[str, Path
             JOB_PYZ: store_blob(root, JOB_PYZ, job_archive())}
 
 
+def _cloudpickle_version() -> str:
+    """The version of the cloudpickle that pickles the launch (imported here: 10 ms that
+    ``ls`` and ``status``, which read run folders, do not pay)."""
+    import cloudpickle
+
+    return cloudpickle.__version__
+
+
 def _launcher_fields(now: float) -> dict:
     """What launch.json says of the launching process (a resubmit gets its own)."""
     return {
@@ -171,7 +176,7 @@ def _launcher_fields(now: float) -> dict:
         "launcher_started": process_start_time(os.getpid()),
         "python": sys.version.split()[0],
         "python_executable": sys.executable,
-        "cloudpickle": cloudpickle.__version__,
+        "cloudpickle": _cloudpickle_version(),
         "command_line": sys.argv,
         "cwd": os.getcwd(),
     }
@@ -202,7 +207,7 @@ def _bundle_metadata(spec: BundleSpec, run_id: str, final: Path, code_dirs: list
         "exp_name": _doodad_exp_name(spec.exp_name, spec.prepend_date),
         "log_dir": str(final),
         "python_minor": python_minor(),
-        "cloudpickle": cloudpickle.__version__,
+        "cloudpickle": _cloudpickle_version(),
         "use_gpu": spec.use_gpu,
         "gpu_id": spec.gpu_id,
         "git_infos": [list(g) for g in spec.git_infos],
@@ -321,11 +326,6 @@ def was_submitted(launch: dict) -> bool | None:
     if not launch.get("launch_id"):
         return None
     return (Path(launch["request"]["log_root"]) / LAUNCH_STORE / launch["launch_id"]).exists()
-
-
-def sweep_of(launch: dict) -> str | None:
-    """The sweep a run's launch.json names (runs launched before sweeps: their launch)."""
-    return launch.get("sweep_id") or launch.get("launch_id")
 
 
 def _renew_job_side(bundle: Path, final_bundle: Path, root: Path) -> None:

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from easylaunch.errors import EasyLaunchError
-from easylaunch.runs.bundle import LAUNCH_JSON
 from easylaunch_job.records import (
     STATUS_JSON,
     DamagedRecord,
@@ -36,6 +35,14 @@ if TYPE_CHECKING:
     from easylaunch.runs.bundle import Run
 
 NOT_RETURNED = object()  # RunRecord.returned of a run that did not run in this process
+
+LAUNCH_JSON = "launch.json"  # how a run was launched (written once, the backend added)
+VARIANT_JSON = "variant.json"  # the run's variant, as data
+
+
+def sweep_of(launch: dict) -> str | None:
+    """The sweep a run's launch.json names (runs launched before sweeps: their launch)."""
+    return launch.get("sweep_id") or launch.get("launch_id")
 
 
 @dataclass(frozen=True)

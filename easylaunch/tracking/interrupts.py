@@ -10,15 +10,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from easylaunch.modes.console import install_hook, line, note_interrupt, say
-from easylaunch.runs.bundle import sweep_of
+from easylaunch.modes.console import install_hook, line
+from easylaunch.runs.record import sweep_of
 from easylaunch.settings import ENV_CONFIG, LOCAL_CONFIG_NAME, USER_CONFIG_PATH
 
 if TYPE_CHECKING:
     from easylaunch.tracking.jobs import Job
 
-__all__ = ["cancel_commands", "config_flag", "goes_on", "interrupted", "line", "note_interrupt",
-           "say"]  # (note_interrupt and say: the command's handler takes them from here)
 
 
 def goes_on(what: str, count: int, cancel: Sequence[str]) -> str:

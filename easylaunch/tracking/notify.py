@@ -14,9 +14,6 @@ import shlex
 import sqlite3
 import subprocess
 import sys
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
@@ -61,6 +58,8 @@ def deliver(settings: Mapping, message: dict) -> bool:
                   file=sys.stderr)
             ok = False
     if webhook:
+        import urllib.request  # (15 ms with http.client and ssl: only where a webhook is set)
+
         host = urllib.parse.urlsplit(webhook).hostname
         request = urllib.request.Request(webhook, data=data, method="POST",
                                          headers={"Content-Type": "application/json"})

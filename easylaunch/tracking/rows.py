@@ -7,13 +7,16 @@ from __future__ import annotations
 import hashlib
 import json
 import shlex
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from easylaunch.runs.bundle import VARIANT_JSON, Run, sweep_of
+from easylaunch.runs.record import VARIANT_JSON, sweep_of
 from easylaunch.runs.variants import as_data
 from easylaunch.tracking.registry import NO_TIME
 from easylaunch_job.records import update_status
 from easylaunch_job.states import TERMINAL_STATES
+
+if TYPE_CHECKING:
+    from easylaunch.runs.bundle import Run
 
 REGISTRY_VARIANT_BYTES = 16384  # larger variants are kept in the registry as size and digest
 LARGE_VARIANT_KEY = "_large_variant"

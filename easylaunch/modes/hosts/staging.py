@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import NamedTuple
 
 from easylaunch.modes.hosts.transport import HostError, Transport, checked
-from easylaunch.runs.bundle import CODE_DIR, VARIANT_JSON, Run
+from easylaunch.runs.bundle import CODE_DIR, Run
+from easylaunch.runs.record import VARIANT_JSON
 from easylaunch_job.records import BUNDLE_DIR, STATUS_JSON
 
 INCOMING = ".incoming"
