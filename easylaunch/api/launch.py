@@ -54,12 +54,13 @@ from easylaunch.runs.rebuild import (
 from easylaunch.runs.record import LaunchRequest, sweep_of
 from easylaunch.runs.session import SESSION
 from easylaunch.runs.snapshot import snapshot
-from easylaunch.runs.variants import check_variant, warn_text_values
+from easylaunch.runs.variants import check_variant, variant_key, warn_text_values
 from easylaunch.settings import ConfigArg, Settings, load_settings, override, save_settings
 from easylaunch.settings.doodad_names import split_call_keywords
 from easylaunch.tracking.jobs import Job
 from easylaunch.tracking.registry import Registry, open_registry
 from easylaunch.tracking.rows import aborted, registry_row
+from easylaunch.tracking.sweeps import Plan, newest_sweep, plan, sweep_entries, sweep_lock
 from easylaunch_job.command import Command
 from easylaunch_job.records import SNAPSHOT_STORE
 
@@ -67,15 +68,16 @@ EXP_NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,99}")
 SETTINGS_STORE = ".settings"
 
 
-def check_exp_name(exp_name: Any) -> str:
-    """Return ``exp_name`` if it is a safe folder name, else explain what to change."""
+def check_exp_name(exp_name: Any, what: str = "exp_name") -> str:
+    """Return ``exp_name`` if it is a safe folder name, else explain what to change (``what``:
+    the keyword it came as)."""
     if not isinstance(exp_name, str) or not exp_name:
-        raise LaunchError(f"exp_name must be a non-empty string, got {exp_name!r}")
+        raise LaunchError(f"{what} must be a non-empty string, got {exp_name!r}")
     if EXP_NAME_PATTERN.fullmatch(exp_name) and ".." not in exp_name:
         return exp_name
     suggestion = re.sub(r"[^A-Za-z0-9._+-]+", "-", exp_name).replace("..", ".").strip("-.")
     raise LaunchError(
-        f"exp_name {exp_name!r} cannot be used: it becomes a folder name, so it may hold only "
+        f"{what} {exp_name!r} cannot be used: it becomes a folder name, so it may hold only "
         "letters, digits and . _ + - (no '/', '..', spaces or shell characters), start with a "
         f"letter or digit, and be at most 100 characters. Try {suggestion or 'my-exp'!r}.")
 
@@ -141,6 +143,8 @@ def run_sweep(
     max_restarts: int | None = None,
     restart_on_error: bool | None = None,
     dry_run: bool | None = None,
+    sweep: str | None = None,
+    resume: bool | str = False,
     **mode_options: Any,
 ) -> list[Job] | Preview:
     """Launch ``method_call(doodad_config, variant)`` once per variant; return their Jobs.
@@ -155,11 +159,24 @@ def run_sweep(
     ``dry_run=True`` (or ``easylaunch preview SCRIPT``) checks the launch and prints and
     returns a :class:`~easylaunch.runs.preview.Preview` of what it would write and run, instead of
     launching anything.
+
+    ``sweep="lr-grid"`` names the sweep (its id is then that name; by default each call makes a
+    new sweep with a generated id). ``resume=True`` launches only the variants that have not
+    succeeded in the sweep: the named one, else the newest sweep of this experiment and mode
+    that this script launched with this function (a new one if there is none); ``resume="ID"``
+    names a sweep by its id or a unique start of one. Variants are matched to the sweep's runs
+    by content (key order aside; ``1`` and ``1.0`` differ; values JSON cannot hold, by their
+    text), each run to one variant: a variant that succeeded, or is still queued or running,
+    keeps its run (its Job is returned, nothing is launched for it); every other one (failed,
+    cancelled, timed out, lost, never launched) is launched again as a new run of the same
+    sweep, ``resubmitted_from`` its last run. A variant listed k times keeps at most k runs.
+    The Jobs come in the variants' order. Resumes of one sweep take turns (a lock beside the
+    registry), so two at once never launch the same variant twice.
     """
     return _launch(method_call, variants, LaunchOptions(
         exp_name, mode, prepend_date_to_exp_name, use_gpu, gpu_id, base_log_dir,
-        slurm_config_name, config, max_restarts, restart_on_error, dry_run, mode_options),
-        sweep_id=None)
+        slurm_config_name, config, max_restarts, restart_on_error, dry_run, mode_options,
+        sweep, resume), sweep_id=None)
 
 
 @dataclass(frozen=True)
@@ -178,6 +195,8 @@ class LaunchOptions:
     restart_on_error: bool | None = None
     dry_run: bool | None = None
     mode_options: dict[str, Any] = field(default_factory=dict)
+    sweep: str | None = None  # the sweep's name (None: a generated id)
+    resume: bool | str = False  # launch only what did not succeed (a str: the sweep's id)
 
 
 def launch_options(exp_name: str, mode: str, keywords: dict[str, Any]) -> LaunchOptions:
@@ -402,9 +421,15 @@ def _checked(pending: Future, runs: list[Run], registry: Registry) -> Any:
 
 
 def _launch(method_call: Callable[..., Any], variants: Iterable[Mapping | None],
-            opts: LaunchOptions, sweep_id: str | None) -> list[Job] | Preview:
+            opts: LaunchOptions, sweep_id: str | None, again: tuple[dict, ...] = ()
+            ) -> list[Job] | Preview:
     """:func:`run_sweep`, in the sweep ``sweep_id`` (None: a new one, this launch's;
-    "script": the one this process's earlier single launches of the experiment made)."""
+    "script": the one this process's earlier single launches of the experiment made);
+    ``again``: launch.json fields of each run (a search's trial, a rerun's origin)."""
+    if opts.resume:
+        return _resumed(method_call, variants, opts, script=sweep_id == "script")
+    if opts.sweep is not None:
+        sweep_id = check_exp_name(opts.sweep, "sweep")
     refuse_launches_while_importing()
     settings, mode_obj, mode_options = _mode_for(opts)
     dry_run = dry_run_by_default() if opts.dry_run is None else opts.dry_run
@@ -427,8 +452,65 @@ def _launch(method_call: Callable[..., Any], variants: Iterable[Mapping | None],
     function_bytes, variant_bytes = _payloads(mode_obj, method_call, checked, settings)
     warn_text_values(checked)
     return _started(_Launch(opts, settings, mode_obj, mode_options, request, launch_id,
-                            sweep_id or launch_id, function_bytes, variant_bytes, None),
+                            sweep_id or launch_id, function_bytes, variant_bytes, None, again),
                     registry)
+
+
+def _resumed(method_call: Callable[..., Any], variants: Iterable[Mapping | None],
+            opts: LaunchOptions, script: bool) -> list[Job] | Preview:
+    """Launch the variants that did not succeed in the sweep :func:`_chosen_sweep` picks,
+    holding the sweep's lock until they are submitted; return the Jobs of all, in order. A
+    script's single launches (``script``) each take a run of the sweep this process has not
+    taken before."""
+    refuse_launches_while_importing()
+    checked = _checked_variants(method_call, variants, opts.use_gpu)
+    settings = load_settings(opts.config)
+    registry = _registry(settings)
+    sweep_id = _chosen_sweep(registry, method_call, opts, settings, script)
+    keys = [variant_key(v) for v in checked]
+    with sweep_lock(registry, sweep_id):
+        taken = SESSION.claimed.setdefault(sweep_id, set()) if script else set()
+        entries = [e for e in sweep_entries(registry, sweep_id) if e.id not in taken]
+        chosen = plan(entries, keys)
+        if settings.LAUNCH_LINE and entries:  # (a sweep's first launch says nothing more)
+            print(f"easylaunch: {chosen.line(sweep_id)}", file=sys.stderr)
+        launched = chosen.launched
+        again = tuple({"sweep_index": i, **({"resubmitted_from": last.id} if last else {})}
+                      for i, last in launched)
+        new = _launch(method_call, [checked[i] for i, _ in launched],
+                      dataclasses.replace(opts, resume=False, sweep=None), sweep_id,
+                      again) if launched else []
+        if isinstance(new, Preview):
+            return new
+        taken.update(e.id for e in chosen.kept if e is not None)
+        taken.update(job.id for job in new)
+    return _in_order(chosen, new)
+
+
+def _chosen_sweep(registry: Registry, method_call: Callable[..., Any], opts: LaunchOptions,
+                 settings: Settings, script: bool) -> str:
+    """The sweep a resume goes into: the one named (``sweep``, or by id in ``resume``), else
+    the one this process's earlier single launches chose (``script``), else the newest this
+    script launched with this function into this log folder, else a new one."""
+    if opts.sweep is not None:
+        return check_exp_name(opts.sweep, "sweep")
+    if isinstance(opts.resume, str):
+        return registry.find_sweep(opts.resume)
+    root = str(Path(os.path.expanduser(os.fspath(opts.base_log_dir or settings.LOCAL_LOG_DIR))
+                    ).resolve())
+    key = (opts.exp_name, opts.mode, root)
+    if script and key in SESSION.sweeps:
+        return SESSION.sweeps[key]
+    found = newest_sweep(registry, opts.exp_name, opts.mode, root, _script_name(),
+                         function_name(method_call)) or new_run_id()
+    return SESSION.sweep_of(*key, found) if script else found
+
+
+def _in_order(chosen: Plan, new: list[Job]) -> list[Job]:
+    """The Jobs of a resume, one per variant: the kept runs' and the new ones'."""
+    made = iter(new)
+    return [Job.from_run_dir(entry.log_dir) if entry is not None else next(made)
+            for entry in chosen.kept]
 
 
 def run_experiment(
@@ -445,15 +527,24 @@ def run_experiment(
     max_restarts: int | None = None,
     restart_on_error: bool | None = None,
     dry_run: bool | None = None,
+    sweep: str | None = None,
+    resume: bool | str = False,
     **mode_options: Any,
 ) -> Job | Preview:
     """Launch ``method_call(doodad_config, variant)`` once; same arguments as doodad's, and
     ``max_restarts``/``restart_on_error``/``dry_run`` as in :func:`run_sweep`. A script's
-    launches of one experiment in one mode make one sweep."""
+    launches of one experiment in one mode make one sweep; ``sweep="lr-grid"`` names it, so
+    launches from several processes (or runs of the script) join the same one.
+
+    With ``resume`` (as in :func:`run_sweep`), a script's loop of calls resumes the sweep one
+    variant at a time: each call returns the Job of a run of the sweep with this variant that
+    succeeded or is under way, one this process has not returned before, and launches the
+    variant again only if there is none. The sweep is the one named (``sweep=``), else the one
+    the process's first call found: the newest this script launched with this function."""
     launched = _launch(method_call, [variant], LaunchOptions(
         exp_name, mode, prepend_date_to_exp_name, use_gpu, gpu_id, base_log_dir,
-        slurm_config_name, config, max_restarts, restart_on_error, dry_run, mode_options),
-        sweep_id="script")
+        slurm_config_name, config, max_restarts, restart_on_error, dry_run, mode_options,
+        sweep, resume), sweep_id="script")
     return launched if isinstance(launched, Preview) else launched[0]
 
 

@@ -26,7 +26,8 @@ if TYPE_CHECKING:
 # ``easylaunch --help`` lists them
 COMMAND_MODULES = {
     "submit": "submit", "ls": "runs", "status": "runs", "watch": "runs", "logs": "runs",
-    "cancel": "actions", "resubmit": "actions", "forget": "actions", "fetch": "actions",
+    "cancel": "actions", "resubmit": "actions", "resume": "actions", "forget": "actions",
+    "fetch": "actions",
     "init": "configure", "config": "configure", "preview": "views", "plot": "views",
     "ui": "views", "shell": "shells", "interactive": "shells", "doctor": "configure",
     "dist": "dist"}

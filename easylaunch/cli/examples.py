@@ -14,6 +14,7 @@ EXAMPLES: dict[str, str] = {
     "logs": "easylaunch logs 5f69 -f",
     "cancel": "easylaunch cancel --sweep 5f696763 --yes",
     "resubmit": "easylaunch resubmit --sweep 5f69 --state failed --current-code",
+    "resume": "easylaunch resume 5f69 --current-code",
     "forget": "easylaunch forget --exp lr-sweep --state failed --yes",
     "fetch": "easylaunch fetch 5f69",
     "init": "easylaunch init ./easylaunch_config.py",

@@ -1,0 +1,143 @@
+"""A sweep's runs as a resume sees them: which of its variants are done or under way (kept)
+and which ended otherwise (to launch again), and the lock that keeps two resumes of one sweep
+from launching the same variant."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import re
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from easylaunch.runs.record import LAUNCH_JSON
+from easylaunch.tracking.refresh import OPEN_STATES, refresh_entries
+from easylaunch.tracking.registry import Entry, Registry
+from easylaunch_job.records import DamagedRecord, read_json
+
+# (succeeded: done; queued, running, unknown: under way, or not known to have ended)
+KEPT_STATES = frozenset({"succeeded", *OPEN_STATES})
+LOCKS_DIR = "locks"
+SWEEPS_LOOKED_AT = 20  # the newest sweeps of an experiment a resume looks through
+
+
+@contextlib.contextmanager
+def sweep_lock(registry: Registry, sweep_id: str) -> Iterator[None]:
+    """Hold the sweep's lock (waiting for another process's): an ``flock`` on a file beside
+    the registry, so a process that dies lets go of it at once."""
+    folder = registry.path.parent / LOCKS_DIR
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    name = re.sub(r"[^A-Za-z0-9._+-]", "_", sweep_id)
+    fd = os.open(folder / f"sweep-{name}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # (lets go of the lock)
+
+
+def newest_sweep(registry: Registry, exp_name: str, mode: str, log_root: str,
+                 script_name: str, function: dict | None) -> str | None:
+    """The newest sweep of the experiment in this mode whose runs this script launched with
+    this function, into this log folder (None: none of its newest sweeps)."""
+    for sweep_id, log_dir in registry.recent_sweeps(exp_name, mode, SWEEPS_LOOKED_AT):
+        try:
+            launch = read_json(str(Path(log_dir) / LAUNCH_JSON))
+        except (OSError, DamagedRecord):
+            continue
+        request = launch.get("request") or {}
+        if (launch.get("script_name"), request.get("function"), request.get("log_root")) == (
+                script_name, function, log_root):
+            return sweep_id
+    return None
+
+
+def sweep_entries(registry: Registry, sweep_id: str) -> list[Entry]:
+    """The sweep's runs, oldest first, those still open refreshed from their records first (a
+    run whose process is gone becomes failed, and the registry says so)."""
+    entries = registry.of_sweep(sweep_id)
+    if any(e.state in OPEN_STATES for e in entries):
+        refresh_entries(registry, [e for e in entries if e.state in OPEN_STATES])
+        entries = registry.of_sweep(sweep_id)
+    return sorted(entries, key=lambda e: e.created)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a resume of a sweep does with the variants it is given, in their order."""
+
+    kept: list[Entry | None]  # per variant: the run kept for it (None: it is launched)
+    previous: list[Entry | None]  # per variant launched: its last run that did not succeed
+
+    @property
+    def launched(self) -> list[tuple[int, Entry | None]]:
+        """The variants to launch: each one's index and its last run that did not succeed."""
+        return [(i, self.previous[i]) for i, entry in enumerate(self.kept) if entry is None]
+
+    def line(self, sweep_id: str) -> str:
+        """``resume of sweep S: 3 of 6 variants launched (2 failed, 1 cancelled); 3 kept
+        (3 succeeded)``."""
+        return resume_line(sweep_id, [last.state if last else "never launched"
+                                      for _, last in self.launched],
+                           [e.state for e in self.kept if e is not None], "variants")
+
+
+def resume_line(sweep_id: str, launched: list[str], kept: list[str], what: str) -> str:
+    """What a resume did: how many of ``what`` it launched (by how their last runs ended) and
+    kept (by state)."""
+    def counted(states: list[str]) -> str:
+        return ", ".join(f"{n} {state}" for state, n in sorted(Counter(states).items()))
+
+    return (f"resume of sweep {sweep_id}: {len(launched)} of {len(launched) + len(kept)} {what} "
+            f"launched{f' ({counted(launched)})' if launched else ''}; {len(kept)} kept"
+            + (f" ({counted(kept)})" if kept else ""))
+
+
+def launch_of(entry: Entry) -> str:
+    """The launch a run came from (its own id where its folder cannot say)."""
+    try:
+        return read_json(str(Path(entry.log_dir) / LAUNCH_JSON))["launch_id"]
+    except (OSError, KeyError, DamagedRecord):
+        return entry.id
+
+
+def plan(entries: list[Entry], keys: list[str]) -> Plan:
+    """Match the given variants (their keys, in order) to the sweep's runs by content, each run
+    to one variant at most: a variant listed k times keeps up to k of its kept runs, and the
+    rest are launched, each again after its own earlier run where it has one."""
+    kept_runs: dict[str, list[Entry]] = {}
+    ended: dict[str, list[Entry]] = {}
+    for entry in entries:
+        if entry.variant_key is not None:
+            into = kept_runs if entry.state in KEPT_STATES else ended
+            into.setdefault(entry.variant_key, []).append(entry)
+    chosen: list[Entry | None] = []
+    previous: list[Entry | None] = []
+    for key in keys:
+        runs, others = kept_runs.get(key, []), ended.get(key, [])
+        chosen.append(runs.pop(0) if runs else None)
+        previous.append(others.pop() if chosen[-1] is None and others else None)
+    return Plan(chosen, previous)
+
+
+def to_relaunch(entries: list[Entry]) -> list[Entry]:
+    """The runs a resume from the command line launches again: of each chain of runs (a run,
+    the runs resubmitted from it, and so on) in which none is kept, its last run."""
+    by_id = {entry.id: entry for entry in entries}
+
+    def first(entry: Entry) -> str:
+        seen = {entry.id}
+        while entry.resubmitted_from in by_id and entry.resubmitted_from not in seen:
+            entry = by_id[entry.resubmitted_from]
+            seen.add(entry.id)
+        return entry.id
+
+    chains: dict[str, list[Entry]] = {}
+    for entry in entries:  # (oldest first: a chain's last run comes last)
+        chains.setdefault(first(entry), []).append(entry)
+    return [chain[-1] for chain in chains.values()
+            if not any(e.state in KEPT_STATES for e in chain)]
+
