@@ -245,5 +245,21 @@ def metrics_into(log_dir: str) -> Iterator[None]:
                 os.environ[ENV_METRICS_FILE] = before
 
 
+class FlushingEvery:
+    """A run's function whose ``log_metrics`` lines are written at least every ``seconds``
+    (a search's runs: its pruner reads their values as they come). Recorded under the
+    function's own name."""
+
+    def __init__(self, function: Any, seconds: float) -> None:
+        self.function, self.seconds = function, seconds
+        self.__module__ = getattr(function, "__module__", "")
+        self.__qualname__ = getattr(function, "__qualname__", "")
+
+    def __call__(self, doodad_config: Any, variant: Any) -> Any:
+        global METRICS_FLUSH_SECONDS
+        METRICS_FLUSH_SECONDS = self.seconds
+        return self.function(doodad_config, variant)
+
+
 # ``easylaunch``'s own names for the helpers a run's function calls (beside easylaunch.checkpoint).
 PACKAGE_API = {"log_metrics": log_metrics, "flush_metrics": flush_metrics}

@@ -1,0 +1,156 @@
+"""``easylaunch.run_search`` in ``local`` mode, as a user runs it: a search over a synthetic
+objective with a known optimum (tests/searchfns.py: the loss ends at (x - 0.3)**2, plus 0.5
+with "sgd"; bad configurations are bad from their first steps), pruned by successive halving,
+and a search whose driver is killed and carried on."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import optuna
+import searchfns
+from conftest import TESTS_DIR, settings_file
+from helpers import wait_for
+
+from easylaunch import JobState, Search, run_search
+
+SPACE = {"x": optuna.distributions.FloatDistribution(-1.0, 1.0), "opt": ["adam", "sgd"]}
+TOLERANCE = 0.05  # of the best loss found over the optimum (searchfns.OPTIMUM = 0)
+
+
+def cli(config_file: str, *args: str) -> str:
+    proc = subprocess.run([sys.executable, "-m", "easylaunch.cli", "--config", config_file,
+                           *args], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    return proc.stdout
+
+
+def last_step(run_dir: str) -> int:
+    lines = (Path(run_dir) / "metrics.jsonl").read_text().splitlines()
+    return max(json.loads(line)["step"] for line in lines)
+
+
+def test_search_finds_the_optimum_and_stops_bad_trials_early(tmp_path):
+    config = settings_file(tmp_path)
+    search = run_search(searchfns.curve, dict(SPACE, step_s=0.05), "loss", n_trials=24,
+                        max_parallel=3, min_resource=2, seed=1, exp_name="curve",
+                        config=config)
+
+    summary = search.summary()
+    assert summary["finished"] == 24 and len(summary["trials"]) == 24
+    best = search.best
+    assert best.value - searchfns.OPTIMUM <= TOLERANCE, summary["trials"]
+    assert best.variant["opt"] == "adam" and abs(best.variant["x"] - 0.3) < 0.25
+    assert best.job.status() is JobState.SUCCEEDED
+    assert best.job.result()["loss"] == best.value
+
+    pruned = [t for t in summary["trials"] if t["state"] == "pruned"]
+    assert pruned, "no trial was pruned"
+    steps = [last_step(t["runs"][-1]) for t in pruned]
+    assert max(steps) < searchfns.STEPS and min(steps) <= 12, steps  # stopped, not run out
+    for trial in pruned:
+        assert trial["reason"].startswith("pruned at step"), trial
+        info = json.loads((Path(trial["runs"][-1]) / "status.json").read_text())
+        assert info["state"] == "cancelled" and info["error"] == trial["reason"]
+    complete = [t for t in summary["trials"] if t["state"] == "complete"]
+    assert all(last_step(t["runs"][-1]) == searchfns.STEPS for t in complete)
+
+    listed = cli(config, "ls", "--sweep", search.id)
+    assert "pruned at step" in listed
+    assert sum(1 for line in listed.splitlines() if "succeeded" in line) == len(complete)
+    # the journal is the study Optuna's own tools read
+    assert len(search.study().trials) == 24
+    assert Search.get(search.id, config=config).best.number == best.number
+
+
+def _driver_script(config: str) -> str:
+    return textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {str(TESTS_DIR)!r})
+        import optuna, searchfns
+        from easylaunch import run_search
+        space = {{"x": optuna.distributions.FloatDistribution(-1.0, 1.0), "opt": ["adam", "sgd"],
+                  "step_s": 0.1, "steps": 20}}
+        run_search(searchfns.curve, space, "loss", n_trials=12, max_parallel=3,
+                   min_resource=2, seed=2, exp_name="killed", name="killed", config={config!r})
+    """)
+
+
+def test_a_killed_driver_is_carried_on_without_running_a_finished_trial_again(tmp_path):
+    config = settings_file(tmp_path)
+    script = tmp_path / "search.py"
+    script.write_text(_driver_script(config))
+    driver = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, text=True)
+    summary_file = tmp_path / "logs" / ".searches" / "killed" / "summary.json"
+
+    def finished() -> int:
+        try:
+            return json.loads(summary_file.read_text())["finished"]
+        except (OSError, ValueError):
+            return 0
+
+    assert wait_for(lambda: finished() >= 4 or driver.poll() is not None, 60)
+    os.kill(driver.pid, signal.SIGKILL)
+    driver.wait()
+    before = {t["number"]: t for t in json.loads(summary_file.read_text())["trials"]}
+    done_before = {n: t for n, t in before.items() if t["state"] in ("complete", "pruned")}
+    running_before = {n for n, t in before.items() if t["state"] == "running"}
+    assert 4 <= len(done_before) < 12 and running_before
+
+    # the same call again carries the search on
+    search = run_search(searchfns.curve, dict(SPACE, step_s=0.1, steps=20), "loss",
+                        n_trials=12, max_parallel=3, min_resource=2, seed=2,
+                        exp_name="killed", name="killed", config=config)
+    after = {t["number"]: t for t in search.trials()}
+    assert sorted(after) == list(range(12))
+    assert all(t["state"] in ("complete", "pruned") for t in after.values()), after
+    for number, trial in done_before.items():  # finished trials are never run again
+        assert after[number]["runs"] == trial["runs"]
+        assert after[number]["value"] == trial["value"]
+    rerun = 0
+    for number in running_before:
+        runs = after[number]["runs"]
+        first = json.loads((Path(runs[0]) / "status.json").read_text())
+        if len(runs) == 1:  # it ended (or was being pruned) before the driver died
+            assert first["state"] == "succeeded" or "pruned" in first, first
+            continue
+        rerun += 1  # stopped with the driver: run again, under its number
+        assert len(runs) == 2 and first["state"] in ("cancelled", "failed"), after[number]
+        assert not first.get("cancel_requested"), first  # stopped by its launcher's end
+        launch = json.loads((Path(runs[1]) / "launch.json").read_text())
+        assert launch["resubmitted_from"] == Path(runs[0]).name.rsplit("_", 1)[1]
+        assert launch["search"] == {"id": "killed", "trial": number}
+    assert rerun, "no trial was stopped with its driver"
+    made = [d for d in (tmp_path / "logs" / "killed").iterdir() if (d / "launch.json").exists()]
+    assert len(made) == sum(len(t["runs"]) for t in after.values())
+
+
+def test_a_detached_search_goes_on_after_its_script_ends(tmp_path):
+    config = settings_file(tmp_path)
+    script = tmp_path / "detached.py"
+    script.write_text(textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {str(TESTS_DIR)!r})
+        import searchfns
+        from easylaunch import run_search
+        search = run_search(searchfns.curve, {{"x": [0.0, 0.3, 0.9], "opt": ["adam", "sgd"],
+                                               "step_s": 0.05, "steps": 10}},
+                            "loss", sampler="grid", n_trials=6, max_parallel=2, pruner=None,
+                            exp_name="far", detach=True, config={config!r})
+        print(search.id)
+    """))
+    launcher = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                              timeout=120)
+    assert launcher.returncode == 0, launcher.stderr
+    search = Search.get(launcher.stdout.split()[-1], config=config)
+    assert search.summary()["finished"] < 6  # the script ended before its search did
+    summary = search.wait(timeout=90).summary()
+    assert summary["finished"] == 6 and summary["counts"] == {"complete": 6}
+    assert sorted((t["variant"]["x"], t["variant"]["opt"]) for t in summary["trials"]) == \
+        sorted((x, opt) for x in (0.0, 0.3, 0.9) for opt in ("adam", "sgd"))
+    assert search.best.variant["x"] == 0.3 and search.best.variant["opt"] == "adam"
