@@ -9,10 +9,12 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import jobfns
 import pytest
 from conftest import settings_file
+from helpers import wait_for
 
 from easylaunch import get_job, run_sweep
 from easylaunch.runs.variants import variant_key
@@ -20,6 +22,7 @@ from easylaunch.tracking.registry import open_registry
 
 SWEEP_SCRIPT = """
 import json, sys, time
+from pathlib import Path
 from easylaunch import run_experiment, run_sweep
 
 CONTROL = Path(__file__).resolve().with_name("control.json")
@@ -29,7 +32,7 @@ def train(doodad_config, variant):
     control = json.loads(CONTROL.read_text())
     if variant["i"] in control["fail"]:
         raise ValueError(f"bad variant {variant['i']}")
-    if variant["i"] in control["hang"]:
+    if variant["i"] in control["hang"] + control["sleep"]:
         time.sleep(300)
     return {"i": variant["i"], "code": 1}
 
@@ -54,14 +57,17 @@ if __name__ == "__main__":
 @pytest.fixture
 def sweep(tmp_path):
     """The user's sweep script (6 variants) and its settings; ``run(fail=, hang=)`` runs it
-    (variants in ``fail`` raise, those in ``hang`` are cancelled by the script) and returns each
+    (variants in ``fail`` raise, those in ``hang`` are cancelled by the script, those in
+    ``sleep`` sleep) and returns each
     variant's (run id, state, sweep id) and the script's stderr."""
     script = tmp_path / "sweep.py"
     script.write_text(SWEEP_SCRIPT)
     config = settings_file(tmp_path, CODE_DIRS_TO_MOUNT=[])
 
-    def start(form: str = "sweep", fail: tuple = (), hang: tuple = ()) -> subprocess.Popen:
-        (tmp_path / "control.json").write_text(json.dumps({"fail": fail, "hang": hang}))
+    def started(form: str = "sweep", fail: tuple = (), hang: tuple = (), sleep: tuple = ()
+                ) -> subprocess.Popen:
+        (tmp_path / "control.json").write_text(json.dumps({"fail": fail, "hang": hang,
+                                                           "sleep": sleep}))
         return subprocess.Popen([sys.executable, str(script), config, form], text=True,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
@@ -71,11 +77,13 @@ def sweep(tmp_path):
         return json.loads(out), err
 
     class Sweep:
+        start = staticmethod(started)
+
         def run(self, form: str = "sweep", fail: tuple = (), hang: tuple = ()):
-            return finish(start(form, fail, hang))
+            return finish(started(form, fail, hang))
 
         def runs_at_once(self, count: int):
-            return [finish(p) for p in [start() for _ in range(count)]]
+            return [finish(p) for p in [started() for _ in range(count)]]
 
         def cli(self, *args: str) -> subprocess.CompletedProcess:
             proc = subprocess.run([sys.executable, "-m", "easylaunch.cli", "--config", config,
@@ -138,7 +146,8 @@ def test_two_resumes_at_once_launch_each_variant_once(sweep):
 
 def test_easylaunch_resume_reruns_a_recorded_sweep_with_the_code_as_it_is_now(sweep):
     sweep_id = _first_round(sweep)[0][2]
-    (sweep.script.parent / "control.json").write_text(json.dumps({"fail": [], "hang": []}))
+    (sweep.script.parent / "control.json").write_text(json.dumps({"fail": [], "hang": [],
+                                                                  "sleep": []}))
     sweep.script.write_text(SWEEP_SCRIPT.replace('"code": 1', '"code": 2'))
     done = sweep.cli("resume", sweep_id[:6], "--current-code")
     assert (f"resume of sweep {sweep_id}: 3 of 6 runs launched (1 cancelled, 2 failed); "
@@ -153,6 +162,25 @@ def test_easylaunch_resume_reruns_a_recorded_sweep_with_the_code_as_it_is_now(sw
     again = sweep.cli("resume", sweep_id)
     assert "0 of 6 runs launched; 6 kept (6 succeeded)" in again.stderr
     assert "resubmitted" not in again.stdout and len(sweep.registry_runs(sweep_id)) == 9
+
+
+def test_a_sweep_whose_script_was_killed_resumes_what_it_left(sweep):
+    """The launching script is killed while its runs run: its local runs end with it, the
+    registry still says running; a resume sees how they ended and launches them again."""
+    killed = sweep.start(sleep=list(range(6)))
+    registry = open_registry(Path(sweep.config).with_name("registry.sqlite3"))
+    assert wait_for(lambda: len(registry.list()[0]) == 6 and any(
+        get_job(e.id, sweep.config).status().value == "running" for e in registry.list()[0]),
+        60)
+    killed.kill()
+    killed.communicate()
+    runs = registry.list()[0]
+    ended = [get_job(e.id, sweep.config).wait(timeout=60).value for e in runs]
+    assert "running" not in [e.state for e in registry.list()[0]], ended
+    again, said = sweep.run()
+    assert _states(again) == ["succeeded"] * 6
+    assert {run_id for run_id, _, _ in again}.isdisjoint(e.id for e in runs)
+    assert "6 of 6 variants launched (" in said and "; 0 kept" in said, said
 
 
 @pytest.mark.parametrize("form", ["named", "found"])
