@@ -5,6 +5,7 @@ and a search whose driver is killed and carried on."""
 
 import json
 import os
+import pty
 import signal
 import subprocess
 import sys
@@ -27,6 +28,29 @@ def cli(config_file: str, *args: str) -> str:
                            *args], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
     return proc.stdout
+
+
+def on_a_terminal(config_file: str, *args: str) -> str:
+    """What ``easylaunch ARGS`` prints on a terminal (200 columns)."""
+    reader, writer = pty.openpty()
+    try:
+        subprocess.run([sys.executable, "-m", "easylaunch.cli", "--config", config_file, *args],
+                       stdout=writer, stderr=subprocess.DEVNULL, timeout=120, check=True,
+                       env=dict(os.environ, COLUMNS="200"))
+        os.close(writer)
+        said = b""
+        while chunk := _read(reader):
+            said += chunk
+        return said.decode()
+    finally:
+        os.close(reader)
+
+
+def _read(fd: int) -> bytes:
+    try:
+        return os.read(fd, 4096)
+    except OSError:  # (the terminal's other end closed: all was read)
+        return b""
 
 
 def last_step(run_dir: str) -> int:
@@ -62,6 +86,12 @@ def test_search_finds_the_optimum_and_stops_bad_trials_early(tmp_path):
     listed = cli(config, "ls", "--sweep", search.id)
     assert "pruned at step" in listed
     assert sum(1 for line in listed.splitlines() if "succeeded" in line) == len(complete)
+    on_terminal = on_a_terminal(config, "ls")
+    best_run = best.job.id
+    assert f"search: 24/24 trials finished ({len(complete)} complete, {len(pruned)} " \
+           f"pruned); best loss {best.value:.4g} (trial {best.number}, run {best_run})" \
+           in on_terminal, on_terminal
+    assert "↳ pruned at step" in on_terminal
     # the journal is the study Optuna's own tools read
     assert len(search.study().trials) == 24
     assert Search.get(search.id, config=config).best.number == best.number

@@ -24,7 +24,7 @@ from easylaunch.api.launch import (
     launch_options,
     run_experiment,
 )
-from easylaunch.api.search_driver import DRIVER_LOCK, SUMMARY, Driver, driver_lock, storage
+from easylaunch.api.search_driver import DRIVER_LOCK, Driver, driver_lock, storage
 from easylaunch.api.search_space import Space, import_optuna, make_pruner, make_sampler, search_key
 from easylaunch.errors import LaunchError
 from easylaunch.modes import get_mode
@@ -32,10 +32,10 @@ from easylaunch.runs.preview import Preview
 from easylaunch.runs.rebuild import function_name
 from easylaunch.settings import ConfigArg, load_settings
 from easylaunch.tracking.jobs import Job
+from easylaunch.tracking.searches import SEARCHES, SUMMARY
 from easylaunch_job.metrics import FlushingEvery
 from easylaunch_job.records import read_json, write_json_atomic
 
-SEARCHES = ".searches"
 SEARCH_JSON = "search.json"
 DRIVER_RUN = "driver_run.json"  # a detached search's driver: the run that drives it
 SEARCH_FLUSH_SECONDS = 0.1  # how often a trial's log_metrics lines reach the pruner (local)

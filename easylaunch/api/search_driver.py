@@ -26,12 +26,12 @@ from easylaunch.runs.record import DamagedRecordError
 from easylaunch.tracking.jobs import Job
 from easylaunch.tracking.notify import record_ends
 from easylaunch.tracking.rows import reason_of
+from easylaunch.tracking.searches import SUMMARY
 from easylaunch_job.environment import is_alive, process_start_time
 from easylaunch_job.outcome import load_outcome
 from easylaunch_job.records import METRICS_JSONL, update_status, write_json_atomic
 
 JOURNAL = "journal.log"
-SUMMARY = "summary.json"
 DRIVER_LOCK = "driver.lock"
 POLL_SECONDS = 0.05
 FINISHED = ("COMPLETE", "PRUNED", "FAIL")
@@ -272,8 +272,8 @@ class Driver:
         return last
 
     def _write_summary(self) -> None:
-        write_json_atomic(str(self.folder / SUMMARY), summary(self.study, self.n_trials,
-                                                              self.variant_of))
+        write_json_atomic(str(self.folder / SUMMARY), summary(
+            self.study, self.n_trials, self.objective, self.variant_of))
 
 
 def _step(step: Any, index: int) -> int:
@@ -327,7 +327,8 @@ def prune_reason(study: Any, trial: Any, objective: str, step: int, value: float
     return f"{head} (by {type(pruner).__name__})"
 
 
-def summary(study: Any, n_trials: int, variant_of: Callable[[Mapping[str, Any]], dict]) -> dict:
+def summary(study: Any, n_trials: int, objective: str,
+            variant_of: Callable[[Mapping[str, Any]], dict]) -> dict:
     """What ``ls``, ``status`` and a search's handle read without opening Optuna: trials by
     state, the best trial, and each trial's run, value and reason."""
     trials = study.get_trials(deepcopy=False)
@@ -345,6 +346,6 @@ def summary(study: Any, n_trials: int, variant_of: Callable[[Mapping[str, Any]],
     if complete:
         pick = min if study.direction.name == "MINIMIZE" else max
         best = pick(complete, key=lambda r: r["value"])
-    return {"id": study.study_name, "n_trials": n_trials,
+    return {"id": study.study_name, "n_trials": n_trials, "objective": objective,
             "finished": sum(r["state"] in ("complete", "pruned", "fail") for r in rows),
             "counts": counts, "best": best, "trials": rows, "updated": time.time()}

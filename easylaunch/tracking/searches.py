@@ -1,0 +1,38 @@
+"""Where a search keeps its records, and the line ``easylaunch ls`` shows for it.
+
+A search (``easylaunch.run_search``) keeps them in ``<log root>/.searches/<search id>/``; its
+runs make the sweep of the same id, under ``<log root>/<experiment>/``. ``summary.json`` is
+what listing reads (trials by state, the best), so listing never needs Optuna.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+SEARCHES = ".searches"  # under the log root
+SUMMARY = "summary.json"
+
+
+def summary_of(run_dir: str, sweep: str) -> dict | None:
+    """The summary of the search whose sweep ``sweep`` is, found from one of its runs'
+    folders; None where the sweep is no search (or its summary cannot be read)."""
+    path = Path(run_dir).parent.parent / SEARCHES / sweep / SUMMARY
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def search_line(summary: dict) -> str:
+    """``search: 24/24 trials (8 complete, 16 pruned); best loss 0.0041 (trial 17, run
+    ab12cd34)``."""
+    counts = ", ".join(f"{n} {state}" for state, n in sorted(summary.get("counts", {}).items()))
+    line = (f"search: {summary.get('finished', 0)}/{summary.get('n_trials')} trials finished "
+            f"({counts})")
+    best = summary.get("best")
+    if best:
+        run = Path(best["runs"][-1]).name.rsplit("_", 1)[-1] if best.get("runs") else "-"
+        line += (f"; best {summary.get('objective', 'value')} {best['value']:.4g} (trial "
+                 f"{best['number']}, run {run})")
+    return line
