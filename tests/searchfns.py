@@ -19,3 +19,15 @@ def curve(doodad_config, variant):
         log_metrics(step=t, loss=loss)
         time.sleep(variant.get("step_s", 0.05))
     return {"loss": floor, "steps": steps}
+
+
+def judged(doodad_config, variant):
+    """A score returned, only logged, never given, or an error, as ``variant["kind"]`` says."""
+    kind = variant["kind"]
+    if kind == "raises":
+        raise ValueError("diverged")
+    if kind == "silent":
+        return None
+    log_metrics(step=1, score=3.0)
+    log_metrics(step=2, score=2.0)
+    return {"score": 1.0} if kind == "returned" else None

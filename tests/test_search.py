@@ -13,11 +13,13 @@ import textwrap
 from pathlib import Path
 
 import optuna
+import pytest
 import searchfns
 from conftest import TESTS_DIR, settings_file
 from helpers import wait_for
 
-from easylaunch import JobState, Search, run_search
+from easylaunch import JobState, LaunchError, Search, run_search
+from easylaunch.api.search_space import Space, make_pruner, make_sampler
 
 SPACE = {"x": optuna.distributions.FloatDistribution(-1.0, 1.0), "opt": ["adam", "sgd"]}
 TOLERANCE = 0.05  # of the best loss found over the optimum (searchfns.OPTIMUM = 0)
@@ -184,3 +186,41 @@ def test_a_detached_search_goes_on_after_its_script_ends(tmp_path):
     assert sorted((t["variant"]["x"], t["variant"]["opt"]) for t in summary["trials"]) == \
         sorted((x, opt) for x in (0.0, 0.3, 0.9) for opt in ("adam", "sgd"))
     assert search.best.variant["x"] == 0.3 and search.best.variant["opt"] == "adam"
+
+
+def test_the_objective_is_returned_else_logged_and_a_trial_without_one_fails(tmp_path):
+    config = settings_file(tmp_path)
+    search = run_search(searchfns.judged, {"kind": ["returned", "logged", "silent", "raises"]},
+                        "score", sampler="grid", n_trials=10, max_parallel=2, pruner=None,
+                        exp_name="judged", config=config)
+    trials = {t["variant"]["kind"]: t for t in search.trials()}
+    assert len(search.trials()) == 4  # (the grid's size, though 10 were asked for)
+    assert trials["returned"]["state"] == "complete" and trials["returned"]["value"] == 1.0
+    assert trials["logged"]["state"] == "complete" and trials["logged"]["value"] == 2.0
+    assert trials["silent"]["state"] == "fail"
+    assert "returned no 'score' and logged none" in trials["silent"]["reason"]
+    assert trials["raises"]["state"] == "fail"
+    assert trials["raises"]["reason"] == "ValueError: diverged"
+    assert search.best.value == 1.0 and search.best.variant == {"kind": "returned"}
+
+
+def test_a_space_of_distributions_choices_groups_and_constants():
+    space = Space.of({"lr": optuna.distributions.FloatDistribution(1e-4, 1e-1, log=True),
+                      "model": {"width": [64, 128], "shape": [(3, 3), (5, 5)]},
+                      "epochs": 10})
+    assert sorted(space.distributions) == ["lr", "model.shape", "model.width"]
+    params = {"lr": 0.01, "model.width": 128, "model.shape": 1}  # (tuples drawn by index)
+    assert space.variant(params) == {"epochs": 10, "lr": 0.01,
+                                     "model": {"width": 128, "shape": (5, 5)}}
+    with pytest.raises(LaunchError, match="sampler='grid' needs choices for 'lr'"):
+        make_sampler("grid", space, None)
+    assert isinstance(make_sampler("tpe", space, 0), optuna.samplers.TPESampler)
+    assert isinstance(make_pruner("asha", 2), optuna.pruners.SuccessiveHalvingPruner)
+    assert isinstance(make_pruner(None, 1), optuna.pruners.NopPruner)
+    for bad in ({}, {"x": []}, {"x": 1}, {"a.b": [1, 2]}):
+        with pytest.raises(LaunchError):
+            Space.of(bad)
+    with pytest.raises(LaunchError, match="sampler must be one of"):
+        make_sampler("bayes", space, None)
+    with pytest.raises(LaunchError, match="pruner must be"):
+        make_pruner("hyperband", 1)
