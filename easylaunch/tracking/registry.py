@@ -192,8 +192,10 @@ class Registry:
                          *(["reason TEXT"] if version < 4 else []),
                          *(["command TEXT"] if version < 5 else []),
                          *(["variant_key TEXT"] if version < 7 else [])]
-                for column in added:
-                    conn.execute(f"ALTER TABLE runs ADD COLUMN {column}")
+                have = {row[1] for row in conn.execute("PRAGMA table_info(runs)")}
+                for column in added:  # (a file marked older than its columns: kept as is)
+                    if column.split()[0] not in have:
+                        conn.execute(f"ALTER TABLE runs ADD COLUMN {column}")
                 if version < 3:
                     conn.execute("CREATE INDEX runs_by_sweep ON runs (sweep, created DESC)")
                     conn.execute("CREATE TABLE notices (key TEXT PRIMARY KEY, "
@@ -202,7 +204,8 @@ class Registry:
                     _restarts_again(conn)
                 if version < 7:
                     _variant_keys(conn)
-                    conn.execute("CREATE INDEX runs_by_sweep_key ON runs (sweep, variant_key)")
+                    conn.execute("CREATE INDEX IF NOT EXISTS runs_by_sweep_key ON runs "
+                                 "(sweep, variant_key)")
                 conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             conn.execute("COMMIT")
         except BaseException:
