@@ -224,3 +224,20 @@ def test_a_space_of_distributions_choices_groups_and_constants():
         make_sampler("bayes", space, None)
     with pytest.raises(LaunchError, match="pruner must be"):
         make_pruner("hyperband", 1)
+
+
+def test_a_trial_cancelled_by_hand_fails_and_a_second_driver_is_refused(tmp_path):
+    config = settings_file(tmp_path)
+    space = {"x": [0.0, 0.3], "opt": ["adam"], "step_s": 0.15, "steps": 30}
+    search = run_search(searchfns.curve, space, "loss", sampler="grid", n_trials=2,
+                        max_parallel=2, pruner=None, exp_name="byhand", detach=True,
+                        config=config)
+    assert wait_for(lambda: len(search.trials()) == 2, 60), search.summary()
+    with pytest.raises(LaunchError, match="is driven by pid"):
+        run_search(searchfns.curve, space, "loss", sampler="grid", n_trials=2, max_parallel=2,
+                   pruner=None, exp_name="byhand", config=config)
+    cancelled = search.trials()[0]
+    cli(config, "cancel", Path(cancelled["runs"][0]).name.rsplit("_", 1)[1])
+    trials = search.wait(timeout=60).trials()
+    assert trials[0]["state"] == "fail" and trials[0]["reason"].startswith("cancelled by hand")
+    assert trials[1]["state"] == "complete"
