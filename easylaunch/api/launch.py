@@ -439,7 +439,7 @@ def _launch(method_call: Callable[..., Any], variants: Iterable[Mapping | None],
     root = Path(os.path.expanduser(os.fspath(opts.base_log_dir or settings.LOCAL_LOG_DIR))
                 ).resolve()
     launch_id = new_run_id()
-    if sweep_id == "script":  # (a dry run joins no sweep of this process)
+    if sweep_id == "script" and opts.sweep is None:  # (a dry run joins no sweep of this process)
         sweep_id = launch_id if dry_run else \
             SESSION.sweep_of(opts.exp_name, opts.mode, str(root), launch_id)
     request = LaunchRequest(
@@ -478,7 +478,7 @@ def _resumed(method_call: Callable[..., Any], variants: Iterable[Mapping | None]
         again = tuple({"sweep_index": i, **({"resubmitted_from": last.id} if last else {})}
                       for i, last in launched)
         new = _launch(method_call, [checked[i] for i, _ in launched],
-                      dataclasses.replace(opts, resume=False, sweep=None), sweep_id,
+                      dataclasses.replace(opts, resume=False, sweep=sweep_id), sweep_id,
                       again) if launched else []
         if isinstance(new, Preview):
             return new
