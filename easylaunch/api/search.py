@@ -24,7 +24,13 @@ from easylaunch.api.launch import (
     launch_options,
     run_experiment,
 )
-from easylaunch.api.search_driver import DRIVER_LOCK, Driver, driver_lock, storage
+from easylaunch.api.search_driver import (
+    DRIVER_LOCK,
+    Driver,
+    driver_alive,
+    driver_lock,
+    storage,
+)
 from easylaunch.api.search_space import Space, import_optuna, make_pruner, make_sampler, search_key
 from easylaunch.errors import LaunchError
 from easylaunch.modes import get_mode
@@ -163,6 +169,8 @@ def run_search(fn: Callable[..., Any], space: Mapping[str, Any], objective: str,
                 exp_name=exp_name, mode=mode, name=search.id, seed=seed,
                 min_resource=min_resource, config=config, base_log_dir=base_log_dir, **launch)
     if detach:
+        if driver_alive(search.folder):  # (driven already: followed, not driven twice)
+            return search
         driver = run_experiment(functools.partial(_drive_detached, call), mode="local",
                                 detach=True, exp_name=exp_name, config=config,
                                 base_log_dir=base_log_dir, variant={"search": search.id})

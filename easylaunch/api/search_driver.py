@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from easylaunch.errors import LaunchError
+from easylaunch.modes.local.machine import launcher_gone
 from easylaunch.runs.record import DamagedRecordError
 from easylaunch.tracking.jobs import Job
 from easylaunch.tracking.notify import record_ends
@@ -53,15 +54,15 @@ def driver_lock(folder: Path) -> Any:
     me = {"host": socket.gethostname(), "pid": os.getpid(),
           "started": process_start_time(os.getpid())}
     while (fd := _create(path)) is None:
-        try:
-            holder = json.loads(path.read_text() or "{}")
-        except (OSError, ValueError):
-            holder = {}
-        if holder.get("host") != me["host"] or is_alive(holder.get("pid"), holder.get("started")):
+        holder = _holder(folder)
+        if holder is None and _age(path) < 5:  # (being written by the driver that made it)
+            time.sleep(0.05)
+        elif holder is not None and driver_alive(folder, holder):
             raise LaunchError(f"search {folder.name} is driven by pid {holder.get('pid')} on "
                               f"{holder.get('host')}; follow it with Search.get({folder.name!r})")
-        with contextlib.suppress(FileNotFoundError):
-            path.unlink()  # (a driver that died: its trials are carried on)
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()  # (a driver that died: its trials are carried on)
     with os.fdopen(fd, "w") as f:
         json.dump(me, f)
     # a journal write cut by the last driver's death leaves Optuna's lock: this driver is
@@ -73,6 +74,31 @@ def driver_lock(folder: Path) -> Any:
     finally:
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
+
+
+def _holder(folder: Path) -> dict | None:
+    """What the search's lock says of its driver (None: no lock, or one being written)."""
+    try:
+        holder = json.loads((folder / DRIVER_LOCK).read_text())
+    except (OSError, ValueError):
+        return None
+    return holder if isinstance(holder, dict) else None
+
+
+def driver_alive(folder: Path, holder: dict | None = None) -> bool:
+    """Whether a live driver holds the search (on this machine: its process is alive; on
+    another: its lock is there)."""
+    holder = holder or _holder(folder)
+    return holder is not None and (holder.get("host") != socket.gethostname() or
+                                   is_alive(holder.get("pid"), holder.get("started")))
+
+
+def _age(path: Path) -> float:
+    """Seconds since the file was written (0 if it is gone)."""
+    try:
+        return time.time() - path.stat().st_mtime
+    except FileNotFoundError:
+        return 0.0
 
 
 def _create(path: Path) -> int | None:
@@ -134,7 +160,14 @@ class Driver:
         fields: dict[str, Any] = {"search": {"id": self.folder.name, "trial": trial.number}}
         if rerun_of is not None:
             fields["resubmitted_from"] = rerun_of.id
-        job = self.launch(self.variant_of(trial.params), fields)
+        try:
+            job = self.launch(self.variant_of(trial.params), fields)
+        except BaseException as exc:  # (a launch refused: the trial is not left running)
+            import optuna
+
+            trial.set_user_attr("reason", f"its run could not be launched: {exc}")
+            self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            raise
         frozen = self._frozen(trial)
         trial.set_user_attr("runs", [*frozen.user_attrs.get("runs", []), str(job.log_dir)])
         self.live[trial.number] = _Live(trial, job, reported=set(frozen.intermediate_values))
@@ -228,7 +261,8 @@ class Driver:
             trial.set_user_attr("reason", pruned["reason"])
             trial.set_user_attr("last_step", pruned["step"])
             self.study.tell(trial, state=states.PRUNED)
-        elif state == "succeeded":
+        elif state == "succeeded":  # (one that ended before its prune stopped it, too)
+            trial.set_user_attr("reason", None)
             value = self._value(job)
             if value is None or math.isnan(value):
                 trial.set_user_attr("reason", f"run {job.id} returned no {self.objective!r} "
@@ -287,8 +321,6 @@ def _step(step: Any, index: int) -> int:
 def _stopped_by_its_driver(job: Job, status: dict) -> bool:
     """A run that ended because the driver that launched it died (an attached local run is
     stopped with its launcher), not by its own failure or a cancel."""
-    from easylaunch.modes.local.machine import launcher_gone
-
     if status.get("cancel_requested") or status.get("state") not in ("cancelled", "failed"):
         return False
     if launcher_gone(job.launch_info) is False:
