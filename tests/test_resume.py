@@ -4,11 +4,15 @@ only the variants that did not succeed, once each, in the same sweep."""
 
 from __future__ import annotations
 
+import errno
 import json
+import socket
 import sqlite3
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 from pathlib import Path
 
 import jobfns
@@ -18,7 +22,8 @@ from helpers import wait_for
 
 from easylaunch import get_job, run_sweep
 from easylaunch.runs.variants import variant_key
-from easylaunch.tracking.registry import open_registry
+from easylaunch.tracking import sweeps
+from easylaunch.tracking.registry import Registry, open_registry
 
 SWEEP_SCRIPT = """
 import json, sys, time
@@ -237,3 +242,34 @@ def test_a_sweep_recorded_before_the_upgrade_resumes(tmp_path):
     assert rows["aaaa0001"].variant_key == variant_key({"x": 1})
     assert len(rows) == 3 and rows[jobs[0].id].resubmitted_from == "aaaa0002"
     assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 7
+
+
+def test_where_flock_is_refused_a_claim_file_keeps_resumes_apart(tmp_path, monkeypatch):
+    """On a file system that refuses flock (some NFS mounts), resumes of one sweep still take
+    turns, and a claim left by a process that was killed does not block them."""
+    def refused(fd, operation):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(sweeps.fcntl, "flock", refused)
+    registry = Registry(tmp_path / "registry.sqlite3")
+    claim = tmp_path / "locks" / "sweep-lr-grid.claim"
+    claim.parent.mkdir()
+    killed = subprocess.Popen(["true"])
+    killed.wait()
+    claim.write_text(json.dumps({"host": socket.gethostname(), "pid": killed.pid,
+                                 "started": "1"}))
+    seen: list[str] = []
+
+    def resume(name: str) -> None:
+        with sweeps.sweep_lock(registry, "lr-grid"):
+            seen.append(f"{name} in")
+            time.sleep(0.2)
+            seen.append(f"{name} out")
+
+    threads = [threading.Thread(target=resume, args=(name,)) for name in "ab"]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert seen in (["a in", "a out", "b in", "b out"], ["b in", "b out", "a in", "a out"])
+    assert not claim.exists()

@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 import re
+import socket
+import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -16,27 +19,76 @@ from pathlib import Path
 from easylaunch.runs.record import LAUNCH_JSON
 from easylaunch.tracking.refresh import OPEN_STATES, refresh_entries
 from easylaunch.tracking.registry import Entry, Registry
+from easylaunch_job.environment import is_alive, process_start_time
 from easylaunch_job.records import DamagedRecord, read_json
 
 # (succeeded: done; queued, running, unknown: under way, or not known to have ended)
 KEPT_STATES = frozenset({"succeeded", *OPEN_STATES})
 LOCKS_DIR = "locks"
+STALE_CLAIM_SECONDS = 600  # another host's claim older than this is taken over
+CLAIM_POLL_SECONDS = 0.05
 SWEEPS_LOOKED_AT = 20  # the newest sweeps of an experiment a resume looks through
 
 
 @contextlib.contextmanager
 def sweep_lock(registry: Registry, sweep_id: str) -> Iterator[None]:
     """Hold the sweep's lock (waiting for another process's): an ``flock`` on a file beside
-    the registry, so a process that dies lets go of it at once."""
+    the registry, so a process that dies lets go of it at once; where the file system refuses
+    ``flock`` (some NFS mounts), a claim file made only if absent (:func:`_claim`)."""
     folder = registry.path.parent / LOCKS_DIR
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-    name = re.sub(r"[^A-Za-z0-9._+-]", "_", sweep_id)
-    fd = os.open(folder / f"sweep-{name}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    path = folder / f"sweep-{re.sub(r'[^A-Za-z0-9._+-]', '_', sweep_id)}.lock"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
+    except OSError:
+        os.close(fd)
+        with _claim(path.with_suffix(".claim")):
+            yield
+        return
+    try:
         yield
     finally:
         os.close(fd)  # (lets go of the lock)
+
+
+@contextlib.contextmanager
+def _claim(path: Path) -> Iterator[None]:
+    """Hold ``path``, made with O_EXCL and naming this process, waiting while another live
+    process holds it; a claim left by a process gone from this host, or older than
+    STALE_CLAIM_SECONDS (another host's), is taken over."""
+    host = socket.gethostname()
+    me = {"host": host, "pid": os.getpid(), "started": process_start_time(os.getpid())}
+    while True:
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            if _stale(path, host):
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
+            else:
+                time.sleep(CLAIM_POLL_SECONDS)
+            continue
+        with os.fdopen(fd, "w") as f:
+            json.dump(me, f)
+        break
+    try:
+        yield
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+
+
+def _stale(path: Path, host: str) -> bool:
+    """Whether the claim at ``path`` was left by a process that is gone."""
+    try:
+        age = time.time() - path.stat().st_mtime
+        holder = json.loads(path.read_text() or "{}")
+    except (OSError, ValueError):
+        return False  # (gone meanwhile, or being written: look again)
+    if holder.get("host") == host:
+        return not is_alive(holder.get("pid"), holder.get("started"))
+    return age > STALE_CLAIM_SECONDS
 
 
 def newest_sweep(registry: Registry, exp_name: str, mode: str, log_root: str,
