@@ -51,7 +51,7 @@ from easylaunch.runs.rebuild import (
     function_name,
     refuse_launches_while_importing,
 )
-from easylaunch.runs.record import LaunchRequest, sweep_of
+from easylaunch.runs.record import LaunchRequest, RunRecord, sweep_of
 from easylaunch.runs.session import SESSION
 from easylaunch.runs.snapshot import snapshot
 from easylaunch.runs.variants import check_variant, variant_key, warn_text_values
@@ -508,9 +508,9 @@ def _chosen_sweep(registry: Registry, method_call: Callable[..., Any], opts: Lau
 
 def _in_order(chosen: Plan, new: list[Job]) -> list[Job]:
     """The Jobs of a resume, one per variant: the kept runs' and the new ones'."""
+    kept = iter(Job.of_records(RunRecord.read(e.log_dir) for e in chosen.kept if e is not None))
     made = iter(new)
-    return [Job.from_run_dir(entry.log_dir) if entry is not None else next(made)
-            for entry in chosen.kept]
+    return [next(made) if entry is None else next(kept) for entry in chosen.kept]
 
 
 def run_experiment(
