@@ -199,16 +199,17 @@ class Driver:
             state = live.job.status()
         except DamagedRecordError:
             return False
-        read = self._read_metrics(live)
+        read = self._read_metrics(live, prune=not state.terminal)
         if not state.terminal:
             return read
         live.job.record.reload()
-        self._read_metrics(live)
+        self._read_metrics(live, prune=False)  # (the last lines: an ended run is not pruned)
         self._settle(live, live.job.info())
         return True
 
-    def _read_metrics(self, live: _Live) -> bool:
-        """Report the objective's new values to the trial; stop the run when it is pruned."""
+    def _read_metrics(self, live: _Live, prune: bool) -> bool:
+        """Report the objective's new values to the trial; stop the run when it is pruned
+        (with ``prune``)."""
         path = live.job.log_dir / METRICS_JSONL
         try:
             with open(path, "rb") as f:
@@ -234,7 +235,8 @@ class Driver:
             live.trial.report(value, step)
             live.reported.add(step)
             reported = True
-            if live.trial.should_prune():
+            # (asked of an ended run too: successive halving notes its rungs as it is asked)
+            if live.trial.should_prune() and prune:
                 self._prune(live, step, value)
         return reported
 
