@@ -94,6 +94,9 @@ def test_search_finds_the_optimum_and_stops_bad_trials_early(tmp_path):
            f"pruned); best loss {best.value:.4g} (trial {best.number}, run {best_run})" \
            in on_terminal, on_terminal
     assert "↳ pruned at step" in on_terminal
+    shown = cli(config, "status", Path(pruned[0]["runs"][-1]).name.rsplit("_", 1)[1])
+    assert f"why:              {pruned[0]['reason']}" in shown
+    assert f"search:           {search.id}, trial {pruned[0]['number']}; 24/24 trials" in shown
     # the journal is the study Optuna's own tools read
     assert len(search.study().trials) == 24
     assert Search.get(search.id, config=config).best.number == best.number

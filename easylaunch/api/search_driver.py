@@ -35,7 +35,6 @@ from easylaunch_job.records import METRICS_JSONL, update_status, write_json_atom
 JOURNAL = "journal.log"
 DRIVER_LOCK = "driver.lock"
 POLL_SECONDS = 0.05
-FINISHED = ("COMPLETE", "PRUNED", "FAIL")
 
 
 def storage(folder: Path) -> Any:

@@ -20,7 +20,6 @@ from easylaunch.errors import LaunchError, needed
 
 PLAIN = (str, int, float, bool, type(None))
 SAMPLERS = ("tpe", "random", "grid", "cmaes")
-PRUNERS = ("asha", "median", None)
 
 
 def import_optuna() -> Any:

@@ -19,6 +19,7 @@ from easylaunch.tracking import listing
 from easylaunch.tracking.interrupts import config_flag, goes_on, interrupted
 from easylaunch.tracking.refresh import OPEN_STATES, STATES, job_for, refresh_entries, short
 from easylaunch.tracking.rows import reason_of
+from easylaunch.tracking.searches import search_line, summary_of
 
 if TYPE_CHECKING:
     from easylaunch.tracking.jobs import Job
@@ -95,6 +96,16 @@ def _watch_interrupted(args: argparse.Namespace, still: int) -> str:
 RANK0_STDOUT = "stdout.rank0.log"  # (the scheduler modes' multi-process runs)
 
 
+def _search(log_dir: str, search: dict | None) -> str | None:
+    """``S, trial 7; 24/24 trials finished (...); best loss 0.0041 (trial 17, run ab12cd34)``
+    for a search's run."""
+    if not search:
+        return None
+    summary = summary_of(log_dir, search["id"])
+    said = f"{search['id']}, trial {search['trial']}"
+    return f"{said}; {search_line(summary)}" if summary else said
+
+
 def status(args: argparse.Namespace) -> int:
     registry = registry_of(args)
     entry = registry.find(args.id)
@@ -118,6 +129,7 @@ def status(args: argparse.Namespace) -> int:
         ("last metrics", _last_metrics(job)),
         ("host", info.get("host") or launch.get("host")),
         ("backend", ", ".join(f"{k}={v}" for k, v in (launch.get("backend") or {}).items())),
+        ("search", _search(str(job.log_dir), launch.get("search"))),
         ("resubmitted from", launch.get("resubmitted_from")),
         ("resubmitted with", ", ".join(
             f"{k} {v}" for k, v in (launch.get("resubmitted_with") or {}).items())),

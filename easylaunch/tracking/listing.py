@@ -192,7 +192,7 @@ def grouped_lines(shown: Sequence[Shown], keys: Sequence[str] | None, width: int
         lines.append(_cut(heading, width))
         search = summary_of(first.log_dir, first.sweep) if first.sweep else None
         if search is not None:
-            lines.append(_cut(f"  {search_line(search)}", width))
+            lines.append(_cut(f"  search: {search_line(search)}", width))
         has_command = any(g.entry.command for g in group)
         columns = list(keys) if keys is not None else \
             differing_keys([shown_variant(g.entry) for g in group])

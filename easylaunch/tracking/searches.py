@@ -25,10 +25,10 @@ def summary_of(run_dir: str, sweep: str) -> dict | None:
 
 
 def search_line(summary: dict) -> str:
-    """``search: 24/24 trials (8 complete, 16 pruned); best loss 0.0041 (trial 17, run
+    """``24/24 trials finished (8 complete, 16 pruned); best loss 0.0041 (trial 17, run
     ab12cd34)``."""
     counts = ", ".join(f"{n} {state}" for state, n in sorted(summary.get("counts", {}).items()))
-    line = (f"search: {summary.get('finished', 0)}/{summary.get('n_trials')} trials finished "
+    line = (f"{summary.get('finished', 0)}/{summary.get('n_trials')} trials finished "
             f"({counts})")
     best = summary.get("best")
     if best:
