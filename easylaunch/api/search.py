@@ -3,8 +3,8 @@ any mode, resumable, with its journal and records in the search's own folder.
 
 ``<log root>/.searches/<search id>/``: ``search.json`` (what defines it), ``journal.log``
 (Optuna's journal: the one store of trials), ``summary.json`` (trials by state and the best,
-rewritten by the driver as trials end) and ``driver.lock`` (the live driver). The trials' runs
-make one sweep, whose id is the search's.
+rewritten by the driver as trials end) and ``driver.lock`` (locked by the live driver). The
+trials' runs make one sweep, whose id is the search's.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ from easylaunch.api.launch import (
     run_experiment,
 )
 from easylaunch.api.search_driver import (
-    DRIVER_LOCK,
     Driver,
     driver_alive,
     driver_lock,
@@ -92,7 +91,7 @@ class Search:
             ended = driver.status().terminal
             summary = self.summary()
             if summary["n_trials"] is not None and summary["finished"] >= summary["n_trials"] \
-                    and not (self.folder / DRIVER_LOCK).exists():
+                    and not driver_alive(self.folder):
                 break
             if ended:
                 raise LaunchError(f"search {self.id}'s driver, run {driver.id}, ended "

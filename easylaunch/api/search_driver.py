@@ -11,12 +11,13 @@ same trial number, and finished trials are never run again.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import math
 import os
 import socket
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,6 @@ from easylaunch.tracking.jobs import Job
 from easylaunch.tracking.notify import record_ends
 from easylaunch.tracking.rows import reason_of
 from easylaunch.tracking.searches import SUMMARY
-from easylaunch_job.environment import is_alive, process_start_time
 from easylaunch_job.outcome import load_outcome
 from easylaunch_job.records import METRICS_JSONL, update_status, write_json_atomic
 
@@ -46,66 +46,52 @@ def storage(folder: Path) -> Any:
 
 
 @contextlib.contextmanager
-def driver_lock(folder: Path) -> Any:
-    """Hold the search for this process: a lock file naming it, taken over from a driver
-    that is gone (its process ended). Raises if a live driver holds it."""
+def driver_lock(folder: Path) -> Iterator[None]:
+    """Hold the search for this process: an flock on ``driver.lock`` (released when the
+    process ends, however it ends), which names the driver. Raises if a live driver holds it."""
     path = folder / DRIVER_LOCK
-    me = {"host": socket.gethostname(), "pid": os.getpid(),
-          "started": process_start_time(os.getpid())}
-    while (fd := _create(path)) is None:
-        holder = _holder(folder)
-        if holder is None and _age(path) < 5:  # (being written by the driver that made it)
-            time.sleep(0.05)
-        elif holder is not None and driver_alive(folder, holder):
-            raise LaunchError(f"search {folder.name} is driven by pid {holder.get('pid')} on "
-                              f"{holder.get('host')}; follow it with Search.get({folder.name!r})")
-        else:
-            with contextlib.suppress(FileNotFoundError):
-                path.unlink()  # (a driver that died: its trials are carried on)
-    with os.fdopen(fd, "w") as f:
-        json.dump(me, f)
-    # a journal write cut by the last driver's death leaves Optuna's lock: this driver is
-    # now the only writer, so it is stale
-    with contextlib.suppress(FileNotFoundError):
-        (folder / f"{JOURNAL}.lock").unlink()
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _holder(path)
+            raise LaunchError(f"search {folder.name} is driven by pid {holder.get('pid')} on "
+                              f"{holder.get('host')}; follow it with Search.get("
+                              f"{folder.name!r})") from None
+        os.ftruncate(fd, 0)
+        os.write(fd, json.dumps({"host": socket.gethostname(), "pid": os.getpid()}).encode())
+        # a journal write cut by the last driver's death leaves Optuna's lock: this driver is
+        # now the only writer, so it is stale
+        with contextlib.suppress(FileNotFoundError):
+            (folder / f"{JOURNAL}.lock").unlink()
         yield
     finally:
-        with contextlib.suppress(FileNotFoundError):
-            path.unlink()
+        os.close(fd)
 
 
-def _holder(folder: Path) -> dict | None:
-    """What the search's lock says of its driver (None: no lock, or one being written)."""
+def _holder(path: Path) -> dict:
+    """What the lock file says of the driver that holds it."""
     try:
-        holder = json.loads((folder / DRIVER_LOCK).read_text())
+        holder = json.loads(path.read_text())
     except (OSError, ValueError):
-        return None
-    return holder if isinstance(holder, dict) else None
+        return {}
+    return holder if isinstance(holder, dict) else {}
 
 
-def driver_alive(folder: Path, holder: dict | None = None) -> bool:
-    """Whether a live driver holds the search (on this machine: its process is alive; on
-    another: its lock is there)."""
-    holder = holder or _holder(folder)
-    return holder is not None and (holder.get("host") != socket.gethostname() or
-                                   is_alive(holder.get("pid"), holder.get("started")))
-
-
-def _age(path: Path) -> float:
-    """Seconds since the file was written (0 if it is gone)."""
+def driver_alive(folder: Path) -> bool:
+    """Whether a live driver holds the search."""
     try:
-        return time.time() - path.stat().st_mtime
+        fd = os.open(folder / DRIVER_LOCK, os.O_RDONLY)
     except FileNotFoundError:
-        return 0.0
-
-
-def _create(path: Path) -> int | None:
-    """The file made and opened, or None if it exists."""
+        return False
     try:
-        return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    except FileExistsError:
-        return None
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
 
 
 @dataclass
