@@ -94,6 +94,10 @@ def test_search_finds_the_optimum_and_stops_bad_trials_early(tmp_path):
            f"pruned); best loss {best.value:.4g} (trial {best.number}, run {best_run})" \
            in on_terminal, on_terminal
     assert "↳ pruned at step" in on_terminal
+    assert cli(config, "search").startswith(f"{search.id}  24/24 trials finished")
+    trial_rows = cli(config, "search", search.id[:10]).splitlines()[2:]
+    assert len(trial_rows) == 24
+    assert sum("pruned at step" in row for row in trial_rows) == len(pruned)
     shown = cli(config, "status", Path(pruned[0]["runs"][-1]).name.rsplit("_", 1)[1])
     assert f"why:              {pruned[0]['reason']}" in shown
     assert f"search:           {search.id}, trial {pruned[0]['number']}; 24/24 trials" in shown

@@ -19,7 +19,7 @@ from easylaunch.tracking import listing
 from easylaunch.tracking.interrupts import config_flag, goes_on, interrupted
 from easylaunch.tracking.refresh import OPEN_STATES, STATES, job_for, refresh_entries, short
 from easylaunch.tracking.rows import reason_of
-from easylaunch.tracking.searches import search_line, summary_of
+from easylaunch.tracking.searches import search_line, searches_in, summary_of
 
 if TYPE_CHECKING:
     from easylaunch.tracking.jobs import Job
@@ -255,6 +255,43 @@ def add_ls(command: AddCommand) -> None:
     parser.add_argument("--variant", metavar="KEYS", help="variant keys to show, comma-separated "
                     "(nested: a.b); default on a terminal: those that differ within each sweep")
     parser.set_defaults(func=ls)
+
+
+def search(args: argparse.Namespace) -> int:
+    """The searches under the log root, one line each; with an id, that search's trials."""
+    from easylaunch.settings import load_settings
+
+    found = searches_in(load_settings(args.config).LOCAL_LOG_DIR)
+    if args.id is None:
+        for summary in found:
+            print(f"{summary['id']}  {search_line(summary)}")
+        return 0
+    chosen = [s for s in found if s["id"] == args.id] or \
+        [s for s in found if s["id"].startswith(args.id)]
+    if len(chosen) != 1:
+        raise EasyLaunchError(f"{len(chosen) or 'no'} searches match {args.id!r}"
+                              + (f": {', '.join(s['id'] for s in chosen)}" if chosen else ""))
+    summary = chosen[0]
+    print(f"search {summary['id']}: {search_line(summary)}")
+    rows = [("TRIAL", "STATE", summary.get("objective", "VALUE").upper(), "STEP", "RUN",
+             "REASON")]
+    rows += [(str(t["number"]), t["state"], "-" if t["value"] is None else f"{t['value']:.4g}",
+              "-" if t["last_step"] is None else str(t["last_step"]),
+              Path(t["runs"][-1]).name.rsplit("_", 1)[-1] if t["runs"] else "-",
+              t["reason"] or "") for t in summary["trials"]]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    for row in rows:
+        print(("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=False)) + "  "
+               + row[-1]).rstrip())
+    return 0
+
+
+def add_search(command: AddCommand) -> None:
+    """``search``: the searches (run_search), or one search's trials."""
+    parser = command("search", help="list the searches (easylaunch.run_search), or show one "
+                     "search's trials: state, objective, last step reported, run and reason")
+    parser.add_argument("id", nargs="?", help="a search's id, or a unique start of one")
+    parser.set_defaults(func=search)
 
 
 def add_status(command: AddCommand) -> None:

@@ -24,6 +24,17 @@ def summary_of(run_dir: str, sweep: str) -> dict | None:
         return None
 
 
+def searches_in(log_root: str | Path) -> list[dict]:
+    """The summaries of the searches under ``log_root``, the latest updated first."""
+    found = []
+    for path in Path(log_root).expanduser().glob(f"{SEARCHES}/*/{SUMMARY}"):
+        try:
+            found.append(json.loads(path.read_text()))
+        except (OSError, ValueError):
+            continue
+    return sorted(found, key=lambda s: s.get("updated", 0), reverse=True)
+
+
 def search_line(summary: dict) -> str:
     """``24/24 trials finished (8 complete, 16 pruned); best loss 0.0041 (trial 17, run
     ab12cd34)``."""
