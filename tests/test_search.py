@@ -248,3 +248,20 @@ def test_a_trial_cancelled_by_hand_fails_and_a_second_driver_is_refused(tmp_path
     trials = search.wait(timeout=60).trials()
     assert trials[0]["state"] == "fail" and trials[0]["reason"].startswith("cancelled by hand")
     assert trials[1]["state"] == "complete"
+
+
+def test_a_killed_search_is_carried_on_from_the_command_line(tmp_path):
+    config = settings_file(tmp_path)
+    script = tmp_path / "search.py"
+    script.write_text(_driver_script(config).replace("n_trials=12", "n_trials=6"))
+    driver = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    search = Search("killed", tmp_path / "logs" / ".searches" / "killed")
+    assert wait_for(lambda: search.summary()["finished"] >= 2 or driver.poll() is not None, 60)
+    os.kill(driver.pid, signal.SIGKILL)
+    driver.wait()
+    assert search.summary()["finished"] < 6
+    cli(config, "search", "kill", "--resume")
+    trials = search.wait(timeout=90).trials()
+    assert [t["number"] for t in trials] == list(range(6))
+    assert all(t["state"] in ("complete", "pruned") for t in trials), trials

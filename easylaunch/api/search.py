@@ -3,23 +3,30 @@ any mode, resumable, with its journal and records in the search's own folder.
 
 ``<log root>/.searches/<search id>/``: ``search.json`` (what defines it), ``journal.log``
 (Optuna's journal: the one store of trials), ``summary.json`` (trials by state and the best,
-rewritten by the driver as trials end) and ``driver.lock`` (locked by the live driver). The
-trials' runs make one sweep, whose id is the search's.
+rewritten by the driver as trials end), ``call.json`` (the last call's arguments, for
+``easylaunch search ID --resume``) and ``driver.lock`` (locked by the live driver). The trials'
+runs make one sweep, whose id is the search's.
 """
 
 from __future__ import annotations
 
+import base64
 import functools
+import json
 import os
+import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import cloudpickle
+
 from easylaunch.api.launch import (
     LaunchOptions,
     _launch,
+    _script_name,
     check_exp_name,
     launch_options,
     run_experiment,
@@ -33,6 +40,7 @@ from easylaunch.api.search_driver import (
 from easylaunch.api.search_space import Space, import_optuna, make_pruner, make_sampler, search_key
 from easylaunch.errors import LaunchError
 from easylaunch.modes import get_mode
+from easylaunch.runs.payload import pickle_payload
 from easylaunch.runs.preview import Preview
 from easylaunch.runs.rebuild import function_name
 from easylaunch.settings import ConfigArg, load_settings
@@ -43,6 +51,7 @@ from easylaunch_job.records import read_json, write_json_atomic
 
 SEARCH_JSON = "search.json"
 DRIVER_RUN = "driver_run.json"  # a detached search's driver: the run that drives it
+CALL = "call.json"  # the last run_search call's arguments, for resume_search
 SEARCH_FLUSH_SECONDS = 0.1  # how often a trial's log_metrics lines reach the pruner (local)
 
 
@@ -180,6 +189,7 @@ def run_search(fn: Callable[..., Any], space: Mapping[str, Any], objective: str,
         n_trials = min(n_trials, _grid_size(checked))
     optuna = import_optuna()
     with driver_lock(search.folder):
+        _keep(call, search.folder / CALL, config)
         study = optuna.create_study(
             storage=storage(search.folder), study_name=search.id, direction=direction,
             load_if_exists=True, pruner=make_pruner(pruner, min_resource))
@@ -202,6 +212,33 @@ def run_search(fn: Callable[..., Any], space: Mapping[str, Any], objective: str,
         Driver(study, search.folder, objective, n_trials, max_parallel, launch_trial,
                checked.variant, checked.distributions).drive()
     return search
+
+
+def resume_search(search_id: str, config: ConfigArg = None, detach: bool = True) -> Search:
+    """Carry on the search ``search_id`` (its id or a unique start of one) as its last
+    ``run_search`` call was made (kept in its folder), its driver detached unless ``detach``
+    is False."""
+    found = [p for p in _searches(config, None).glob(f"{search_id}*") if (p / CALL).exists()]
+    exact = [p for p in found if p.name == search_id]
+    if len(exact or found) != 1:
+        raise LaunchError(f"{len(found) or 'no'} searches with a recorded call match "
+                          f"{search_id!r}" + (f": {', '.join(p.name for p in found)}"
+                                              if found else ""))
+    kept = json.loads((exact or found)[0].joinpath(CALL).read_bytes())
+    # (the modules it names by reference: in the code folders and the script's, as for runs)
+    sys.path[:0] = [p for p in kept["paths"] if p not in sys.path]
+    call = cloudpickle.loads(base64.b64decode(kept["call"]))
+    return run_search(**call, detach=detach)
+
+
+def _keep(call: dict, path: Path, config: ConfigArg) -> None:
+    """Keep the call's arguments (the function by value where the runs would need it so)
+    for :func:`resume_search`."""
+    code_dirs = [str(m.local_dir) for m in load_settings(config).code_mounts()]
+    script_dir = os.path.dirname(_script_name()) or None
+    data = pickle_payload(call, "run_search's arguments", code_dirs, script_dir)
+    write_json_atomic(str(path), {"paths": [*code_dirs, *filter(None, [script_dir])],
+                                  "call": base64.b64encode(data).decode()})
 
 
 def _drive_detached(call: dict, doodad_config: Any, variant: dict) -> dict:
