@@ -19,6 +19,7 @@ from conftest import TESTS_DIR, settings_file
 from helpers import wait_for
 
 from easylaunch import JobState, LaunchError, Search, run_search
+from easylaunch.api.search_driver import prune_reason
 from easylaunch.api.search_space import Space, make_pruner, make_sampler
 
 SPACE = {"x": optuna.distributions.FloatDistribution(-1.0, 1.0), "opt": ["adam", "sgd"]}
@@ -265,3 +266,14 @@ def test_a_killed_search_is_carried_on_from_the_command_line(tmp_path):
     trials = search.wait(timeout=90).trials()
     assert [t["number"] for t in trials] == list(range(6))
     assert all(t["state"] in ("complete", "pruned") for t in trials), trials
+
+
+def test_a_median_prune_says_what_the_trial_was_compared_with():
+    study = optuna.create_study(pruner=make_pruner("median", 0))
+    for value in (0.2, 0.4, 0.6, 0.3, 0.5):
+        study.add_trial(optuna.trial.create_trial(value=value, intermediate_values={3: value}))
+    trial = study.ask()
+    trial.report(0.9, 3)
+    assert trial.should_prune()
+    assert prune_reason(study, trial, "loss", 3, 0.9) == \
+        "pruned at step 3: loss 0.9 worse than the median 0.4 of 5 trials at step 3"

@@ -16,6 +16,7 @@ import json
 import math
 import os
 import socket
+import statistics
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -340,7 +341,7 @@ def prune_reason(study: Any, trial: Any, objective: str, step: int, value: float
     if isinstance(pruner, optuna.pruners.MedianPruner):
         at_step = [t.intermediate_values[step] for t in others if step in t.intermediate_values]
         if at_step:
-            middle = sorted(at_step)[len(at_step) // 2]
+            middle = statistics.median(at_step)
             return (f"{head} worse than the median {middle:.4g} of "
                     f"{len(at_step)} trials at step {step}")
     return f"{head} (by {type(pruner).__name__})"
