@@ -6,6 +6,9 @@ journal, which runs never touch. A new trial starts as soon as one ends, at most
 ``max_parallel`` at once. A driver that starts finds the trials the last one left running and
 carries them on: runs still going are followed, runs that its death stopped run again under the
 same trial number, and finished trials are never run again.
+
+Optuna (the ``search`` extra) is imported where used: a search's handle reads its records, and
+tells whether its driver is alive, without it.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from easylaunch.api.search_space import import_optuna
 from easylaunch.errors import LaunchError
 from easylaunch.modes.local.machine import launcher_gone
 from easylaunch.runs.record import DamagedRecordError
@@ -149,8 +153,7 @@ class Driver:
         try:
             job = self.launch(self.variant_of(trial.params), fields)
         except BaseException as exc:  # (a launch refused: the trial is not left running)
-            import optuna
-
+            optuna = import_optuna()
             trial.set_user_attr("reason", f"its run could not be launched: {exc}")
             self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
             raise
@@ -164,8 +167,7 @@ class Driver:
 
     def _carry_on(self) -> None:
         """The trials a driver left running: follow their runs, or run them again."""
-        import optuna
-
+        optuna = import_optuna()
         for frozen in self.study.get_trials(deepcopy=False,
                                             states=(optuna.trial.TrialState.RUNNING,)):
             trial = optuna.trial.Trial(self.study, frozen._trial_id)
@@ -237,9 +239,7 @@ class Driver:
     def _settle(self, live: _Live, status: dict) -> None:
         """Tell Optuna how the trial's run ended (or run it again, if its driver's death
         stopped it), and write the run's end to the registry."""
-        import optuna
-
-        states = optuna.trial.TrialState
+        states = import_optuna().trial.TrialState
         trial, job = live.trial, live.job
         del self.live[trial.number]
         state = status.get("state")
@@ -319,8 +319,7 @@ def _stopped_by_its_driver(job: Job, status: dict) -> bool:
 
 def prune_reason(study: Any, trial: Any, objective: str, step: int, value: float) -> str:
     """One line saying why ``trial`` was pruned, from what the pruner compared it with."""
-    import optuna
-
+    optuna = import_optuna()
     pruner = study.pruner
     head = f"pruned at step {step}: {objective} {value:.4g}"
     minimize = study.direction == optuna.study.StudyDirection.MINIMIZE
