@@ -1,0 +1,145 @@
+"""Hydra's launcher (``hydra/launcher=easylaunch``): a Hydra app written as Hydra's tutorial
+writes one, run as a multirun from the command line."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import REPO_DIR, settings_file
+from helpers import wait_for
+
+APP = """
+import time
+
+import hydra
+from omegaconf import DictConfig
+
+
+@hydra.main(version_base=None, config_path="conf", config_name="config")
+def train(cfg: DictConfig) -> float:
+    time.sleep(cfg.sleep)
+    if cfg.fail:
+        raise ValueError(f"lr {cfg.lr} diverged")
+    print(f"training with lr={cfg.lr} seed={cfg.seed}")
+    return cfg.lr * 100 + cfg.seed
+
+
+if __name__ == "__main__":
+    train()
+"""
+
+CONFIG = "lr: 0.01\nseed: 0\nfail: false\nsleep: 0\n"
+
+# A sweeper that prints the JobReturns the launcher gives back: the only way to see them from
+# outside the app's process (Hydra's multirun keeps them to itself).
+REPORTING_SWEEPER = """
+from dataclasses import dataclass
+
+from hydra._internal.core_plugins.basic_sweeper import BasicSweeper, BasicSweeperConf
+from hydra.core.config_store import ConfigStore
+
+
+@dataclass
+class ReportingSweeperConf(BasicSweeperConf):
+    _target_: str = "hydra_plugins.reporting_sweeper.reporting_sweeper.ReportingSweeper"
+
+
+ConfigStore.instance().store(group="hydra/sweeper", name="reporting", node=ReportingSweeperConf)
+
+
+class ReportingSweeper(BasicSweeper):
+    def sweep(self, arguments):
+        returns = super().sweep(arguments)
+        for batch in returns:
+            for ret in batch:
+                print("RETURNED", " ".join(ret.overrides), ret.return_value, ret.working_dir)
+        return returns
+"""
+
+
+@pytest.fixture
+def app(tmp_path):
+    """The tutorial app (app.py and conf/config.yaml) in a folder of its own."""
+    folder = tmp_path / "app"
+    (folder / "conf").mkdir(parents=True)
+    (folder / "conf" / "config.yaml").write_text(CONFIG)
+    (folder / "app.py").write_text(APP)
+    sweeper = tmp_path / "plugins" / "hydra_plugins" / "reporting_sweeper"
+    sweeper.mkdir(parents=True)
+    (sweeper / "__init__.py").write_text("")
+    (sweeper / "reporting_sweeper.py").write_text(REPORTING_SWEEPER)
+    return folder
+
+
+@pytest.fixture
+def env(tmp_path):
+    """The app's environment: this checkout's easylaunch and plugin, the test's settings."""
+    return dict(os.environ, PYTHONPATH=f"{REPO_DIR}{os.pathsep}{tmp_path / 'plugins'}",
+                EASYLAUNCH_CONFIG=settings_file(tmp_path))
+
+
+def multirun(app, env, *overrides, timeout=120):
+    return subprocess.run([sys.executable, "app.py", "-m", *overrides,
+                           "hydra/launcher=easylaunch"], cwd=app, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def easylaunch(env, *args):
+    return subprocess.run([sys.executable, "-m", "easylaunch.cli", *args], env=env,
+                          capture_output=True, text=True, check=True).stdout
+
+
+def rows(env):
+    """``easylaunch ls``'s rows as dicts by column."""
+    header, *lines = easylaunch(env, "ls").splitlines()
+    return [dict(zip(header.split("\t"), line.split("\t"), strict=True)) for line in lines]
+
+
+def test_multirun_waits_and_returns_values(app, env):
+    out = multirun(app, env, "lr=1e-3,1e-2", "seed=0,1", "hydra/sweeper=reporting")
+    assert out.returncode == 0, out.stderr
+    returned = {line.split()[1] + " " + line.split()[2]: line.split()[3:]
+                for line in out.stdout.splitlines() if line.startswith("RETURNED")}
+    assert {k: float(v[0]) for k, v in returned.items()} == pytest.approx({
+        "lr=0.001 seed=0": 0.1, "lr=0.001 seed=1": 1.1, "lr=0.01 seed=0": 1.0,
+        "lr=0.01 seed=1": 2.0})
+    runs = rows(env)
+    assert len(runs) == 4 and {r["STATE"] for r in runs} == {"succeeded"}
+    assert len({r["SWEEP"] for r in runs}) == 1
+    for run in runs:  # each run folder holds Hydra's job folder, its config and log
+        job_dir = Path(run["LOG DIR"]) / "hydra"
+        assert str(job_dir) in {v[1] for v in returned.values()}
+        assert (job_dir / ".hydra" / "config.yaml").exists()
+        overrides = (job_dir / ".hydra" / "overrides.yaml").read_text()
+        assert "training with" in (Path(run["LOG DIR"]) / "stdout.log").read_text()
+        assert "lr=" in overrides and "seed=" in overrides
+
+
+def test_wait_false_returns_once_submitted(app, env):
+    out = multirun(app, env, "lr=1e-3,1e-2", "sleep=6", "hydra.launcher.wait=false")
+    assert out.returncode == 0, out.stderr
+    sweep = json.loads(next(Path(app, "multirun").glob("*/*/easylaunch.json")).read_text())
+    assert f"follow: easylaunch ls --sweep {sweep['sweep']}" in out.stdout
+    assert {r["STATE"] for r in rows(env)} <= {"queued", "running"}
+    assert wait_for(lambda: [r["STATE"] for r in rows(env)] == ["succeeded"] * 2, 60)
+    assert {r["SWEEP"] for r in rows(env)} == {sweep["sweep"]}
+
+
+def test_failing_job_is_reraised_by_hydra(app, env):
+    out = multirun(app, env, "fail=false,true", "lr=0.5")
+    assert out.returncode == 1
+    assert "Error executing job with overrides: ['fail=True', 'lr=0.5']" in out.stderr
+    assert "ValueError: lr 0.5 diverged" in out.stderr
+    states = sorted(r["STATE"] for r in rows(env))
+    assert states == ["failed", "succeeded"]
+
+
+def test_wait_false_refused_under_a_sweeper_that_needs_values(app, env):
+    out = multirun(app, env, "lr=1e-3,1e-2", "hydra/sweeper=reporting",
+                   "hydra.launcher.wait=false")
+    assert out.returncode == 1
+    assert "hydra.launcher.wait=false returns before the jobs end" in out.stderr
+    assert rows(env) == []  # refused before anything was launched
