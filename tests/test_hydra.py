@@ -143,3 +143,45 @@ def test_wait_false_refused_under_a_sweeper_that_needs_values(app, env):
     assert out.returncode == 1
     assert "hydra.launcher.wait=false returns before the jobs end" in out.stderr
     assert rows(env) == []  # refused before anything was launched
+
+
+def test_hydra_finds_the_plugin_and_its_import_stays_cheap(app, env):
+    plugins = subprocess.run([sys.executable, "app.py", "--info", "plugins"], cwd=app, env=env,
+                             capture_output=True, text=True, check=True).stdout
+    assert "EasylaunchLauncher" in plugins
+    loaded = subprocess.run(
+        [sys.executable, "-c", "import sys; "
+         "import hydra_plugins.easylaunch_launcher.easylaunch_launcher; "
+         "print(sorted(m for m in sys.modules if m.startswith('easylaunch')))"],
+        env=env, capture_output=True, text=True, check=True).stdout
+    assert loaded.strip() == "[]"  # (Hydra imports every plugin at each app start)
+
+
+def test_batches_make_one_sweep_and_resume_relaunches_only_failures(app, env):
+    named = ("hydra.launcher.sweep=grid", "hydra.sweeper.max_batch_size=2")
+    first = multirun(app, env, "fail=false,true", "seed=0,1", *named)
+    assert first.returncode == 1, first.stderr
+    runs = rows(env)
+    assert len(runs) == 4 and {r["SWEEP"] for r in runs} == {"grid"}
+    assert sorted(r["STATE"] for r in runs) == ["failed"] * 2 + ["succeeded"] * 2
+    again = multirun(app, env, "fail=false,true", "seed=0,1", *named,
+                     "hydra.launcher.resume=true")
+    assert again.returncode == 1 and "ValueError: lr 0.01 diverged" in again.stderr
+    runs = rows(env)  # only the two failed jobs ran again, in the same sweep
+    assert len(runs) == 6 and {r["SWEEP"] for r in runs} == {"grid"}
+
+
+def test_multirun_on_slurm(app, env, slurm_cfg, tmp_path):
+    env = dict(env, EASYLAUNCH_CONFIG=settings_file(tmp_path, **slurm_cfg))
+    out = multirun(app, env, "lr=1e-3,1e-2", "hydra/sweeper=reporting",
+                   "hydra.launcher.mode=slurm", "hydra.launcher.slurm_config_name=cpu",
+                   timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "submitted as Slurm job" in out.stdout + out.stderr
+    returned = sorted(float(line.split()[2]) for line in out.stdout.splitlines()
+                      if line.startswith("RETURNED"))
+    assert returned == pytest.approx([0.1, 1.0])
+    runs = rows(env)
+    assert {r["MODE"] for r in runs} == {"slurm"} and len({r["SWEEP"] for r in runs}) == 1
+    for run in runs:
+        assert (Path(run["LOG DIR"]) / "hydra" / ".hydra" / "config.yaml").exists()
