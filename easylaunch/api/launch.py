@@ -145,6 +145,7 @@ def run_sweep(
     dry_run: bool | None = None,
     sweep: str | None = None,
     resume: bool | str = False,
+    trackers: list[str] | None = None,
     **mode_options: Any,
 ) -> list[Job] | Preview:
     """Launch ``method_call(doodad_config, variant)`` once per variant; return their Jobs.
@@ -152,7 +153,9 @@ def run_sweep(
     Modes that can, turn the whole sweep into one submission. ``config`` is a settings file
     path or a dict of settings; ``mode_options`` go to the mode (``max_parallel`` for local).
     ``max_restarts`` and ``restart_on_error`` replace the MAX_RESTARTS and RESTART_ON_ERROR
-    settings for this launch (see ``easylaunch.checkpoint``).
+    settings for this launch (see ``easylaunch.checkpoint``); ``trackers=["wandb"]`` the
+    TRACKERS setting (each run's ``log_metrics`` also sent to W&B, MLflow or TensorBoard, in a
+    tracker run that is the easylaunch run).
     doodad's keywords work as doodad's did: ``region=`` sets AWS_REGION in ec2, one that doodad
     ignored in a mode (``time_in_mins`` in ec2) is ignored with a notice.
     The runs make one sweep (``easylaunch ls`` groups them; ``--sweep`` selects them).
@@ -176,7 +179,7 @@ def run_sweep(
     return _launch(method_call, variants, LaunchOptions(
         exp_name, mode, prepend_date_to_exp_name, use_gpu, gpu_id, base_log_dir,
         slurm_config_name, config, max_restarts, restart_on_error, dry_run, mode_options,
-        sweep, resume), sweep_id=None)
+        sweep, resume, trackers), sweep_id=None)
 
 
 @dataclass(frozen=True)
@@ -197,6 +200,7 @@ class LaunchOptions:
     mode_options: dict[str, Any] = field(default_factory=dict)
     sweep: str | None = None  # the sweep's name (None: a generated id)
     resume: bool | str = False  # launch only what did not succeed (a str: the sweep's id)
+    trackers: list[str] | None = None  # TRACKERS for this launch
 
 
 def launch_options(exp_name: str, mode: str, keywords: dict[str, Any]) -> LaunchOptions:
@@ -223,7 +227,8 @@ def _mode_for(opts: LaunchOptions) -> tuple[Settings, Mode, dict[str, Any]]:
     if ignored:
         notice(f"mode {opts.mode!r} ignores {', '.join(ignored)}, as doodad's did")
     overrides.update({key: value for key, value in (("MAX_RESTARTS", opts.max_restarts),
-                                                     ("RESTART_ON_ERROR", opts.restart_on_error))
+                                                     ("RESTART_ON_ERROR", opts.restart_on_error),
+                                                     ("TRACKERS", opts.trackers))
                       if value is not None})
     if overrides:
         settings = override(settings, overrides, f"{KEYWORDS_SOURCE} of mode {opts.mode!r}")
@@ -318,6 +323,8 @@ class _Launch:
             extra_launch_info=self.mode.extra_launch_info(request),
             command=command,
             restart=_restart_policy(s),
+            trackers={"names": list(s.TRACKERS), "exp_name": request.exp_name,
+                      "sweep": self.sweep_id} if s.TRACKERS else {},
             blobs=bundle_blobs(folder, self.function_bytes, s.RUN_FOLDER_MODE)
             if bundles else {}, folder_mode=s.RUN_FOLDER_MODE, again=self.again)
 
@@ -529,6 +536,7 @@ def run_experiment(
     dry_run: bool | None = None,
     sweep: str | None = None,
     resume: bool | str = False,
+    trackers: list[str] | None = None,
     **mode_options: Any,
 ) -> Job | Preview:
     """Launch ``method_call(doodad_config, variant)`` once; same arguments as doodad's, and
@@ -544,7 +552,7 @@ def run_experiment(
     launched = _launch(method_call, [variant], LaunchOptions(
         exp_name, mode, prepend_date_to_exp_name, use_gpu, gpu_id, base_log_dir,
         slurm_config_name, config, max_restarts, restart_on_error, dry_run, mode_options,
-        sweep, resume), sweep_id="script")
+        sweep, resume, trackers), sweep_id="script")
     return launched if isinstance(launched, Preview) else launched[0]
 
 
