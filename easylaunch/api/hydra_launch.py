@@ -71,9 +71,7 @@ def launch_jobs(launcher_config: Mapping[str, Any], sweep_id: str | None,
     sweep = str(sweep_of(jobs[0].launch_info))
     runs = {str(idx): job.id for (idx, _), job in zip(numbered, jobs, strict=True)}
     (sweep_dir / LAUNCH_RECORD).write_text(json.dumps({"sweep": sweep, "runs": runs}, indent=1))
-    if not wait:
-        print(f"easylaunch hydra: {len(jobs)} jobs of {jobs[0].exp_name} launched in sweep "
-              f"{sweep} (mode {mode}); follow: easylaunch ls --sweep {sweep}", flush=True)
+    if not wait:  # (the mode has said where the runs are and how to follow them)
         return [], sweep
     wait_all(jobs)
     return [job_return(hydra_context, config, job_name, overrides, job)
