@@ -15,7 +15,7 @@ import trackerfns
 from helpers import wait_for
 from jobfns import steps_done
 
-from easylaunch import EasyLaunchError, run_experiment
+from easylaunch import EasyLaunchError, run_experiment, run_sweep
 from easylaunch.results.readers import read_tensorboard
 
 ALL = ["wandb", "mlflow", "tensorboard"]
@@ -131,6 +131,19 @@ def test_a_killed_run_goes_on_in_the_same_tracker_runs(cfg, offline):
     assert set(steps) == set(range(1, 21)) and steps.count(1) == 1
     board = sorted(p.step for p in read_tensorboard(job.log_dir / "tensorboard"))
     assert board == list(range(1, 21))  # (what attempt 1 wrote past the checkpoint, dropped)
+
+
+def test_runs_in_this_process_are_tracked_each_in_its_own_tracker_run(cfg, offline):
+    variants = [{"steps": 3, "lr": lr} for lr in (0.1, 0.2)]
+    jobs = run_sweep(trackerfns.log_loss, variants, exp_name="tracked", mode="here_no_doodad",
+                     trackers=ALL, config=cfg)
+    for job, variant in zip(jobs, variants):
+        runs, history = wandb_run(job.log_dir, job.id)
+        assert runs[0]["id"] == job.id and runs[0]["config"]["lr"] == variant["lr"]
+        assert [step for step, _ in history] == [1, 2, 3]
+        found, losses = mlflow_run(job, cfg)
+        assert found[0].data.params["lr"] == str(variant["lr"])
+        assert [m.step for m in losses] == [1, 2, 3]
 
 
 def test_a_tracker_that_cannot_start_is_a_warning(cfg, offline, tmp_path, monkeypatch):
