@@ -137,7 +137,7 @@ def test_runs_in_this_process_are_tracked_each_in_its_own_tracker_run(cfg, offli
     variants = [{"steps": 3, "lr": lr} for lr in (0.1, 0.2)]
     jobs = run_sweep(trackerfns.log_loss, variants, exp_name="tracked", mode="here_no_doodad",
                      trackers=ALL, config=cfg)
-    for job, variant in zip(jobs, variants):
+    for job, variant in zip(jobs, variants, strict=True):
         runs, history = wandb_run(job.log_dir, job.id)
         assert runs[0]["id"] == job.id and runs[0]["config"]["lr"] == variant["lr"]
         assert [step for step, _ in history] == [1, 2, 3]
