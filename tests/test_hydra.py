@@ -141,7 +141,8 @@ def test_wait_false_refused_under_a_sweeper_that_needs_values(app, env):
     out = multirun(app, env, "lr=1e-3,1e-2", "hydra/sweeper=reporting",
                    "hydra.launcher.wait=false")
     assert out.returncode == 1
-    assert "hydra.launcher.wait=false returns before the jobs end" in out.stderr
+    assert out.stderr.startswith("easylaunch: hydra.launcher.wait=false returns before the jobs "
+                                 "end")  # (Hydra shows the message alone, no traceback)
     assert rows(env) == []  # refused before anything was launched
 
 
@@ -185,3 +186,10 @@ def test_multirun_on_slurm(app, env, slurm_cfg, tmp_path):
     assert {r["MODE"] for r in runs} == {"slurm"} and len({r["SWEEP"] for r in runs}) == 1
     for run in runs:
         assert (Path(run["LOG DIR"]) / "hydra" / ".hydra" / "config.yaml").exists()
+
+
+def test_a_mode_option_under_options_reaches_the_mode(app, env):
+    out = multirun(app, env, "lr=1e-3,1e-2", "+hydra.launcher.options.max_paralel=1")
+    assert out.returncode == 1
+    assert "easylaunch: mode 'local' does not take the option 'max_paralel'" in out.stderr
+    assert "Traceback" not in out.stderr and rows(env) == []

@@ -7,22 +7,24 @@ one multirun joins the sweep of its first. Imported only when a multirun uses th
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, cast
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.singleton import Singleton
 from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrides, setup_globals
+from hydra.errors import CompactHydraException
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from easylaunch.api.launch import run_sweep
-from easylaunch.errors import LaunchError
+from easylaunch.errors import EasyLaunchError, LaunchError
 from easylaunch.runs.record import sweep_of
 from easylaunch.tracking.jobs import Job
 from easylaunch.tracking.progress import wait_all
@@ -35,6 +37,21 @@ LAUNCH_RECORD = "easylaunch.json"  # in Hydra's sweep folder: the sweep and each
 NOT_RUN_SWEEP_KEYWORDS = ("wait", "exp_name", "sweep", "options")  # the rest go to run_sweep
 
 
+class EasylaunchRefused(CompactHydraException):
+    """An easylaunch error in a launch, which Hydra shows as its message alone (the traceback
+    with HYDRA_FULL_ERROR=1)."""
+
+
+@contextlib.contextmanager
+def compact_errors() -> Iterator[None]:
+    """easylaunch's errors (a bad option, a refused launch) as Hydra's compact errors."""
+    try:
+        yield
+    except EasyLaunchError as exc:
+        raise EasylaunchRefused(f"easylaunch: {exc}") from exc
+
+
+@compact_errors()
 def check_sweeper(config: DictConfig, launcher_config: Mapping[str, Any]) -> None:
     """Refuse ``wait=false`` under a sweeper that reads every job's return value."""
     sweeper = OmegaConf.select(config, "hydra.sweeper._target_")
@@ -44,6 +61,7 @@ def check_sweeper(config: DictConfig, launcher_config: Mapping[str, Any]) -> Non
                           "easylaunch.run_search for an asynchronous search")
 
 
+@compact_errors()
 def launch_jobs(launcher_config: Mapping[str, Any], sweep_id: str | None,
                 hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig,
                 job_overrides: Sequence[Sequence[str]], initial_job_idx: int
