@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import struct
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -169,3 +170,30 @@ def test_an_unknown_tracker_is_refused_before_anything_is_made(cfg):
         run_experiment(trackerfns.train, trackers=["neptune"], config=cfg,
                        variant={"steps": 1, "every": 1, "step_seconds": 0})
     assert not Path(cfg["LOCAL_LOG_DIR"]).exists()
+
+
+def test_a_run_on_the_cluster_is_tracked_the_same_way(slurm_cfg, offline):
+    job = run_experiment(trackerfns.log_loss, exp_name="tracked", mode="slurm",
+                         trackers=ALL, config=slurm_cfg, variant={"steps": 4, "lr": 0.5})
+    assert job.result(timeout=180) == 4
+    runs, history = wandb_run(job.log_dir, job.id)
+    assert {r["id"] for r in runs} == {job.id}
+    assert history == [(s, 0.5 / s) for s in range(1, 5)]
+    found, losses = mlflow_run(job, slurm_cfg)
+    assert len(found) == 1 and [m.step for m in losses] == [1, 2, 3, 4]
+
+
+def test_a_requeued_cluster_run_goes_on_in_the_same_tracker_runs(slurm_cfg, offline):
+    job = run_experiment(trackerfns.train, exp_name="tracked", mode="slurm", max_restarts=1,
+                         trackers=ALL, config=slurm_cfg,
+                         variant={"steps": 20, "every": 5, "step_seconds": 0.2})
+    assert wait_for(lambda: len(steps_done(job.log_dir)) >= 12, timeout=120), job.info()
+    subprocess.run(["scontrol", "requeue", job.info()["job_id"]], check=True)
+    assert job.result(timeout=240) == 20
+    assert {attempt for attempt, _ in steps_done(job.log_dir)} == {1, 2}
+    runs, history = wandb_run(job.log_dir, job.id)
+    assert {r["id"] for r in runs} == {job.id}
+    assert {step for step, _ in history} == set(range(1, 21))
+    found, losses = mlflow_run(job, slurm_cfg)
+    steps = [m.step for m in losses]
+    assert len(found) == 1 and set(steps) == set(range(1, 21)) and steps.count(1) == 1
