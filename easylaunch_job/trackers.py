@@ -23,7 +23,7 @@ from typing import Any, Callable, Dict, Tuple
 from easylaunch_job.records import METRICS_JSONL, read_json, write_json_atomic
 
 TRACKERS_JSON = "trackers.json"  # in the run folder: each tracker's id and last step taken
-TRACKER_NAMES = ("wandb", "mlflow", "tensorboard")
+TRACKER_NAMES = ("wandb", "mlflow", "tensorboard")  # what TRACKERS may name
 
 StepValues = Tuple[int, float, Dict[str, float]]  # (step, time, values) of one metrics line
 
@@ -37,8 +37,8 @@ class _Steps:
     """The step of each metrics line: its own step when a whole number, else its place in
     metrics.jsonl (counted over the lines earlier attempts wrote)."""
 
-    def __init__(self, index: int) -> None:
-        self.index = index
+    def __init__(self) -> None:
+        self.index = 0
 
     def point(self, line: Mapping[str, Any]) -> StepValues:
         step = line.get("step")
@@ -286,6 +286,6 @@ def open_mirror(spec: Mapping[str, Any] | None, log_dir: str, variant: Any
             trackers[name] = OPENERS[name](spec, log_dir, variant, state.setdefault(name, {}))
         except Exception as exc:  # noqa: BLE001 - a tracker never fails the run
             _warn(name, "not started", exc)
-    mirror = Mirror(log_dir, trackers, state, _Steps(0))
+    mirror = Mirror(log_dir, trackers, state, _Steps())
     mirror.replay(_read_lines(os.path.join(log_dir, METRICS_JSONL)))
     return mirror

@@ -166,7 +166,7 @@ def test_a_tracker_that_cannot_start_is_a_warning(cfg, offline, tmp_path, monkey
 
 
 def test_an_unknown_tracker_is_refused_before_anything_is_made(cfg):
-    with pytest.raises(EasyLaunchError, match="TRACKERS must be a list of .wandb."):
+    with pytest.raises(EasyLaunchError, match="TRACKERS must be a list of .wandb., .mlflow."):
         run_experiment(trackerfns.train, trackers=["neptune"], config=cfg,
                        variant={"steps": 1, "every": 1, "step_seconds": 0})
     assert not Path(cfg["LOCAL_LOG_DIR"]).exists()
