@@ -158,7 +158,7 @@ def bundle_blobs(root: Path, function_bytes: bytes, mode: int) -> dict[str, Path
             JOB_PYZ: store_blob(root, JOB_PYZ, job_archive())}
 
 
-def _cloudpickle_version() -> str:
+def _pickler_version() -> str:
     """The version of the cloudpickle that pickles the launch (imported here: 10 ms that
     ``ls`` and ``status``, which read run folders, do not pay)."""
     import cloudpickle
@@ -176,7 +176,7 @@ def _launcher_fields(now: float) -> dict:
         "launcher_started": process_start_time(os.getpid()),
         "python": sys.version.split()[0],
         "python_executable": sys.executable,
-        "cloudpickle": _cloudpickle_version(),
+        "cloudpickle": _pickler_version(),
         "command_line": sys.argv,
         "cwd": os.getcwd(),
     }
@@ -207,7 +207,7 @@ def _bundle_metadata(spec: BundleSpec, run_id: str, final: Path, code_dirs: list
         "exp_name": _doodad_exp_name(spec.exp_name, spec.prepend_date),
         "log_dir": str(final),
         "python_minor": python_minor(),
-        "cloudpickle": _cloudpickle_version(),
+        "cloudpickle": _pickler_version(),
         "use_gpu": spec.use_gpu,
         "gpu_id": spec.gpu_id,
         "git_infos": [list(g) for g in spec.git_infos],
