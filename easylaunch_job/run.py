@@ -226,8 +226,13 @@ def _set_up(bundle_dir: str, meta: dict, log_dir: str) -> RestartPolicy:
     checkpoint folder, ``easylaunch``'s helpers where it is not installed."""
     code_dirs = [os.path.join(bundle_dir, code_dir) for code_dir in meta.get("code_dirs", [])]
     sys.path[:0] = code_dirs
-    if code_dirs:  # where a command runs
+    # where a command runs: the first code folder's snapshot, else the folder the launch was
+    # made in, where it is there (this machine, or a cluster's shared file system)
+    launch_dir = meta.get("launch_dir") or ""  # (bundles made before it: none)
+    if code_dirs:
         os.environ[ENV_CODE_DIR] = code_dirs[0]
+    elif os.path.isdir(launch_dir):
+        os.environ[ENV_CODE_DIR] = launch_dir
     policy = RestartPolicy.of(meta)
     handle_stops(log_dir, policy)
     os.environ[ENV_CHECKPOINT_DIR] = os.path.join(log_dir, CHECKPOINT_DIR)

@@ -213,6 +213,7 @@ def _bundle_metadata(spec: BundleSpec, run_id: str, final: Path, code_dirs: list
         "git_infos": [list(g) for g in spec.git_infos],
         "script_name": spec.script_name,
         "code_dirs": code_dirs,
+        "launch_dir": os.getcwd(),  # where a command with no code folder runs (job side)
         "restart": spec.restart,
         "extra_launch_info": {"base_exp_name": spec.exp_name, "instance_type": "None",
                               **spec.extra_launch_info, "mode": spec.mode, "run_id": run_id},
