@@ -26,7 +26,7 @@ from typing import Any
 
 from easylaunch.errors import LaunchError
 from easylaunch.runs.jobpack import job_archive
-from easylaunch.runs.record import LAUNCH_JSON, VARIANT_JSON, sweep_of
+from easylaunch.runs.record import LAUNCH_JSON, LAUNCH_STORE, VARIANT_JSON, sweep_of
 from easylaunch.runs.snapshot import Snapshot
 from easylaunch.runs.variants import as_data
 from easylaunch_job.command import Command
@@ -48,7 +48,6 @@ from easylaunch_job.records import (
 
 CODE_DIR = "code"
 GIT_DIR = "git"
-LAUNCH_STORE = ".launches"  # one empty file per launch its mode took: <launch id>
 PARTIAL_DIR = ".partial"  # run folders being made (in the log root), renamed out when complete
 OLD_RUNNER = "runner.py"  # the job side in bundles made before easylaunch_job (one file)
 
@@ -320,13 +319,6 @@ def mark_submitted(root: Path, launch_id: str, mode: int) -> None:
     """Note that the runs of a launch were handed to their mode (one file per launch, in a
     store made with the run folders' permissions ``mode``, so whoever reads them reads it)."""
     (make_store(root / LAUNCH_STORE, mode) / launch_id).touch()
-
-
-def was_submitted(launch: dict) -> bool | None:
-    """Whether a run's launch was handed to its mode (None: it predates these marks)."""
-    if not launch.get("launch_id"):
-        return None
-    return (Path(launch["request"]["log_root"]) / LAUNCH_STORE / launch["launch_id"]).exists()
 
 
 def _renew_job_side(bundle: Path, final_bundle: Path, root: Path) -> None:

@@ -16,8 +16,7 @@ from easylaunch.errors import JobCancelledError, JobFailedError
 from easylaunch.modes import get_mode
 from easylaunch.modes.base import Mode
 from easylaunch.modes.local import machine
-from easylaunch.runs import bundle
-from easylaunch.runs.record import NOT_RETURNED, DamagedRecordError, RunRecord
+from easylaunch.runs.record import NOT_RETURNED, DamagedRecordError, RunRecord, was_submitted
 from easylaunch.settings import launch_settings
 from easylaunch.tracking.interrupts import interrupted
 from easylaunch.tracking.notify import record_ends
@@ -107,7 +106,7 @@ class Job:
     def _launcher_died_before_submitting(self) -> bool:
         """True if the run was never handed to its mode and its launcher is gone."""
         launch = self.launch_info
-        return bundle.was_submitted(launch) is False and machine.launcher_gone(launch)
+        return was_submitted(launch) is False and machine.launcher_gone(launch)
 
     def done(self) -> bool:
         """True once the run has reached a terminal state."""
