@@ -96,7 +96,7 @@ class _JsonFile:
 
     def __init__(self, path: Path, content: dict | None = None) -> None:
         self.path = path
-        self.content = content
+        self.content = copy.deepcopy(content)  # (not the launching side's dict, which changes)
         self.signature = _signature(path) if content is not None else None
 
     def read(self) -> dict:

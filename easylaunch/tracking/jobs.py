@@ -77,9 +77,13 @@ class Job:
         """The state in the run's own status.json, without asking the backend."""
         return JobState(self.info().get("state", "unknown"))
 
-    def status(self) -> JobState:
+    def status(self, *, again: bool = True) -> JobState:
         """The current state, asking the backend when the run's own record is not final
-        (``unknown`` while a damaged status.json has not been written again)."""
+        (``unknown`` while a damaged status.json has not been written again). Each call is a
+        new look, status.json read again; ``again=False`` takes the record as the look that
+        just read it left it (a refresh of many runs), read again only where it changed."""
+        if again:
+            self.record.reload()
         try:
             state = self.recorded_state()
         except DamagedRecordError:  # unknown until the run or its backend writes an end
@@ -120,7 +124,6 @@ class Job:
         delay = 0.01
         try:
             while True:
-                self.record.reload()  # (a new look: status.json read again)
                 state = self.status()
                 if state.terminal:
                     self._record_end_once()
