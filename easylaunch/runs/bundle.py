@@ -121,6 +121,8 @@ class BundleSpec:
     restart: dict = field(default_factory=dict)  # the runner's RestartPolicy, as bundle.json has it
     command: Command | None = None  # a command launch's payload (each run's command, shown)
     folder_mode: int = 0o700  # RUN_FOLDER_MODE
+    launch_dir: str | None = None  # where a command with no code folder runs (None: where the
+    # runs do not see this machine's folders)
     again: tuple[dict, ...] = ()  # a resubmit's: each run's launch.json fields of the run it reruns
 
 
@@ -212,7 +214,7 @@ def _bundle_metadata(spec: BundleSpec, run_id: str, final: Path, code_dirs: list
         "git_infos": [list(g) for g in spec.git_infos],
         "script_name": spec.script_name,
         "code_dirs": code_dirs,
-        "launch_dir": os.getcwd(),  # where a command with no code folder runs (job side)
+        "launch_dir": spec.launch_dir,
         "restart": spec.restart,
         "extra_launch_info": {"base_exp_name": spec.exp_name, "instance_type": "None",
                               **spec.extra_launch_info, "mode": spec.mode, "run_id": run_id},
