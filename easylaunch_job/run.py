@@ -27,6 +27,7 @@ from easylaunch_job.environment import (
     ENV_PARENT_PID,
     ENV_RERUN,
     ENV_WATCH_CANCEL,
+    cloudpickle_version,
     own_job_id,
     process_start_time,
     python_minor,
@@ -71,14 +72,6 @@ def _load_payload(bundle_dir: str) -> tuple[Any, Any]:
     return fn, variant
 
 
-def _cloudpickle_version() -> str | None:
-    try:
-        import cloudpickle
-    except ImportError:
-        return None
-    return cloudpickle.__version__
-
-
 # The settings that pick the Python runs start with, for messages (the job side does not know
 # which mode launched it).
 PYTHON_SETTINGS = ("SLURM_PYTHON, PBS_PYTHON, SSS_PYTHON (htp, sss) or the cluster's 'python' "
@@ -105,7 +98,7 @@ def _versions_apart(meta: dict) -> str:
     """Both sides' Python and cloudpickle (the launch side's from bundle.json), and how to
     start the run on a Python like the launch side's."""
     minor, launched = meta.get("python_minor"), meta.get("cloudpickle")
-    return (f"{sys.executable} has {python_versions(sys.version_info[:3], _cloudpickle_version())}"
+    return (f"{sys.executable} has {python_versions(sys.version_info[:3], cloudpickle_version())}"
             f"; the run was pickled with {python_versions(minor, launched)}. Start runs with "
             f"{wanted_python(minor, launched)}: set {PYTHON_SETTINGS} to it")
 
@@ -286,9 +279,9 @@ def run_bundle(bundle_dir: str, log_dir: str | None = None) -> int:
     status = _take_the_run(log_dir, policy)
     if status is None:
         return EXIT_NOT_STARTED
-    if meta.get("cloudpickle") != _cloudpickle_version():
+    if meta.get("cloudpickle") != cloudpickle_version():
         print(f"easylaunch runner: warning: the run was pickled with cloudpickle "
-              f"{meta.get('cloudpickle')}; this machine has {_cloudpickle_version()}",
+              f"{meta.get('cloudpickle')}; this machine has {cloudpickle_version()}",
               file=sys.stderr)
     if status.get("restarts"):
         last = status["restarts"][-1]

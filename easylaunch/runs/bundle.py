@@ -31,7 +31,7 @@ from easylaunch.runs.snapshot import Snapshot
 from easylaunch.runs.variants import as_data
 from easylaunch_job.command import Command
 from easylaunch_job.config import GitInfo
-from easylaunch_job.environment import process_start_time, python_minor
+from easylaunch_job.environment import cloudpickle_version, process_start_time, python_minor
 from easylaunch_job.records import (
     BLOB_STORE,
     BUNDLE_DIR,
@@ -159,14 +159,6 @@ def bundle_blobs(root: Path, function_bytes: bytes, mode: int) -> dict[str, Path
             JOB_PYZ: store_blob(root, JOB_PYZ, job_archive())}
 
 
-def _pickler_version() -> str:
-    """The version of the cloudpickle that pickles the launch (imported here: 10 ms that
-    ``ls`` and ``status``, which read run folders, do not pay)."""
-    import cloudpickle
-
-    return cloudpickle.__version__
-
-
 def _launcher_fields(now: float) -> dict:
     """What launch.json says of the launching process (a resubmit gets its own)."""
     return {
@@ -177,7 +169,7 @@ def _launcher_fields(now: float) -> dict:
         "launcher_started": process_start_time(os.getpid()),
         "python": sys.version.split()[0],
         "python_executable": sys.executable,
-        "cloudpickle": _pickler_version(),
+        "cloudpickle": cloudpickle_version(),
         "command_line": sys.argv,
         "cwd": os.getcwd(),
     }
@@ -208,7 +200,7 @@ def _bundle_metadata(spec: BundleSpec, run_id: str, final: Path, code_dirs: list
         "exp_name": _doodad_exp_name(spec.exp_name, spec.prepend_date),
         "log_dir": str(final),
         "python_minor": python_minor(),
-        "cloudpickle": _pickler_version(),
+        "cloudpickle": cloudpickle_version(),
         "use_gpu": spec.use_gpu,
         "gpu_id": spec.gpu_id,
         "git_infos": [list(g) for g in spec.git_infos],
