@@ -23,13 +23,8 @@ import import_graph  # noqa: E402
 FACES = {"__init__", "__main__", "api", "checkpoint", "dist", "errors"}  # modules users import
 
 
-def module_name(path: Path) -> str:
-    parts = path.relative_to(REPO).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
 def lines(package: str) -> list[tuple[int, str]]:
-    return sorted(((len(p.read_text().splitlines()), module_name(p))
+    return sorted(((len(p.read_text().splitlines()), import_graph.module_name(p))
                    for p in (REPO / package).rglob("*.py")), reverse=True)
 
 

@@ -1,8 +1,3 @@
-from easylaunch_job.checkpoint import Stopped, stop_requested
-from easylaunch_job.checkpoint import checkpoint_dir as folder
-from easylaunch_job.checkpoint import load_checkpoint as load
-from easylaunch_job.checkpoint import save_checkpoint as save
-
 """Checkpoints: state a run saves so that its next attempt resumes where it stopped.
 
 A run restarts (up to ``max_restarts`` times) after a time limit, a preemption or spot
@@ -34,5 +29,9 @@ These helpers live in the runner, which travels with every run bundle, so they w
 where easylaunch is not installed.
 """
 
+from easylaunch_job.checkpoint import Stopped, stop_requested
+from easylaunch_job.checkpoint import checkpoint_dir as folder
+from easylaunch_job.checkpoint import load_checkpoint as load
+from easylaunch_job.checkpoint import save_checkpoint as save
 
 __all__ = ["Stopped", "folder", "load", "save", "stop_requested"]

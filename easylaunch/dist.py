@@ -131,7 +131,6 @@ def gpus_per_host(env: Mapping[str, str] | None = None) -> int:
     count = first_int(env, GPU_COUNT_VARS)
     if count is not None:
         return count
-
     return len(local_gpu_ids(env=env))
 
 

@@ -1,8 +1,9 @@
 """A command as a run's payload: ``Command(argv)`` is called like a launched function,
 ``fn(doodad_config, variant)``, and runs the command to its end.
 
-The command runs in the snapshot of the first code folder (``EASYLAUNCH_CODE_DIR``; where the
-run has no snapshot, the runner's own working directory), with the run's environment and
+The command runs in the snapshot of the first code folder (``EASYLAUNCH_CODE_DIR``); where the
+run has no snapshot, in the folder it was launched from where that folder is there, else in the
+runner's own working directory; with the run's environment and
 these added: ``EASYLAUNCH_RUN_ID``, ``EASYLAUNCH_RUN_DIR`` (its run folder),
 ``EASYLAUNCH_ATTEMPT`` (1, then 2... after a restart), ``EASYLAUNCH_VARIANT`` (the variant as
 JSON), ``EASYLAUNCH_CHECKPOINT_DIR`` and ``EASYLAUNCH_STOP_SIGNAL``. When the run is stopped
@@ -29,7 +30,7 @@ from typing import Any, Mapping, Sequence
 from easylaunch_job.environment import ENV_CHECKPOINT_DIR, shell_exit_code
 from easylaunch_job.records import CHECKPOINT_DIR
 
-ENV_CODE_DIR = "EASYLAUNCH_CODE_DIR"  # set by the runner: the first code folder's snapshot
+ENV_CODE_DIR = "EASYLAUNCH_CODE_DIR"  # set by the runner: the folder the command runs in
 ENV_STOP_SIGNAL = "EASYLAUNCH_STOP_SIGNAL"
 STOP_SIGNAL = "USR1"
 STDERR_TAIL_LINES = 20

@@ -20,7 +20,7 @@ import sys
 import time
 from typing import Any
 
-from easylaunch_job.environment import is_alive, process_start_time
+from easylaunch_job.environment import cloudpickle_version, is_alive, process_start_time
 from easylaunch_job.records import update_status
 
 READ_LIMIT = 1 << 20  # a status.json or job id file is far smaller
@@ -35,13 +35,8 @@ def _path(path: str) -> str:
 
 def _info(op: Op) -> Answer:
     """The far side's Python, cloudpickle and home folder."""
-    try:
-        import cloudpickle
-        pickler = cloudpickle.__version__
-    except ImportError:
-        pickler = None
     return {"python": list(sys.version_info[:3]), "executable": sys.executable,
-            "cloudpickle": pickler, "home": os.path.expanduser("~"),
+            "cloudpickle": cloudpickle_version(), "home": os.path.expanduser("~"),
             "host": os.uname().nodename, "cpus": os.cpu_count()}
 
 

@@ -27,6 +27,7 @@ from easylaunch_job.environment import (
     ENV_PARENT_PID,
     ENV_RERUN,
     ENV_WATCH_CANCEL,
+    cloudpickle_version,
     own_job_id,
     process_start_time,
     python_minor,
@@ -72,14 +73,6 @@ def _load_payload(bundle_dir: str) -> tuple[Any, Any]:
     return fn, variant
 
 
-def _cloudpickle_version() -> str | None:
-    try:
-        import cloudpickle
-    except ImportError:
-        return None
-    return cloudpickle.__version__
-
-
 # The settings that pick the Python runs start with, for messages (the job side does not know
 # which mode launched it).
 PYTHON_SETTINGS = ("SLURM_PYTHON, PBS_PYTHON, SSS_PYTHON (htp, sss) or the cluster's 'python' "
@@ -106,7 +99,7 @@ def _versions_apart(meta: dict) -> str:
     """Both sides' Python and cloudpickle (the launch side's from bundle.json), and how to
     start the run on a Python like the launch side's."""
     minor, launched = meta.get("python_minor"), meta.get("cloudpickle")
-    return (f"{sys.executable} has {python_versions(sys.version_info[:3], _cloudpickle_version())}"
+    return (f"{sys.executable} has {python_versions(sys.version_info[:3], cloudpickle_version())}"
             f"; the run was pickled with {python_versions(minor, launched)}. Start runs with "
             f"{wanted_python(minor, launched)}: set {PYTHON_SETTINGS} to it")
 
@@ -228,8 +221,13 @@ def _set_up(bundle_dir: str, meta: dict, log_dir: str) -> RestartPolicy:
     checkpoint folder, ``easylaunch``'s helpers where it is not installed."""
     code_dirs = [os.path.join(bundle_dir, code_dir) for code_dir in meta.get("code_dirs", [])]
     sys.path[:0] = code_dirs
-    if code_dirs:  # where a command runs
+    # where a command runs: the first code folder's snapshot, else the folder the launch was
+    # made in, where it is there (this machine, or a cluster's shared file system)
+    launch_dir = meta.get("launch_dir") or ""  # (bundles made before it: none)
+    if code_dirs:
         os.environ[ENV_CODE_DIR] = code_dirs[0]
+    elif os.path.isdir(launch_dir):
+        os.environ[ENV_CODE_DIR] = launch_dir
     policy = RestartPolicy.of(meta)
     handle_stops(log_dir, policy)
     os.environ[ENV_CHECKPOINT_DIR] = os.path.join(log_dir, CHECKPOINT_DIR)
@@ -283,9 +281,9 @@ def run_bundle(bundle_dir: str, log_dir: str | None = None) -> int:
     status = _take_the_run(log_dir, policy)
     if status is None:
         return EXIT_NOT_STARTED
-    if meta.get("cloudpickle") != _cloudpickle_version():
+    if meta.get("cloudpickle") != cloudpickle_version():
         print(f"easylaunch runner: warning: the run was pickled with cloudpickle "
-              f"{meta.get('cloudpickle')}; this machine has {_cloudpickle_version()}",
+              f"{meta.get('cloudpickle')}; this machine has {cloudpickle_version()}",
               file=sys.stderr)
     if status.get("restarts"):
         last = status["restarts"][-1]

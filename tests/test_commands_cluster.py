@@ -169,3 +169,20 @@ def test_interactive_refuses_resources_the_cluster_config_cannot_give(slurm_cfg,
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 1 and "SLURM_CONFIGS" in out.stderr, out.stderr
     assert time.monotonic() - started < 30 and not _allocations()
+
+
+def test_an_htp_command_with_no_code_folder_runs_where_it_was_launched(slurm_cluster, tmp_path):
+    """A researcher's ``easylaunch submit --mode htp -- python train.py`` in their project
+    folder, with no CODE_DIRS_TO_MOUNT: the command finds train.py there, as local and slurm
+    runs do (it ran in the batch folder and exited 2)."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "train.py").write_text("import os\nprint('trained in', os.getcwd())\n")
+    settings = tmp_path / "settings.py"
+    settings.write_text(f"LOCAL_LOG_DIR = {str(tmp_path / 'logs')!r}\n"
+                        f"REGISTRY_PATH = {str(tmp_path / 'registry.sqlite3')!r}\n")
+    out = subprocess.run([*EASYLAUNCH, "--config", str(settings), "submit", "--mode", "htp",
+                          "--wait", "--", sys.executable, "train.py"], cwd=project,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert f"trained in {project}" in out.stdout

@@ -249,3 +249,17 @@ def test_help_on_the_command_line_ends_with_the_example():
                          capture_output=True, text=True, check=True).stdout
     assert out.rstrip().endswith("  " + EXAMPLES["resubmit"])
     assert "example:" in out
+
+
+def test_every_example_is_a_command_line_the_parser_takes():
+    """A user copying an example gets no usage error (what follows ``--`` is the run's)."""
+    import shlex
+
+    from easylaunch.cli import build_parser
+    from easylaunch.cli.examples import EXAMPLES
+
+    parser = build_parser()
+    for example in EXAMPLES.values():
+        for line in example.splitlines():
+            words = shlex.split(line.split(" > ")[0].removeprefix("nohup "))[1:]
+            assert words and parser.parse_args(words).command, line

@@ -30,3 +30,19 @@ def test_no_layer_imports_a_higher_one():
 def test_no_import_circles():
     loops = import_graph.circles(import_graph.all_imports())
     assert not loops, "import circles:\n" + "\n".join(" -> ".join(loop) for loop in loops)
+
+
+def test_the_public_import_paths_users_have_still_work():
+    """What scripts written before the layers import (the package root, easylaunch.api, the
+    public modules)."""
+    import easylaunch
+    from easylaunch import api, checkpoint, dist, errors, results
+
+    for name in easylaunch.__all__:
+        assert getattr(easylaunch, name) is not None, name
+    for name in api.__all__:
+        assert getattr(api, name) is getattr(easylaunch, name), name
+    assert easylaunch.NoSuchJob is easylaunch.NoSuchRun
+    assert results.load_sweep is easylaunch.load_sweep
+    assert errors.LaunchError is easylaunch.LaunchError
+    assert callable(checkpoint.save) and callable(dist.topology)

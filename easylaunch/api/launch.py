@@ -309,6 +309,7 @@ class _Launch:
                                  *filter(None, [self._origin(code_mounts)])]),
             snapshots=snapshots,
             script_name=request.script_name, write_bundle=bundles, runs_here=not bundles,
+            launch_dir=os.getcwd() if self.mode.sees_this_machine() else None,
             request={"settings_file": str(save_settings(s, folder / SETTINGS_STORE)),
                      "settings_path": s.path, "keywords": {
                          k: s[k] for k, source in s.sources.items()

@@ -58,7 +58,7 @@ class ModeKind(Protocol):
 @dataclass(frozen=True)
 class Composed:
     """A mode users name that is a shared class with its parts (a scheduler, a container, a
-    way of packing runs): its registry entry, used as a Mode class is (``name``, ``options``,
+    way of packing runs): its MODES table entry, used as a Mode class is (``name``, ``options``,
     ``restarts``, ``create``)."""
 
     name: str
@@ -136,6 +136,11 @@ class Mode(ABC):
         """What the launch line says was done with these runs, just submitted ("submitted as
         Slurm job 12 (an array of 4)", "ran in this process")."""
         return "launched"
+
+    def sees_this_machine(self) -> bool:
+        """Whether the runs see this machine's file system (this machine, or a cluster whose
+        login node this is), so that a folder of the launch is there for them too."""
+        return True
 
     def extra_launch_info(self, request: LaunchRequest) -> dict[str, str]:
         """What doodad put in ``extra_launch_info`` for this mode (instance type, image)."""

@@ -107,6 +107,9 @@ class HostedMode(Mode):
         """This machine, or the far side over SSH."""
         return hosts.transport_to(self.settings, self.host_name(), self.runs_python)
 
+    def sees_this_machine(self) -> bool:
+        return self.host_name() is None  # (as the transport is: this machine, not SSH)
+
     def checks_while_runs_are_made(self) -> bool:
         return not self.transport.is_local  # (the transport is made here, not in the check)
 
@@ -238,6 +241,8 @@ class HostedMode(Mode):
         """One round trip for all the runs: the backend's view, then their records there;
         runs that ended are brought back here. (On this machine the records are read in
         place: ``sync_record`` copies them each time a job's state is read.)"""
+        for job in jobs:
+            self.sync_record(job)
         open_jobs = [job for job in jobs if not job.recorded_state().terminal]
         mirrored = [] if self.transport.is_local else open_jobs
         query = self.backend_query(open_jobs)

@@ -26,12 +26,12 @@ from typing import Any
 
 from easylaunch.errors import LaunchError
 from easylaunch.runs.jobpack import job_archive
-from easylaunch.runs.record import LAUNCH_JSON, VARIANT_JSON, sweep_of
+from easylaunch.runs.record import LAUNCH_JSON, LAUNCH_STORE, VARIANT_JSON, sweep_of
 from easylaunch.runs.snapshot import Snapshot
 from easylaunch.runs.variants import as_data
 from easylaunch_job.command import Command
 from easylaunch_job.config import GitInfo
-from easylaunch_job.environment import process_start_time, python_minor
+from easylaunch_job.environment import cloudpickle_version, process_start_time, python_minor
 from easylaunch_job.records import (
     BLOB_STORE,
     BUNDLE_DIR,
@@ -48,7 +48,6 @@ from easylaunch_job.records import (
 
 CODE_DIR = "code"
 GIT_DIR = "git"
-LAUNCH_STORE = ".launches"  # one empty file per launch its mode took: <launch id>
 PARTIAL_DIR = ".partial"  # run folders being made (in the log root), renamed out when complete
 OLD_RUNNER = "runner.py"  # the job side in bundles made before easylaunch_job (one file)
 
@@ -123,6 +122,8 @@ class BundleSpec:
     trackers: dict = field(default_factory=dict)  # bundle.json's: names, exp_name, sweep
     command: Command | None = None  # a command launch's payload (each run's command, shown)
     folder_mode: int = 0o700  # RUN_FOLDER_MODE
+    launch_dir: str | None = None  # where a command with no code folder runs (None: where the
+    # runs do not see this machine's folders)
     again: tuple[dict, ...] = ()  # a resubmit's: each run's launch.json fields of the run it reruns
 
 
@@ -159,14 +160,6 @@ def bundle_blobs(root: Path, function_bytes: bytes, mode: int) -> dict[str, Path
             JOB_PYZ: store_blob(root, JOB_PYZ, job_archive())}
 
 
-def _cloudpickle_version() -> str:
-    """The version of the cloudpickle that pickles the launch (imported here: 10 ms that
-    ``ls`` and ``status``, which read run folders, do not pay)."""
-    import cloudpickle
-
-    return cloudpickle.__version__
-
-
 def _launcher_fields(now: float) -> dict:
     """What launch.json says of the launching process (a resubmit gets its own)."""
     return {
@@ -177,7 +170,7 @@ def _launcher_fields(now: float) -> dict:
         "launcher_started": process_start_time(os.getpid()),
         "python": sys.version.split()[0],
         "python_executable": sys.executable,
-        "cloudpickle": _cloudpickle_version(),
+        "cloudpickle": cloudpickle_version(),
         "command_line": sys.argv,
         "cwd": os.getcwd(),
     }
@@ -208,12 +201,13 @@ def _bundle_metadata(spec: BundleSpec, run_id: str, final: Path, code_dirs: list
         "exp_name": _doodad_exp_name(spec.exp_name, spec.prepend_date),
         "log_dir": str(final),
         "python_minor": python_minor(),
-        "cloudpickle": _cloudpickle_version(),
+        "cloudpickle": cloudpickle_version(),
         "use_gpu": spec.use_gpu,
         "gpu_id": spec.gpu_id,
         "git_infos": [list(g) for g in spec.git_infos],
         "script_name": spec.script_name,
         "code_dirs": code_dirs,
+        "launch_dir": spec.launch_dir,
         "restart": spec.restart,
         **({"trackers": dict(spec.trackers, run_id=run_id)} if spec.trackers else {}),
         "extra_launch_info": {"base_exp_name": spec.exp_name, "instance_type": "None",
@@ -321,13 +315,6 @@ def mark_submitted(root: Path, launch_id: str, mode: int) -> None:
     """Note that the runs of a launch were handed to their mode (one file per launch, in a
     store made with the run folders' permissions ``mode``, so whoever reads them reads it)."""
     (make_store(root / LAUNCH_STORE, mode) / launch_id).touch()
-
-
-def was_submitted(launch: dict) -> bool | None:
-    """Whether a run's launch was handed to its mode (None: it predates these marks)."""
-    if not launch.get("launch_id"):
-        return None
-    return (Path(launch["request"]["log_root"]) / LAUNCH_STORE / launch["launch_id"]).exists()
 
 
 def _renew_job_side(bundle: Path, final_bundle: Path, root: Path) -> None:

@@ -38,11 +38,19 @@ NOT_RETURNED = object()  # RunRecord.returned of a run that did not run in this 
 
 LAUNCH_JSON = "launch.json"  # how a run was launched (written once, the backend added)
 VARIANT_JSON = "variant.json"  # the run's variant, as data
+LAUNCH_STORE = ".launches"  # one empty file per launch its mode took: <launch id>
 
 
 def sweep_of(launch: dict) -> str | None:
     """The sweep a run's launch.json names (runs launched before sweeps: their launch)."""
     return launch.get("sweep_id") or launch.get("launch_id")
+
+
+def was_submitted(launch: dict) -> bool | None:
+    """Whether a run's launch was handed to its mode (None: it predates these marks)."""
+    if not launch.get("launch_id"):
+        return None
+    return (Path(launch["request"]["log_root"]) / LAUNCH_STORE / launch["launch_id"]).exists()
 
 
 @dataclass(frozen=True)
@@ -88,7 +96,7 @@ class _JsonFile:
 
     def __init__(self, path: Path, content: dict | None = None) -> None:
         self.path = path
-        self.content = content
+        self.content = copy.deepcopy(content)  # (not the launching side's dict, which changes)
         self.signature = _signature(path) if content is not None else None
 
     def read(self) -> dict:

@@ -1,6 +1,6 @@
 """Settings: find the user's config file, fill in defaults, check every value.
 
-A settings file is Python with UPPERCASE names, like doodad's config. ``config_template.py``
+A settings file is Python with UPPERCASE names, like doodad's config. ``settings/template.py``
 holds every key with its default and its type annotation; user values are checked against those
 annotations, so the template is the single source of truth.
 """
@@ -24,8 +24,7 @@ from pathlib import Path
 from typing import Any, Union, get_args, get_origin
 
 from easylaunch.errors import SettingsError
-from easylaunch.settings import entries as config_entries
-from easylaunch.settings import template as config_template
+from easylaunch.settings import entries, template
 from easylaunch.settings.doodad_names import DOODAD_KEYS, translate_settings
 from easylaunch_job.records import write_bytes_atomic
 from easylaunch_job.trackers import TRACKER_NAMES
@@ -33,8 +32,8 @@ from easylaunch_job.trackers import TRACKER_NAMES
 ENV_CONFIG = "EASYLAUNCH_CONFIG"
 LOCAL_CONFIG_NAME = "easylaunch_config.py"
 USER_CONFIG_PATH = Path("~/.config/easylaunch/config.py")
-TEMPLATE_PATH = Path(config_template.__file__)
-DEFAULT_SOURCE = "default (config_template.py)"
+TEMPLATE_PATH = Path(template.__file__)
+DEFAULT_SOURCE = "default (settings/template.py)"
 MAPPING_SOURCE = "config= argument"
 
 ConfigArg = str | os.PathLike | Mapping[str, Any] | None
@@ -44,8 +43,8 @@ def _uppercase(namespace: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in namespace.items() if k.isupper() and not k.startswith("_")}
 
 
-DEFAULTS: dict[str, Any] = _uppercase(vars(config_template))
-TYPES: dict[str, Any] = dict(config_template.__annotations__)
+DEFAULTS: dict[str, Any] = _uppercase(vars(template))
+TYPES: dict[str, Any] = dict(template.__annotations__)
 
 
 @dataclass(frozen=True)
@@ -286,7 +285,7 @@ def check_values(values: Mapping[str, Any], source: str) -> dict[str, Any]:
         if annotation is not None and not _type_ok(value, annotation):
             raise SettingsError(
                 f"{source}: {name} must be {_type_name(annotation)}, got "
-                f"{type(value).__name__} {value!r} (see config_template.py for its meaning)")
+                f"{type(value).__name__} {value!r} (see settings/template.py for its meaning)")
         if isinstance(value, os.PathLike):
             value = os.fspath(value)
         test, must = CONSTRAINTS.get(key, (None, ""))
@@ -295,8 +294,8 @@ def check_values(values: Mapping[str, Any], source: str) -> dict[str, Any]:
         problem = SHAPES[key](value) if key in SHAPES else None
         if problem:
             raise SettingsError(f"{source}: {name}{problem}")
-        if key in config_entries.CHECKS:
-            value = config_entries.filled(key, value, DEFAULTS[key], source)
+        if key in entries.CHECKS:
+            value = entries.filled(key, value, DEFAULTS[key], source)
         checked[key] = value
     return checked
 
@@ -325,7 +324,7 @@ def read_settings_file(path: Path) -> dict[str, Any]:
 
 
 def load_settings(config: ConfigArg = None) -> Settings:
-    """Load the effective settings (see config_template.py for the lookup order)."""
+    """Load the effective settings (see settings/template.py for the lookup order)."""
     if isinstance(config, Mapping):
         values = check_values(config, MAPPING_SOURCE)
         sources = {k: MAPPING_SOURCE for k in values}

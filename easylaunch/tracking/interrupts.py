@@ -18,7 +18,6 @@ if TYPE_CHECKING:
     from easylaunch.tracking.jobs import Job
 
 
-
 def goes_on(what: str, count: int, cancel: Sequence[str]) -> str:
     """``3 slurm runs go on without this process: cancel them with `CANCEL```."""
     one = count == 1

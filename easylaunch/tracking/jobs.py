@@ -17,8 +17,7 @@ from easylaunch.errors import JobCancelledError, JobFailedError
 from easylaunch.modes import get_mode
 from easylaunch.modes.base import Mode
 from easylaunch.modes.local import machine
-from easylaunch.runs import bundle
-from easylaunch.runs.record import NOT_RETURNED, DamagedRecordError, RunRecord
+from easylaunch.runs.record import NOT_RETURNED, DamagedRecordError, RunRecord, was_submitted
 from easylaunch.settings import launch_settings
 from easylaunch.tracking.interrupts import interrupted
 from easylaunch.tracking.notify import record_ends
@@ -92,9 +91,13 @@ class Job:
         """The state in the run's own status.json, without asking the backend."""
         return JobState(self.info().get("state", "unknown"))
 
-    def status(self) -> JobState:
+    def status(self, *, again: bool = True) -> JobState:
         """The current state, asking the backend when the run's own record is not final
-        (``unknown`` while a damaged status.json has not been written again)."""
+        (``unknown`` while a damaged status.json has not been written again). Each call is a
+        new look, status.json read again; ``again=False`` takes the record as the look that
+        just read it left it (a refresh of many runs), read again only where it changed."""
+        if again:
+            self.record.reload()
         try:
             state = self.recorded_state()
         except DamagedRecordError:  # unknown until the run or its backend writes an end
@@ -121,7 +124,7 @@ class Job:
     def _launcher_died_before_submitting(self) -> bool:
         """True if the run was never handed to its mode and its launcher is gone."""
         launch = self.launch_info
-        return bundle.was_submitted(launch) is False and machine.launcher_gone(launch)
+        return was_submitted(launch) is False and machine.launcher_gone(launch)
 
     def done(self) -> bool:
         """True once the run has reached a terminal state."""
@@ -135,7 +138,6 @@ class Job:
         delay = 0.01
         try:
             while True:
-                self.record.reload()  # (a new look: status.json read again)
                 state = self.status()
                 if state.terminal:
                     self._record_end_once()

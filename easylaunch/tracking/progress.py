@@ -54,7 +54,7 @@ def wait_all(jobs: Iterable[Job], timeout: float | None = None,
                     pending[0].mode.wait_for_change(pending[0].record, 0.5)
     except KeyboardInterrupt:
         raise interrupted(pending) from None
-    final = [j.status() for j in jobs]
+    final = [j.status(again=False) for j in jobs]
     record_ends(jobs)
     if len(jobs) > 1 and sys.stderr.isatty():
         print(f"{len(jobs)} runs: {_counts(s.value for s in final)} (waited "

@@ -141,7 +141,7 @@ def refresh_entries(registry: Registry, entries: Sequence[Entry]) -> list[Shown]
             jobs[0].mode.refresh_many([job.record for job in jobs])
         for job in jobs:
             try:
-                shown[job.id] = job.status().value
+                shown[job.id] = job.status(again=False).value
                 info = job.info()
             except DamagedRecordError:
                 shown[job.id] = "unknown (its status.json is damaged)"

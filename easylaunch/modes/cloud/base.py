@@ -121,6 +121,9 @@ class CloudMode(Mode, Generic[TargetT]):
 
     machine_type_keys: ClassVar[tuple[str, str]]  # the settings of CPU and GPU machine types
 
+    def sees_this_machine(self) -> bool:
+        return False
+
     def extra_launch_info(self, request: LaunchRequest) -> dict[str, str]:
         return {"instance_type": self.settings[self.machine_type_keys[request.use_gpu]],
                 "docker_image": str(self.docker_image())}

@@ -34,6 +34,8 @@ class ByHand:
 
         def job_id(self, job: RunRecord) -> str | None: ...
 
+        def read_record(self, job: RunRecord) -> dict: ...
+
     def copy_step(self, layout: Layout) -> str:
         """How the batch reaches the cluster: an rsync command where the cluster is known
         (over SSH, SSS_CLUSTER_HOST, or this machine), else in words; "" where the batch is
@@ -73,7 +75,8 @@ class ByHand:
         here and its record shows no start), with how to submit it; None for any other."""
         backend = job.launch_info["backend"]
         how = backend.get(TO_SUBMIT)
-        if how is None or job.recorded_state() is not JobState.QUEUED or self.job_id(job):
+        if how is None or self.read_record(job).get("state") != JobState.QUEUED.value \
+                or self.job_id(job):
             return None
         return f"written to batch {backend['batch_dir']}, not submitted: {how}"
 

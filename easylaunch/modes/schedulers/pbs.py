@@ -66,9 +66,6 @@ class Resources:
         return self.nodes * self.mpiprocs
 
 
-
-
-
 def format_walltime(seconds: int) -> str:
     """``HH:MM:SS`` as #PBS -l walltime takes it."""
     return f"{seconds // 3600:02d}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"

@@ -34,6 +34,7 @@ CONFIG_FIELDS = ("account_name", "partition", "n_gpus", "max_num_cores_per_node"
                  "qos", "constraint")
 DEFAULT_MAX_ARRAY_SIZE = 1001
 
+
 @dataclass(frozen=True)
 class Resources:
     """What one Slurm job asks for."""
@@ -121,9 +122,6 @@ def resolve_resources(configs: dict, name: str | None, use_gpu: bool,
                      ints["max_num_cores_per_node"], gpu_string.lstrip(":"),
                      None if amount is None else amount[1] + amount[2].upper(),
                      words["qos"], words["constraint"], nodes_open)
-
-
-
 
 
 def check_log_folder(folder: str) -> None:
