@@ -129,8 +129,10 @@ class Driver:
         """Carry on the trials left running, then run trials until n_trials are finished."""
         self._carry_on()
         self._write_summary()
+        asked: dict[int, float] = {}  # when each mode's backend was last asked
         while True:
             changed = False
+            self._ask_backends(asked)
             for live in list(self.live.values()):
                 changed |= self._follow(live)
             while len(self.live) < self.max_parallel and \
@@ -180,11 +182,34 @@ class Driver:
 
     # following a run
 
+    def _ask_backends(self, asked: dict[int, float]) -> None:
+        """Ask each mode of the live runs about them, and bring their metrics here, at the
+        mode's pace (this machine's processes each poll; a scheduler, a far side or a bucket
+        each ``backend_poll_seconds``), once for all its runs."""
+        by_mode: dict[int, list[Job]] = {}
+        for live in self.live.values():
+            by_mode.setdefault(id(live.job.mode), []).append(live.job)
+        for key, jobs in by_mode.items():
+            mode = jobs[0].mode
+            if time.monotonic() - asked.get(key, -math.inf) < mode.backend_poll_seconds:
+                continue
+            asked[key] = time.monotonic()
+            records = []
+            for job in jobs:
+                with contextlib.suppress(DamagedRecordError):
+                    if not job.resolve_unsubmitted() and not job.recorded_state().terminal:
+                        records.append(job.record)
+            with contextlib.suppress(DamagedRecordError):
+                mode.refresh_many(records)
+            mode.bring_metrics(records)
+
     def _follow(self, live: _Live) -> bool:
         """Read the run's new metrics (pruning it if the pruner says so) and settle its end;
         True if anything changed."""
         try:
-            state = live.job.status()
+            live.job.record.reload()
+            live.job.mode.sync_record(live.job.record)
+            state = live.job.recorded_state()
         except DamagedRecordError:
             return False
         read = self._read_metrics(live, prune=not state.terminal)
@@ -198,7 +223,7 @@ class Driver:
     def _read_metrics(self, live: _Live, prune: bool) -> bool:
         """Report the objective's new values to the trial; stop the run when it is pruned
         (with ``prune``)."""
-        path = live.job.log_dir / METRICS_JSONL
+        path = _metrics(live.job)
         try:
             with open(path, "rb") as f:
                 f.seek(live.offset)
@@ -243,9 +268,10 @@ class Driver:
         trial, job = live.trial, live.job
         del self.live[trial.number]
         state = status.get("state")
-        if status.get("pruned") and state != "succeeded":
-            pruned = status["pruned"]
-            update_status(str(job.log_dir), error=pruned["reason"])
+        # (a far run's record, brought back, has no word of the prune: the driver's has)
+        pruned = status.get("pruned") or live.pruned
+        if pruned and state != "succeeded":
+            update_status(str(job.log_dir), pruned=pruned, error=pruned["reason"])
             trial.set_user_attr("reason", pruned["reason"])
             trial.set_user_attr("last_step", pruned["step"])
             self.study.tell(trial, state=states.PRUNED)
@@ -282,7 +308,7 @@ class Driver:
         if outcome is not None and outcome[0] == "success" and \
                 isinstance(outcome[1], Mapping) and self.objective in outcome[1]:
             return float(outcome[1][self.objective])
-        values = job.log_dir / METRICS_JSONL
+        values = _metrics(job)
         last = None
         if values.exists():
             for line in values.read_text(errors="replace").splitlines():
@@ -304,6 +330,12 @@ def _step(step: Any, index: int) -> int:
             float(step).is_integer() and step >= 0:
         return int(step)
     return index
+
+
+def _metrics(job: Job) -> Path:
+    """Where the run's metrics.jsonl is read here (where it writes it, on this machine or a
+    shared file system; else the copy its mode brings over)."""
+    return job.mode.readable_folder(job.record) / METRICS_JSONL
 
 
 def _stopped_by_its_driver(job: Job, status: dict) -> bool:
