@@ -18,7 +18,7 @@ import searchfns
 from conftest import TESTS_DIR, settings_file
 from helpers import wait_for
 
-from easylaunch import JobState, LaunchError, Search, run_search
+from easylaunch import JobState, LaunchError, Search, run_search, run_sweep
 from easylaunch.api.search_driver import prune_reason
 from easylaunch.api.search_space import Space, make_pruner, make_sampler
 
@@ -102,6 +102,17 @@ def test_search_finds_the_optimum_and_stops_bad_trials_early(tmp_path):
     shown = cli(config, "status", Path(pruned[0]["runs"][-1]).name.rsplit("_", 1)[1])
     assert f"why:              {pruned[0]['reason']}" in shown
     assert f"search:           {search.id}, trial {pruned[0]['number']}; 24/24 trials" in shown
+
+    # a resume of the search's sweep would run its pruned trials again outside the search
+    refused = subprocess.run([sys.executable, "-m", "easylaunch.cli", "--config", config,
+                              "resume", search.id], capture_output=True, text=True, timeout=120)
+    assert refused.returncode != 0 and "Traceback" not in refused.stderr
+    assert f"easylaunch search resume {search.id}" in refused.stderr, refused.stderr
+    with pytest.raises(LaunchError, match="is a search's"):
+        run_sweep(searchfns.curve, [{"x": 0.3, "opt": "adam"}], exp_name="curve",
+                  sweep=search.id, resume=True, config=config)
+    assert len(search.trials()) == 24  # (and no run was launched:)
+    assert len(cli(config, "ls", "--sweep", search.id).splitlines()) == len(listed.splitlines())
     # the journal is the study Optuna's own tools read
     assert len(search.study().trials) == 24
     assert Search.get(search.id, config=config).best.number == best.number
@@ -262,7 +273,7 @@ def test_a_killed_search_is_carried_on_from_the_command_line(tmp_path):
     os.kill(driver.pid, signal.SIGKILL)
     driver.wait()
     assert search.summary()["finished"] < 6
-    cli(config, "search", "kill", "--resume")
+    cli(config, "search", "resume", "kill")
     trials = search.wait(timeout=90).trials()
     assert [t["number"] for t in trials] == list(range(6))
     assert all(t["state"] in ("complete", "pruned") for t in trials), trials

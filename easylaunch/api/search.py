@@ -4,7 +4,7 @@ any mode, resumable, with its journal and records in the search's own folder.
 ``<log root>/.searches/<search id>/``: ``search.json`` (what defines it), ``journal.log``
 (Optuna's journal: the one store of trials), ``summary.json`` (trials by state and the best,
 rewritten by the driver as trials end), ``call.json`` (the last call's arguments, for
-``easylaunch search ID --resume``) and ``driver.lock`` (locked by the live driver). The trials'
+``easylaunch search resume ID``) and ``driver.lock`` (locked by the live driver). The trials'
 runs make one sweep, whose id is the search's.
 """
 

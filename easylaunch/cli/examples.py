@@ -11,7 +11,7 @@ EXAMPLES: dict[str, str] = {
     "ls": "easylaunch ls --exp lr-sweep --state failed --since 2h",
     "status": "easylaunch status 5f69",
     "search": "easylaunch search lr-search-f0721b1d71\n"
-              "easylaunch search lr-search-f0721b1d71 --resume",
+              "easylaunch search resume lr-search-f0721b1d71",
     "watch": "nohup easylaunch watch --interval 60 > watch.log 2>&1 &",
     "logs": "easylaunch logs 5f69 -f",
     "cancel": "easylaunch cancel --sweep 5f696763 --yes",

@@ -258,20 +258,26 @@ def add_ls(command: AddCommand) -> None:
 
 
 def search(args: argparse.Namespace) -> int:
-    """The searches under the log root, one line each; with an id, that search's trials (or,
-    with --resume, the search carried on)."""
+    """The searches under the log root, one line each; with an id, that search's trials; with
+    ``resume ID``, the search carried on."""
     from easylaunch.settings import load_settings
 
-    if args.resume:
-        if args.id is None:
-            raise EasyLaunchError("--resume needs the search's id")
+    words = list(args.words)
+    if words[:1] == ["resume"]:
+        if len(words) != 2:
+            raise EasyLaunchError("easylaunch search resume needs one search id: easylaunch "
+                                  "search resume ID")
         # (late: only a resume imports the launch path, and Optuna)
         from easylaunch.api.search import resume_search
 
-        carried = resume_search(args.id, args.config)
+        carried = resume_search(words[1], args.config)
         print(f"search {carried.id} carried on by a detached driver; follow: easylaunch search "
               f"{carried.id}", file=sys.stderr)
         return 0
+    if len(words) > 1:
+        raise EasyLaunchError(f"easylaunch search takes one search id, or resume and one: got "
+                              f"{' '.join(words)}")
+    args.id = words[0] if words else None
     found = searches_in(load_settings(args.config).LOCAL_LOG_DIR)
     if args.id is None:
         for summary in found:
@@ -301,10 +307,10 @@ def add_search(command: AddCommand) -> None:
     """``search``: the searches (run_search), or one search's trials."""
     parser = command("search", help="list the searches (easylaunch.run_search), or show one "
                      "search's trials: state, objective, last step reported, run and reason")
-    parser.add_argument("id", nargs="?", help="a search's id, or a unique start of one")
-    parser.add_argument("--resume", action="store_true",
-                        help="carry the search on, as its last run_search call was made, with "
-                        "a detached driver (finished trials are kept)")
+    parser.add_argument("words", nargs="*", metavar="[resume] ID",
+                        help="a search's id, or a unique start of one; `resume ID` carries the "
+                        "search on as its last run_search call was made, with a detached driver "
+                        "(finished trials are kept)")
     parser.set_defaults(func=search)
 
 

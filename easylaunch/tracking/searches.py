@@ -14,10 +14,16 @@ SEARCHES = ".searches"  # under the log root
 SUMMARY = "summary.json"
 
 
+def search_folder(run_dir: str, sweep: str) -> Path:
+    """The folder of the search whose sweep ``sweep`` is, from one of its runs' folders
+    (``<log root>/<experiment>/<run>``); absent where the sweep is no search."""
+    return Path(run_dir).parent.parent / SEARCHES / sweep
+
+
 def summary_of(run_dir: str, sweep: str) -> dict | None:
     """The summary of the search whose sweep ``sweep`` is, found from one of its runs'
     folders; None where the sweep is no search (or its summary cannot be read)."""
-    path = Path(run_dir).parent.parent / SEARCHES / sweep / SUMMARY
+    path = search_folder(run_dir, sweep) / SUMMARY
     try:
         return json.loads(path.read_text())
     except (OSError, ValueError):

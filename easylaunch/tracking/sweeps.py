@@ -16,9 +16,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from easylaunch.errors import LaunchError
 from easylaunch.runs.record import LAUNCH_JSON
 from easylaunch.tracking.refresh import OPEN_STATES, refresh_entries
 from easylaunch.tracking.registry import Entry, Registry
+from easylaunch.tracking.searches import search_folder
 from easylaunch_job.environment import is_alive, process_start_time
 from easylaunch_job.records import DamagedRecord, read_json
 
@@ -109,8 +111,14 @@ def newest_sweep(registry: Registry, exp_name: str, mode: str, log_root: str,
 
 def sweep_entries(registry: Registry, sweep_id: str) -> list[Entry]:
     """The sweep's runs, oldest first, those still open refreshed from their records first (a
-    run whose process is gone becomes failed, and the registry says so)."""
+    run whose process is gone becomes failed, and the registry says so). A search's sweep is
+    refused: its search draws what runs next, and its pruned runs are done."""
     entries = registry.of_sweep(sweep_id)
+    if entries and search_folder(entries[0].log_dir, sweep_id).is_dir():
+        raise LaunchError(f"sweep {sweep_id} is a search's (run_search): a resume would run "
+                          "its pruned and failed trials again outside it; carry the search "
+                          f"on with `easylaunch search resume {sweep_id}` or by calling "
+                          "run_search again")
     if any(e.state in OPEN_STATES for e in entries):
         refresh_entries(registry, [e for e in entries if e.state in OPEN_STATES])
         entries = registry.of_sweep(sweep_id)
