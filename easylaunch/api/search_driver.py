@@ -40,6 +40,7 @@ from easylaunch_job.records import METRICS_JSONL, update_status, write_json_atom
 JOURNAL = "journal.log"
 DRIVER_LOCK = "driver.lock"
 POLL_SECONDS = 0.05
+NOT_LAUNCHED = "not_launched"  # a trial's user attribute: its run was refused at launch
 
 
 def storage(folder: Path) -> Any:
@@ -136,7 +137,7 @@ class Driver:
             for live in list(self.live.values()):
                 changed |= self._follow(live)
             while len(self.live) < self.max_parallel and \
-                    len(self.study.get_trials(deepcopy=False)) < self.n_trials:
+                    len(_counted(self.study.get_trials(deepcopy=False))) < self.n_trials:
                 self._start(self.study.ask(self.distributions))
                 changed = True
             if changed:
@@ -157,6 +158,7 @@ class Driver:
         except BaseException as exc:  # (a launch refused: the trial is not left running)
             optuna = import_optuna()
             trial.set_user_attr("reason", f"its run could not be launched: {exc}")
+            trial.set_user_attr(NOT_LAUNCHED, True)  # (not one of n_trials: fixed, it runs)
             self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
             raise
         frozen = self._frozen(trial)
@@ -324,6 +326,12 @@ class Driver:
             self.study, self.n_trials, self.objective, self.variant_of))
 
 
+def _counted(trials: list[Any]) -> list[Any]:
+    """The trials that count towards ``n_trials``: all but those whose run was refused at
+    launch (bad options, a host out of reach), which a corrected call runs in their place."""
+    return [t for t in trials if not t.user_attrs.get(NOT_LAUNCHED)]
+
+
 def _step(step: Any, index: int) -> int:
     """A line's step as Optuna takes it: its own, when a whole number, else its place."""
     if isinstance(step, (int, float)) and not isinstance(step, bool) and \
@@ -382,7 +390,7 @@ def summary(study: Any, n_trials: int, objective: str,
             variant_of: Callable[[Mapping[str, Any]], dict]) -> dict:
     """What ``ls``, ``status`` and a search's handle read without opening Optuna: trials by
     state, the best trial, and each trial's run, value and reason."""
-    trials = study.get_trials(deepcopy=False)
+    trials = _counted(study.get_trials(deepcopy=False))
     counts: dict[str, int] = {}
     rows = []
     for t in trials:
