@@ -7,9 +7,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import optuna
 import pytest
+import yaml
 from conftest import REPO_DIR, settings_file
 from helpers import wait_for
+
+from easylaunch import load_sweep
 
 APP = """
 import time
@@ -32,6 +36,21 @@ if __name__ == "__main__":
 """
 
 CONFIG = "lr: 0.01\nseed: 0\nfail: false\nsleep: 0\n"
+
+# An objective for Hydra's Optuna sweeper, least at x=2, y=0.
+OBJECTIVE_APP = """
+import hydra
+from omegaconf import DictConfig
+
+
+@hydra.main(version_base=None, config_path="conf", config_name="config")
+def objective(cfg: DictConfig) -> float:
+    return (cfg.x - 2) ** 2 + cfg.y
+
+
+if __name__ == "__main__":
+    objective()
+"""
 
 # A sweeper that prints the JobReturns the launcher gives back: the only way to see them from
 # outside the app's process (Hydra's multirun keeps them to itself).
@@ -60,13 +79,18 @@ class ReportingSweeper(BasicSweeper):
 """
 
 
+def tutorial_app(folder, source, config):
+    """An app as Hydra's tutorial lays one out (app.py and conf/config.yaml) in ``folder``."""
+    (folder / "conf").mkdir(parents=True)
+    (folder / "conf" / "config.yaml").write_text(config)
+    (folder / "app.py").write_text(source)
+    return folder
+
+
 @pytest.fixture
 def app(tmp_path):
-    """The tutorial app (app.py and conf/config.yaml) in a folder of its own."""
-    folder = tmp_path / "app"
-    (folder / "conf").mkdir(parents=True)
-    (folder / "conf" / "config.yaml").write_text(CONFIG)
-    (folder / "app.py").write_text(APP)
+    """The tutorial app in a folder of its own, and the reporting sweeper."""
+    folder = tutorial_app(tmp_path / "app", APP, CONFIG)
     sweeper = tmp_path / "plugins" / "hydra_plugins" / "reporting_sweeper"
     sweeper.mkdir(parents=True)
     (sweeper / "__init__.py").write_text("")
@@ -137,13 +161,42 @@ def test_failing_job_is_reraised_by_hydra(app, env):
     assert states == ["failed", "succeeded"]
 
 
-def test_wait_false_refused_under_a_sweeper_that_needs_values(app, env):
-    out = multirun(app, env, "lr=1e-3,1e-2", "hydra/sweeper=reporting",
+@pytest.mark.parametrize("sweeper", ["reporting", "optuna"])
+def test_wait_false_refused_under_a_sweeper_that_needs_values(app, env, sweeper):
+    out = multirun(app, env, "lr=1e-3,1e-2", f"hydra/sweeper={sweeper}",
                    "hydra.launcher.wait=false")
     assert out.returncode == 1
-    assert out.stderr.startswith("easylaunch: hydra.launcher.wait=false returns before the jobs "
-                                 "end")  # (Hydra shows the message alone, no traceback)
+    assert "easylaunch: hydra.launcher.wait=false returns before the jobs end" in out.stderr
+    assert "Traceback" not in out.stderr  # (Hydra shows the message alone)
     assert rows(env) == []  # refused before anything was launched
+
+
+@pytest.mark.filterwarnings("ignore::FutureWarning")  # (the sweeper's distributions, read back)
+def test_optunas_sweeper_gets_every_trial_run_in_one_sweep(tmp_path, env):
+    app = tutorial_app(tmp_path / "objective", OBJECTIVE_APP, "x: 0\ny: 0.0\n")
+    storage = f"sqlite:///{tmp_path / 'study.db'}"  # (to read every trial back)
+    out = multirun(app, env, "hydra/sweeper=optuna", "hydra.sweeper.direction=minimize",
+                   "hydra.sweeper.n_trials=6", "hydra.sweeper.n_jobs=2",
+                   "hydra.sweeper.sampler.seed=7", "hydra.sweeper.study_name=xy",
+                   f"hydra.sweeper.storage={storage}", "x=range(-5,5)", "y=interval(0,1)")
+    assert out.returncode == 0, out.stderr
+    sweep_dir = next(Path(app, "multirun").glob("*/*"))
+    launched = json.loads((sweep_dir / "easylaunch.json").read_text())
+    assert [r["SWEEP"] for r in rows(env)] == [launched["sweep"]] * 6  # 3 batches, one sweep
+    runs = load_sweep(launched["sweep"], config=env["EASYLAUNCH_CONFIG"])
+    runs = runs.set_index("hydra_job_num").sort_index()
+    assert set(runs.state) == {"succeeded"}
+    assert launched["runs"] == {str(job): run_id for job, run_id in runs.run_id.items()}
+    params = [{"x": x, "y": y} for x, y in zip(runs["params.x"], runs["params.y"], strict=True)]
+    assert list(runs.result) == [(p["x"] - 2) ** 2 + p["y"] for p in params]
+    study = optuna.load_study(study_name="xy", storage=storage)  # (trial n is Hydra's job n)
+    assert [(t.params, t.value) for t in study.trials] == list(zip(params, runs.result,
+                                                                    strict=True))
+    best = yaml.safe_load((sweep_dir / "optimization_results.yaml").read_text())
+    assert best == {"name": "optuna", "best_params": params[runs.result.argmin()],
+                    "best_value": runs.result.min()}
+    for log_dir, trial in zip(runs.log_dir, params, strict=True):  # (Hydra's job folder)
+        assert yaml.safe_load(Path(log_dir, "hydra", ".hydra", "config.yaml").read_text()) == trial
 
 
 def test_hydra_finds_the_plugin_and_its_import_stays_cheap(app, env):

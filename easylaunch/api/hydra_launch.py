@@ -88,12 +88,20 @@ def launch_jobs(launcher_config: Mapping[str, Any], sweep_id: str | None,
     assert isinstance(jobs, list)  # (a dry run is not a launcher option)
     sweep = str(sweep_of(jobs[0].launch_info))
     runs = {str(idx): job.id for (idx, _), job in zip(numbered, jobs, strict=True)}
-    (sweep_dir / LAUNCH_RECORD).write_text(json.dumps({"sweep": sweep, "runs": runs}, indent=1))
+    record_launch(sweep_dir / LAUNCH_RECORD, sweep, runs, later=sweep_id is not None)
     if not wait:  # (the mode has said where the runs are and how to follow them)
         return [], sweep
     wait_all(jobs)
     return [job_return(hydra_context, config, job_name, overrides, job)
             for (_, overrides), job in zip(numbered, jobs, strict=True)], sweep
+
+
+def record_launch(path: Path, sweep: str, runs: dict[str, str], *, later: bool) -> None:
+    """Write the sweep and the run of each job number to ``path``; a later launch of the
+    multirun (each batch of Optuna's sweeper) adds its runs to the earlier launches'."""
+    if later:
+        runs = {**json.loads(path.read_text())["runs"], **runs}
+    path.write_text(json.dumps({"sweep": sweep, "runs": runs}, indent=1))
 
 
 def sweep_keywords(launcher_config: Mapping[str, Any]) -> dict[str, Any]:
