@@ -2,10 +2,11 @@
 // A [data-curves] element names its runs (data-runs="ID,ID" or data-sweep="ID", its first metric
 // shown data-metric) or a search (data-search="ID": its objective over trials, x data-x) and a
 // layout: "one" chart with a metric to pick, or "each" metric its own chart. Controls: log axis,
-// smoothing (TensorBoard's debiased moving average); drag to zoom (the server sends every
-// point in the zoomed range), double-click to see all again; hover for values. While a run is
-// open the curves are asked for again. Runs that ended early (failed, timed out, cancelled) are
-// drawn apart: thin and dashed. Labels reach uPlot as text (it sets textContent).
+// smoothing (TensorBoard's debiased moving average; data-no-smoothing: none); drag to zoom (the
+// server sends every point in the zoomed range), double-click to see all again; hover for
+// values. While a run is open (or the page follows a search) the curves are asked for again.
+// Runs that ended early (failed, timed out, cancelled) are drawn apart: thin and dashed. Labels
+// reach uPlot as text (it sets textContent).
 "use strict";
 
 (function () {
@@ -260,7 +261,10 @@
       redraw.forEach((chart) => chart.draw());  // (once all are placed: their widths are known)
       this.showHparams(Object.keys(answer.curves)[0]);
       clearTimeout(this.timer);
-      if (this.runs.some((r) => r.open)) this.timer = setTimeout(() => this.load(), pollMs);
+      // (while the page follows a search, its next trials' runs are to come: asked again too)
+      if (this.runs.some((r) => r.open) || document.querySelector("[data-follow][data-open]")) {
+        this.timer = setTimeout(() => this.load(), pollMs);
+      }
     }
 
     fillSelect(chosen) {
