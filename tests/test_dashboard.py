@@ -841,7 +841,8 @@ def test_a_search_view_counts_trials_and_follows_the_best_either_way(tmp_path):
     trials = [(0, "complete", 0.5, None), (1, "pruned", math.nan, "pruned at step 2: ..."),
               (2, "complete", 0.9, None), (3, "fail", None, "ValueError: diverged"),
               (4, "running", None, None)]
-    summary = {"id": "s1", "n_trials": 8, "objective": "acc", "finished": 4,
+    summary = {"id": "s1", "n_trials": 8, "objective": "acc", "direction": "maximize",
+               "finished": 4,
                "counts": {"complete": 2, "pruned": 1, "fail": 1, "running": 1},
                "trials": [{"number": n, "state": state, "value": value,
                            "variant": {"lr": 10.0 ** -n, "seed": 0}, "runs": [str(folders[n])],

@@ -30,7 +30,7 @@ from easylaunch.tracking.jobs import Job
 from easylaunch.tracking.progress import wait_all
 from easylaunch_job import hydra_job
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
 LAUNCH_RECORD = "easylaunch.json"  # in Hydra's sweep folder: the sweep and each job's run
@@ -75,10 +75,10 @@ def launch_jobs(launcher_config: Mapping[str, Any], sweep_id: str | None,
     wait = launcher_config.get("wait", True)
     mode = launcher_config.get("mode", "local")
     job_name = str(config.hydra.job.name)
-    log.info(f"Launching {len(job_overrides)} jobs as easylaunch runs (mode {mode})")
+    logger.info(f"Launching {len(job_overrides)} jobs as easylaunch runs (mode {mode})")
     numbered = [(initial_job_idx + i, list(o)) for i, o in enumerate(job_overrides)]
     for idx, overrides in numbered:
-        log.info(f"\t#{idx} : {' '.join(filter_overrides(overrides))}")
+        logger.info(f"\t#{idx} : {' '.join(filter_overrides(overrides))}")
     payload = (Singleton.get_state(), hydra_context, config, task_function)
     jobs = run_sweep(functools.partial(hydra_job.run, payload),
                      [job_variant(overrides, idx) for idx, overrides in numbered],

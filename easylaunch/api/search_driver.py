@@ -406,5 +406,6 @@ def summary(study: Any, n_trials: int, objective: str,
         pick = min if study.direction.name == "MINIMIZE" else max
         best = pick(complete, key=lambda r: r["value"])
     return {"id": study.study_name, "n_trials": n_trials, "objective": objective,
+            "direction": study.direction.name.lower(),
             "finished": sum(r["state"] in ("complete", "pruned", "fail") for r in rows),
             "counts": counts, "best": best, "trials": rows, "updated": time.time()}

@@ -38,6 +38,7 @@ class SearchView:
 
     id: str
     objective: str
+    maximize: bool  # (the direction: whether a higher objective is better)
     finished: int
     n_trials: int
     counts: list[tuple[str, int]]  # trials by state, STATES' order first
@@ -68,18 +69,17 @@ def search_view(registry: Registry, sweep: str) -> SearchView | None:
 
     counts = summary["counts"]
     return SearchView(
-        summary["id"], summary["objective"], summary["finished"], summary["n_trials"],
+        summary["id"], summary["objective"], summary["direction"] == "maximize",
+        summary["finished"], summary["n_trials"],
         [(s, counts[s]) for s in (*STATES, *sorted(set(counts) - set(STATES))) if s in counts],
         trial(summary["best"]) if summary["best"] else None,
         sorted((trial(t) for t in summary["trials"]), key=lambda t: t.number),
         bool(counts.get("running")) or summary["finished"] < summary["n_trials"])
 
 
-def _best_so_far(trials: Sequence[Trial], best: Trial | None) -> list[float | None]:
-    """The best complete value up to each trial (None before the first). The best trial's
-    value is the lowest complete one or the highest, which says which way is better."""
-    complete = [t.value for t in trials if t.state == "complete" and t.value is not None]
-    better = max if best is not None and best.value == max(complete) > min(complete) else min
+def _best_so_far(trials: Sequence[Trial], maximize: bool) -> list[float | None]:
+    """The best complete value up to each trial (None before the first)."""
+    better = max if maximize else min
     found: list[float | None] = []
     for t in trials:
         last = found[-1] if found else None
@@ -99,7 +99,7 @@ def objective_curves(view: SearchView) -> dict:
     def values(state: str) -> list[float | None]:
         return [t.value if t.state == state else None for t in trials]
 
-    series = [("best", "best so far", "steps", _best_so_far(trials, view.best)),
+    series = [("best", "best so far", "steps", _best_so_far(trials, view.maximize)),
               ("complete", f"complete trials' {view.objective}", "points", values("complete")),
               ("pruned", f"pruned trials' {view.objective} where stopped", "points",
                values("pruned"))]  # (the line first: the points are drawn over it)
