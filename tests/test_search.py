@@ -21,6 +21,7 @@ from helpers import wait_for
 from easylaunch import JobState, LaunchError, Search, run_search, run_sweep
 from easylaunch.api.search_driver import prune_reason
 from easylaunch.api.search_space import Space, make_pruner, make_sampler
+from easylaunch.tracking.registry import open_registry
 
 SPACE = {"x": optuna.distributions.FloatDistribution(-1.0, 1.0), "opt": ["adam", "sgd"]}
 TOLERANCE = 0.05  # of the best loss found over the optimum (searchfns.OPTIMUM = 0)
@@ -205,6 +206,10 @@ def test_a_detached_search_goes_on_after_its_script_ends(tmp_path):
     assert sorted((t["variant"]["x"], t["variant"]["opt"]) for t in summary["trials"]) == \
         sorted((x, opt) for x in (0.0, 0.3, 0.9) for opt in ("adam", "sgd"))
     assert search.best.variant["x"] == 0.3 and search.best.variant["opt"] == "adam"
+    # the driver's own run ended, and the registry says so (a later `ls` refreshes nothing)
+    driver_run = json.loads((search.folder / "driver_run.json").read_text())["run"]
+    registry = open_registry(str(tmp_path / "registry.sqlite3"))
+    assert registry.find(Path(driver_run).name.rsplit("_", 1)[1]).state == "succeeded"
 
 
 def test_the_objective_is_returned_else_logged_and_a_trial_without_one_fails(tmp_path):

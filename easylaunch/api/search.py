@@ -45,6 +45,7 @@ from easylaunch.runs.preview import Preview
 from easylaunch.runs.rebuild import function_name
 from easylaunch.settings import ConfigArg, load_settings
 from easylaunch.tracking.jobs import Job
+from easylaunch.tracking.notify import record_ends
 from easylaunch.tracking.searches import SEARCHES, SUMMARY
 from easylaunch_job.metrics import FlushingEvery
 from easylaunch_job.records import read_json, write_json_atomic
@@ -99,10 +100,11 @@ class Search:
         while driver is not None:
             ended = driver.status().terminal
             summary = self.summary()
-            if summary["n_trials"] is not None and summary["finished"] >= summary["n_trials"] \
-                    and not driver_alive(self.folder):
-                break
             if ended:
+                record_ends([driver])  # (the driver's run ended: the registry says so too)
+                if summary["n_trials"] is not None and \
+                        summary["finished"] >= summary["n_trials"]:
+                    break
                 raise LaunchError(f"search {self.id}'s driver, run {driver.id}, ended "
                                   f"{driver.status()} before the search did (see "
                                   f"easylaunch logs {driver.id}); call run_search again to "
