@@ -97,6 +97,7 @@ def variant_key(variant: Mapping) -> str:
     """The variant's canonical content as a digest: equal for variants that hold the same data
     (key order aside), whichever process made them. ``1`` and ``1.0`` differ; values JSON
     cannot hold count by their text (:func:`as_data`)."""
-    text = json.dumps(as_data(variant)[0], sort_keys=True, separators=(",", ":"),
-                      allow_nan=True)
+    # (keys as JSON writes them first: 2 and "a" would not sort against each other)
+    data = json.loads(json.dumps(as_data(variant)[0], allow_nan=True))
+    text = json.dumps(data, sort_keys=True, separators=(",", ":"), allow_nan=True)
     return hashlib.sha256(text.encode()).hexdigest()
