@@ -22,12 +22,15 @@ def curve(doodad_config, variant):
 
 
 def judged(doodad_config, variant):
-    """A score returned, only logged, never given, or an error, as ``variant["kind"]`` says."""
+    """A score returned, only logged, never given, given as None, or an error, as
+    ``variant["kind"]`` says."""
     kind = variant["kind"]
     if kind == "raises":
         raise ValueError("diverged")
     if kind == "silent":
         return None
+    if kind == "none":
+        return {"score": None}
     log_metrics(step=1, score=3.0)
     log_metrics(step=2, score=2.0)
     return {"score": 1.0} if kind == "returned" else None

@@ -214,15 +214,17 @@ def test_a_detached_search_goes_on_after_its_script_ends(tmp_path):
 
 def test_the_objective_is_returned_else_logged_and_a_trial_without_one_fails(tmp_path):
     config = settings_file(tmp_path)
-    search = run_search(searchfns.judged, {"kind": ["returned", "logged", "silent", "raises"]},
+    search = run_search(searchfns.judged,
+                        {"kind": ["returned", "logged", "silent", "none", "raises"]},
                         "score", sampler="grid", n_trials=10, max_parallel=2, pruner=None,
                         exp_name="judged", config=config)
     trials = {t["variant"]["kind"]: t for t in search.trials()}
-    assert len(search.trials()) == 4  # (the grid's size, though 10 were asked for)
+    assert len(search.trials()) == 5  # (the grid's size, though 10 were asked for)
     assert trials["returned"]["state"] == "complete" and trials["returned"]["value"] == 1.0
     assert trials["logged"]["state"] == "complete" and trials["logged"]["value"] == 2.0
-    assert trials["silent"]["state"] == "fail"
-    assert "returned no 'score' and logged none" in trials["silent"]["reason"]
+    for kind in ("silent", "none"):  # (a trial told failed, not a driver stuck on it)
+        assert trials[kind]["state"] == "fail"
+        assert "returned no number for 'score' and logged none" in trials[kind]["reason"]
     assert trials["raises"]["state"] == "fail"
     assert trials["raises"]["reason"] == "ValueError: diverged"
     assert search.best.value == 1.0 and search.best.variant == {"kind": "returned"}

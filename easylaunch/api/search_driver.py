@@ -159,7 +159,7 @@ class Driver:
             optuna = import_optuna()
             trial.set_user_attr("reason", f"its run could not be launched: {exc}")
             trial.set_user_attr(NOT_LAUNCHED, True)  # (not one of n_trials: fixed, it runs)
-            self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            self._tell(trial, state=optuna.trial.TrialState.FAIL)
             raise
         frozen = self._frozen(trial)
         trial.set_user_attr("runs", [*frozen.user_attrs.get("runs", []), str(job.log_dir)])
@@ -244,7 +244,7 @@ class Driver:
             if not isinstance(record, dict) or self.objective not in record or live.pruned:
                 continue
             step = _step(record.get("step"), index)
-            value = math.nan if record[self.objective] is None else float(record[self.objective])
+            value = _number(record[self.objective])
             if step in live.reported:
                 continue  # (reported already: by the run's earlier attempt)
             live.trial.report(value, step)
@@ -276,14 +276,15 @@ class Driver:
             update_status(str(job.log_dir), pruned=pruned, error=pruned["reason"])
             trial.set_user_attr("reason", pruned["reason"])
             trial.set_user_attr("last_step", pruned["step"])
-            self.study.tell(trial, state=states.PRUNED)
+            self._tell(trial, state=states.PRUNED)
         elif state == "succeeded":  # (one that ended before its prune stopped it, too)
             trial.set_user_attr("reason", None)
             value = self._value(job)
             if value is None or math.isnan(value):
-                trial.set_user_attr("reason", f"run {job.id} returned no {self.objective!r} "
-                                              "and logged none (or NaN)")
-                self.study.tell(trial, state=states.FAIL)
+                trial.set_user_attr("reason", f"run {job.id} returned no number for "
+                                              f"{self.objective!r} and logged none (None "
+                                              "and NaN are none)")
+                self._tell(trial, state=states.FAIL)
             else:
                 self._tell(trial, value)
         elif _stopped_by_its_driver(job, status):
@@ -293,13 +294,14 @@ class Driver:
             if state == "cancelled":
                 reason = f"cancelled by hand: {reason}"
             trial.set_user_attr("reason", reason)
-            self.study.tell(trial, state=states.FAIL)
+            self._tell(trial, state=states.FAIL)
         job.record.reload()
         record_ends([job])
 
-    def _tell(self, trial: Any, value: float) -> None:
+    def _tell(self, trial: Any, value: float | None = None, state: Any = None) -> None:
+        """Tell Optuna the trial's end (its value, or its state)."""
         try:
-            self.study.tell(trial, value)
+            self.study.tell(trial, value, state=state)
         except RuntimeError as exc:  # GridSampler's tell that ends the grid, after recording
             if "Study.stop" not in str(exc):
                 raise
@@ -309,7 +311,7 @@ class Driver:
         outcome = load_outcome(str(job.log_dir))
         if outcome is not None and outcome[0] == "success" and \
                 isinstance(outcome[1], Mapping) and self.objective in outcome[1]:
-            return float(outcome[1][self.objective])
+            return _number(outcome[1][self.objective])
         values = _metrics(job)
         last = None
         if values.exists():
@@ -317,13 +319,20 @@ class Driver:
                 with contextlib.suppress(ValueError, TypeError, AttributeError):
                     record = json.loads(line)
                     if self.objective in record:
-                        last = math.nan if record[self.objective] is None else \
-                            float(record[self.objective])
+                        last = _number(record[self.objective])
         return last
 
     def _write_summary(self) -> None:
         write_json_atomic(str(self.folder / SUMMARY), summary(
             self.study, self.n_trials, self.objective, self.variant_of))
+
+
+def _number(value: Any) -> float:
+    """An objective's value as Optuna takes it: NaN for None, or for what is no number."""
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
 
 
 def _counted(trials: list[Any]) -> list[Any]:
