@@ -132,7 +132,8 @@ def _driver_script(config: str) -> str:
     """)
 
 
-def test_a_killed_driver_is_carried_on_without_running_a_finished_trial_again(tmp_path):
+@pytest.mark.parametrize("stop", [signal.SIGKILL, signal.SIGINT], ids=["SIGKILL", "Ctrl-C"])
+def test_a_stopped_driver_is_carried_on_without_running_a_finished_trial_again(tmp_path, stop):
     config = settings_file(tmp_path)
     script = tmp_path / "search.py"
     script.write_text(_driver_script(config))
@@ -147,8 +148,11 @@ def test_a_killed_driver_is_carried_on_without_running_a_finished_trial_again(tm
             return 0
 
     assert wait_for(lambda: finished() >= 4 or driver.poll() is not None, 60)
-    os.kill(driver.pid, signal.SIGKILL)
-    driver.wait()
+    os.kill(driver.pid, stop)
+    _, said = driver.communicate(timeout=60)
+    if stop == signal.SIGINT:  # (its runs cancelled: they stop with their launcher)
+        assert driver.returncode in (130, -signal.SIGINT) and "Traceback" not in said, said
+        assert "carry the search on with `easylaunch search resume killed`" in said, said
     before = {t["number"]: t for t in json.loads(summary_file.read_text())["trials"]}
     done_before = {n: t for n, t in before.items() if t["state"] in ("complete", "pruned")}
     running_before = {n for n, t in before.items() if t["state"] == "running"}
@@ -173,7 +177,8 @@ def test_a_killed_driver_is_carried_on_without_running_a_finished_trial_again(tm
             continue
         rerun += 1  # stopped with the driver: run again, under its number
         assert len(runs) == 2 and first["state"] in ("cancelled", "failed"), after[number]
-        assert not first.get("cancel_requested"), first  # stopped by its launcher's end
+        if stop == signal.SIGKILL:  # (stopped by its launcher's end, not a cancel)
+            assert not first.get("cancel_requested"), first
         launch = json.loads((Path(runs[1]) / "launch.json").read_text())
         assert launch["resubmitted_from"] == Path(runs[0]).name.rsplit("_", 1)[1]
         assert launch["search"] == {"id": "killed", "trial": number}

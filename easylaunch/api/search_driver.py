@@ -30,6 +30,7 @@ from easylaunch.api.search_space import import_optuna
 from easylaunch.errors import LaunchError
 from easylaunch.modes.local.machine import launcher_gone
 from easylaunch.runs.record import DamagedRecordError
+from easylaunch.tracking.interrupts import interrupted
 from easylaunch.tracking.jobs import Job
 from easylaunch.tracking.notify import record_ends
 from easylaunch.tracking.rows import reason_of
@@ -41,6 +42,7 @@ JOURNAL = "journal.log"
 DRIVER_LOCK = "driver.lock"
 POLL_SECONDS = 0.05
 NOT_LAUNCHED = "not_launched"  # a trial's user attribute: its run was refused at launch
+STOPPED_WITH_DRIVER = "stopped_with_driver"  # one whose driver a Ctrl-C stopped while it ran
 
 
 def storage(folder: Path) -> Any:
@@ -127,7 +129,20 @@ class Driver:
     live: dict[int, _Live] = field(default_factory=dict)  # by trial number
 
     def drive(self) -> None:
-        """Carry on the trials left running, then run trials until n_trials are finished."""
+        """Carry on the trials left running, then run trials until n_trials are finished. A
+        Ctrl-C stops the driver, its trials noted as stopped by it (run again when the search
+        is carried on), and says how to carry it on."""
+        try:
+            self._drive()
+        except KeyboardInterrupt:
+            for live in self.live.values():
+                live.trial.set_user_attr(STOPPED_WITH_DRIVER, True)
+            stopped = interrupted([live.job for live in self.live.values()
+                                   if not _ended(live.job)])
+            raise KeyboardInterrupt(f"{stopped}; carry the search on with `easylaunch search "
+                                    f"resume {self.folder.name}`") from None
+
+    def _drive(self) -> None:
         self._carry_on()
         self._write_summary()
         asked: dict[int, float] = {}  # when each mode's backend was last asked
@@ -163,6 +178,8 @@ class Driver:
             raise
         frozen = self._frozen(trial)
         trial.set_user_attr("runs", [*frozen.user_attrs.get("runs", []), str(job.log_dir)])
+        if frozen.user_attrs.get(STOPPED_WITH_DRIVER):
+            trial.set_user_attr(STOPPED_WITH_DRIVER, False)
         self.live[trial.number] = _Live(trial, job, reported=set(frozen.intermediate_values))
 
     def _frozen(self, trial: Any) -> Any:
@@ -287,7 +304,8 @@ class Driver:
                 self._tell(trial, state=states.FAIL)
             else:
                 self._tell(trial, value)
-        elif _stopped_by_its_driver(job, status):
+        elif _stopped_by_its_driver(job, status, bool(
+                self._frozen(trial).user_attrs.get(STOPPED_WITH_DRIVER))):
             self._start(trial, rerun_of=job)
         else:
             reason = reason_of(status) or str(state)
@@ -327,6 +345,14 @@ class Driver:
             self.study, self.n_trials, self.objective, self.variant_of))
 
 
+def _ended(job: Job) -> bool:
+    """Whether the run's record says it ended (a damaged one: not yet)."""
+    try:
+        return job.recorded_state().terminal
+    except DamagedRecordError:
+        return False
+
+
 def _number(value: Any) -> float:
     """An objective's value as Optuna takes it: NaN for None, or for what is no number."""
     try:
@@ -355,12 +381,13 @@ def _metrics(job: Job) -> Path:
     return job.mode.readable_folder(job.record) / METRICS_JSONL
 
 
-def _stopped_by_its_driver(job: Job, status: dict) -> bool:
+def _stopped_by_its_driver(job: Job, status: dict, noted: bool) -> bool:
     """A run that ended because the driver that launched it died (an attached local run is
-    stopped with its launcher), not by its own failure or a cancel."""
-    if status.get("cancel_requested") or status.get("state") not in ("cancelled", "failed"):
+    stopped with its launcher), or was stopped by a Ctrl-C (``noted`` by the driver), not by
+    its own failure or a cancel."""
+    if status.get("state") not in ("cancelled", "failed"):
         return False
-    if launcher_gone(job.launch_info) is False:
+    if not noted and (status.get("cancel_requested") or launcher_gone(job.launch_info) is False):
         return False
     outcome = load_outcome(str(job.log_dir))
     return status["state"] == "cancelled" or outcome is None
