@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import errno
 import json
+import shutil
 import socket
 import sqlite3
 import subprocess
@@ -20,7 +21,7 @@ import pytest
 from conftest import settings_file
 from helpers import wait_for
 
-from easylaunch import get_job, run_sweep
+from easylaunch import LaunchError, get_job, run_sweep
 from easylaunch.runs.variants import variant_key
 from easylaunch.tracking import sweeps
 from easylaunch.tracking.registry import Registry, open_registry
@@ -210,6 +211,29 @@ def test_a_variant_listed_twice_keeps_two_runs(tmp_path):
     assert [j.id for j in again[:2]] == [j.id for j in jobs]
     assert [j.result(timeout=60) for j in again[2:]] == [{"x": 1, "y": 2}, {"x": 2, "y": 4}]
     assert len(open_registry(tmp_path / "registry.sqlite3").of_sweep("twice")) == 4
+
+
+def test_what_a_resume_keeps_is_a_variants_run_of_this_experiment_still_on_disk(tmp_path):
+    config = settings_file(tmp_path)
+    registry = open_registry(tmp_path / "registry.sqlite3")
+    failed, = run_sweep(jobfns.fail, [{"x": 0}], config=config, sweep="g2", exp_name="a")
+    assert failed.wait(timeout=60).value == "failed"
+    # the variant run again by a plain launch into the sweep, and succeeding there
+    fine, = run_sweep(jobfns.double, [{"x": 0}], config=config, sweep="g2", exp_name="a")
+    assert fine.result(timeout=60) == {"x": 0, "y": 0}
+    cli = subprocess.run([sys.executable, "-m", "easylaunch.cli", "--config", config,
+                          "resume", "g2"], capture_output=True, text=True, timeout=120)
+    assert "0 of 1 runs launched; 1 kept (1 succeeded)" in cli.stderr, cli.stderr
+    assert len(registry.of_sweep("g2")) == 2  # (by variant: the failed run is not rerun)
+
+    with pytest.raises(LaunchError, match="sweep g2 holds runs of experiment.*a, not b"):
+        run_sweep(jobfns.double, [{"x": 0}], config=config, sweep="g2", exp_name="b",
+                  resume=True)
+
+    shutil.rmtree(fine.log_dir)  # a kept run's folder deleted by hand: its variant runs again
+    again, = run_sweep(jobfns.double, [{"x": 0}], config=config, sweep="g2", exp_name="a",
+                       resume=True)
+    assert again.id not in (fine.id, failed.id) and again.result(timeout=60)["y"] == 0
 
 
 def test_a_sweep_recorded_before_the_upgrade_resumes(tmp_path):

@@ -479,6 +479,12 @@ def _resumed(method_call: Callable[..., Any], variants: Iterable[Mapping | None]
     with sweep_lock(registry, sweep_id):
         taken = SESSION.claimed.setdefault(sweep_id, set()) if script else set()
         entries = [e for e in sweep_entries(registry, sweep_id) if e.id not in taken]
+        others = sorted({e.exp_name for e in entries} - {opts.exp_name})
+        if others:
+            raise LaunchError(f"sweep {sweep_id} holds runs of experiment(s) "
+                              f"{', '.join(others)}, not {opts.exp_name}: a resume matches "
+                              "the variants of one experiment; name this one's sweep another "
+                              "way (sweep=...)")
         chosen = plan(entries, keys)
         if settings.LAUNCH_LINE and entries:  # (a sweep's first launch says nothing more)
             print(f"easylaunch: {chosen.line(sweep_id)}", file=sys.stderr)

@@ -10,7 +10,7 @@ from easylaunch.settings import ConfigArg, load_settings
 from easylaunch.tracking.jobs import Job
 from easylaunch.tracking.registry import Entry
 from easylaunch.tracking.sweeps import (
-    KEPT_STATES,
+    kept,
     launch_of,
     resume_line,
     sweep_entries,
@@ -38,5 +38,5 @@ def resume_sweep(sweep: str, config: ConfigArg = None, detach: bool | None = Non
         done = [pair for group in launches.values() for pair in zip(group, resubmit_launch(
             [e.id for e in group], config, detach if group[0].mode == "local" else None,
             current_code, current_settings), strict=True)]
-    kept = [e.state for e in entries if e.state in KEPT_STATES]
-    return resume_line(sweep_id, [e.state for e in olds], kept, "runs"), done
+    kept_states = [e.state for e in entries if kept(e)]
+    return resume_line(sweep_id, [e.state for e in olds], kept_states, "runs"), done

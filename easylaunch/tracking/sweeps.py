@@ -172,7 +172,7 @@ def plan(entries: list[Entry], keys: list[str]) -> Plan:
     ended: dict[str, list[Entry]] = {}
     for entry in entries:
         if entry.variant_key is not None:
-            into = kept_runs if entry.state in KEPT_STATES else ended
+            into = kept_runs if kept(entry) else ended
             into.setdefault(entry.variant_key, []).append(entry)
     chosen: list[Entry | None] = []
     previous: list[Entry | None] = []
@@ -183,9 +183,17 @@ def plan(entries: list[Entry], keys: list[str]) -> Plan:
     return Plan(chosen, previous)
 
 
+def kept(entry: Entry) -> bool:
+    """Whether a resume keeps the run: it succeeded or is under way, and its folder is still
+    there (one deleted by hand is launched again)."""
+    return entry.state in KEPT_STATES and (Path(entry.log_dir) / LAUNCH_JSON).exists()
+
+
 def to_relaunch(entries: list[Entry]) -> list[Entry]:
-    """The runs a resume from the command line launches again: of each chain of runs (a run,
-    the runs resubmitted from it, and so on) in which none is kept, its last run."""
+    """The runs a resume from the command line launches again: of each variant (by content;
+    a run recorded without its key: by its chain of resubmissions) none of whose runs is
+    kept, its last run. (A variant a sweep listed twice counts once here: a script's resume,
+    given the variants, keeps as many runs as it lists.)"""
     by_id = {entry.id: entry for entry in entries}
 
     def first(entry: Entry) -> str:
@@ -195,9 +203,8 @@ def to_relaunch(entries: list[Entry]) -> list[Entry]:
             seen.add(entry.id)
         return entry.id
 
-    chains: dict[str, list[Entry]] = {}
-    for entry in entries:  # (oldest first: a chain's last run comes last)
-        chains.setdefault(first(entry), []).append(entry)
-    return [chain[-1] for chain in chains.values()
-            if not any(e.state in KEPT_STATES for e in chain)]
+    variants: dict[str, list[Entry]] = {}
+    for entry in entries:  # (oldest first: a variant's last run comes last)
+        variants.setdefault(entry.variant_key or f"chain of {first(entry)}", []).append(entry)
+    return [runs[-1] for runs in variants.values() if not any(kept(e) for e in runs)]
 
