@@ -114,6 +114,9 @@ def test_search_finds_the_optimum_and_stops_bad_trials_early(tmp_path):
                   sweep=search.id, resume=True, config=config)
     assert len(search.trials()) == 24  # (and no run was launched:)
     assert len(cli(config, "ls", "--sweep", search.id).splitlines()) == len(listed.splitlines())
+    # the search's records are private, as run folders are (call.json holds the settings)
+    assert search.folder.stat().st_mode & 0o777 == 0o700
+    assert search.folder.parent.stat().st_mode & 0o777 == 0o700
     # the journal is the study Optuna's own tools read
     assert len(search.study().trials) == 24
     assert Search.get(search.id, config=config).best.number == best.number

@@ -172,7 +172,7 @@ def run_search(fn: Callable[..., Any], space: Mapping[str, Any], objective: str,
     key = search_key(exp_name, function_name(fn), checked.key(), objective, direction)
     search = Search(check_exp_name(name or f"{exp_name}-{key}"),
                     _searches(config, base_log_dir) / (name or f"{exp_name}-{key}"))
-    search.folder.mkdir(parents=True, exist_ok=True)
+    _private_folder(search.folder, load_settings(config).RUN_FOLDER_MODE)
     opts = _trial_launch(exp_name, mode, max_parallel, config, base_log_dir, launch)
     call = dict(fn=fn, space=space, objective=objective, direction=direction,
                 n_trials=n_trials, max_parallel=max_parallel, sampler=sampler, pruner=pruner,
@@ -241,6 +241,16 @@ def _keep(call: dict, path: Path, config: ConfigArg) -> None:
     data = pickle_payload(call, "run_search's arguments", code_dirs, script_dir)
     write_json_atomic(str(path), {"paths": [*code_dirs, *filter(None, [script_dir])],
                                   "call": base64.b64encode(data).decode()})
+
+
+def _private_folder(folder: Path, mode: int) -> None:
+    """Make the search's folder, and ``.searches``, with the run folders' mode (RUN_FOLDER_MODE:
+    call.json holds the call's settings and function, as a run's bundle does)."""
+    folder.parent.parent.mkdir(parents=True, exist_ok=True)
+    for made in (folder.parent, folder):
+        made.mkdir(mode=mode, exist_ok=True)
+        if made.stat().st_mode & 0o777 != mode:
+            os.chmod(made, mode)
 
 
 def _drive_detached(call: dict, doodad_config: Any, variant: dict) -> dict:
