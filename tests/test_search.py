@@ -305,9 +305,13 @@ def test_a_median_prune_says_what_the_trial_was_compared_with():
         "pruned at step 3: loss 0.9 worse than the median 0.4 of 5 trials at step 3"
 
 
-def test_a_trial_whose_run_is_refused_is_not_one_of_n_trials(tmp_path):
+def test_a_trial_whose_run_is_refused_is_not_one_of_n_trials(tmp_path, capsys):
     config = settings_file(tmp_path)
     space = dict(SPACE, steps=3, step_s=0.01)
+    with pytest.raises(LaunchError, match="does not take the option"):  # (before anything)
+        run_search(searchfns.curve, space, "loss", n_trials=3, name="typo", config=config,
+                   max_parralel=2)
+    assert not (tmp_path / "logs" / ".searches" / "typo").exists()
     with pytest.raises(LaunchError, match="needs a machine"):  # (mode ssh: no host given)
         run_search(searchfns.curve, space, "loss", n_trials=3, max_parallel=1, name="typo",
                    mode="ssh", config=config)
@@ -316,3 +320,4 @@ def test_a_trial_whose_run_is_refused_is_not_one_of_n_trials(tmp_path):
     trials = search.trials()
     assert len(trials) == 3 and search.summary()["finished"] == 3
     assert all(t["state"] == "complete" and t["runs"] for t in trials), trials
+    assert "easylaunch: carrying on search typo (0/3 trials finished" in capsys.readouterr().err

@@ -26,6 +26,7 @@ import cloudpickle
 from easylaunch.api.launch import (
     LaunchOptions,
     _launch,
+    _mode_for,
     _script_name,
     check_exp_name,
     launch_options,
@@ -46,7 +47,7 @@ from easylaunch.runs.rebuild import function_name
 from easylaunch.settings import ConfigArg, load_settings
 from easylaunch.tracking.jobs import Job
 from easylaunch.tracking.notify import record_ends
-from easylaunch.tracking.searches import SEARCHES, SUMMARY
+from easylaunch.tracking.searches import SEARCHES, SUMMARY, search_line
 from easylaunch_job.metrics import FlushingEvery
 from easylaunch_job.records import read_json, write_json_atomic
 
@@ -167,13 +168,18 @@ def run_search(fn: Callable[..., Any], space: Mapping[str, Any], objective: str,
     for label, number in (("n_trials", n_trials), ("max_parallel", max_parallel)):
         if not isinstance(number, int) or isinstance(number, bool) or number < 1:
             raise LaunchError(f"{label} must be a whole number of at least 1, got {number!r}")
+    if not isinstance(objective, str) or not objective:
+        raise LaunchError("objective must name a key of the dict the function returns, or a "
+                          f"metric it logs with log_metrics; got {objective!r}")
     checked = Space.of(space)
     exp_name = check_exp_name(exp_name)
     key = search_key(exp_name, function_name(fn), checked.key(), objective, direction)
-    search = Search(check_exp_name(name or f"{exp_name}-{key}"),
-                    _searches(config, base_log_dir) / (name or f"{exp_name}-{key}"))
-    _private_folder(search.folder, load_settings(config).RUN_FOLDER_MODE)
+    search_id = check_exp_name(name, "name") if name is not None else \
+        f"{exp_name[:88]}-{key}"  # (a folder name: at most 100 characters)
+    search = Search(search_id, _searches(config, base_log_dir) / search_id)
     opts = _trial_launch(exp_name, mode, max_parallel, config, base_log_dir, launch)
+    _mode_for(opts)  # (a mode option it does not take: refused before anything is written)
+    _private_folder(search.folder, load_settings(config).RUN_FOLDER_MODE)
     call = dict(fn=fn, space=space, objective=objective, direction=direction,
                 n_trials=n_trials, max_parallel=max_parallel, sampler=sampler, pruner=pruner,
                 exp_name=exp_name, mode=mode, name=search.id, seed=seed,
@@ -195,9 +201,13 @@ def run_search(fn: Callable[..., Any], space: Mapping[str, Any], objective: str,
         study = optuna.create_study(
             storage=storage(search.folder), study_name=search.id, direction=direction,
             load_if_exists=True, pruner=make_pruner(pruner, min_resource))
+        earlier = len(study.get_trials(deepcopy=False))
         # (a resumed sampler with the seed it began with would draw its first trials again)
-        study.sampler = make_sampler(sampler, checked, None if seed is None
-                                     else seed + len(study.get_trials(deepcopy=False)))
+        study.sampler = make_sampler(sampler, checked, None if seed is None else seed + earlier)
+        if earlier and load_settings(config).LAUNCH_LINE:
+            print(f"easylaunch: carrying on search {search.id} ({search_line(search.summary())}"
+                  "); it is named by the function's name, not its code: after a change to "
+                  "what the trials measure, pass name= for a new search", file=sys.stderr)
         write_json_atomic(str(search.folder / SEARCH_JSON), {
             "id": search.id, "exp_name": exp_name, "mode": mode, "objective": objective,
             "direction": direction, "n_trials": n_trials, "max_parallel": max_parallel,
@@ -220,12 +230,15 @@ def resume_search(search_id: str, config: ConfigArg = None, detach: bool = True)
     """Carry on the search ``search_id`` (its id or a unique start of one) as its last
     ``run_search`` call was made (kept in its folder), its driver detached unless ``detach``
     is False."""
-    found = [p for p in _searches(config, None).glob(f"{search_id}*") if (p / CALL).exists()]
+    folder = _searches(config, None)
+    found = [p for p in folder.glob(f"{search_id}*") if (p / CALL).exists()]
     exact = [p for p in found if p.name == search_id]
     if len(exact or found) != 1:
         raise LaunchError(f"{len(found) or 'no'} searches with a recorded call match "
-                          f"{search_id!r}" + (f": {', '.join(p.name for p in found)}"
-                                              if found else ""))
+                          f"{search_id!r} in {folder}" + (
+                              f": {', '.join(p.name for p in found)}" if found else
+                              " (a search under another log folder: pass its settings with "
+                              "--config)"))
     kept = json.loads((exact or found)[0].joinpath(CALL).read_bytes())
     # (the modules it names by reference: in the code folders and the script's, as for runs)
     sys.path[:0] = [p for p in kept["paths"] if p not in sys.path]
