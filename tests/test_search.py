@@ -160,6 +160,8 @@ def test_a_stopped_driver_is_carried_on_without_running_a_finished_trial_again(t
     done_before = {n: t for n, t in before.items() if t["state"] in ("complete", "pruned")}
     running_before = {n for n, t in before.items() if t["state"] == "running"}
     assert 4 <= len(done_before) < 12 and running_before
+    assert "no driver: carry it on with `easylaunch search resume killed`" in \
+        cli(config, "search")
 
     # the same call again carries the search on
     search = run_search(searchfns.curve, dict(SPACE, step_s=0.1, steps=20), "loss",

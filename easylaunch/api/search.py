@@ -34,7 +34,6 @@ from easylaunch.api.launch import (
 )
 from easylaunch.api.search_driver import (
     Driver,
-    driver_alive,
     driver_lock,
     storage,
 )
@@ -47,7 +46,7 @@ from easylaunch.runs.rebuild import function_name
 from easylaunch.settings import ConfigArg, load_settings
 from easylaunch.tracking.jobs import Job
 from easylaunch.tracking.notify import record_ends
-from easylaunch.tracking.searches import SEARCHES, SUMMARY, search_line
+from easylaunch.tracking.searches import SEARCHES, SUMMARY, driver_alive, search_line
 from easylaunch_job.metrics import FlushingEvery
 from easylaunch_job.records import read_json, write_json_atomic
 
@@ -205,9 +204,10 @@ def run_search(fn: Callable[..., Any], space: Mapping[str, Any], objective: str,
         # (a resumed sampler with the seed it began with would draw its first trials again)
         study.sampler = make_sampler(sampler, checked, None if seed is None else seed + earlier)
         if earlier and load_settings(config).LAUNCH_LINE:
-            print(f"easylaunch: carrying on search {search.id} ({search_line(search.summary())}"
-                  "); it is named by the function's name, not its code: after a change to "
-                  "what the trials measure, pass name= for a new search", file=sys.stderr)
+            line = search_line(search.summary(), search.folder)
+            print(f"easylaunch: carrying on search {search.id} ({line}); it is named by the "
+                  "function's name, not its code: after a change to what the trials measure, "
+                  "pass name= for a new search", file=sys.stderr)
         write_json_atomic(str(search.folder / SEARCH_JSON), {
             "id": search.id, "exp_name": exp_name, "mode": mode, "objective": objective,
             "direction": direction, "n_trials": n_trials, "max_parallel": max_parallel,

@@ -34,12 +34,11 @@ from easylaunch.tracking.interrupts import interrupted
 from easylaunch.tracking.jobs import Job
 from easylaunch.tracking.notify import record_ends
 from easylaunch.tracking.rows import reason_of
-from easylaunch.tracking.searches import SUMMARY
+from easylaunch.tracking.searches import DRIVER_LOCK, SUMMARY
 from easylaunch_job.outcome import load_outcome
 from easylaunch_job.records import METRICS_JSONL, update_status, write_json_atomic
 
 JOURNAL = "journal.log"
-DRIVER_LOCK = "driver.lock"
 POLL_SECONDS = 0.05
 NOT_LAUNCHED = "not_launched"  # a trial's user attribute: its run was refused at launch
 STOPPED_WITH_DRIVER = "stopped_with_driver"  # one whose driver a Ctrl-C stopped while it ran
@@ -85,21 +84,6 @@ def _holder(path: Path) -> dict:
     except (OSError, ValueError):
         return {}
     return holder if isinstance(holder, dict) else {}
-
-
-def driver_alive(folder: Path) -> bool:
-    """Whether a live driver holds the search."""
-    try:
-        fd = os.open(folder / DRIVER_LOCK, os.O_RDONLY)
-    except FileNotFoundError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        return False
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
 
 
 @dataclass

@@ -19,7 +19,7 @@ from easylaunch.tracking import listing
 from easylaunch.tracking.interrupts import config_flag, goes_on, interrupted
 from easylaunch.tracking.refresh import OPEN_STATES, STATES, job_for, refresh_entries, short
 from easylaunch.tracking.rows import reason_of
-from easylaunch.tracking.searches import search_line, searches_in, summary_of
+from easylaunch.tracking.searches import search_folder, search_line, searches_in, summary_of
 
 if TYPE_CHECKING:
     from easylaunch.tracking.jobs import Job
@@ -103,7 +103,8 @@ def _search(log_dir: str, search: dict | None) -> str | None:
         return None
     summary = summary_of(log_dir, search["id"])
     said = f"{search['id']}, trial {search['trial']}"
-    return f"{said}; {search_line(summary)}" if summary else said
+    return f"{said}; {search_line(summary, search_folder(log_dir, search['id']))}" \
+        if summary else said
 
 
 def status(args: argparse.Namespace) -> int:
@@ -280,16 +281,16 @@ def search(args: argparse.Namespace) -> int:
     args.id = words[0] if words else None
     found = searches_in(load_settings(args.config).LOCAL_LOG_DIR)
     if args.id is None:
-        for summary in found:
-            print(f"{summary['id']}  {search_line(summary)}")
+        for folder, summary in found:
+            print(f"{summary['id']}  {search_line(summary, folder)}")
         return 0
-    chosen = [s for s in found if s["id"] == args.id] or \
-        [s for s in found if s["id"].startswith(args.id)]
+    chosen = [(f, s) for f, s in found if s["id"] == args.id] or \
+        [(f, s) for f, s in found if s["id"].startswith(args.id)]
     if len(chosen) != 1:
         raise EasyLaunchError(f"{len(chosen) or 'no'} searches match {args.id!r}"
-                              + (f": {', '.join(s['id'] for s in chosen)}" if chosen else ""))
-    summary = chosen[0]
-    print(f"search {summary['id']}: {search_line(summary)}")
+                              + (f": {', '.join(s['id'] for _, s in chosen)}" if chosen else ""))
+    folder, summary = chosen[0]
+    print(f"search {summary['id']}: {search_line(summary, folder)}")
     rows = [("TRIAL", "STATE", summary.get("objective", "VALUE").upper(), "STEP", "RUN",
              "REASON")]
     rows += [(str(t["number"]), t["state"], "-" if t["value"] is None else f"{t['value']:.4g}",
