@@ -184,9 +184,12 @@ def test_optunas_sweeper_gets_every_trial_run_in_one_sweep(tmp_path, env):
     launched = json.loads((sweep_dir / "easylaunch.json").read_text())
     assert [r["SWEEP"] for r in rows(env)] == [launched["sweep"]] * 6  # 3 batches, one sweep
     runs = load_sweep(launched["sweep"], config=env["EASYLAUNCH_CONFIG"])
-    runs = runs.set_index("hydra_job_num").sort_index()
-    assert set(runs.state) == {"succeeded"}
-    assert launched["runs"] == {str(job): run_id for job, run_id in runs.run_id.items()}
+    job_of = {run_id: int(job) for job, run_id in launched["runs"].items()}
+    runs = runs.set_index(runs.run_id.map(job_of)).sort_index()
+    assert set(runs.state) == {"succeeded"} and list(runs.index) == list(range(6))
+    for job, log_dir in runs.log_dir.items():  # (each run is Hydra's job of its number)
+        hydra_cfg = yaml.safe_load(Path(log_dir, "hydra", ".hydra", "hydra.yaml").read_text())
+        assert hydra_cfg["hydra"]["job"]["num"] == job
     params = [{"x": x, "y": y} for x, y in zip(runs["params.x"], runs["params.y"], strict=True)]
     assert list(runs.result) == [(p["x"] - 2) ** 2 + p["y"] for p in params]
     study = optuna.load_study(study_name="xy", storage=storage)  # (trial n is Hydra's job n)
@@ -223,6 +226,12 @@ def test_batches_make_one_sweep_and_resume_relaunches_only_failures(app, env):
     assert again.returncode == 1 and "ValueError: lr 0.01 diverged" in again.stderr
     runs = rows(env)  # only the two failed jobs ran again, in the same sweep
     assert len(runs) == 6 and {r["SWEEP"] for r in runs} == {"grid"}
+    # a value added first renumbers the jobs: the ones that succeeded are kept all the same
+    third = multirun(app, env, "fail=false", "seed=2,0,1", *named, "hydra.launcher.resume=true")
+    assert third.returncode == 0, third.stderr
+    assert len(rows(env)) == 7, third.stderr  # (the new seed's job alone, in batches of 2:)
+    assert "1 of 2 variants launched (1 never launched); 1 kept" in third.stderr
+    assert "0 of 1 variants launched; 1 kept" in third.stderr
 
 
 def test_multirun_on_slurm(app, env, slurm_cfg, tmp_path):

@@ -79,9 +79,12 @@ def launch_jobs(launcher_config: Mapping[str, Any], sweep_id: str | None,
     numbered = [(initial_job_idx + i, list(o)) for i, o in enumerate(job_overrides)]
     for idx, overrides in numbered:
         logger.info(f"\t#{idx} : {' '.join(filter_overrides(overrides))}")
-    payload = (Singleton.get_state(), hydra_context, config, task_function)
+    # (the job numbers ride with the function, not the variants, which resume matches: a
+    # value added to the sweep renumbers the jobs after it, which are still the same jobs)
+    numbers = {hydra_job.numbered(overrides): idx for idx, overrides in numbered}
+    payload = (Singleton.get_state(), hydra_context, config, task_function, numbers)
     jobs = run_sweep(functools.partial(hydra_job.run, payload),
-                     [job_variant(overrides, idx) for idx, overrides in numbered],
+                     [job_variant(overrides) for _, overrides in numbered],
                      exp_name=launcher_config.get("exp_name") or job_name,
                      sweep=sweep_id or launcher_config.get("sweep"),
                      **sweep_keywords(launcher_config))
@@ -119,11 +122,11 @@ def sweep_keywords(launcher_config: Mapping[str, Any]) -> dict[str, Any]:
     return given
 
 
-def job_variant(overrides: list[str], idx: int) -> dict[str, Any]:
-    """A job's variant: its overrides (what resume matches), its number, and the overrides'
-    values by key (what ``ls --variant`` and load_sweep show)."""
+def job_variant(overrides: list[str]) -> dict[str, Any]:
+    """A job's variant: its overrides, and their values by key (what ``ls --variant`` and
+    load_sweep show); what resume matches."""
     parsed = OverridesParser.create().parse_overrides(overrides)
-    return {"overrides": overrides, "hydra_job_num": idx,
+    return {"overrides": overrides,
             "params": {o.key_or_group: o.value() for o in parsed if not o.is_delete()}}
 
 
