@@ -150,6 +150,13 @@ def test_two_resumes_at_once_launch_each_variant_once(sweep):
     assert sorted(e.variant["i"] for e in rows if e.state == "succeeded") == list(range(6))
 
 
+def test_two_first_resumes_at_once_make_one_sweep(sweep):
+    (one, _), (two, _) = sweep.runs_at_once(2)
+    assert _states(one) == _states(two) == ["succeeded"] * 6
+    assert [run_id for run_id, _, _ in one] == [run_id for run_id, _, _ in two]
+    assert len(sweep.registry_runs(one[0][2])) == 6
+
+
 def test_easylaunch_resume_reruns_a_recorded_sweep_with_the_code_as_it_is_now(sweep):
     sweep_id = _first_round(sweep)[0][2]
     (sweep.script.parent / "control.json").write_text(json.dumps({"fail": [], "hang": [],

@@ -474,30 +474,35 @@ def _resumed(method_call: Callable[..., Any], variants: Iterable[Mapping | None]
     checked = _checked_variants(method_call, variants, opts.use_gpu)
     settings = load_settings(opts.config)
     registry = _registry(settings)
-    sweep_id = _chosen_sweep(registry, method_call, opts, settings, script)
-    keys = [variant_key(v) for v in checked]
-    with sweep_lock(registry, sweep_id):
-        taken = SESSION.claimed.setdefault(sweep_id, set()) if script else set()
-        entries = [e for e in sweep_entries(registry, sweep_id) if e.id not in taken]
-        others = sorted({e.exp_name for e in entries} - {opts.exp_name})
-        if others:
-            raise LaunchError(f"sweep {sweep_id} holds runs of experiment(s) "
-                              f"{', '.join(others)}, not {opts.exp_name}: a resume matches "
-                              "the variants of one experiment; name this one's sweep another "
-                              "way (sweep=...)")
-        chosen = plan(entries, keys)
-        if settings.LAUNCH_LINE and entries:  # (a sweep's first launch says nothing more)
-            print(f"easylaunch: {chosen.line(sweep_id)}", file=sys.stderr)
-        launched = chosen.launched
-        again = tuple({"sweep_index": i, **({"resubmitted_from": last.id} if last else {})}
-                      for i, last in launched)
-        new = _launch(method_call, [checked[i] for i, _ in launched],
-                      dataclasses.replace(opts, resume=False, sweep=sweep_id), sweep_id,
-                      again) if launched else []
-        if isinstance(new, Preview):
-            return new
-        taken.update(e.id for e in chosen.kept if e is not None)
-        taken.update(job.id for job in new)
+    # (two first resumes of one script at once would each find no sweep and make one: the
+    # choice is made holding a lock of the experiment's)
+    choosing = sweep_lock(registry, f"{opts.exp_name}.{opts.mode}.choosing") \
+        if opts.sweep is None and opts.resume is True else contextlib.nullcontext()
+    with choosing:
+        sweep_id = _chosen_sweep(registry, method_call, opts, settings, script)
+        keys = [variant_key(v) for v in checked]
+        with sweep_lock(registry, sweep_id):
+            taken = SESSION.claimed.setdefault(sweep_id, set()) if script else set()
+            entries = [e for e in sweep_entries(registry, sweep_id) if e.id not in taken]
+            others = sorted({e.exp_name for e in entries} - {opts.exp_name})
+            if others:
+                raise LaunchError(f"sweep {sweep_id} holds runs of experiment(s) "
+                                  f"{', '.join(others)}, not {opts.exp_name}: a resume "
+                                  "matches the variants of one experiment; name this one's "
+                                  "sweep another way (sweep=...)")
+            chosen = plan(entries, keys)
+            if settings.LAUNCH_LINE and entries:  # (a sweep's first launch says nothing more)
+                print(f"easylaunch: {chosen.line(sweep_id)}", file=sys.stderr)
+            launched = chosen.launched
+            again = tuple({"sweep_index": i, **({"resubmitted_from": last.id} if last else {})}
+                          for i, last in launched)
+            new = _launch(method_call, [checked[i] for i, _ in launched],
+                          dataclasses.replace(opts, resume=False, sweep=sweep_id), sweep_id,
+                          again) if launched else []
+            if isinstance(new, Preview):
+                return new
+            taken.update(e.id for e in chosen.kept if e is not None)
+            taken.update(job.id for job in new)
     return _in_order(chosen, new)
 
 
