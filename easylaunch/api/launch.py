@@ -9,19 +9,27 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-import re
 import shlex
 import shutil
 import sys
 import tempfile
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, overload
 
-from easylaunch.errors import LaunchError, notice
-from easylaunch.modes import get_mode, restarting_modes
+from easylaunch.api.options import (
+    LaunchOptions,
+    check_exp_name,
+    checked_variants,
+    launch_options,
+    mode_for,
+    registry_of,
+    script_name,
+)
+from easylaunch.api.resume import resumed
+from easylaunch.errors import LaunchError
 from easylaunch.modes.base import Mode
 from easylaunch.modes.console import track
 from easylaunch.runs.bundle import (
@@ -40,7 +48,6 @@ from easylaunch.runs.commands import (
     as_argv,
     check_code_programs,
     command_of,
-    multi_process_options,
     working_folder,
 )
 from easylaunch.runs.gitinfo import git_infos
@@ -51,45 +58,18 @@ from easylaunch.runs.rebuild import (
     function_name,
     refuse_launches_while_importing,
 )
-from easylaunch.runs.record import LaunchRequest, RunRecord, sweep_of
+from easylaunch.runs.record import LaunchRequest, sweep_of
 from easylaunch.runs.session import SESSION
 from easylaunch.runs.snapshot import snapshot
-from easylaunch.runs.variants import check_variant, variant_key, warn_text_values
-from easylaunch.settings import ConfigArg, Settings, load_settings, override, save_settings
-from easylaunch.settings.doodad_names import split_call_keywords
+from easylaunch.runs.variants import warn_text_values
+from easylaunch.settings import ConfigArg, Settings, load_settings, save_settings
 from easylaunch.tracking.jobs import Job
-from easylaunch.tracking.registry import Registry, open_registry
+from easylaunch.tracking.registry import Registry
 from easylaunch.tracking.rows import aborted, registry_row
-from easylaunch.tracking.sweeps import Plan, newest_sweep, plan, sweep_entries, sweep_lock
 from easylaunch_job.command import Command
 from easylaunch_job.records import SNAPSHOT_STORE
 
-EXP_NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,99}")
 SETTINGS_STORE = ".settings"
-
-
-def check_exp_name(exp_name: Any, what: str = "exp_name") -> str:
-    """Return ``exp_name`` if it is a safe folder name, else explain what to change (``what``:
-    the keyword it came as)."""
-    if not isinstance(exp_name, str) or not exp_name:
-        raise LaunchError(f"{what} must be a non-empty string, got {exp_name!r}")
-    if EXP_NAME_PATTERN.fullmatch(exp_name) and ".." not in exp_name:
-        return exp_name
-    suggestion = re.sub(r"[^A-Za-z0-9._+-]+", "-", exp_name).replace("..", ".").strip("-.")
-    raise LaunchError(
-        f"{what} {exp_name!r} cannot be used: it becomes a folder name, so it may hold only "
-        "letters, digits and . _ + - (no '/', '..', spaces or shell characters), start with a "
-        f"letter or digit, and be at most 100 characters. Try {suggestion or 'my-exp'!r}.")
-
-
-def _script_name() -> str:
-    main = sys.modules.get("__main__")
-    path = getattr(main, "__file__", None) or (sys.argv[0] if sys.argv else "")
-    return os.path.abspath(path) if path else ""
-
-
-def _registry(settings: Settings) -> Registry:
-    return open_registry(settings.REGISTRY_PATH)
 
 
 def _start(mode_obj: Mode, request: LaunchRequest, runs: list[Run], facts: Any,
@@ -176,83 +156,10 @@ def run_sweep(
     The Jobs come in the variants' order. Resumes of one sweep take turns (a lock beside the
     registry), so two at once never launch the same variant twice.
     """
-    return _launch(method_call, variants, LaunchOptions(
+    return launch_variants(method_call, variants, LaunchOptions(
         exp_name, mode, prepend_date_to_exp_name, use_gpu, gpu_id, base_log_dir,
         slurm_config_name, config, max_restarts, restart_on_error, dry_run, mode_options,
         sweep, resume, trackers), sweep_id=None)
-
-
-@dataclass(frozen=True)
-class LaunchOptions:
-    """A launch's keywords besides the function and its variants (:func:`run_sweep`'s)."""
-
-    exp_name: str = "default"
-    mode: str = "local"
-    prepend_date_to_exp_name: bool = True
-    use_gpu: bool = False
-    gpu_id: int | str | None = None
-    base_log_dir: str | os.PathLike | None = None
-    slurm_config_name: str | None = None
-    config: ConfigArg = None
-    max_restarts: int | None = None
-    restart_on_error: bool | None = None
-    dry_run: bool | None = None
-    mode_options: dict[str, Any] = field(default_factory=dict)
-    sweep: str | None = None  # the sweep's name (None: a generated id)
-    resume: bool | str = False  # launch only what did not succeed (a str: the sweep's id)
-    trackers: list[str] | None = None  # TRACKERS for this launch
-
-
-def launch_options(exp_name: str, mode: str, keywords: dict[str, Any]) -> LaunchOptions:
-    """:class:`LaunchOptions` from a launch's keywords (those it does not name are the mode's
-    options)."""
-    names = {f.name for f in dataclasses.fields(LaunchOptions)} - {"mode_options"}
-    given = {k: v for k, v in keywords.items() if k in names}
-    return LaunchOptions(exp_name=exp_name, mode=mode, **given, mode_options={
-        k: v for k, v in keywords.items() if k not in names})
-
-
-def _mode_for(opts: LaunchOptions) -> tuple[Settings, Mode, dict[str, Any]]:
-    """The launch's settings (its keywords applied), its mode object, and the mode options."""
-    settings = load_settings(opts.config)
-    kind = get_mode(opts.mode)
-    given = dict(opts.mode_options)
-    if "multi_process" in given:  # -n N / n_gpus=N, one process per GPU or per node
-        given.update(multi_process_options(
-            opts.mode, kind.options, given.pop("n_gpus", None), given.pop("multi_process"),
-            opts.use_gpu, given.pop("n_nodes", None)))
-    overrides, mode_options, ignored = split_call_keywords(
-        opts.mode, given, kind.options,
-        [f.name for f in dataclasses.fields(LaunchOptions) if f.name != "mode_options"])
-    if ignored:
-        notice(f"mode {opts.mode!r} ignores {', '.join(ignored)}, as doodad's did")
-    overrides.update({key: value for key, value in (("MAX_RESTARTS", opts.max_restarts),
-                                                     ("RESTART_ON_ERROR", opts.restart_on_error),
-                                                     ("TRACKERS", opts.trackers))
-                      if value is not None})
-    if overrides:
-        settings = override(settings, overrides, f"{KEYWORDS_SOURCE} of mode {opts.mode!r}")
-    mode_obj = kind.create(settings, mode_options)
-    if settings.MAX_RESTARTS and not mode_obj.restarts:
-        raise LaunchError(f"mode {opts.mode!r} cannot restart runs (max_restarts="
-                          f"{settings.MAX_RESTARTS}); modes that can: "
-                          f"{', '.join(restarting_modes())}. Pass max_restarts=0 here")
-    return settings, mode_obj, mode_options
-
-
-def _checked_variants(method_call: Any, variants: Any, use_gpu: Any) -> list[dict]:
-    """The variants as dicts, once the function, the variants and use_gpu are checked."""
-    if not callable(method_call):
-        raise LaunchError(f"method_call must be a function, got {type(method_call).__name__}")
-    if isinstance(variants, (Mapping, str)) or not isinstance(variants, Iterable):
-        raise LaunchError("variants must be a list of dicts; for a single variant use "
-                          "run_experiment(..., variant=...)")
-    checked = [check_variant(v, i) for i, v in enumerate(variants)]
-    if not checked:
-        raise LaunchError("variants is empty: nothing to launch")
-    if not isinstance(use_gpu, bool):
-        raise LaunchError(f"use_gpu must be True or False, got {use_gpu!r}")
-    return checked
 
 
 def _payloads(mode_obj: Mode, method_call: Callable[..., Any], variants: list[dict],
@@ -262,7 +169,7 @@ def _payloads(mode_obj: Mode, method_call: Callable[..., Any], variants: list[di
     if not mode_obj.needs_bundle:
         return b"", [b""] * len(variants)
     code_dirs = [m.local_dir for m in settings.code_mounts()]
-    script_dir = os.path.dirname(_script_name()) or None
+    script_dir = os.path.dirname(script_name()) or None
     function_bytes = pickle_payload(method_call, "the function", code_dirs, script_dir)
     variant_bytes = [pickle_payload(v, f"variants[{i}]", code_dirs, script_dir)
                      for i, v in enumerate(variants)]
@@ -428,22 +335,22 @@ def _checked(pending: Future, runs: list[Run], registry: Registry) -> Any:
         raise
 
 
-def _launch(method_call: Callable[..., Any], variants: Iterable[Mapping | None],
+def launch_variants(method_call: Callable[..., Any], variants: Iterable[Mapping | None],
             opts: LaunchOptions, sweep_id: str | None, again: tuple[dict, ...] = ()
             ) -> list[Job] | Preview:
     """:func:`run_sweep`, in the sweep ``sweep_id`` (None: a new one, this launch's;
     "script": the one this process's earlier single launches of the experiment made);
     ``again``: launch.json fields of each run (a search's trial, a rerun's origin)."""
     if opts.resume:
-        return _resumed(method_call, variants, opts, script=sweep_id == "script")
+        return resumed(launch_variants, method_call, variants, opts, script=sweep_id == "script")
     if opts.sweep is not None:
         sweep_id = check_exp_name(opts.sweep, "sweep")
     refuse_launches_while_importing()
-    settings, mode_obj, mode_options = _mode_for(opts)
+    settings, mode_obj, mode_options = mode_for(opts)
     dry_run = dry_run_by_default() if opts.dry_run is None else opts.dry_run
     # (a broken registry fails here, before anything is made)
-    registry = None if dry_run else _registry(settings)
-    checked = _checked_variants(method_call, variants, opts.use_gpu)
+    registry = None if dry_run else registry_of(settings)
+    checked = checked_variants(method_call, variants, opts.use_gpu)
     root = Path(os.path.expanduser(os.fspath(opts.base_log_dir or settings.LOCAL_LOG_DIR))
                 ).resolve()
     launch_id = new_run_id()
@@ -453,7 +360,7 @@ def _launch(method_call: Callable[..., Any], variants: Iterable[Mapping | None],
     request = LaunchRequest(
         method_call=method_call, variants=checked, exp_name=check_exp_name(opts.exp_name),
         use_gpu=opts.use_gpu, gpu_id=opts.gpu_id, log_root=root,
-        slurm_config_name=opts.slurm_config_name, script_name=_script_name())
+        slurm_config_name=opts.slurm_config_name, script_name=script_name())
     code_mounts = settings.code_mounts()
     settings.data_mounts()  # checked here for every mode; modes that mount them read them again
     check_code_programs(request, code_mounts[0].local_dir if code_mounts else None)
@@ -462,74 +369,6 @@ def _launch(method_call: Callable[..., Any], variants: Iterable[Mapping | None],
     return _started(_Launch(opts, settings, mode_obj, mode_options, request, launch_id,
                             sweep_id or launch_id, function_bytes, variant_bytes, None, again),
                     registry)
-
-
-def _resumed(method_call: Callable[..., Any], variants: Iterable[Mapping | None],
-            opts: LaunchOptions, script: bool) -> list[Job] | Preview:
-    """Launch the variants that did not succeed in the sweep :func:`_chosen_sweep` picks,
-    holding the sweep's lock until they are submitted; return the Jobs of all, in order. A
-    script's single launches (``script``) each take a run of the sweep this process has not
-    taken before."""
-    refuse_launches_while_importing()
-    checked = _checked_variants(method_call, variants, opts.use_gpu)
-    settings = load_settings(opts.config)
-    registry = _registry(settings)
-    # (two first resumes of one script at once would each find no sweep and make one: the
-    # choice is made holding a lock of the experiment's)
-    choosing = sweep_lock(registry, f"{opts.exp_name}.{opts.mode}.choosing") \
-        if opts.sweep is None and opts.resume is True else contextlib.nullcontext()
-    with choosing:
-        sweep_id = _chosen_sweep(registry, method_call, opts, settings, script)
-        keys = [variant_key(v) for v in checked]
-        with sweep_lock(registry, sweep_id):
-            taken = SESSION.claimed.setdefault(sweep_id, set()) if script else set()
-            entries = [e for e in sweep_entries(registry, sweep_id) if e.id not in taken]
-            others = sorted({e.exp_name for e in entries} - {opts.exp_name})
-            if others:
-                raise LaunchError(f"sweep {sweep_id} holds runs of experiment(s) "
-                                  f"{', '.join(others)}, not {opts.exp_name}: a resume "
-                                  "matches the variants of one experiment; name this one's "
-                                  "sweep another way (sweep=...)")
-            chosen = plan(entries, keys)
-            if settings.LAUNCH_LINE and entries:  # (a sweep's first launch says nothing more)
-                print(f"easylaunch: {chosen.line(sweep_id)}", file=sys.stderr)
-            launched = chosen.launched
-            again = tuple({"sweep_index": i, **({"resubmitted_from": last.id} if last else {})}
-                          for i, last in launched)
-            new = _launch(method_call, [checked[i] for i, _ in launched],
-                          dataclasses.replace(opts, resume=False, sweep=sweep_id), sweep_id,
-                          again) if launched else []
-            if isinstance(new, Preview):
-                return new
-            taken.update(e.id for e in chosen.kept if e is not None)
-            taken.update(job.id for job in new)
-    return _in_order(chosen, new)
-
-
-def _chosen_sweep(registry: Registry, method_call: Callable[..., Any], opts: LaunchOptions,
-                 settings: Settings, script: bool) -> str:
-    """The sweep a resume goes into: the one named (``sweep``, or by id in ``resume``), else
-    the one this process's earlier single launches chose (``script``), else the newest this
-    script launched with this function into this log folder, else a new one."""
-    if opts.sweep is not None:
-        return check_exp_name(opts.sweep, "sweep")
-    if isinstance(opts.resume, str):
-        return registry.find_sweep(opts.resume)
-    root = str(Path(os.path.expanduser(os.fspath(opts.base_log_dir or settings.LOCAL_LOG_DIR))
-                    ).resolve())
-    key = (opts.exp_name, opts.mode, root)
-    if script and key in SESSION.sweeps:
-        return SESSION.sweeps[key]
-    found = newest_sweep(registry, opts.exp_name, opts.mode, root, _script_name(),
-                         function_name(method_call)) or new_run_id()
-    return SESSION.sweep_of(*key, found) if script else found
-
-
-def _in_order(chosen: Plan, new: list[Job]) -> list[Job]:
-    """The Jobs of a resume, one per variant: the kept runs' and the new ones'."""
-    kept = iter(Job.of_records(RunRecord.read(e.log_dir) for e in chosen.kept if e is not None))
-    made = iter(new)
-    return [next(made) if entry is None else next(kept) for entry in chosen.kept]
 
 
 def run_experiment(
@@ -561,7 +400,7 @@ def run_experiment(
     succeeded or is under way, one this process has not returned before, and launches the
     variant again only if there is none. The sweep is the one named (``sweep=``), else the one
     the process's first call found: the newest this script launched with this function."""
-    launched = _launch(method_call, [variant], LaunchOptions(
+    launched = launch_variants(method_call, [variant], LaunchOptions(
         exp_name, mode, prepend_date_to_exp_name, use_gpu, gpu_id, base_log_dir,
         slurm_config_name, config, max_restarts, restart_on_error, dry_run, mode_options,
         sweep, resume, trackers), sweep_id="script")
@@ -587,7 +426,7 @@ def run_commands(commands: CommandLike | Iterable[CommandLike],
         if not variants:
             raise LaunchError("commands is empty: nothing to launch")
         payload = Command([], from_variant=COMMAND_KEY)
-    return _launch(payload, variants, launch_options(exp_name, mode, launch), sweep_id=None)
+    return launch_variants(payload, variants, launch_options(exp_name, mode, launch), sweep_id=None)
 
 
 def run_command(command: CommandLike, exp_name: str = "default", mode: str = "local",
@@ -595,13 +434,13 @@ def run_command(command: CommandLike, exp_name: str = "default", mode: str = "lo
     """Launch one command as a run (``variant``: values for its ``{name}`` fields, kept with
     the run). ``launch`` takes :func:`easylaunch.run_experiment`'s keywords."""
     payload = command_of(command, [variant], fill=variant is not None)
-    launched = _launch(payload, [variant], launch_options(exp_name, mode, launch),
+    launched = launch_variants(payload, [variant], launch_options(exp_name, mode, launch),
                        sweep_id="script")
     return launched if isinstance(launched, Preview) else launched[0]
 
 
 def get_job(id_or_suffix: str, config: ConfigArg = None) -> Job:
     """The Job of a registered run, by its id or a unique start or end of it, from any process."""
-    entry = _registry(load_settings(config)).find(id_or_suffix)
+    entry = registry_of(load_settings(config)).find(id_or_suffix)
     return Job.from_run_dir(entry.log_dir)
 

@@ -25,12 +25,12 @@ import cloudpickle
 
 from easylaunch.api.launch import (
     LaunchOptions,
-    _launch,
-    _mode_for,
-    _script_name,
     check_exp_name,
     launch_options,
+    launch_variants,
+    mode_for,
     run_experiment,
+    script_name,
 )
 from easylaunch.api.search_driver import (
     Driver,
@@ -177,7 +177,7 @@ def run_search(fn: Callable[..., Any], space: Mapping[str, Any], objective: str,
         f"{exp_name[:88]}-{key}"  # (a folder name: at most 100 characters)
     search = Search(search_id, _searches(config, base_log_dir) / search_id)
     opts = _trial_launch(exp_name, mode, max_parallel, config, base_log_dir, launch)
-    _mode_for(opts)  # (a mode option it does not take: refused before anything is written)
+    mode_for(opts)  # (a mode option it does not take: refused before anything is written)
     _private_folder(search.folder, load_settings(config).RUN_FOLDER_MODE)
     call = dict(fn=fn, space=space, objective=objective, direction=direction,
                 n_trials=n_trials, max_parallel=max_parallel, sampler=sampler, pruner=pruner,
@@ -217,7 +217,7 @@ def run_search(fn: Callable[..., Any], space: Mapping[str, Any], objective: str,
         trial_fn = FlushingEvery(fn, SEARCH_FLUSH_SECONDS)
 
         def launch_trial(variant: dict, fields: dict) -> Job:
-            jobs = _launch(trial_fn, [variant], opts, sweep_id=search.id, again=(fields,))
+            jobs = launch_variants(trial_fn, [variant], opts, sweep_id=search.id, again=(fields,))
             assert isinstance(jobs, list)  # (dry_run=False)
             return jobs[0]
 
@@ -250,7 +250,7 @@ def _keep(call: dict, path: Path, config: ConfigArg) -> None:
     """Keep the call's arguments (the function by value where the runs would need it so)
     for :func:`resume_search`."""
     code_dirs = [str(m.local_dir) for m in load_settings(config).code_mounts()]
-    script_dir = os.path.dirname(_script_name()) or None
+    script_dir = os.path.dirname(script_name()) or None
     data = pickle_payload(call, "run_search's arguments", code_dirs, script_dir)
     write_json_atomic(str(path), {"paths": [*code_dirs, *filter(None, [script_dir])],
                                   "call": base64.b64encode(data).decode()})

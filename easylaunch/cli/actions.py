@@ -1,5 +1,5 @@
-"""``cancel``, ``resubmit``, ``forget``, ``fetch``: acting on runs, named by id or selected by
-filters (asking first on a terminal when filters select several)."""
+"""``cancel``, ``resubmit``, ``resume``, ``forget``, ``fetch``: acting on runs, named by id or
+selected by filters (asking first on a terminal when filters select several)."""
 
 from __future__ import annotations
 
@@ -21,6 +21,8 @@ from easylaunch.tracking.refresh import (
 from easylaunch.tracking.sweeps import launch_of
 
 if TYPE_CHECKING:
+    from types import ModuleType
+
     from easylaunch.tracking.registry import Entry, Registry
 
 CANCEL_WAIT_SECONDS = 60  # how long `cancel` waits for a run to end
@@ -94,13 +96,18 @@ def cancel(args: argparse.Namespace) -> int:
     return 1 if failures else 0
 
 
+def _resubmission() -> ModuleType:
+    """The launch path's resubmissions (late: cancel, forget and fetch, in this module too, do
+    without the launch path)."""
+    from easylaunch.api import resubmission
+
+    return resubmission
+
+
 def resubmit_runs(args: argparse.Namespace) -> int:
     """Resubmit the selected runs, those of one launch together (a packed sweep's failed runs
     go again in one allocation, an array's in one array), saying what code and settings they
     run."""
-    # (late: the launch path, which cancel, forget and fetch, in this module too, do without)
-    from easylaunch.api.resubmission import resubmit_launch
-
     registry = registry_of(args)
     entries, failures = _selected(registry, args)
     if not _go_ahead("resubmit", entries, args):
@@ -110,7 +117,7 @@ def resubmit_runs(args: argparse.Namespace) -> int:
         launches.setdefault(launch_of(entry), []).append(entry)
     for group in launches.values():
         try:
-            jobs = resubmit_launch([e.id for e in group], config=args.config,
+            jobs = _resubmission().resubmit_launch([e.id for e in group], config=args.config,
                                    detach=True if args.detach and group[0].mode == "local"
                                    else None, current_code=args.current_code,
                                    current_settings=args.current_settings)
@@ -127,11 +134,9 @@ def resubmit_runs(args: argparse.Namespace) -> int:
 
 def resume(args: argparse.Namespace) -> int:
     """Launch again the runs of a sweep that did not succeed, once each (see resume_sweep)."""
-    # (late, as resubmit's)
-    from easylaunch.api.resume import resume_sweep
-
-    line, done = resume_sweep(args.sweep, args.config, True if args.detach else None,
-                              args.current_code, args.current_settings)
+    line, done = _resubmission().resume_sweep(
+        args.sweep, args.config, True if args.detach else None, args.current_code,
+        args.current_settings)
     print(line, file=sys.stderr)
     if done:
         print(what_runs(done[0][1].launch_info), file=sys.stderr)

@@ -15,6 +15,7 @@ from easylaunch.cli.shared import AddCommand, count, parse_since, registry_of, t
 from easylaunch.errors import EasyLaunchError
 from easylaunch.modes.console import line
 from easylaunch.results.readers import last_points, read_run
+from easylaunch.settings import load_settings
 from easylaunch.tracking import listing
 from easylaunch.tracking.interrupts import config_flag, goes_on, interrupted
 from easylaunch.tracking.refresh import OPEN_STATES, STATES, job_for, refresh_entries, short
@@ -261,8 +262,6 @@ def add_ls(command: AddCommand) -> None:
 def search(args: argparse.Namespace) -> int:
     """The searches under the log root, one line each; with an id, that search's trials; with
     ``resume ID``, the search carried on."""
-    from easylaunch.settings import load_settings
-
     words = list(args.words)
     if words[:1] == ["resume"]:
         if len(words) != 2:
