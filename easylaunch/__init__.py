@@ -14,6 +14,7 @@ if TYPE_CHECKING:
 
     from easylaunch.api.launch import get_job, run_command, run_commands, run_experiment, run_sweep
     from easylaunch.api.resubmission import resubmit, resubmit_launch
+    from easylaunch.api.search import Search, run_search
     from easylaunch.errors import (
         EasyLaunchError,
         JobCancelledError,
@@ -35,6 +36,7 @@ _MODULE_OF = {
     **dict.fromkeys(("get_job", "run_command", "run_commands", "run_experiment", "run_sweep"),
                     "easylaunch.api.launch"),
     **dict.fromkeys(("resubmit", "resubmit_launch"), "easylaunch.api.resubmission"),
+    **dict.fromkeys(("Search", "run_search"), "easylaunch.api.search"),
     **dict.fromkeys(("EasyLaunchError", "JobCancelledError", "JobFailedError", "LaunchError",
                      "SettingsError"), "easylaunch.errors"),
     **dict.fromkeys(("load_histories", "load_sweep", "plot_sweep"), "easylaunch.results"),
@@ -57,6 +59,7 @@ __all__ = [
     "NoSuchJob",
     "NoSuchRun",
     "RegistryError",
+    "Search",
     "SettingsError",
     "flush_metrics",
     "get_job",
@@ -69,6 +72,7 @@ __all__ = [
     "run_command",
     "run_commands",
     "run_experiment",
+    "run_search",
     "run_sweep",
     "wait_all",
 ]

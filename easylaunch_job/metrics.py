@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from easylaunch_job.environment import ENV_METRICS_FILE, rank_info
 from easylaunch_job.records import METRICS_JSONL
@@ -60,11 +60,23 @@ def _metric_value(name: str, value: Any) -> str:
     return "null" if value != value else ("1e999" if value > 0 else "-1e999")
 
 
+class LinesMirror(Protocol):
+    """What is sent the lines of a metrics file once written (the run's trackers)."""
+
+    def send(self, lines: list[str]) -> None: ...
+
+    def close(self, outcome: str) -> None: ...
+
+
+_mirrors: dict[str, LinesMirror] = {}  # metrics file -> where its written lines go too
+
+
 class _MetricsFile:
     """The buffered lines of one metrics file; a process of a rank other than 0 drops them."""
 
     def __init__(self, path: str) -> None:
         self.path = path
+        self.mirror = _mirrors.get(path)
         self.writes = rank_info()[0] == 0
         self.lines: list[str] = []  # (ASCII: json.dumps escapes the rest, so a char is a byte)
         self.size = 0
@@ -88,7 +100,8 @@ class _MetricsFile:
         write whole, for a later flush."""
         if not self.lines:
             return
-        data = memoryview("".join(self.lines).encode())
+        batch = list(self.lines)
+        data = memoryview("".join(batch).encode())
         written = 0
         try:
             if self.fd is None:
@@ -105,7 +118,10 @@ class _MetricsFile:
                 print(f"easylaunch: {len(self.lines)} line(s) of metrics could not be written "
                       f"to {self.path}: {exc} (later failures to write it are not reported)",
                       file=sys.stderr)
+            batch = []
         self._drop_written(len(data))
+        if self.mirror is not None and batch:
+            self.mirror.send(batch)
 
     def _drop_written(self, written: int) -> None:
         """Forget the lines of the first ``written`` bytes; a line written in part stays, to
@@ -213,6 +229,7 @@ def _forget_metrics() -> None:
     for target in _metrics_files.values():
         target.close()
     _metrics_files.clear()
+    _mirrors.clear()  # (the trackers' runs are the parent's too)
     _metrics_flusher = None
 
 
@@ -222,15 +239,24 @@ if hasattr(os, "register_at_fork"):
 
 
 @contextlib.contextmanager
-def metrics_into(log_dir: str) -> Iterator[None]:
+def metrics_into(log_dir: str, mirror: LinesMirror | None = None) -> Iterator[None]:
     """Point log_metrics at the run's folder while its function runs; write out every line it
     logged before the run's end is recorded, and close the file, in this copy of these helpers
     and in the runner module of an installed easylaunch older than this package, should the
-    function have imported that one."""
+    function have imported that one. ``mirror`` (the run's trackers) is sent the lines once
+    written, and closed at the end: FINISHED, FAILED, or KILLED by a stop signal."""
     before = os.environ.get(ENV_METRICS_FILE)
     path = os.environ[ENV_METRICS_FILE] = os.path.join(log_dir, METRICS_JSONL)
+    if mirror is not None:
+        _mirrors[path] = mirror
+    outcome = "FAILED"
     try:
         yield
+        outcome = "FINISHED"
+    except BaseException as exc:
+        if not isinstance(exc, (Exception, SystemExit)):  # (a stop signal, a Ctrl-C)
+            outcome = "KILLED"
+        raise
     finally:
         copies = {copy for copy in (sys.modules.get(__name__), sys.modules.get("easylaunch.runner"))
                   if copy is not None}
@@ -243,6 +269,25 @@ def metrics_into(log_dir: str) -> Iterator[None]:
                 os.environ.pop(ENV_METRICS_FILE, None)
             else:
                 os.environ[ENV_METRICS_FILE] = before
+            mirrored = _mirrors.pop(path, None)
+            if mirrored is not None:
+                mirrored.close(outcome)
+
+
+class FlushingEvery:
+    """A run's function whose ``log_metrics`` lines are written at least every ``seconds``
+    (a search's runs: its pruner reads their values as they come). Recorded under the
+    function's own name."""
+
+    def __init__(self, function: Any, seconds: float) -> None:
+        self.function, self.seconds = function, seconds
+        self.__module__ = getattr(function, "__module__", "")
+        self.__qualname__ = getattr(function, "__qualname__", "")
+
+    def __call__(self, doodad_config: Any, variant: Any) -> Any:
+        global METRICS_FLUSH_SECONDS
+        METRICS_FLUSH_SECONDS = self.seconds
+        return self.function(doodad_config, variant)
 
 
 # ``easylaunch``'s own names for the helpers a run's function calls (beside easylaunch.checkpoint).

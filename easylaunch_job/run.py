@@ -47,6 +47,7 @@ from easylaunch_job.records import (
     update_status,
 )
 from easylaunch_job.stops import Terminated, end_grace, handle_stops, stop_words, stopped
+from easylaunch_job.trackers import open_mirror
 
 # Exit codes of the runner itself (the function's own failure exits with 1).
 EXIT_FAILED = 1
@@ -113,17 +114,18 @@ def user_traceback(exc: BaseException) -> str:
 
 
 def call_and_record(fn: Any, config: DoodadConfig, variant: Any, log_dir: str,
-                    policy: RestartPolicy = NO_RESTARTS, reraise: bool = False
-                    ) -> tuple[int, Any]:
+                    policy: RestartPolicy = NO_RESTARTS, reraise: bool = False,
+                    trackers: dict | None = None) -> tuple[int, Any]:
     """Call the function, write result.pkl and the attempt's end; return (exit code, value).
 
     The exit code is EXIT_RESTART when the run is queued for another attempt (``policy``). A
     KeyboardInterrupt is recorded as a cancellation and raised again; with ``reraise`` (the
     caller runs the function in its own process), so is every exception the function raised,
-    once recorded, instead of being printed.
+    once recorded, instead of being printed. ``trackers`` (bundle.json's) names the trackers
+    its metrics are mirrored to.
     """
     try:
-        with metrics_into(log_dir):
+        with metrics_into(log_dir, open_mirror(trackers, log_dir, variant)):
             value = fn(config, variant)
         end_grace()  # (it returned after a stop notice: its result is recorded, not cut short)
     except KeyboardInterrupt:
@@ -305,6 +307,6 @@ def run_bundle(bundle_dir: str, log_dir: str | None = None) -> int:
                                                + _versions_apart(meta))
     try:
         return call_and_record(fn, make_doodad_config(meta, log_dir, status["attempt"]),
-                               variant, log_dir, policy)[0]
+                               variant, log_dir, policy, trackers=meta.get("trackers"))[0]
     except KeyboardInterrupt:
         return 128 + signal.SIGINT

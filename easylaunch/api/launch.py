@@ -9,19 +9,27 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-import re
 import shlex
 import shutil
 import sys
 import tempfile
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, overload
 
-from easylaunch.errors import LaunchError, notice
-from easylaunch.modes import get_mode, restarting_modes
+from easylaunch.api.options import (
+    LaunchOptions,
+    check_exp_name,
+    checked_variants,
+    launch_options,
+    mode_for,
+    registry_of,
+    script_name,
+)
+from easylaunch.api.resume import resumed
+from easylaunch.errors import LaunchError
 from easylaunch.modes.base import Mode
 from easylaunch.modes.console import track
 from easylaunch.runs.bundle import (
@@ -40,7 +48,6 @@ from easylaunch.runs.commands import (
     as_argv,
     check_code_programs,
     command_of,
-    multi_process_options,
     working_folder,
 )
 from easylaunch.runs.gitinfo import git_infos
@@ -54,40 +61,15 @@ from easylaunch.runs.rebuild import (
 from easylaunch.runs.record import LaunchRequest, sweep_of
 from easylaunch.runs.session import SESSION
 from easylaunch.runs.snapshot import snapshot
-from easylaunch.runs.variants import check_variant, warn_text_values
-from easylaunch.settings import ConfigArg, Settings, load_settings, override, save_settings
-from easylaunch.settings.doodad_names import split_call_keywords
+from easylaunch.runs.variants import warn_text_values
+from easylaunch.settings import ConfigArg, Settings, load_settings, save_settings
 from easylaunch.tracking.jobs import Job
-from easylaunch.tracking.registry import Registry, open_registry
+from easylaunch.tracking.registry import Registry
 from easylaunch.tracking.rows import aborted, registry_row
 from easylaunch_job.command import Command
 from easylaunch_job.records import SNAPSHOT_STORE
 
-EXP_NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,99}")
 SETTINGS_STORE = ".settings"
-
-
-def check_exp_name(exp_name: Any) -> str:
-    """Return ``exp_name`` if it is a safe folder name, else explain what to change."""
-    if not isinstance(exp_name, str) or not exp_name:
-        raise LaunchError(f"exp_name must be a non-empty string, got {exp_name!r}")
-    if EXP_NAME_PATTERN.fullmatch(exp_name) and ".." not in exp_name:
-        return exp_name
-    suggestion = re.sub(r"[^A-Za-z0-9._+-]+", "-", exp_name).replace("..", ".").strip("-.")
-    raise LaunchError(
-        f"exp_name {exp_name!r} cannot be used: it becomes a folder name, so it may hold only "
-        "letters, digits and . _ + - (no '/', '..', spaces or shell characters), start with a "
-        f"letter or digit, and be at most 100 characters. Try {suggestion or 'my-exp'!r}.")
-
-
-def _script_name() -> str:
-    main = sys.modules.get("__main__")
-    path = getattr(main, "__file__", None) or (sys.argv[0] if sys.argv else "")
-    return os.path.abspath(path) if path else ""
-
-
-def _registry(settings: Settings) -> Registry:
-    return open_registry(settings.REGISTRY_PATH)
 
 
 def _start(mode_obj: Mode, request: LaunchRequest, runs: list[Run], facts: Any,
@@ -141,6 +123,9 @@ def run_sweep(
     max_restarts: int | None = None,
     restart_on_error: bool | None = None,
     dry_run: bool | None = None,
+    sweep: str | None = None,
+    resume: bool | str = False,
+    trackers: list[str] | None = None,
     **mode_options: Any,
 ) -> list[Job] | Preview:
     """Launch ``method_call(doodad_config, variant)`` once per variant; return their Jobs.
@@ -148,87 +133,33 @@ def run_sweep(
     Modes that can, turn the whole sweep into one submission. ``config`` is a settings file
     path or a dict of settings; ``mode_options`` go to the mode (``max_parallel`` for local).
     ``max_restarts`` and ``restart_on_error`` replace the MAX_RESTARTS and RESTART_ON_ERROR
-    settings for this launch (see ``easylaunch.checkpoint``).
+    settings for this launch (see ``easylaunch.checkpoint``); ``trackers=["wandb"]`` the
+    TRACKERS setting (each run's ``log_metrics`` also sent to W&B, MLflow or TensorBoard, in a
+    tracker run that is the easylaunch run).
     doodad's keywords work as doodad's did: ``region=`` sets AWS_REGION in ec2, one that doodad
     ignored in a mode (``time_in_mins`` in ec2) is ignored with a notice.
     The runs make one sweep (``easylaunch ls`` groups them; ``--sweep`` selects them).
     ``dry_run=True`` (or ``easylaunch preview SCRIPT``) checks the launch and prints and
     returns a :class:`~easylaunch.runs.preview.Preview` of what it would write and run, instead of
     launching anything.
+
+    ``sweep="lr-grid"`` names the sweep (its id is then that name; by default each call makes a
+    new sweep with a generated id). ``resume=True`` launches only the variants that have not
+    succeeded in the sweep: the named one, else the newest sweep of this experiment and mode
+    that this script launched with this function (a new one if there is none); ``resume="ID"``
+    names a sweep by its id or a unique start of one. Variants are matched to the sweep's runs
+    by content (key order aside; ``1`` and ``1.0`` differ; values JSON cannot hold, by their
+    text), each run to one variant: a variant that succeeded, or is still queued or running,
+    keeps its run (its Job is returned, nothing is launched for it); every other one (failed,
+    cancelled, timed out, lost, never launched) is launched again as a new run of the same
+    sweep, ``resubmitted_from`` its last run. A variant listed k times keeps at most k runs.
+    The Jobs come in the variants' order. Resumes of one sweep take turns (a lock beside the
+    registry), so two at once never launch the same variant twice.
     """
-    return _launch(method_call, variants, LaunchOptions(
+    return launch_variants(method_call, variants, LaunchOptions(
         exp_name, mode, prepend_date_to_exp_name, use_gpu, gpu_id, base_log_dir,
-        slurm_config_name, config, max_restarts, restart_on_error, dry_run, mode_options),
-        sweep_id=None)
-
-
-@dataclass(frozen=True)
-class LaunchOptions:
-    """A launch's keywords besides the function and its variants (:func:`run_sweep`'s)."""
-
-    exp_name: str = "default"
-    mode: str = "local"
-    prepend_date_to_exp_name: bool = True
-    use_gpu: bool = False
-    gpu_id: int | str | None = None
-    base_log_dir: str | os.PathLike | None = None
-    slurm_config_name: str | None = None
-    config: ConfigArg = None
-    max_restarts: int | None = None
-    restart_on_error: bool | None = None
-    dry_run: bool | None = None
-    mode_options: dict[str, Any] = field(default_factory=dict)
-
-
-def launch_options(exp_name: str, mode: str, keywords: dict[str, Any]) -> LaunchOptions:
-    """:class:`LaunchOptions` from a launch's keywords (those it does not name are the mode's
-    options)."""
-    names = {f.name for f in dataclasses.fields(LaunchOptions)} - {"mode_options"}
-    given = {k: v for k, v in keywords.items() if k in names}
-    return LaunchOptions(exp_name=exp_name, mode=mode, **given, mode_options={
-        k: v for k, v in keywords.items() if k not in names})
-
-
-def _mode_for(opts: LaunchOptions) -> tuple[Settings, Mode, dict[str, Any]]:
-    """The launch's settings (its keywords applied), its mode object, and the mode options."""
-    settings = load_settings(opts.config)
-    kind = get_mode(opts.mode)
-    given = dict(opts.mode_options)
-    if "multi_process" in given:  # -n N / n_gpus=N, one process per GPU or per node
-        given.update(multi_process_options(
-            opts.mode, kind.options, given.pop("n_gpus", None), given.pop("multi_process"),
-            opts.use_gpu, given.pop("n_nodes", None)))
-    overrides, mode_options, ignored = split_call_keywords(
-        opts.mode, given, kind.options,
-        [f.name for f in dataclasses.fields(LaunchOptions) if f.name != "mode_options"])
-    if ignored:
-        notice(f"mode {opts.mode!r} ignores {', '.join(ignored)}, as doodad's did")
-    overrides.update({key: value for key, value in (("MAX_RESTARTS", opts.max_restarts),
-                                                     ("RESTART_ON_ERROR", opts.restart_on_error))
-                      if value is not None})
-    if overrides:
-        settings = override(settings, overrides, f"{KEYWORDS_SOURCE} of mode {opts.mode!r}")
-    mode_obj = kind.create(settings, mode_options)
-    if settings.MAX_RESTARTS and not mode_obj.restarts:
-        raise LaunchError(f"mode {opts.mode!r} cannot restart runs (max_restarts="
-                          f"{settings.MAX_RESTARTS}); modes that can: "
-                          f"{', '.join(restarting_modes())}. Pass max_restarts=0 here")
-    return settings, mode_obj, mode_options
-
-
-def _checked_variants(method_call: Any, variants: Any, use_gpu: Any) -> list[dict]:
-    """The variants as dicts, once the function, the variants and use_gpu are checked."""
-    if not callable(method_call):
-        raise LaunchError(f"method_call must be a function, got {type(method_call).__name__}")
-    if isinstance(variants, (Mapping, str)) or not isinstance(variants, Iterable):
-        raise LaunchError("variants must be a list of dicts; for a single variant use "
-                          "run_experiment(..., variant=...)")
-    checked = [check_variant(v, i) for i, v in enumerate(variants)]
-    if not checked:
-        raise LaunchError("variants is empty: nothing to launch")
-    if not isinstance(use_gpu, bool):
-        raise LaunchError(f"use_gpu must be True or False, got {use_gpu!r}")
-    return checked
+        slurm_config_name, config, max_restarts, restart_on_error, dry_run, mode_options,
+        sweep, resume, trackers), sweep_id=None)
 
 
 def _payloads(mode_obj: Mode, method_call: Callable[..., Any], variants: list[dict],
@@ -238,7 +169,7 @@ def _payloads(mode_obj: Mode, method_call: Callable[..., Any], variants: list[di
     if not mode_obj.needs_bundle:
         return b"", [b""] * len(variants)
     code_dirs = [m.local_dir for m in settings.code_mounts()]
-    script_dir = os.path.dirname(_script_name()) or None
+    script_dir = os.path.dirname(script_name()) or None
     function_bytes = pickle_payload(method_call, "the function", code_dirs, script_dir)
     variant_bytes = [pickle_payload(v, f"variants[{i}]", code_dirs, script_dir)
                      for i, v in enumerate(variants)]
@@ -300,6 +231,8 @@ class _Launch:
             extra_launch_info=self.mode.extra_launch_info(request),
             command=command,
             restart=_restart_policy(s),
+            trackers={"names": list(s.TRACKERS), "exp_name": request.exp_name,
+                      "sweep": self.sweep_id} if s.TRACKERS else {},
             blobs=bundle_blobs(folder, self.function_bytes, s.RUN_FOLDER_MODE)
             if bundles else {}, folder_mode=s.RUN_FOLDER_MODE, again=self.again)
 
@@ -402,33 +335,39 @@ def _checked(pending: Future, runs: list[Run], registry: Registry) -> Any:
         raise
 
 
-def _launch(method_call: Callable[..., Any], variants: Iterable[Mapping | None],
-            opts: LaunchOptions, sweep_id: str | None) -> list[Job] | Preview:
+def launch_variants(method_call: Callable[..., Any], variants: Iterable[Mapping | None],
+            opts: LaunchOptions, sweep_id: str | None, again: tuple[dict, ...] = ()
+            ) -> list[Job] | Preview:
     """:func:`run_sweep`, in the sweep ``sweep_id`` (None: a new one, this launch's;
-    "script": the one this process's earlier single launches of the experiment made)."""
+    "script": the one this process's earlier single launches of the experiment made);
+    ``again``: launch.json fields of each run (a search's trial, a rerun's origin)."""
+    if opts.resume:
+        return resumed(launch_variants, method_call, variants, opts, script=sweep_id == "script")
+    if opts.sweep is not None:
+        sweep_id = check_exp_name(opts.sweep, "sweep")
     refuse_launches_while_importing()
-    settings, mode_obj, mode_options = _mode_for(opts)
+    settings, mode_obj, mode_options = mode_for(opts)
     dry_run = dry_run_by_default() if opts.dry_run is None else opts.dry_run
     # (a broken registry fails here, before anything is made)
-    registry = None if dry_run else _registry(settings)
-    checked = _checked_variants(method_call, variants, opts.use_gpu)
+    registry = None if dry_run else registry_of(settings)
+    checked = checked_variants(method_call, variants, opts.use_gpu)
     root = Path(os.path.expanduser(os.fspath(opts.base_log_dir or settings.LOCAL_LOG_DIR))
                 ).resolve()
     launch_id = new_run_id()
-    if sweep_id == "script":  # (a dry run joins no sweep of this process)
+    if sweep_id == "script" and opts.sweep is None:  # (a dry run joins no sweep of this process)
         sweep_id = launch_id if dry_run else \
             SESSION.sweep_of(opts.exp_name, opts.mode, str(root), launch_id)
     request = LaunchRequest(
         method_call=method_call, variants=checked, exp_name=check_exp_name(opts.exp_name),
         use_gpu=opts.use_gpu, gpu_id=opts.gpu_id, log_root=root,
-        slurm_config_name=opts.slurm_config_name, script_name=_script_name())
+        slurm_config_name=opts.slurm_config_name, script_name=script_name())
     code_mounts = settings.code_mounts()
     settings.data_mounts()  # checked here for every mode; modes that mount them read them again
     check_code_programs(request, code_mounts[0].local_dir if code_mounts else None)
     function_bytes, variant_bytes = _payloads(mode_obj, method_call, checked, settings)
     warn_text_values(checked)
     return _started(_Launch(opts, settings, mode_obj, mode_options, request, launch_id,
-                            sweep_id or launch_id, function_bytes, variant_bytes, None),
+                            sweep_id or launch_id, function_bytes, variant_bytes, None, again),
                     registry)
 
 
@@ -446,15 +385,25 @@ def run_experiment(
     max_restarts: int | None = None,
     restart_on_error: bool | None = None,
     dry_run: bool | None = None,
+    sweep: str | None = None,
+    resume: bool | str = False,
+    trackers: list[str] | None = None,
     **mode_options: Any,
 ) -> Job | Preview:
     """Launch ``method_call(doodad_config, variant)`` once; same arguments as doodad's, and
     ``max_restarts``/``restart_on_error``/``dry_run`` as in :func:`run_sweep`. A script's
-    launches of one experiment in one mode make one sweep."""
-    launched = _launch(method_call, [variant], LaunchOptions(
+    launches of one experiment in one mode make one sweep; ``sweep="lr-grid"`` names it, so
+    launches from several processes (or runs of the script) join the same one.
+
+    With ``resume`` (as in :func:`run_sweep`), a script's loop of calls resumes the sweep one
+    variant at a time: each call returns the Job of a run of the sweep with this variant that
+    succeeded or is under way, one this process has not returned before, and launches the
+    variant again only if there is none. The sweep is the one named (``sweep=``), else the one
+    the process's first call found: the newest this script launched with this function."""
+    launched = launch_variants(method_call, [variant], LaunchOptions(
         exp_name, mode, prepend_date_to_exp_name, use_gpu, gpu_id, base_log_dir,
-        slurm_config_name, config, max_restarts, restart_on_error, dry_run, mode_options),
-        sweep_id="script")
+        slurm_config_name, config, max_restarts, restart_on_error, dry_run, mode_options,
+        sweep, resume, trackers), sweep_id="script")
     return launched if isinstance(launched, Preview) else launched[0]
 
 
@@ -477,7 +426,7 @@ def run_commands(commands: CommandLike | Iterable[CommandLike],
         if not variants:
             raise LaunchError("commands is empty: nothing to launch")
         payload = Command([], from_variant=COMMAND_KEY)
-    return _launch(payload, variants, launch_options(exp_name, mode, launch), sweep_id=None)
+    return launch_variants(payload, variants, launch_options(exp_name, mode, launch), sweep_id=None)
 
 
 def run_command(command: CommandLike, exp_name: str = "default", mode: str = "local",
@@ -485,13 +434,13 @@ def run_command(command: CommandLike, exp_name: str = "default", mode: str = "lo
     """Launch one command as a run (``variant``: values for its ``{name}`` fields, kept with
     the run). ``launch`` takes :func:`easylaunch.run_experiment`'s keywords."""
     payload = command_of(command, [variant], fill=variant is not None)
-    launched = _launch(payload, [variant], launch_options(exp_name, mode, launch),
+    launched = launch_variants(payload, [variant], launch_options(exp_name, mode, launch),
                        sweep_id="script")
     return launched if isinstance(launched, Preview) else launched[0]
 
 
 def get_job(id_or_suffix: str, config: ConfigArg = None) -> Job:
     """The Job of a registered run, by its id or a unique start or end of it, from any process."""
-    entry = _registry(load_settings(config)).find(id_or_suffix)
+    entry = registry_of(load_settings(config)).find(id_or_suffix)
     return Job.from_run_dir(entry.log_dir)
 

@@ -1,6 +1,7 @@
 """Resubmitting registered runs: again as launched (the same bundle, code snapshots and saved
 settings), or with their code (``current_code``) or settings file (``current_settings``) as they
-are now, as a new launch of their sweep.
+are now, as a new launch of their sweep; and ``easylaunch resume SWEEP``, which resubmits a
+sweep's runs that did not succeed (:func:`resume_sweep`).
 """
 
 from __future__ import annotations
@@ -12,10 +13,10 @@ from easylaunch.api.launch import (
     SETTINGS_STORE,
     LaunchOptions,
     _Launch,
-    _registry,
     _restart_policy,
     _start,
     _started,
+    registry_of,
 )
 from easylaunch.errors import LaunchError
 from easylaunch.modes import get_mode
@@ -26,7 +27,16 @@ from easylaunch.runs.rebuild import current_payload, in_folder, script_argv, set
 from easylaunch.runs.record import VARIANT_JSON, LaunchRequest, sweep_of
 from easylaunch.settings import ConfigArg, Settings, load_settings, save_settings
 from easylaunch.tracking.jobs import Job
+from easylaunch.tracking.registry import Entry
 from easylaunch.tracking.rows import aborted, registry_row
+from easylaunch.tracking.sweeps import (
+    kept,
+    launch_of,
+    resume_line,
+    sweep_entries,
+    sweep_lock,
+    to_relaunch,
+)
 from easylaunch_job.records import BUNDLE_DIR, VARIANT_PKL, read_json
 
 
@@ -47,7 +57,7 @@ def resubmit_launch(ids: list[str], config: ConfigArg = None, detach: bool | Non
     """Run registered runs of one launch again as one launch, each as :func:`resubmit` does:
     one job array, batch or packed allocation for them all, as the sweep had (runs of
     different launches are refused: resubmit each launch's runs together)."""
-    registry = _registry(load_settings(config))
+    registry = registry_of(load_settings(config))
     olds = [Job.from_run_dir(registry.find(id_or_suffix).log_dir) for id_or_suffix in ids]
     old = olds[0]
     launches = {job.launch_info["launch_id"] for job in olds}
@@ -119,3 +129,26 @@ def _launch_again(olds: list[Job], settings: Settings, mode_obj: Mode, options: 
         None, tuple(dict(record, resubmitted_from=j.id,
                          sweep_index=j.launch_info.get("sweep_index", i))
                     for i, j in enumerate(olds)), script_argv(launch))
+
+
+def resume_sweep(sweep: str, config: ConfigArg = None, detach: bool | None = None,
+                 current_code: bool = False, current_settings: bool = False
+                 ) -> tuple[str, list[tuple[Entry, Job]]]:
+    """Launch again, as new runs of the recorded sweep ``sweep`` (its id or a unique start of
+    one), the runs that did not succeed: the last run of each variant's runs where none
+    succeeded or is under way, each launch's together (:func:`resubmit_launch`, with its
+    ``detach``, ``current_code`` and ``current_settings``), holding the sweep's lock. Returns
+    the line saying what was done, and each run launched again with its new Job."""
+    registry = registry_of(load_settings(config))
+    sweep_id = registry.find_sweep(sweep)
+    with sweep_lock(registry, sweep_id):
+        entries = sweep_entries(registry, sweep_id)
+        olds = to_relaunch(entries)
+        launches: dict[str, list[Entry]] = {}
+        for entry in olds:
+            launches.setdefault(launch_of(entry), []).append(entry)
+        done = [pair for group in launches.values() for pair in zip(group, resubmit_launch(
+            [e.id for e in group], config, detach if group[0].mode == "local" else None,
+            current_code, current_settings), strict=True)]
+    kept_states = [e.state for e in entries if kept(e)]
+    return resume_line(sweep_id, [e.state for e in olds], kept_states, "runs"), done

@@ -25,8 +25,10 @@ if TYPE_CHECKING:
 # every command -> its module in easylaunch.cli, whose add_<command> adds it; in the order
 # ``easylaunch --help`` lists them
 COMMAND_MODULES = {
-    "submit": "submit", "ls": "runs", "status": "runs", "watch": "runs", "logs": "runs",
-    "cancel": "actions", "resubmit": "actions", "forget": "actions", "fetch": "actions",
+    "submit": "submit", "ls": "runs", "status": "runs", "search": "runs", "watch": "runs",
+    "logs": "runs",
+    "cancel": "actions", "resubmit": "actions", "resume": "actions", "forget": "actions",
+    "fetch": "actions",
     "init": "configure", "config": "configure", "preview": "views", "plot": "views",
     "ui": "views", "shell": "shells", "interactive": "shells", "doctor": "configure",
     "dist": "dist"}

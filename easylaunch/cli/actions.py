@@ -1,5 +1,5 @@
-"""``cancel``, ``resubmit``, ``forget``, ``fetch``: acting on runs, named by id or selected by
-filters (asking first on a terminal when filters select several)."""
+"""``cancel``, ``resubmit``, ``resume``, ``forget``, ``fetch``: acting on runs, named by id or
+selected by filters (asking first on a terminal when filters select several)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING
 
 from easylaunch.cli.shared import AddCommand, parse_since, registry_of
 from easylaunch.errors import EasyLaunchError
-from easylaunch.runs.record import LAUNCH_JSON
 from easylaunch.tracking.refresh import (
     OPEN_STATES,
     STATES,
@@ -19,9 +18,11 @@ from easylaunch.tracking.refresh import (
     job_for,
     refresh_entries,
 )
-from easylaunch_job.records import DamagedRecord, read_json
+from easylaunch.tracking.sweeps import launch_of
 
 if TYPE_CHECKING:
+    from types import ModuleType
+
     from easylaunch.tracking.registry import Entry, Registry
 
 CANCEL_WAIT_SECONDS = 60  # how long `cancel` waits for a run to end
@@ -95,23 +96,28 @@ def cancel(args: argparse.Namespace) -> int:
     return 1 if failures else 0
 
 
+def _resubmission() -> ModuleType:
+    """The launch path's resubmissions (late: cancel, forget and fetch, in this module too, do
+    without the launch path)."""
+    from easylaunch.api import resubmission
+
+    return resubmission
+
+
 def resubmit_runs(args: argparse.Namespace) -> int:
     """Resubmit the selected runs, those of one launch together (a packed sweep's failed runs
     go again in one allocation, an array's in one array), saying what code and settings they
     run."""
-    # (late: the launch path, which cancel, forget and fetch, in this module too, do without)
-    from easylaunch.api.resubmission import resubmit_launch
-
     registry = registry_of(args)
     entries, failures = _selected(registry, args)
     if not _go_ahead("resubmit", entries, args):
         return 1 if failures else 0
     launches: dict[str, list] = {}
     for entry in entries:
-        launches.setdefault(_launch_id(entry), []).append(entry)
+        launches.setdefault(launch_of(entry), []).append(entry)
     for group in launches.values():
         try:
-            jobs = resubmit_launch([e.id for e in group], config=args.config,
+            jobs = _resubmission().resubmit_launch([e.id for e in group], config=args.config,
                                    detach=True if args.detach and group[0].mode == "local"
                                    else None, current_code=args.current_code,
                                    current_settings=args.current_settings)
@@ -124,6 +130,19 @@ def resubmit_runs(args: argparse.Namespace) -> int:
         for entry, job in zip(group, jobs, strict=True):
             print(f"resubmitted {entry.id} as {job.id}: {job.log_dir}")
     return 1 if failures else 0
+
+
+def resume(args: argparse.Namespace) -> int:
+    """Launch again the runs of a sweep that did not succeed, once each (see resume_sweep)."""
+    line, done = _resubmission().resume_sweep(
+        args.sweep, args.config, True if args.detach else None, args.current_code,
+        args.current_settings)
+    print(line, file=sys.stderr)
+    if done:
+        print(what_runs(done[0][1].launch_info), file=sys.stderr)
+    for entry, job in done:
+        print(f"resubmitted {entry.id} ({entry.state}) as {job.id}: {job.log_dir}")
+    return 0
 
 
 def what_runs(launch: dict) -> str:
@@ -143,14 +162,6 @@ def what_runs(launch: dict) -> str:
     return line + (f"; {' and '.join(kept)} take{'s' * (len(kept) == 1)} "
                    f"{'it as it is' if len(kept) == 1 else 'them as they are'} now"
                    if kept else "")
-
-
-def _launch_id(entry: Entry) -> str:
-    """The launch a run came from (its own id where its folder cannot say)."""
-    try:
-        return read_json(str(Path(entry.log_dir) / LAUNCH_JSON))["launch_id"]
-    except (OSError, KeyError, DamagedRecord):
-        return entry.id
 
 
 def forget(args: argparse.Namespace) -> int:
@@ -213,6 +224,12 @@ def add_resubmit(command: AddCommand) -> None:
     parser = command("resubmit", parents=[_selection()],
                      help="run runs again: the code and settings as launched (new ids, same "
                      "sweep); --current-code / --current-settings take them as they are now")
+    _code_and_settings(parser)
+    parser.set_defaults(func=resubmit_runs)
+
+
+def _code_and_settings(parser: argparse.ArgumentParser) -> None:
+    """``--current-code``, ``--current-settings`` and ``--detach``: what runs run again."""
     parser.add_argument("--current-code", action="store_true",
                         help="rebuild the runs from their launching script and code folders as "
                         "they are now (the function found again by its name; code snapshots "
@@ -222,7 +239,16 @@ def add_resubmit(command: AddCommand) -> None:
                         "after setting SLURM_PYTHON)")
     parser.add_argument("--detach", action="store_true", help="local runs go on after this "
                        "command returns (else it waits for them, as their launching script did)")
-    parser.set_defaults(func=resubmit_runs)
+
+
+def add_resume(command: AddCommand) -> None:
+    """``resume``: run again what did not succeed in a sweep."""
+    parser = command("resume", help="run again the runs of a sweep that did not succeed "
+                     "(failed, cancelled, timed out, lost), once each, in the same sweep; "
+                     "runs that succeeded or are under way are kept")
+    parser.add_argument("sweep", help="the sweep's id, or a unique start of it")
+    _code_and_settings(parser)
+    parser.set_defaults(func=resume)
 
 
 def add_forget(command: AddCommand) -> None:

@@ -10,10 +10,13 @@ EXAMPLES: dict[str, str] = {
               "easylaunch submit --mode slurm --grid lr=1e-3,3e-4 -- python train.py --lr {lr}",
     "ls": "easylaunch ls --exp lr-sweep --state failed --since 2h",
     "status": "easylaunch status 5f69",
+    "search": "easylaunch search lr-search-f0721b1d71\n"
+              "easylaunch search resume lr-search-f0721b1d71",
     "watch": "nohup easylaunch watch --interval 60 > watch.log 2>&1 &",
     "logs": "easylaunch logs 5f69 -f",
     "cancel": "easylaunch cancel --sweep 5f696763 --yes",
     "resubmit": "easylaunch resubmit --sweep 5f69 --state failed --current-code",
+    "resume": "easylaunch resume 5f69 --current-code",
     "forget": "easylaunch forget --exp lr-sweep --state failed --yes",
     "fetch": "easylaunch fetch 5f69",
     "init": "easylaunch init ./easylaunch_config.py",

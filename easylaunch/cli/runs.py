@@ -15,10 +15,12 @@ from easylaunch.cli.shared import AddCommand, count, parse_since, registry_of, t
 from easylaunch.errors import EasyLaunchError
 from easylaunch.modes.console import line
 from easylaunch.results.readers import last_points, read_run
+from easylaunch.settings import load_settings
 from easylaunch.tracking import listing
 from easylaunch.tracking.interrupts import config_flag, goes_on, interrupted
 from easylaunch.tracking.refresh import OPEN_STATES, STATES, job_for, refresh_entries, short
 from easylaunch.tracking.rows import reason_of
+from easylaunch.tracking.searches import search_folder, search_line, searches_in, summary_of
 
 if TYPE_CHECKING:
     from easylaunch.tracking.jobs import Job
@@ -95,6 +97,17 @@ def _watch_interrupted(args: argparse.Namespace, still: int) -> str:
 RANK0_STDOUT = "stdout.rank0.log"  # (the scheduler modes' multi-process runs)
 
 
+def _search(log_dir: str, search: dict | None) -> str | None:
+    """``S, trial 7; 24/24 trials finished (...); best loss 0.0041 (trial 17, run ab12cd34)``
+    for a search's run."""
+    if not search:
+        return None
+    summary = summary_of(log_dir, search["id"])
+    said = f"{search['id']}, trial {search['trial']}"
+    return f"{said}; {search_line(summary, search_folder(log_dir, search['id']))}" \
+        if summary else said
+
+
 def status(args: argparse.Namespace) -> int:
     registry = registry_of(args)
     entry = registry.find(args.id)
@@ -118,6 +131,7 @@ def status(args: argparse.Namespace) -> int:
         ("last metrics", _last_metrics(job)),
         ("host", info.get("host") or launch.get("host")),
         ("backend", ", ".join(f"{k}={v}" for k, v in (launch.get("backend") or {}).items())),
+        ("search", _search(str(job.log_dir), launch.get("search"))),
         ("resubmitted from", launch.get("resubmitted_from")),
         ("resubmitted with", ", ".join(
             f"{k} {v}" for k, v in (launch.get("resubmitted_with") or {}).items())),
@@ -243,6 +257,61 @@ def add_ls(command: AddCommand) -> None:
     parser.add_argument("--variant", metavar="KEYS", help="variant keys to show, comma-separated "
                     "(nested: a.b); default on a terminal: those that differ within each sweep")
     parser.set_defaults(func=ls)
+
+
+def search(args: argparse.Namespace) -> int:
+    """The searches under the log root, one line each; with an id, that search's trials; with
+    ``resume ID``, the search carried on."""
+    words = list(args.words)
+    if words[:1] == ["resume"]:
+        if len(words) != 2:
+            raise EasyLaunchError("easylaunch search resume needs one search id: easylaunch "
+                                  "search resume ID")
+        # (late: only a resume imports the launch path, and Optuna)
+        from easylaunch.api.search import resume_search
+
+        carried = resume_search(words[1], args.config)
+        print(f"search {carried.id} carried on by a detached driver; follow: easylaunch search "
+              f"{carried.id}", file=sys.stderr)
+        return 0
+    if len(words) > 1:
+        raise EasyLaunchError(f"easylaunch search takes one search id, or resume and one: got "
+                              f"{' '.join(words)}")
+    args.id = words[0] if words else None
+    found = searches_in(load_settings(args.config).LOCAL_LOG_DIR)
+    if args.id is None:
+        for folder, summary in found:
+            print(f"{summary['id']}  {search_line(summary, folder)}")
+        return 0
+    chosen = [(f, s) for f, s in found if s["id"] == args.id] or \
+        [(f, s) for f, s in found if s["id"].startswith(args.id)]
+    if len(chosen) != 1:
+        raise EasyLaunchError(f"{len(chosen) or 'no'} searches match {args.id!r}"
+                              + (f": {', '.join(s['id'] for _, s in chosen)}" if chosen else ""))
+    folder, summary = chosen[0]
+    print(f"search {summary['id']}: {search_line(summary, folder)}")
+    rows = [("TRIAL", "STATE", summary.get("objective", "VALUE").upper(), "STEP", "RUN",
+             "REASON")]
+    rows += [(str(t["number"]), t["state"], "-" if t["value"] is None else f"{t['value']:.4g}",
+              "-" if t["last_step"] is None else str(t["last_step"]),
+              Path(t["runs"][-1]).name.rsplit("_", 1)[-1] if t["runs"] else "-",
+              t["reason"] or "") for t in summary["trials"]]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    for row in rows:
+        print(("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=False)) + "  "
+               + row[-1]).rstrip())
+    return 0
+
+
+def add_search(command: AddCommand) -> None:
+    """``search``: the searches (run_search), or one search's trials."""
+    parser = command("search", help="list the searches (easylaunch.run_search), or show one "
+                     "search's trials: state, objective, last step reported, run and reason")
+    parser.add_argument("words", nargs="*", metavar="[resume] ID",
+                        help="a search's id, or a unique start of one; `resume ID` carries the "
+                        "search on as its last run_search call was made, with a detached driver "
+                        "(finished trials are kept)")
+    parser.set_defaults(func=search)
 
 
 def add_status(command: AddCommand) -> None:

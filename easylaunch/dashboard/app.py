@@ -20,7 +20,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from easylaunch import __version__
-from easylaunch.dashboard import sweeps, views
+from easylaunch.dashboard import searches, sweeps, views
 from easylaunch.dashboard.security import TOKEN_HEADER, Guard
 from easylaunch.errors import EasyLaunchError
 from easylaunch.modes import MODES
@@ -88,7 +88,19 @@ class Pages:
         view = sweeps.sweep_view(self._sweep_id(request), self.config)
         metric = request.query_params.get("metric")
         return self.page(request, "sweep.html", sweep=view,
-                         hparams=sweeps.hparams_view(self.registry, view.sweep, metric))
+                         hparams=sweeps.hparams_view(self.registry, view.sweep, metric),
+                         search=searches.search_view(self.registry, view.sweep))
+
+    def search(self, request: Request) -> Response:
+        """A search's trials alone (its sweep page asks for them again while it goes on)."""
+        sweep = self._sweep_id(request)
+        return self.page(request, "search.html", search=self._search(sweep))
+
+    def _search(self, sweep: str) -> searches.SearchView:
+        found = searches.search_view(self.registry, sweep)
+        if found is None:
+            raise EasyLaunchError(f"sweep {sweep} is no search")
+        return found
 
     def hparams(self, request: Request) -> Response:
         return self.page(request, "hparams.html", hparams=sweeps.hparams_view(
@@ -109,6 +121,9 @@ class Pages:
 
     def curves(self, request: Request) -> Response:
         params = request.query_params
+        if params.get("search"):
+            sweep = self.registry.find_sweep(params["search"])
+            return JSONResponse(searches.objective_curves(self._search(sweep)))
         ids = [i for i in params.get("runs", "").split(",") if i]
         metrics = [m for m in params.get("metrics", "").split(",") if m] or None
         shown = sweeps.chosen_runs(self.registry, ids, params.get("sweep"))
@@ -156,6 +171,7 @@ def create_app(config: ConfigArg, token: str, port: int,
         Route("/run/{id}", pages.run),
         Route("/sweep/{id}", pages.sweep),
         Route("/sweep/{id}/hparams", pages.hparams),
+        Route("/sweep/{id}/search", pages.search),
         Route("/compare", pages.compare),
         Route("/api/states", pages.states),
         Route("/api/curves", pages.curves),

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -80,6 +80,9 @@ class Mode(ABC):
     needs_bundle: bool = True
     options: dict[str, Any] = {}  # accepted mode options and their defaults
     restarts: bool = False  # whether it starts runs again (MAX_RESTARTS)
+    # how often a follower of runs' curves (run_search's driver) asks the backend and brings
+    # metrics over: asking this machine's process table costs nothing
+    backend_poll_seconds: float = 0.0
 
     def __init__(self, settings: Settings, mode_options: dict[str, Any],
                  kind: Composed | None = None) -> None:
@@ -220,6 +223,10 @@ class Mode(ABC):
     def sync_logs(self, job: RunRecord) -> None:
         """Bring the run's logs up to date here, where it writes them elsewhere (default: it
         writes them here)."""
+
+    def bring_metrics(self, jobs: Sequence[RunRecord]) -> None:
+        """Bring the open runs' ``metrics.jsonl`` up to date in :meth:`readable_folder`,
+        where the runs write them elsewhere (default: they write them there)."""
 
     def fetch(self, job: RunRecord) -> str:
         """Bring remote logs and results into the local run folder; say what was done."""

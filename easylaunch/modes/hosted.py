@@ -34,6 +34,7 @@ from easylaunch.runs.commands import check_found
 from easylaunch.runs.record import LAUNCH_JSON, RunRecord
 from easylaunch_job.records import (
     BUNDLE_DIR,
+    METRICS_JSONL,
     RESULT_PKL,
     STATUS_JSON,
     STDERR_LOG,
@@ -94,6 +95,7 @@ class HostedMode(Mode):
     started there (:meth:`backend_query` for the backend's side of tracking)."""
 
     runs_python = sys.executable  # the Python of runs on this machine, when no host is set
+    backend_poll_seconds = 1.0  # (a scheduler's queue, or a round trip to the far side)
     streams_runs = False  # whether :meth:`stage` sends the runs (they may stream as made)
     far_home: str | None = None  # the far side's home, once check_host has asked
     _stream: staging.RunStream | None = None
@@ -280,12 +282,7 @@ class HostedMode(Mode):
     def _bring_back(self, jobs: list[RunRecord]) -> None:
         """Copy the folders of runs that ended there into their local folders (results and
         logs; one rsync per folder of runs), then their final records."""
-        groups: dict[tuple[str, Path], list[RunRecord]] = {}
-        for job in jobs:
-            there = Path(self._job_log_dir(job))
-            groups.setdefault((str(there.parent.parent), job.log_dir.parent.parent),
-                              []).append(job)
-        for (root_there, root_here), group in groups.items():
+        for (root_there, root_here), group in self._by_root(jobs).items():
             rels = [os.path.relpath(self._job_log_dir(j), root_there) for j in group]
             try:
                 self.transport.pull(root_there, rels, root_here,
@@ -294,6 +291,15 @@ class HostedMode(Mode):
                                     root_here)
             except HostError:
                 continue  # brought back on a later poll
+
+    def _by_root(self, jobs: Sequence[RunRecord]) -> dict[tuple[str, Path], list[RunRecord]]:
+        """The runs by their log roots there and here (one copy for each)."""
+        groups: dict[tuple[str, Path], list[RunRecord]] = {}
+        for job in jobs:
+            there = Path(self._job_log_dir(job))
+            groups.setdefault((str(there.parent.parent), job.log_dir.parent.parent),
+                              []).append(job)
+        return groups
 
     def request_cancel(self, jobs: list[RunRecord], *then: dict) -> list[dict]:
         """Note the cancel in the runs' records, here and where the jobs write them, then run
@@ -342,6 +348,17 @@ class HostedMode(Mode):
             there = self._job_log_dir(job)
             with contextlib.suppress(HostError):
                 self.transport.pull(there, [STDOUT_LOG, STDERR_LOG], job.log_dir)
+
+    def bring_metrics(self, jobs: Sequence[RunRecord]) -> None:
+        """The runs' metrics.jsonl from the far side, one copy for all of a folder of runs
+        (a far side out of reach: brought on a later call)."""
+        if self.transport.is_local:
+            return  # (read where the jobs write them: readable_folder)
+        for (root_there, root_here), group in self._by_root(jobs).items():
+            rels = [f"{os.path.relpath(self._job_log_dir(j), root_there)}/{METRICS_JSONL}"
+                    for j in group]
+            with contextlib.suppress(HostError):
+                self.transport.pull(root_there, rels, root_here)
 
     def wait_for_change(self, job: RunRecord, timeout: float) -> None:
         time.sleep(max(timeout, 0.25))  # each look asks the far side: at most 4 times a second

@@ -119,6 +119,7 @@ class BundleSpec:
     extra_launch_info: dict = field(default_factory=dict)  # doodad's keys, from the mode
     blobs: dict[str, Path] = field(default_factory=dict)  # bundle file name -> stored once
     restart: dict = field(default_factory=dict)  # the runner's RestartPolicy, as bundle.json has it
+    trackers: dict = field(default_factory=dict)  # bundle.json's: names, exp_name, sweep
     command: Command | None = None  # a command launch's payload (each run's command, shown)
     folder_mode: int = 0o700  # RUN_FOLDER_MODE
     launch_dir: str | None = None  # where a command with no code folder runs (None: where the
@@ -208,6 +209,7 @@ def _bundle_metadata(spec: BundleSpec, run_id: str, final: Path, code_dirs: list
         "code_dirs": code_dirs,
         "launch_dir": spec.launch_dir,
         "restart": spec.restart,
+        **({"trackers": dict(spec.trackers, run_id=run_id)} if spec.trackers else {}),
         "extra_launch_info": {"base_exp_name": spec.exp_name, "instance_type": "None",
                               **spec.extra_launch_info, "mode": spec.mode, "run_id": run_id},
     }
@@ -369,6 +371,8 @@ def clone_run(old_dir: Path, launch_id: str, request: dict | None = None,
         shutil.copy2(old_dir / VARIANT_JSON, tmp / VARIANT_JSON)
         meta = dict(old_meta, run_id=run_id, log_dir=str(final),
                     extra_launch_info=dict(old_meta["extra_launch_info"], run_id=run_id))
+        if meta.get("trackers"):
+            meta["trackers"] = dict(meta["trackers"], run_id=run_id)
         if restart is not None:
             meta["restart"] = restart
         write_json_atomic(str(tmp / BUNDLE_DIR / BUNDLE_JSON), meta)

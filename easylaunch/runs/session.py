@@ -18,6 +18,8 @@ class Session:
 
     # (exp_name, mode, log root) -> the sweep id of the first single launch
     sweeps: dict[tuple[str, str, str], str] = field(default_factory=dict)
+    # sweep id -> the runs of it this process's resumed single launches returned
+    claimed: dict[str, set[str]] = field(default_factory=dict)
     # a batch's kind (BatchMode.batch_key) -> its name and the runs it holds so far
     batches: dict[tuple, tuple[str, list[Run]]] = field(default_factory=dict)
     # seed script -> batch name -> the lines that batch wrote to it

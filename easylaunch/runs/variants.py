@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import warnings
 from collections.abc import Mapping
@@ -90,3 +91,13 @@ def warn_text_values(variants: list[dict]) -> None:
         warnings.warn(f"variant key(s) {', '.join(map(repr, keys))} hold values JSON cannot "
                       "hold; variant.json and the registry keep them as text (the function "
                       "receives them as they are)", UserWarning, stacklevel=4)
+
+
+def variant_key(variant: Mapping) -> str:
+    """The variant's canonical content as a digest: equal for variants that hold the same data
+    (key order aside), whichever process made them. ``1`` and ``1.0`` differ; values JSON
+    cannot hold count by their text (:func:`as_data`)."""
+    # (keys as JSON writes them first: 2 and "a" would not sort against each other)
+    data = json.loads(json.dumps(as_data(variant)[0], allow_nan=True))
+    text = json.dumps(data, sort_keys=True, separators=(",", ":"), allow_nan=True)
+    return hashlib.sha256(text.encode()).hexdigest()

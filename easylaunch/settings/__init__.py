@@ -27,6 +27,7 @@ from easylaunch.errors import SettingsError
 from easylaunch.settings import entries, template
 from easylaunch.settings.doodad_names import DOODAD_KEYS, translate_settings
 from easylaunch_job.records import write_bytes_atomic
+from easylaunch_job.trackers import TRACKER_NAMES
 
 ENV_CONFIG = "EASYLAUNCH_CONFIG"
 LOCAL_CONFIG_NAME = "easylaunch_config.py"
@@ -165,6 +166,8 @@ CONSTRAINTS: dict[str, tuple[Callable[[Any], bool], str]] = {
                         "permission bits such as 0o700 or 0o750 (you keep rwx)"),
     "LARGE_PAYLOAD_WARN_MB": (lambda v: v > 0, "a positive number"),
     "MAX_RESTARTS": (lambda v: 0 <= v <= 1000, "a whole number from 0 to 1000"),
+    "TRACKERS": (lambda v: all(t in TRACKER_NAMES for t in v),
+                 f"a list of {', '.join(map(repr, TRACKER_NAMES))}"),
     "CHECKPOINT_GRACE_SECONDS": (lambda v: 0 <= v < 86400, "0 or more seconds, below a day"),
     "LOCAL_CANCEL_GRACE_SECONDS": (lambda v: 0 <= v < 86400, "0 or more seconds, below a day"),
     "LOCAL_GPU_IDS": (lambda v: v is None or all(isinstance(g, (int, str)) for g in v),

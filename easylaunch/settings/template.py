@@ -56,6 +56,20 @@ RESTART_ON_ERROR: bool = False
 CHECKPOINT_GRACE_SECONDS: float = 20.0
 
 # ---------------------------------------------------------------------------------------------
+# Trackers (run_experiment's and run_sweep's ``trackers=`` override this)
+# ---------------------------------------------------------------------------------------------
+
+# Trackers each run's log_metrics lines are also sent to, from inside the run: any of "wandb",
+# "mlflow", "tensorboard" (the extras easylaunch[wandb], easylaunch[mlflow], where the run
+# runs). The tracker's run is the easylaunch run: W&B's run id is the run id (resume="allow"),
+# its group the sweep id, its project WANDB_PROJECT or the experiment name; MLflow's run is
+# tagged easylaunch.run_id, in the experiment of the run's name, in MLFLOW_TRACKING_URI or else
+# the file store <log root>/mlruns; TensorBoard's event files are in <run folder>/tensorboard.
+# The config is the variant. A restarted run goes on in the same tracker run, its steps
+# continuing. A tracker that cannot start is a warning in the run's stderr.log, not a failure.
+TRACKERS: list = []
+
+# ---------------------------------------------------------------------------------------------
 # Notifications
 # ---------------------------------------------------------------------------------------------
 

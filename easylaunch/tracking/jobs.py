@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -57,11 +58,24 @@ class Job:
     @classmethod
     def of_record(cls, record: RunRecord) -> Job:
         """The handle on a run whose record is read, with the mode it was launched with."""
-        launch = record.launch_info
-        saved = launch.get("request") or {}
-        mode = get_mode(launch["mode"]).create(launch_settings(saved.get("settings_file")),
-                                               saved.get("mode_options") or {})
-        return cls(record, mode)
+        return cls.of_records([record])[0]
+
+    @classmethod
+    def of_records(cls, records: Iterable[RunRecord]) -> list[Job]:
+        """:meth:`of_record` of each run, those launched in one mode with the same settings and
+        mode options sharing one mode object (made once)."""
+        modes: dict[tuple, Mode] = {}
+        jobs = []
+        for record in records:
+            launch = record.launch_info
+            saved = launch.get("request") or {}
+            options = saved.get("mode_options") or {}
+            key = (launch["mode"], saved.get("settings_file"), repr(sorted(options.items())))
+            if key not in modes:
+                modes[key] = get_mode(launch["mode"]).create(
+                    launch_settings(saved.get("settings_file")), options)
+            jobs.append(cls(record, modes[key]))
+        return jobs
 
     @property
     def launch_info(self) -> dict:

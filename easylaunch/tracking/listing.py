@@ -18,6 +18,7 @@ from easylaunch.errors import EasyLaunchError
 from easylaunch.runs.commands import COMMAND_KEY
 from easylaunch.runs.record import RunRecord
 from easylaunch.tracking.registry import Entry
+from easylaunch.tracking.searches import search_folder, search_line, summary_of
 from easylaunch_job.outcome import load_outcome
 
 # Backend fields that name what runs a run, by mode family (first one present wins).
@@ -189,6 +190,10 @@ def grouped_lines(shown: Sequence[Shown], keys: Sequence[str] | None, width: int
                    f"{when(first.created, seconds=False)} · {len(group)} "
                    f"run{'s' * (len(group) > 1)}: {counts([g.state for g in group])}")
         lines.append(_cut(heading, width))
+        search = summary_of(first.log_dir, first.sweep) if first.sweep else None
+        if search is not None and first.sweep:
+            folder = search_folder(first.log_dir, first.sweep)
+            lines.append(_cut(f"  search: {search_line(search, folder)}", width))
         has_command = any(g.entry.command for g in group)
         columns = list(keys) if keys is not None else \
             differing_keys([shown_variant(g.entry) for g in group])

@@ -21,16 +21,19 @@ from pathlib import Path
 from typing import Any
 
 from easylaunch.errors import EasyLaunchError
-from easylaunch_job.records import read_status
+from easylaunch.runs.record import VARIANT_JSON
+from easylaunch.runs.variants import variant_key
+from easylaunch_job.records import DamagedRecord, read_json, read_status
 from easylaunch_job.states import TERMINAL_STATES
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 OPEN_WAIT_SECONDS = 30
 NO_TIME = -1.0  # a time a run's record was read for and did not have
 DEFAULT_PATH = "easylaunch/registry.sqlite3"
+LARGE_VARIANT_KEY = "_large_variant"  # a variant kept as its size and digest (rows.py)
 COLUMNS = ("id", "exp_name", "mode", "state", "log_dir", "remote_log_dir", "backend", "variant",
            "git_commit", "created", "updated", "resubmitted_from", "host", "restarts", "sweep",
-           "started", "ended", "job_id", "reason", "command")
+           "started", "ended", "job_id", "reason", "command", "variant_key")
 # What a refresh may change (the rest is written once, at launch).
 UPDATABLE = frozenset({"state", "backend", "remote_log_dir", "restarts", "started", "ended",
                        "job_id", "reason"})
@@ -41,10 +44,11 @@ CREATE TABLE runs (
     variant TEXT NOT NULL DEFAULT '{{}}', git_commit TEXT, created REAL NOT NULL,
     updated REAL NOT NULL, resubmitted_from TEXT, host TEXT,
     restarts INTEGER NOT NULL DEFAULT 0, sweep TEXT, started REAL, ended REAL, job_id TEXT,
-    reason TEXT, command TEXT);
+    reason TEXT, command TEXT, variant_key TEXT);
 CREATE INDEX runs_by_created ON runs (created DESC);
 CREATE INDEX runs_by_exp ON runs (exp_name, created DESC);
 CREATE INDEX runs_by_sweep ON runs (sweep, created DESC);
+CREATE INDEX runs_by_sweep_key ON runs (sweep, variant_key);
 CREATE TABLE notices (key TEXT PRIMARY KEY, at REAL NOT NULL);
 PRAGMA user_version = {SCHEMA_VERSION};
 """
@@ -85,6 +89,7 @@ class Entry:
     job_id: str | None  # the scheduler's id (or instance) that runs it, as last seen
     reason: str | None = None  # why it ended as it did, in one line ("": it says nothing)
     command: str | None = None  # a command run's command line (shell words)
+    variant_key: str | None = None  # its variant's canonical content (variants.variant_key)
 
     @classmethod
     def from_row(cls, row: tuple) -> Entry:
@@ -185,15 +190,22 @@ class Registry:
                          *(["sweep TEXT", "started REAL", "ended REAL", "job_id TEXT"]
                            if version < 3 else []),
                          *(["reason TEXT"] if version < 4 else []),
-                         *(["command TEXT"] if version < 5 else [])]
-                for column in added:
-                    conn.execute(f"ALTER TABLE runs ADD COLUMN {column}")
+                         *(["command TEXT"] if version < 5 else []),
+                         *(["variant_key TEXT"] if version < 7 else [])]
+                have = {row[1] for row in conn.execute("PRAGMA table_info(runs)")}
+                for column in added:  # (a file marked older than its columns: kept as is)
+                    if column.split()[0] not in have:
+                        conn.execute(f"ALTER TABLE runs ADD COLUMN {column}")
                 if version < 3:
                     conn.execute("CREATE INDEX runs_by_sweep ON runs (sweep, created DESC)")
                     conn.execute("CREATE TABLE notices (key TEXT PRIMARY KEY, "
                                  "at REAL NOT NULL)")
                 if version < 6:
                     _restarts_again(conn)
+                if version < 7:
+                    _variant_keys(conn)
+                    conn.execute("CREATE INDEX IF NOT EXISTS runs_by_sweep_key ON runs "
+                                 "(sweep, variant_key)")
                 conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             conn.execute("COMMIT")
         except BaseException:
@@ -208,7 +220,7 @@ class Registry:
             e = {"remote_log_dir": None, "backend": {}, "variant": {}, "git_commit": None,
                  "created": now, "resubmitted_from": None, "host": None, "restarts": 0,
                  "sweep": None, "started": None, "ended": None, "job_id": None, "reason": None,
-                 "command": None, **e,
+                 "command": None, "variant_key": None, **e,
                  "updated": now}
             e["backend"] = json.dumps(e["backend"], default=repr)
             e["variant"] = json.dumps(e["variant"], default=repr)
@@ -272,6 +284,20 @@ class Registry:
             raise NoSuchRun(f"{part!r} matches several sweeps: {', '.join(found[:10])}{more}; "
                             "give more characters")
         return found[0]
+
+    def of_sweep(self, sweep_id: str) -> builtins.list[Entry]:
+        """The runs of the sweep ``sweep_id`` (the whole id)."""
+        return [Entry.from_row(r) for r in self.db.execute(
+            f"SELECT {', '.join(COLUMNS)} FROM runs WHERE sweep = ?", (sweep_id,))]
+
+    def recent_sweeps(self, exp_name: str, mode: str, limit: int
+                      ) -> builtins.list[tuple[str, str]]:
+        """The experiment's sweeps in this mode, most recently launched first: each sweep's id
+        and the folder of its newest run."""
+        return [(r[0], r[1]) for r in self.db.execute(
+            "SELECT sweep, log_dir, MAX(created) FROM runs WHERE exp_name = ? AND mode = ? "
+            "AND sweep IS NOT NULL GROUP BY sweep ORDER BY MAX(created) DESC LIMIT ?",
+            (exp_name, mode, limit))]
 
     def _where(self, exp: str | None = None, mode: str | None = None,
                states: list[str] | None = None, since: float | None = None,
@@ -380,6 +406,23 @@ def _restarts_again(conn: sqlite3.Connection) -> None:
         restarts = read_status(log_dir).get("restarts")
         if isinstance(restarts, list) and restarts:
             conn.execute("UPDATE runs SET restarts = ? WHERE id = ?", (len(restarts), run_id))
+
+
+def _variant_keys(conn: sqlite3.Connection) -> None:
+    """Rows written before schema 7 get their variant's key: from the row's variant, or for a
+    large one (kept as its digest) from its run folder's variant.json; a run whose folder is
+    gone keeps none (a resume then launches its variant again)."""
+    rows = conn.execute("SELECT id, log_dir, variant FROM runs").fetchall()
+    for run_id, log_dir, text in rows:
+        variant = json.loads(text)
+        if isinstance(variant, dict) and LARGE_VARIANT_KEY in variant:
+            try:
+                variant = read_json(str(Path(log_dir) / VARIANT_JSON))
+            except (OSError, DamagedRecord):
+                continue
+        if isinstance(variant, dict):
+            conn.execute("UPDATE runs SET variant_key = ? WHERE id = ?",
+                         (variant_key(variant), run_id))
 
 
 def _escape_like(text: str) -> str:

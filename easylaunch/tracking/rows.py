@@ -10,8 +10,8 @@ import shlex
 from typing import TYPE_CHECKING, Any
 
 from easylaunch.runs.record import VARIANT_JSON, sweep_of
-from easylaunch.runs.variants import as_data
-from easylaunch.tracking.registry import NO_TIME
+from easylaunch.runs.variants import as_data, variant_key
+from easylaunch.tracking.registry import LARGE_VARIANT_KEY, NO_TIME
 from easylaunch_job.records import update_status
 from easylaunch_job.states import TERMINAL_STATES
 
@@ -19,7 +19,6 @@ if TYPE_CHECKING:
     from easylaunch.runs.bundle import Run
 
 REGISTRY_VARIANT_BYTES = 16384  # larger variants are kept in the registry as size and digest
-LARGE_VARIANT_KEY = "_large_variant"
 
 
 def registry_variant(variant: dict) -> dict:
@@ -38,6 +37,7 @@ def registry_row(run: Run) -> dict[str, Any]:
     launch = run.launch
     return {"id": run.run_id, "exp_name": run.exp_name, "mode": run.mode, "state": "queued",
             "log_dir": str(run.log_dir), "variant": registry_variant(run.variant),
+            "variant_key": variant_key(run.variant),
             "host": launch["host"], "sweep": sweep_of(launch),
             "git_commit": next(iter(launch["git_commits"].values()), None),
             "resubmitted_from": launch.get("resubmitted_from"),

@@ -76,7 +76,7 @@ def prepare(store: Store, launch: dict, workdir: Path, slot: RunSlot,
             write_bytes_atomic(str(dest), required(store, key))
     slot.log_dir.mkdir(parents=True, exist_ok=True)
     if slot.spec.get("resume") and not (slot.log_dir / STATUS_JSON).exists():
-        resume(store, slot)
+        take_up_earlier_attempts(store, slot)
     if not (slot.log_dir / BUNDLE_DIR).is_dir():
         place_bundle(store, workdir, slot, slots)
     if not (slot.log_dir / STATUS_JSON).exists():
@@ -99,7 +99,7 @@ def place_bundle(store: Store, workdir: Path, slot: RunSlot, slots: list[RunSlot
     os.replace(unpacked / slot.spec["folder"], slot.log_dir / BUNDLE_DIR)
 
 
-def resume(store: Store, slot: RunSlot) -> None:
+def take_up_earlier_attempts(store: Store, slot: RunSlot) -> None:
     """Bring what the run's earlier instances synced (its status with the attempts so far,
     checkpoint, logs to append to) into its folder on this relaunched instance."""
     prefix = slot.spec["log_prefix"] + "/"

@@ -1,7 +1,7 @@
-// easylaunch ui: live states, following logs, the Cancel and Resubmit actions, sortable and
-// filterable tables, runs picked to compare.
+// easylaunch ui: live states, following logs and a search's trials, the Cancel and Resubmit
+// actions, sortable and filterable tables, runs picked to compare.
 // Whatever comes from runs (states, log lines) enters the page as text (textContent or text
-// nodes), never as HTML.
+// nodes), never as HTML; a search's trials come as markup the server escaped.
 "use strict";
 
 (function () {
@@ -53,6 +53,29 @@
         // (the server may be restarting: ask again next time)
       }
       setTimeout(tick, pollMs);
+    }
+    setTimeout(tick, pollMs);
+  }
+
+  // A part of the page the server renders ([data-follow]: its URL; a search's trials), asked
+  // for again every few seconds while it says it goes on (data-open); its markup is the
+  // server's, escaped there.
+  function followPart(part) {
+    async function tick() {
+      try {
+        const answer = await fetch(part.dataset.follow, { credentials: "same-origin",
+                                                          cache: "no-store" });
+        const page = new DOMParser().parseFromString(await answer.text(), "text/html");
+        const fresh = answer.ok && page.querySelector("[data-follow]");
+        if (fresh) {
+          const placed = document.importNode(fresh, true);
+          part.replaceWith(placed);
+          part = placed;
+        }
+      } catch (err) {
+        // (the server may be restarting: ask again next time)
+      }
+      if (part.dataset.open) setTimeout(tick, pollMs);
     }
     setTimeout(tick, pollMs);
   }
@@ -230,6 +253,7 @@
   document.addEventListener("DOMContentLoaded", () => {
     followStates();
     document.querySelectorAll("pre[data-log]").forEach(followLog);
+    document.querySelectorAll("[data-follow][data-open]").forEach(followPart);
     document.querySelectorAll("input[data-pick]").forEach(pickable);
     document.querySelectorAll("input[data-filter-rows]").forEach(filterRows);
     document.querySelectorAll("button[data-clear-picks]").forEach((button) => {

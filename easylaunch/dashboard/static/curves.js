@@ -1,10 +1,12 @@
 // easylaunch ui: learning curves drawn in the browser with uPlot (served from the package).
-// A [data-curves] element names its runs (data-runs="ID,ID" or data-sweep="ID") and a layout:
-// "one" chart with a metric to pick, or "each" metric its own chart. Controls: log axis,
-// smoothing (TensorBoard's debiased moving average); drag to zoom (the server sends every
-// point in the zoomed range), double-click to see all again; hover for values. While a run is
-// open the curves are asked for again. Runs that ended early (failed, timed out, cancelled) are
-// drawn apart: thin and dashed. Labels reach uPlot as text (it sets textContent).
+// A [data-curves] element names its runs (data-runs="ID,ID" or data-sweep="ID", its first metric
+// shown data-metric) or a search (data-search="ID": its objective over trials, x data-x) and a
+// layout: "one" chart with a metric to pick, or "each" metric its own chart. Controls: log axis,
+// smoothing (TensorBoard's debiased moving average; data-no-smoothing: none); drag to zoom (the
+// server sends every point in the zoomed range), double-click to see all again; hover for
+// values. While a run is open (or the page follows a search) the curves are asked for again.
+// Runs that ended early (failed, timed out, cancelled) are drawn apart: thin and dashed. Labels
+// reach uPlot as text (it sets textContent).
 "use strict";
 
 (function () {
@@ -20,6 +22,14 @@
   }
 
   const colour = (i) => `hsl(${(i * 137.508) % 360}, 65%, 42%)`;
+
+  // How a series is drawn where the server says (a search's trials: points; its best: steps).
+  const shapes = {
+    points: { paths: () => null, points: { show: true, size: 7 } },
+    steps: { paths: uPlot.paths.stepped({ align: 1 }), points: { show: false } },
+  };
+  // Ticks of an axis of whole numbers (steps, trials): 1, 2, 5, 10, 20, 50, ...
+  const WHOLE = [...Array(10).keys()].flatMap((p) => [1, 2, 5].map((m) => m * 10 ** p));
 
   // A series smoothed as TensorBoard does: an exponential moving average, debiased; gaps stay.
   function smooth(ys, weight) {
@@ -65,7 +75,8 @@
         ? `each point the mean of ~${c.per_point.toFixed(1)} steps (zoom in for every point)`
         : "every point";
       const apart = this.panel.runs.filter((r) => r.apart).length;
-      this.caption.textContent = `${this.metric} · ${runs} run${runs === 1 ? "" : "s"} · ${each}`
+      const counted = this.panel.counted || `${runs} run${runs === 1 ? "" : "s"}`;
+      this.caption.textContent = `${this.metric} · ${counted} · ${each}`
         + (apart ? ` · dashed: ${apart} that failed, timed out or were cancelled` : "")
         + (this.panel.weight ? ` · smoothed ${this.panel.weight}` : "")
         + (this.panel.log ? " · log axis" : "");
@@ -78,10 +89,12 @@
         width: Math.max(this.body.clientWidth, 280),
         height: HEIGHT,
         scales: { x: { time: false }, y: { distr: panel.log ? 3 : 1 } },
-        axes: [{ label: "step" }, { size: 60 }],
-        series: [{ label: "step" }, ...panel.runs.map((run, i) => ({
+        axes: [{ label: panel.x,
+                 incrs: this.curve.x.every(Number.isInteger) ? WHOLE : undefined },
+               { size: 60 }],
+        series: [{ label: panel.x }, ...panel.runs.map((run, i) => ({
           label: run.label, stroke: colour(i), width: run.apart ? 1 : 1.5, spanGaps: true,
-          dash: run.apart ? [6, 4] : undefined,
+          dash: run.apart ? [6, 4] : undefined, ...shapes[run.shape],
         }))],
         legend: { live: true },
         cursor: { drag: { x: true, y: false } },
@@ -125,8 +138,9 @@
   class Panel {
     constructor(holder) {
       this.holder = holder;
-      this.query = holder.dataset.sweep ? `sweep=${encodeURIComponent(holder.dataset.sweep)}`
-        : `runs=${encodeURIComponent(holder.dataset.runs)}`;
+      const [by] = ["search", "sweep", "runs"].filter((key) => key in holder.dataset);
+      this.query = `${by}=${encodeURIComponent(holder.dataset[by])}`;
+      this.x = holder.dataset.x || "step";
       this.each = holder.dataset.layout === "each";
       this.log = false;
       this.weight = 0;
@@ -182,7 +196,7 @@
       const hint = document.createElement("span");
       hint.className = "quiet";
       hint.textContent = "drag to zoom, double-click for all; click a legend entry to hide a run";
-      bar.append(log, smoothing, hint);
+      bar.append(log, ...("noSmoothing" in this.holder.dataset ? [] : [smoothing]), hint);
       this.holder.append(bar);
     }
 
@@ -200,7 +214,8 @@
     // The metrics to ask for: all ("each"), or the one picked (none yet: the first).
     asked() {
       if (this.each) return ["*"];
-      const chosen = this.select.value || new URLSearchParams(location.search).get("metric");
+      const chosen = this.select.value || new URLSearchParams(location.search).get("metric")
+        || this.holder.dataset.metric;
       return chosen ? [chosen] : [];
     }
 
@@ -217,6 +232,7 @@
       const sameRuns = labels(answer.runs) === labels(this.runs);
       this.runs = answer.runs;
       this.metrics = answer.metrics;
+      this.counted = answer.counted;
       this.fillSelect(Object.keys(answer.curves)[0]);
       this.note.textContent = this.metrics.length ? "" : "no metrics logged yet "
         + "(easylaunch.log_metrics, progress.csv or TensorBoard files in the run folder)";
@@ -245,7 +261,10 @@
       redraw.forEach((chart) => chart.draw());  // (once all are placed: their widths are known)
       this.showHparams(Object.keys(answer.curves)[0]);
       clearTimeout(this.timer);
-      if (this.runs.some((r) => r.open)) this.timer = setTimeout(() => this.load(), pollMs);
+      // (while the page follows a search, its next trials' runs are to come: asked again too)
+      if (this.runs.some((r) => r.open) || document.querySelector("[data-follow][data-open]")) {
+        this.timer = setTimeout(() => this.load(), pollMs);
+      }
     }
 
     fillSelect(chosen) {

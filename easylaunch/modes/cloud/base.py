@@ -18,6 +18,7 @@ import re
 import sys
 import time
 from abc import abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Generic, NamedTuple, TypeVar
@@ -33,6 +34,7 @@ from easylaunch_job.cloud.agent import CANCEL_SUFFIX
 from easylaunch_job.cloud.inputs import AGENT_JSON
 from easylaunch_job.cloud.stores import Store
 from easylaunch_job.records import (
+    METRICS_JSONL,
     RESULT_PKL,
     STATUS_JSON,
     STDERR_LOG,
@@ -117,6 +119,7 @@ class CloudMode(Mode, Generic[TargetT]):
     settings_prefix: ClassVar[str]  # "AWS": the mode reads AWS_PYTHON, AWS_SYNC_INTERVAL_SECONDS...
     max_instances_per_batch: ClassVar[int] = 100
     restarts = True  # (relaunch.py)
+    backend_poll_seconds = 5.0  # (each look asks the bucket; the agents sync at their interval)
     options: dict[str, Any] = {"confirm": True, "num_exps_per_instance": None}
 
     machine_type_keys: ClassVar[tuple[str, str]]  # the settings of CPU and GPU machine types
@@ -471,6 +474,12 @@ class CloudMode(Mode, Generic[TargetT]):
         if "instance_id" in backend:
             cloud.download_prefix(self.store_of(backend), backend["log_prefix"], job.log_dir,
                                   skip=(STDOUT_LOG, STDERR_LOG), suffix=".log")
+
+    def bring_metrics(self, jobs: Sequence[RunRecord]) -> None:
+        """The runs' metrics.jsonl as the agents last synced them to the bucket (each sync
+        interval)."""
+        for job in jobs:
+            self.log_file(job, METRICS_JSONL)
 
     def fetch(self, job: RunRecord) -> str:
         backend = self._backend(job)

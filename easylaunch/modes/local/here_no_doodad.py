@@ -84,7 +84,8 @@ class HereNoDoodadMode(Mode):
             try:
                 with _tee_output(self.log_file(job, STDOUT_LOG), self.log_file(job, STDERR_LOG)):
                     code, value = call_and_record(request.method_call, config, run.variant,
-                                                  log_dir, reraise=True)
+                                                  log_dir, reraise=True,
+                                                  trackers=run.meta.get("trackers"))
             except BaseException:
                 # (the caller shows the error; the log keeps it)
                 with open(self.log_file(job, STDERR_LOG), "a") as log:
