@@ -186,7 +186,7 @@ def grouped_lines(shown: Sequence[Shown], keys: Sequence[str] | None, width: int
     lines = []
     for group in sweeps(shown):
         first = group[-1].entry
-        heading = (f"{first.exp_name} · sweep {(first.sweep or first.id)[:8]} · {first.mode} · "
+        heading = (f"{first.exp_name} · sweep {first.sweep or first.id} · {first.mode} · "
                    f"{when(first.created, seconds=False)} · {len(group)} "
                    f"run{'s' * (len(group) > 1)}: {counts([g.state for g in group])}")
         lines.append(_cut(heading, width))
