@@ -10,7 +10,7 @@ import contextlib
 import json
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from easylaunch_job.states import TERMINAL_STATES
@@ -138,3 +138,16 @@ def update_status(log_dir: str, **fields: Any) -> dict:
         status.update(fields)
         write_json_atomic(path, status, durable=fields.get("state") in TERMINAL_STATES)
     return status
+
+
+def flat_items(record: Mapping, prefix: str = "") -> dict[str, Any]:
+    """Nested keys as ``a.b`` with their values (an empty mapping is a value): a variant as
+    tables, plots and trackers show it."""
+    flat: dict[str, Any] = {}
+    for key, value in record.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping) and value:
+            flat.update(flat_items(value, f"{name}."))
+        else:
+            flat[name] = value
+    return flat

@@ -20,7 +20,7 @@ import time
 from collections.abc import Mapping
 from typing import Any, Callable, Dict, Tuple
 
-from easylaunch_job.records import METRICS_JSONL, read_json, write_json_atomic
+from easylaunch_job.records import METRICS_JSONL, flat_items, read_json, write_json_atomic
 
 TRACKERS_JSON = "trackers.json"  # in the run folder: each tracker's id and last step taken
 TRACKER_NAMES = ("wandb", "mlflow", "tensorboard")  # what TRACKERS may name
@@ -138,7 +138,7 @@ class _MLflow:
             self._experiment(spec["exp_name"]), run_name=spec["run_id"],
             tags={"easylaunch.run_id": spec["run_id"], "easylaunch.sweep": spec["sweep"],
                   "easylaunch.exp": spec["exp_name"]})
-        params = [Param(k, str(v)[:6000]) for k, v in _flat(_config(variant)).items()]
+        params = [Param(k, str(v)[:6000]) for k, v in flat_items(_config(variant)).items()]
         for start in range(0, len(params), 100):  # (log_batch takes 100 params at most)
             self.client.log_batch(run.info.run_id, params=params[start:start + 100])
         return run.info.run_id
@@ -194,16 +194,6 @@ def _config(variant: Any) -> dict[str, Any]:
     return dict(variant) if isinstance(variant, Mapping) else {"variant": variant}
 
 
-def _flat(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """``{"opt": {"lr": 1}}`` as ``{"opt.lr": 1}``."""
-    flat: dict[str, Any] = {}
-    for key, value in config.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, Mapping) and value:
-            flat.update(_flat(value, f"{name}."))
-        else:
-            flat[name] = value
-    return flat
 
 
 def _warn(name: str, what: str, exc: BaseException) -> None:

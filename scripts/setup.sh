@@ -19,7 +19,8 @@ fi
 # Hydra's Optuna sweeper (tests/test_hydra.py, docs/guides/hydra.md): 1.3.0, the newest, pins
 # optuna<3 but runs on optuna 5; --no-deps keeps pip from bringing optuna 2
 .venv/bin/python -c "import hydra_plugins.hydra_optuna_sweeper" 2>/dev/null || .venv/bin/python \
-    -m pip install -q --disable-pip-version-check --no-deps hydra-optuna-sweeper==1.3.0
+    -m pip install -q --disable-pip-version-check --no-deps hydra-optuna-sweeper==1.3.0 2>&1 \
+    | { grep -v "is ignored: it is neither a file nor a directory" || true; }
 # Azurite, Microsoft's Azure Storage emulator (npm), for the az:// storage tests: in .tools/
 AZURITE_VERSION=3.35.0
 if [ ! -f .tools/azurite/node_modules/azurite/dist/src/blob/main.js ]; then

@@ -96,7 +96,7 @@ def cancel(args: argparse.Namespace) -> int:
     return 1 if failures else 0
 
 
-def _resubmission() -> ModuleType:
+def _resubmission_api() -> ModuleType:
     """The launch path's resubmissions (late: cancel, forget and fetch, in this module too, do
     without the launch path)."""
     from easylaunch.api import resubmission
@@ -117,7 +117,7 @@ def resubmit_runs(args: argparse.Namespace) -> int:
         launches.setdefault(launch_of(entry), []).append(entry)
     for group in launches.values():
         try:
-            jobs = _resubmission().resubmit_launch([e.id for e in group], config=args.config,
+            jobs = _resubmission_api().resubmit_launch([e.id for e in group], config=args.config,
                                    detach=True if args.detach and group[0].mode == "local"
                                    else None, current_code=args.current_code,
                                    current_settings=args.current_settings)
@@ -134,7 +134,7 @@ def resubmit_runs(args: argparse.Namespace) -> int:
 
 def resume(args: argparse.Namespace) -> int:
     """Launch again the runs of a sweep that did not succeed, once each (see resume_sweep)."""
-    line, done = _resubmission().resume_sweep(
+    line, done = _resubmission_api().resume_sweep(
         args.sweep, args.config, True if args.detach else None, args.current_code,
         args.current_settings)
     print(line, file=sys.stderr)

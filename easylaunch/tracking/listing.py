@@ -12,7 +12,6 @@ import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from easylaunch.errors import EasyLaunchError
 from easylaunch.runs.commands import COMMAND_KEY
@@ -20,6 +19,7 @@ from easylaunch.runs.record import RunRecord
 from easylaunch.tracking.registry import Entry
 from easylaunch.tracking.searches import search_folder, search_line, summary_of
 from easylaunch_job.outcome import load_outcome
+from easylaunch_job.records import flat_items
 
 # Backend fields that name what runs a run, by mode family (first one present wins).
 JOB_FIELDS = ("slurm_job_id", "pbs_job_id", "instance_id", "instance_name")
@@ -69,16 +69,6 @@ def job_label(entry: Entry) -> str:
     return next((str(entry.backend[f]) for f in JOB_FIELDS if entry.backend.get(f)), "")
 
 
-def flat_items(record: Mapping, prefix: str = "") -> dict[str, Any]:
-    """Nested keys as ``a.b`` with their values (an empty mapping is a value)."""
-    flat: dict[str, Any] = {}
-    for key, value in record.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, Mapping) and value:
-            flat.update(flat_items(value, f"{name}."))
-        else:
-            flat[name] = value
-    return flat
 
 
 def flatten(variant: Mapping) -> dict[str, str]:
