@@ -247,8 +247,19 @@ class Mirror:
         self._each("failed", lambda name, tracker: self._send(name, tracker, points))
 
     def close(self, outcome: str) -> None:
-        """End every tracker's run (``outcome``: FINISHED, FAILED or KILLED, MLflow's words);
-        what was sent to them counts as taken from then on."""
+        """Send the lines other processes wrote (a command's own ``log_metrics``), then end
+        every tracker's run (``outcome``: FINISHED, FAILED or KILLED, MLflow's words); what was
+        sent to them counts as taken from then on."""
+        steps = _Steps()  # (the file's lines numbered as the attempts before numbered them)
+        points = [steps.point(line)
+                  for line in _read_lines(os.path.join(self.log_dir, METRICS_JSONL))]
+
+        def catch_up(name: str, tracker: Any) -> None:
+            last = [s for s in (self.state[name].get("step"), self.sent.get(name))
+                    if s is not None]
+            self._send(name, tracker, [p for p in points if not last or p[0] > max(last)])
+
+        self._each("failed", catch_up)
 
         def close(name: str, tracker: Any) -> None:
             tracker.close(outcome)

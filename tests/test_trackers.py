@@ -9,6 +9,7 @@ import os
 import signal
 import struct
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ import trackerfns
 from helpers import wait_for
 from jobfns import steps_done
 
-from easylaunch import EasyLaunchError, run_experiment, run_sweep
+from easylaunch import EasyLaunchError, run_command, run_experiment, run_sweep
 from easylaunch.results.readers import read_tensorboard
 
 ALL = ["wandb", "mlflow", "tensorboard"]
@@ -111,6 +112,19 @@ def test_each_tracker_holds_the_run_under_its_id(cfg, offline):
     assert [(p.step, p.value) for p in board] == [(s, pytest.approx(1.0 / s))
                                                   for s in range(1, 7)]
     assert "tracker" not in (job.log_dir / "stderr.log").read_text()
+
+
+def test_a_commands_own_log_metrics_reach_its_trackers(cfg, offline):
+    script = ("from easylaunch import log_metrics\n"
+              "for s in range(1, 5): log_metrics(step=s, loss=1 / s)")
+    job = run_command([sys.executable, "-c", script], exp_name="tracked", trackers=ALL,
+                      config=cfg)
+    assert job.wait(timeout=120).value == "succeeded", job.info()
+    runs, history = wandb_run(job.log_dir, job.id)
+    assert {r["id"] for r in runs} == {job.id}
+    assert history == [(s, 1.0 / s) for s in range(1, 5)]
+    found, losses = mlflow_run(job, cfg)
+    assert [(m.step, m.value) for m in losses] == [(s, 1.0 / s) for s in range(1, 5)]
 
 
 def test_a_killed_run_goes_on_in_the_same_tracker_runs(cfg, offline):
