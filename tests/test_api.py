@@ -105,6 +105,12 @@ def test_a_launch_says_what_it_started_in_one_line_unless_quiet(cfg, capsys):
         f"easylaunch logs -f {job.id}\n")
     run_sweep(jobfns.echo, [{"x": 1}], exp_name="said", config={**cfg, "LAUNCH_LINE": False})
     assert capsys.readouterr().err == ""
+    # settings from a file a bare `easylaunch` would not read: the follow command names it
+    settings = Path(cfg["LOCAL_LOG_DIR"]).parent / "elsewhere.py"
+    settings.write_text("".join(f"{key} = {value!r}\n" for key, value in cfg.items()))
+    (job,) = run_sweep(jobfns.echo, [{"x": 1}], exp_name="said", config=str(settings))
+    assert capsys.readouterr().err.endswith(
+        f"follow: easylaunch logs --config {settings} -f {job.id}\n")
     [j.result(timeout=60) for j in jobs]
 
 

@@ -62,11 +62,16 @@ def last_step(run_dir: str) -> int:
     return max(json.loads(line)["step"] for line in lines)
 
 
-def test_search_finds_the_optimum_and_stops_bad_trials_early(tmp_path):
+def test_search_finds_the_optimum_and_stops_bad_trials_early(tmp_path, capsys):
     config = settings_file(tmp_path)
     search = run_search(searchfns.curve, dict(SPACE, step_s=0.05), "loss", n_trials=24,
                         max_parallel=3, min_resource=2, seed=1, exp_name="curve",
                         config=config)
+    said = capsys.readouterr().err  # (one line for the search, none for each of its runs)
+    assert [line for line in said.splitlines() if line.startswith("easylaunch")] == [
+        f"easylaunch local: search {search.id} of curve: 24 trials, 3 at once; runs in "
+        f"{tmp_path / 'logs' / 'curve'}; follow: easylaunch search --config {config} "
+        f"{search.id}"], said
 
     summary = search.summary()
     assert summary["finished"] == 24 and len(summary["trials"]) == 24
@@ -322,4 +327,6 @@ def test_a_trial_whose_run_is_refused_is_not_one_of_n_trials(tmp_path, capsys):
     trials = search.trials()
     assert len(trials) == 3 and search.summary()["finished"] == 3
     assert all(t["state"] == "complete" and t["runs"] for t in trials), trials
-    assert "easylaunch: carrying on search typo (0/3 trials finished" in capsys.readouterr().err
+    said = capsys.readouterr().err
+    assert "easylaunch local: carrying on search typo (0/3 trials finished" in said, said
+    assert "3 trials, 1 at once" in said and "easylaunch local: run " not in said

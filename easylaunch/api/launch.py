@@ -63,6 +63,7 @@ from easylaunch.runs.session import SESSION
 from easylaunch.runs.snapshot import snapshot
 from easylaunch.runs.variants import warn_text_values
 from easylaunch.settings import ConfigArg, Settings, load_settings, save_settings
+from easylaunch.tracking.interrupts import config_flag
 from easylaunch.tracking.jobs import Job
 from easylaunch.tracking.registry import Registry
 from easylaunch.tracking.rows import aborted, registry_row
@@ -98,13 +99,14 @@ def launch_line(mode_obj: Mode, runs: list[Run]) -> str:
     """``easylaunch local: 4 runs of lr launched; folders in F; follow: easylaunch ls ...``
     (from the runs' records as this process holds them: nothing is read again)."""
     head = f"easylaunch {mode_obj.name}: "
+    flag = config_flag(mode_obj.settings.path)  # (settings a bare `easylaunch` would not read)
     if len(runs) == 1:
         run = runs[0]
         return (f"{head}run {run.run_id} of {run.exp_name} {mode_obj.launched(runs)}; folder "
-                f"{run.log_dir}; follow: easylaunch logs -f {run.run_id}")
+                f"{run.log_dir}; follow: easylaunch logs{flag} -f {run.run_id}")
     parents = {str(run.log_dir.parent) for run in runs}
     sweep = sweep_of(runs[0].launch)
-    follow = f"easylaunch ls --sweep {sweep}" if sweep else "easylaunch ls"
+    follow = f"easylaunch ls{flag} --sweep {sweep}" if sweep else f"easylaunch ls{flag}"
     return (f"{head}{len(runs)} runs of {runs[0].exp_name} {mode_obj.launched(runs)}; folders "
             f"in {parents.pop() if len(parents) == 1 else 'their experiments'}; follow: {follow}")
 

@@ -70,6 +70,7 @@ class LaunchOptions:
     sweep: str | None = None  # the sweep's name (None: a generated id)
     resume: bool | str = False  # launch only what did not succeed (a str: the sweep's id)
     trackers: list[str] | None = None  # TRACKERS for this launch
+    launch_line: bool | None = None  # LAUNCH_LINE for this launch (a search's trials: off)
 
 
 def launch_options(exp_name: str, mode: str, keywords: dict[str, Any]) -> LaunchOptions:
@@ -97,7 +98,8 @@ def mode_for(opts: LaunchOptions) -> tuple[Settings, Mode, dict[str, Any]]:
         notice(f"mode {opts.mode!r} ignores {', '.join(ignored)}, as doodad's did")
     overrides.update({key: value for key, value in (("MAX_RESTARTS", opts.max_restarts),
                                                      ("RESTART_ON_ERROR", opts.restart_on_error),
-                                                     ("TRACKERS", opts.trackers))
+                                                     ("TRACKERS", opts.trackers),
+                                                     ("LAUNCH_LINE", opts.launch_line))
                       if value is not None})
     if overrides:
         settings = override(settings, overrides, f"{KEYWORDS_SOURCE} of mode {opts.mode!r}")

@@ -44,6 +44,7 @@ from easylaunch.runs.payload import pickle_payload
 from easylaunch.runs.preview import Preview
 from easylaunch.runs.rebuild import function_name
 from easylaunch.settings import ConfigArg, load_settings
+from easylaunch.tracking.interrupts import config_flag
 from easylaunch.tracking.jobs import Job
 from easylaunch.tracking.notify import record_ends
 from easylaunch.tracking.searches import SEARCHES, SUMMARY, driver_alive, search_line
@@ -203,11 +204,10 @@ def run_search(fn: Callable[..., Any], space: Mapping[str, Any], objective: str,
         earlier = len(study.get_trials(deepcopy=False))
         # (a resumed sampler with the seed it began with would draw its first trials again)
         study.sampler = make_sampler(sampler, checked, None if seed is None else seed + earlier)
-        if earlier and load_settings(config).LAUNCH_LINE:
-            line = search_line(search.summary(), search.folder)
-            print(f"easylaunch: carrying on search {search.id} ({line}); it is named by the "
-                  "function's name, not its code: after a change to what the trials measure, "
-                  "pass name= for a new search", file=sys.stderr)
+        settings = load_settings(config)
+        if settings.LAUNCH_LINE:
+            print(_start_line(search, mode, exp_name, n_trials, max_parallel, earlier,
+                              settings.path), file=sys.stderr)
         write_json_atomic(str(search.folder / SEARCH_JSON), {
             "id": search.id, "exp_name": exp_name, "mode": mode, "objective": objective,
             "direction": direction, "n_trials": n_trials, "max_parallel": max_parallel,
@@ -224,6 +224,23 @@ def run_search(fn: Callable[..., Any], space: Mapping[str, Any], objective: str,
         Driver(study, search.folder, objective, n_trials, max_parallel, launch_trial,
                checked.variant, checked.distributions).drive()
     return search
+
+
+def _start_line(search: Search, mode: str, exp_name: str, n_trials: int, max_parallel: int,
+                earlier: int, settings_path: str | None) -> str:
+    """``easylaunch local: search S of lr: 24 trials, 3 at once; runs in F; follow: easylaunch
+    search S`` (its trials' runs say nothing each); a search carried on says so, and what it
+    is matched by."""
+    head = f"easylaunch {mode}: "
+    if earlier:
+        head += (f"carrying on search {search.id} ({search_line(search.summary(), search.folder)}"
+                 "; it is named by the function's name, not its code: after a change to what "
+                 "the trials measure, pass name= for a new search)")
+    else:
+        head += f"search {search.id} of {exp_name}"
+    return (f"{head}: {n_trials} trials, {max_parallel} at once; runs in "
+            f"{search.folder.parent.parent / exp_name}; follow: easylaunch search"
+            f"{config_flag(settings_path)} {search.id}")
 
 
 def resume_search(search_id: str, config: ConfigArg = None, detach: bool = True) -> Search:
@@ -284,7 +301,9 @@ def _trial_launch(exp_name: str, mode: str, max_parallel: int, config: ConfigArg
     (``local``) runs as many as the search does."""
     if "dry_run" in launch:
         raise LaunchError("run_search launches as it goes: it has no dry_run")
-    keywords = dict(launch, config=config, base_log_dir=base_log_dir, dry_run=False)
+    # (no line per trial: the search says one line for them all)
+    keywords = dict(launch, config=config, base_log_dir=base_log_dir, dry_run=False,
+                    launch_line=False)
     if "max_parallel" in get_mode(mode).options:
         keywords["max_parallel"] = max_parallel
     return launch_options(exp_name, mode, keywords)
