@@ -6,8 +6,9 @@ tag), TensorBoard writes to ``<run folder>/tensorboard``. So a restarted, requeu
 run goes on with the same tracker run, its steps continuing. A tracker is sent the lines of
 metrics.jsonl as they are written; ``trackers.json`` keeps the last step each one took for
 certain, and an attempt first sends each tracker the lines after that step (what a killed
-attempt had not sent, or a tracker had buffered and lost). A tracker that fails, to start or
-later, is dropped with one warning on stderr: the run goes on.
+attempt had not sent, or a tracker had buffered and lost). Lines are sent from a thread of
+their own, so ``log_metrics`` never waits on a tracker (an MLflow server's round trip). A
+tracker that fails, to start or later, is dropped with one warning on stderr: the run goes on.
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import queue
 import sys
+import threading
 import time
 from collections.abc import Mapping
 from typing import Any, Callable, Dict, Tuple
@@ -204,13 +207,17 @@ def _warn(name: str, what: str, exc: BaseException) -> None:
 
 
 class Mirror:
-    """The run's trackers, sent each batch of metrics lines written (``send``) and closed
-    when the function ends (``close``)."""
+    """The run's trackers, sent each batch of metrics lines written (``send``, from a thread
+    of the mirror's own) and closed when the function ends (``close``)."""
 
     def __init__(self, log_dir: str, trackers: dict[str, Any], state: dict[str, dict],
                  steps: _Steps) -> None:
         self.log_dir, self.trackers, self.state, self.steps = log_dir, trackers, state, steps
         self.sent: dict[str, int] = {}  # tracker -> the last step this attempt sent it
+        self.pending: queue.Queue[list[str] | None] = queue.Queue()  # batches; None: the end
+        self.sender = threading.Thread(target=self._send_pending, name="easylaunch-trackers",
+                                       daemon=True)
+        self.sender.start()
 
     def _each(self, what: str, call: Callable[[str, Any], None]) -> None:
         for name, tracker in list(self.trackers.items()):
@@ -242,14 +249,26 @@ class Mirror:
         self._each("failed", missed)
 
     def send(self, lines: list[str]) -> None:
-        """Send the metrics lines just written (JSON text) to every tracker left."""
-        points = [self.steps.point(json.loads(line)) for line in lines]
+        """Queue the metrics lines just written (JSON text) for every tracker left."""
+        self.pending.put(list(lines))
+
+    def _send_pending(self) -> None:
+        """The sender thread: each batch queued, in order, until the end (None)."""
+        while True:
+            lines = self.pending.get()
+            if lines is None:
+                return
+            self._send_all([self.steps.point(json.loads(line)) for line in lines])
+
+    def _send_all(self, points: list[StepValues]) -> None:
         self._each("failed", lambda name, tracker: self._send(name, tracker, points))
 
     def close(self, outcome: str) -> None:
         """Send the lines other processes wrote (a command's own ``log_metrics``), then end
         every tracker's run (``outcome``: FINISHED, FAILED or KILLED, MLflow's words); what was
         sent to them counts as taken from then on."""
+        self.pending.put(None)  # (what was queued is sent first; the rest, below)
+        self.sender.join()
         steps = _Steps()  # (the file's lines numbered as the attempts before numbered them)
         points = [steps.point(line)
                   for line in _read_lines(os.path.join(self.log_dir, METRICS_JSONL))]

@@ -10,6 +10,7 @@ import signal
 import struct
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -211,3 +212,34 @@ def test_a_requeued_cluster_run_goes_on_in_the_same_tracker_runs(slurm_cfg, offl
     found, losses = mlflow_run(job, slurm_cfg)
     steps = [m.step for m in losses]
     assert len(found) == 1 and set(steps) == set(range(1, 21)) and steps.count(1) == 1
+
+
+def test_log_metrics_never_waits_on_a_tracker(tmp_path):
+    from easylaunch_job.trackers import Mirror, _Steps
+
+    release = threading.Event()
+
+    class Busy:  # (a tracker whose server takes its time)
+        confirms_each_batch = True
+
+        def __init__(self):
+            self.points, self.outcome = [], None
+
+        def send(self, points):
+            assert release.wait(30)
+            self.points += points
+
+        def close(self, outcome):
+            self.outcome = outcome
+
+    tracker = Busy()
+    mirror = Mirror(str(tmp_path), {"busy": tracker}, {"busy": {}}, _Steps())
+    mirror.send(['{"step": 1, "loss": 1.0}'])
+    mirror.send(['{"step": 2, "loss": 0.5}'])  # (queued: the tracker still holds the first)
+    assert tracker.points == []
+    release.set()
+    mirror.close("FINISHED")
+    assert [(step, values) for step, _, values in tracker.points] == [
+        (1, {"loss": 1.0}), (2, {"loss": 0.5})]
+    assert tracker.outcome == "FINISHED"
+    assert json.loads((tmp_path / "trackers.json").read_text()) == {"busy": {"step": 2}}
