@@ -211,10 +211,13 @@ def test_a_detached_search_goes_on_after_its_script_ends(tmp_path):
                             exp_name="far", detach=True, config={config!r})
         print(search.id)
     """))
-    launcher = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                              timeout=120)
-    assert launcher.returncode == 0, launcher.stderr
-    search = Search.get(launcher.stdout.split()[-1], config=config)
+    # (the script run twice at once: one driver, the second call following the first's)
+    launchers = [subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    said = [launcher.communicate(timeout=120) for launcher in launchers]
+    assert [launcher.returncode for launcher in launchers] == [0, 0], said
+    assert said[0][0] == said[1][0]
+    search = Search.get(said[0][0].split()[-1], config=config)
     assert search.summary()["finished"] < 6  # the script ended before its search did
     summary = search.wait(timeout=90).summary()
     assert summary["finished"] == 6 and summary["counts"] == {"complete": 6}
@@ -225,6 +228,8 @@ def test_a_detached_search_goes_on_after_its_script_ends(tmp_path):
     driver_run = json.loads((search.folder / "driver_run.json").read_text())["run"]
     registry = open_registry(str(tmp_path / "registry.sqlite3"))
     assert registry.find(Path(driver_run).name.rsplit("_", 1)[1]).state == "succeeded"
+    drivers = [e for e in registry.list(exp="far")[0] if e.variant == {"search": search.id}]
+    assert len(drivers) == 1, drivers
 
 
 def test_the_objective_is_returned_else_logged_and_a_trial_without_one_fails(tmp_path):

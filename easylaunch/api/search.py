@@ -11,12 +11,14 @@ runs make one sweep, whose id is the search's.
 from __future__ import annotations
 
 import base64
+import contextlib
+import fcntl
 import functools
 import json
 import os
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,7 +40,7 @@ from easylaunch.api.search_driver import (
     storage,
 )
 from easylaunch.api.search_space import Space, import_optuna, make_pruner, make_sampler, search_key
-from easylaunch.errors import LaunchError
+from easylaunch.errors import EasyLaunchError, LaunchError
 from easylaunch.modes import get_mode
 from easylaunch.runs.payload import pickle_payload
 from easylaunch.runs.preview import Preview
@@ -53,6 +55,7 @@ from easylaunch_job.records import read_json, write_json_atomic
 
 SEARCH_JSON = "search.json"
 DRIVER_RUN = "driver_run.json"  # a detached search's driver: the run that drives it
+STARTING_LOCK = "starting.lock"  # held while a detached driver is started
 CALL = "call.json"  # the last run_search call's arguments, for resume_search
 SEARCH_FLUSH_SECONDS = 0.1  # how often a trial's log_metrics lines reach the pruner (local)
 
@@ -185,13 +188,15 @@ def run_search(fn: Callable[..., Any], space: Mapping[str, Any], objective: str,
                 exp_name=exp_name, mode=mode, name=search.id, seed=seed,
                 min_resource=min_resource, config=config, base_log_dir=base_log_dir, **launch)
     if detach:
-        if driver_alive(search.folder):  # (driven already: followed, not driven twice)
-            return search
-        driver = run_experiment(functools.partial(_drive_detached, call), mode="local",
-                                detach=True, exp_name=exp_name, config=config,
-                                base_log_dir=base_log_dir, variant={"search": search.id})
-        assert not isinstance(driver, Preview)  # (dry_run: refused above)
-        write_json_atomic(str(search.folder / DRIVER_RUN), {"run": str(driver.log_dir)})
+        with _starting(search.folder):
+            if not _driven(search.folder):  # (driven already: followed, not driven twice)
+                driver = run_experiment(functools.partial(_drive_detached, call), mode="local",
+                                        detach=True, exp_name=exp_name, config=config,
+                                        base_log_dir=base_log_dir,
+                                        variant={"search": search.id})
+                assert not isinstance(driver, Preview)  # (dry_run: refused above)
+                write_json_atomic(str(search.folder / DRIVER_RUN),
+                                  {"run": str(driver.log_dir)})
         return search
     if sampler == "grid":
         n_trials = min(n_trials, _grid_size(checked))
@@ -271,6 +276,32 @@ def _keep(call: dict, path: Path, config: ConfigArg) -> None:
     data = pickle_payload(call, "run_search's arguments", code_dirs, script_dir)
     write_json_atomic(str(path), {"paths": [*code_dirs, *filter(None, [script_dir])],
                                   "call": base64.b64encode(data).decode()})
+
+
+@contextlib.contextmanager
+def _starting(folder: Path) -> Iterator[None]:
+    """Hold the search's start (an flock on ``starting.lock``, waited for): two detached
+    starts at once make one driver, the second finding the first's."""
+    fd = os.open(folder / STARTING_LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _driven(folder: Path) -> bool:
+    """Whether a driver holds the search, or a detached one was started and has not ended
+    (it takes the driver's lock once it is up)."""
+    if driver_alive(folder):
+        return True
+    if not (folder / DRIVER_RUN).exists():
+        return False
+    try:
+        driver = Job.from_run_dir(read_json(str(folder / DRIVER_RUN))["run"])
+    except EasyLaunchError:  # (its folder deleted: no driver)
+        return False
+    return not driver.status().terminal
 
 
 def _private_folder(folder: Path, mode: int) -> None:
