@@ -22,6 +22,7 @@ from conftest import settings_file
 from helpers import wait_for
 
 from easylaunch import LaunchError, get_job, run_sweep
+from easylaunch.runs.preview import Preview
 from easylaunch.runs.variants import variant_key
 from easylaunch.tracking import sweeps
 from easylaunch.tracking.registry import Registry, open_registry
@@ -218,6 +219,10 @@ def test_a_variant_listed_twice_keeps_two_runs(tmp_path):
     assert [j.id for j in again[:2]] == [j.id for j in jobs]
     assert [j.result(timeout=60) for j in again[2:]] == [{"x": 1, "y": 2}, {"x": 2, "y": 4}]
     assert len(open_registry(tmp_path / "registry.sqlite3").of_sweep("twice")) == 4
+    preview = run_sweep(jobfns.double, [*twice, {"x": 2}], config=config, sweep="twice",
+                        resume=True, dry_run=True)  # (nothing to launch: an empty preview)
+    assert isinstance(preview, Preview) and len(preview) == 0
+    assert "0 of 3 variants launched; 3 kept" in preview.notes[0]
 
 
 def test_what_a_resume_keeps_is_a_variants_run_of_this_experiment_still_on_disk(tmp_path):

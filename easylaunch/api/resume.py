@@ -22,7 +22,7 @@ from easylaunch.api.options import (
 )
 from easylaunch.errors import LaunchError
 from easylaunch.runs.bundle import new_run_id
-from easylaunch.runs.preview import Preview
+from easylaunch.runs.preview import Preview, dry_run_by_default
 from easylaunch.runs.rebuild import function_name, refuse_launches_while_importing
 from easylaunch.runs.record import RunRecord
 from easylaunch.runs.session import SESSION
@@ -72,6 +72,9 @@ def resumed(launch: Launch, method_call: Callable[..., Any],
             if settings.LAUNCH_LINE and entries:  # (a sweep's first launch says nothing more)
                 print(f"easylaunch: {chosen.line(sweep_id)}", file=sys.stderr)
             launched = chosen.launched
+            if not launched and (dry_run_by_default() if opts.dry_run is None
+                                 else opts.dry_run):  # (a dry run gives a Preview, if empty)
+                return Preview(opts.mode, 0, "nothing to launch", notes=[chosen.line(sweep_id)])
             again = tuple({"sweep_index": i, **({"resubmitted_from": last.id} if last else {})}
                           for i, last in launched)
             new = launch(method_call, [checked[i] for i, _ in launched],
