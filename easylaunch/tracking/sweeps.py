@@ -11,6 +11,7 @@ import os
 import re
 import socket
 import time
+import uuid
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -56,41 +57,61 @@ def sweep_lock(registry: Registry, sweep_id: str) -> Iterator[None]:
 
 @contextlib.contextmanager
 def _claim(path: Path) -> Iterator[None]:
-    """Hold ``path``, made with O_EXCL and naming this process, waiting while another live
-    process holds it; a claim left by a process gone from this host, or older than
-    STALE_CLAIM_SECONDS (another host's), is taken over."""
+    """Hold ``path``, a hard link to a file of this process's naming it (so a claim is never
+    seen half written), waiting while another live process holds it; a claim left by a process
+    gone from this host, or older than STALE_CLAIM_SECONDS (another host's), is taken over."""
     host = socket.gethostname()
-    me = {"host": host, "pid": os.getpid(), "started": process_start_time(os.getpid())}
-    while True:
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        except FileExistsError:
-            if _stale(path, host):
-                with contextlib.suppress(FileNotFoundError):
-                    path.unlink()
-            else:
-                time.sleep(CLAIM_POLL_SECONDS)
-            continue
-        with os.fdopen(fd, "w") as f:
-            json.dump(me, f)
-        break
+    mine = path.with_name(f"{path.name}.{host}.{os.getpid()}.{uuid.uuid4().hex[:8]}")
+    mine.write_text(json.dumps({"host": host, "pid": os.getpid(),
+                                "started": process_start_time(os.getpid())}))
     try:
+        while True:
+            try:
+                os.link(mine, path)
+                break
+            except FileExistsError:
+                stale = _stale(path, host)
+                if stale is not None:
+                    _take_over(path, stale)
+                else:
+                    time.sleep(CLAIM_POLL_SECONDS)
         yield
     finally:
         with contextlib.suppress(FileNotFoundError):
-            path.unlink()
+            if path.stat().st_ino == mine.stat().st_ino:  # (ours still: not taken over)
+                path.unlink()
+        mine.unlink()
 
 
-def _stale(path: Path, host: str) -> bool:
-    """Whether the claim at ``path`` was left by a process that is gone."""
+def _stale(path: Path, host: str) -> int | None:
+    """The inode of the claim at ``path`` if a process that is gone left it, else None."""
     try:
-        age = time.time() - path.stat().st_mtime
-        holder = json.loads(path.read_text() or "{}")
+        found = path.stat()
+    except OSError:
+        return None  # (gone meanwhile: look again)
+    try:
+        holder = json.loads(path.read_text())
     except (OSError, ValueError):
-        return False  # (gone meanwhile, or being written: look again)
+        holder = {}  # (unreadable: judged by its age, as another host's)
     if holder.get("host") == host:
-        return not is_alive(holder.get("pid"), holder.get("started"))
-    return age > STALE_CLAIM_SECONDS
+        alive = is_alive(holder.get("pid"), holder.get("started"))
+    else:
+        alive = time.time() - found.st_mtime <= STALE_CLAIM_SECONDS
+    return None if alive else found.st_ino
+
+
+def _take_over(path: Path, stale: int) -> None:
+    """Move the stale claim (inode ``stale``) out of the way; a claim made meanwhile by a
+    process that took it over first is put back."""
+    aside = path.with_name(f"{path.name}.stale.{uuid.uuid4().hex[:8]}")
+    try:
+        os.rename(path, aside)
+    except FileNotFoundError:
+        return  # (another process took it over first)
+    if aside.stat().st_ino != stale:  # (a live claim: back where it was)
+        with contextlib.suppress(FileExistsError):
+            os.link(aside, path)
+    aside.unlink()
 
 
 def newest_sweep(registry: Registry, exp_name: str, mode: str, log_root: str,
