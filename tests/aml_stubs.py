@@ -55,6 +55,7 @@ class PlayedJob:
         self.procs: list[subprocess.Popen] = []
         self.imds = azure_stubs.ImdsStub(self)
         self.cancelled = False
+        self.watcher: threading.Thread | None = None  # (uploads the outputs once it ends)
 
     # (what the IMDS stand-in asks of its owner)
     stub = property(lambda self: self.ws.arm)
@@ -100,7 +101,8 @@ class PlayedJob:
                     stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                     start_new_session=True))
         props["status"] = "Running"
-        threading.Thread(target=self._watch, args=(mounts,), daemon=True).start()
+        self.watcher = threading.Thread(target=self._watch, args=(mounts,), daemon=True)
+        self.watcher.start()
 
     def _mount(self, props: dict) -> dict:
         """Copy the input folders from the datastore (what a read-only mount shows) and make
@@ -163,6 +165,8 @@ class AmlWorkspace:
     def close(self) -> None:
         for job in self.played.values():
             job.kill()
+            if job.watcher is not None:  # (its last upload done while Azurite is up)
+                job.watcher.join(30)
             job.imds.close()
 
     # -- the datastore, as a mount sees it -------------------------------------------------------
