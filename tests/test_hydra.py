@@ -146,7 +146,8 @@ def test_wait_false_returns_once_submitted(app, env):
     out = multirun(app, env, "lr=1e-3,1e-2", "sleep=6", "hydra.launcher.wait=false")
     assert out.returncode == 0, out.stderr
     sweep = json.loads(next(Path(app, "multirun").glob("*/*/easylaunch.json")).read_text())
-    assert f"follow: easylaunch ls --sweep {sweep['sweep']}" in out.stdout + out.stderr
+    assert f"follow: easylaunch ls --config {env['EASYLAUNCH_CONFIG']} --sweep " \
+           f"{sweep['sweep']}" in out.stdout + out.stderr
     assert {r["STATE"] for r in rows(env)} <= {"queued", "running"}
     assert wait_for(lambda: [r["STATE"] for r in rows(env)] == ["succeeded"] * 2, 60)
     assert {r["SWEEP"] for r in rows(env)} == {sweep["sweep"]}
