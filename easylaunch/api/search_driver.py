@@ -95,6 +95,7 @@ class _Live:
     offset: int = 0  # bytes of metrics.jsonl read
     lines: int = 0  # lines read (the step of a line without one)
     reported: set[int] = field(default_factory=set)  # steps the trial has values of
+    last_value: float | None = None  # the objective's value in the last line read
     pruned: dict | None = None  # set once the pruner stopped it
 
 
@@ -242,10 +243,12 @@ class Driver:
                 record = json.loads(line)
             except ValueError:
                 continue
-            if not isinstance(record, dict) or self.objective not in record or live.pruned:
+            if not isinstance(record, dict) or self.objective not in record:
+                continue
+            value = live.last_value = _number(record[self.objective])
+            if live.pruned:
                 continue
             step = _step(record.get("step"), index)
-            value = _number(record[self.objective])
             if step in live.reported:
                 continue  # (reported already: by the run's earlier attempt)
             live.trial.report(value, step)
@@ -280,7 +283,7 @@ class Driver:
             self._tell(trial, state=states.PRUNED)
         elif state == "succeeded":  # (one that ended before its prune stopped it, too)
             trial.set_user_attr("reason", None)
-            value = self._value(job)
+            value = self._value(live)
             if value is None or math.isnan(value):
                 trial.set_user_attr("reason", f"run {job.id} returned no number for "
                                               f"{self.objective!r} and logged none (None "
@@ -308,21 +311,14 @@ class Driver:
             if "Study.stop" not in str(exc):
                 raise
 
-    def _value(self, job: Job) -> float | None:
-        """The objective: the key of the run's returned dict, else the last value it logged."""
-        outcome = load_outcome(str(job.log_dir))
+    def _value(self, live: _Live) -> float | None:
+        """The objective: the key of the run's returned dict, else the last value it logged
+        (read already, as the run's metrics were followed)."""
+        outcome = load_outcome(str(live.job.log_dir))
         if outcome is not None and outcome[0] == "success" and \
                 isinstance(outcome[1], Mapping) and self.objective in outcome[1]:
             return _number(outcome[1][self.objective])
-        values = _metrics(job)
-        last = None
-        if values.exists():
-            for line in values.read_text(errors="replace").splitlines():
-                with contextlib.suppress(ValueError, TypeError, AttributeError):
-                    record = json.loads(line)
-                    if self.objective in record:
-                        last = _number(record[self.objective])
-        return last
+        return live.last_value
 
     def _write_summary(self) -> None:
         write_json_atomic(str(self.folder / SUMMARY), summary(
