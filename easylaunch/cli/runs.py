@@ -20,7 +20,13 @@ from easylaunch.tracking import listing
 from easylaunch.tracking.interrupts import config_flag, goes_on, interrupted
 from easylaunch.tracking.refresh import OPEN_STATES, STATES, job_for, refresh_entries, short
 from easylaunch.tracking.rows import reason_of
-from easylaunch.tracking.searches import search_folder, search_line, searches_in, summary_of
+from easylaunch.tracking.searches import (
+    latest_run,
+    search_folder,
+    search_line,
+    searches_in,
+    summary_of,
+)
 
 if TYPE_CHECKING:
     from easylaunch.tracking.jobs import Job
@@ -294,7 +300,7 @@ def search(args: argparse.Namespace) -> int:
              "REASON")]
     rows += [(str(t["number"]), t["state"], "-" if t["value"] is None else f"{t['value']:.4g}",
               "-" if t["last_step"] is None else str(t["last_step"]),
-              Path(t["runs"][-1]).name.rsplit("_", 1)[-1] if t["runs"] else "-",
+              latest_run(t),
               t["reason"] or "") for t in summary["trials"]]
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
     for row in rows:

@@ -60,6 +60,11 @@ def driver_alive(folder: Path) -> bool:
         os.close(fd)
 
 
+def latest_run(trial: dict) -> str:
+    """The id of a summary's trial's latest run, from its folder's name ("-": none yet)."""
+    return Path(trial["runs"][-1]).name.rsplit("_", 1)[-1] if trial.get("runs") else "-"
+
+
 def search_line(summary: dict, folder: Path) -> str:
     """``24/24 trials finished (8 complete, 16 pruned); best loss 0.0041 (trial 17, run
     ab12cd34)``; where trials are left with no live driver, how to carry it on."""
@@ -68,9 +73,8 @@ def search_line(summary: dict, folder: Path) -> str:
             f"({counts})")
     best = summary.get("best")
     if best:
-        run = Path(best["runs"][-1]).name.rsplit("_", 1)[-1] if best.get("runs") else "-"
         line += (f"; best {summary.get('objective', 'value')} {best['value']:.4g} (trial "
-                 f"{best['number']}, run {run})")
+                 f"{best['number']}, run {latest_run(best)})")
     if summary.get("finished", 0) < (summary.get("n_trials") or 0) and \
             not driver_alive(folder):
         line += (f"; no driver: carry it on with `easylaunch search resume "
