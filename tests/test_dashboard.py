@@ -825,7 +825,9 @@ def test_a_search_shows_its_trials_the_best_and_the_objective_while_it_runs(dash
     assert objective["labels"] == ["best so far", "complete trials' loss",
                                    "pruned trials' loss where stopped"]
     assert objective["caption"].startswith("loss · 6 of 6 trials")
-    assert wait_until(browser, lambda d: len(curve(d, "loss", "[data-sweep]")["labels"]) == 6)
+    # (None while the sweep's chart is drawn again: not yet)
+    assert wait_until(browser, lambda d: len(
+        (curve(d, "loss", "[data-sweep]") or {"labels": []})["labels"]) == 6)
     # (each trial's run, its loss per step: those that started after the page opened too)
     browser.save_screenshot(str(artifacts / "dashboard-search.png"))
 
