@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from typing import Any
 
 
 class JobState(str, enum.Enum):
@@ -23,6 +24,14 @@ class JobState(str, enum.Enum):
     def __str__(self) -> str:
         return self.value
 
+
+def _pretty(state: JobState, printer: Any, cycle: bool) -> None:
+    """IPython's and Jupyter's view of a state: ``succeeded``."""
+    printer.text(state.value)
+
+
+# (set after the class: Enum reserves _sunder_ names in its body)
+setattr(JobState, "_repr_pretty_", _pretty)  # noqa: B010
 
 # The terminal states' values, for records read as plain JSON.
 TERMINAL_STATES = frozenset({JobState.SUCCEEDED.value, JobState.FAILED.value,

@@ -16,6 +16,7 @@ from easylaunch.errors import LaunchError, notice
 from easylaunch.modes import get_mode, restarting_modes
 from easylaunch.modes.base import Mode
 from easylaunch.runs.commands import multi_process_options
+from easylaunch.runs.notebook import notebook_path
 from easylaunch.runs.rebuild import KEYWORDS_SOURCE
 from easylaunch.runs.variants import check_variant
 from easylaunch.settings import ConfigArg, Settings, load_settings, override
@@ -40,7 +41,11 @@ def check_exp_name(exp_name: Any, what: str = "exp_name") -> str:
 
 
 def script_name() -> str:
-    """The launching script's path (empty for an interactive session)."""
+    """The launching script's path: a notebook's (see :func:`notebook_path`), empty for
+    an interactive session."""
+    notebook = notebook_path()
+    if notebook is not None:
+        return notebook
     main = sys.modules.get("__main__")
     path = getattr(main, "__file__", None) or (sys.argv[0] if sys.argv else "")
     return os.path.abspath(path) if path else ""

@@ -14,6 +14,7 @@ import base64
 import contextlib
 import fcntl
 import functools
+import html
 import json
 import os
 import sys
@@ -46,6 +47,7 @@ from easylaunch.runs.payload import pickle_payload
 from easylaunch.runs.preview import Preview
 from easylaunch.runs.rebuild import function_name
 from easylaunch.settings import ConfigArg, load_settings
+from easylaunch.tracking.display import html_table
 from easylaunch.tracking.interrupts import config_flag
 from easylaunch.tracking.jobs import Job
 from easylaunch.tracking.notify import record_ends
@@ -139,6 +141,15 @@ class Search:
         best = s.get("best")
         return (f"Search(id={self.id!r}, finished={s['finished']}/{s['n_trials']}, "
                 f"counts={s['counts']}, best={best and best['value']!r})")
+
+    def _repr_html_(self) -> str:
+        """Jupyter's view: the search's line, then a table of its trials."""
+        trials = self.trials()
+        keys = sorted({k for t in trials for k in (t.get("variant") or {})})
+        rows = [[t.get("number"), t.get("state"), t.get("value"),
+                 *((t.get("variant") or {}).get(k) for k in keys)] for t in trials]
+        return (f"<p>{html.escape(repr(self))}</p>"
+                + html_table(["trial", "state", "value", *keys], rows))
 
 
 def run_search(fn: Callable[..., Any], space: Mapping[str, Any], objective: str,

@@ -22,9 +22,21 @@ PLAIN = (str, int, float, bool, type(None))
 SAMPLERS = ("tpe", "random", "grid", "cmaes")
 
 
+_quieted = False
+
+
 def import_optuna() -> Any:
-    """optuna, or the missing-extra error that says how to install it."""
-    return needed("optuna", "run_search", "search")
+    """optuna, or the missing-extra error that says how to install it. The first time, its
+    INFO lines ("A new study created", "Trial 3 finished") are turned off: easylaunch's own
+    lines say what a search does. ``optuna.logging.set_verbosity(optuna.logging.INFO)``
+    after that brings them back."""
+    global _quieted
+    optuna = needed("optuna", "run_search", "search")
+    if not _quieted:
+        _quieted = True
+        if optuna.logging.get_verbosity() == optuna.logging.INFO:  # (Optuna's default)
+            optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return optuna
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,8 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
+from easylaunch.runs.notebook import in_kernel
+
 T = TypeVar("T")
 INTERRUPTED = "interrupted (Ctrl-C)"
 _notes: list[Callable[[], str]] = []  # what stops with this process, said on Ctrl-C
@@ -48,7 +50,9 @@ def note_interrupt() -> None:
 def line(going: str = "") -> str:
     """``interrupted (Ctrl-C); cancelling 2 local runs; 3 slurm runs go on without this
     process: cancel them with `easylaunch cancel --sweep S``` (``going``: :func:`goes_on`)."""
-    return "; ".join(filter(None, [INTERRUPTED, *(note() for note in _notes), going]))
+    # (a kernel's Ctrl-C, Jupyter's stop button, does not end it: nothing stops with it)
+    notes = () if in_kernel() else _notes
+    return "; ".join(filter(None, [INTERRUPTED, *(note() for note in notes), going]))
 
 
 def say(exc: BaseException | None = None) -> None:

@@ -5,9 +5,12 @@ pickled into the bundle and loaded by every run)."""
 from __future__ import annotations
 
 import contextlib
+import dis
 import functools
+import importlib
 import io
 import json
+import linecache
 import os
 import pickle
 import sys
@@ -42,18 +45,29 @@ class _SourcedPickler(cloudpickle.Pickler):
         super().__init__(file, protocol=pickle.DEFAULT_PROTOCOL)
         self.files: set[str] = set()
         self.modules: set[str] = set()  # of what is pickled by reference (runs import them)
+        self.imports: set[str] = set()  # what by-value code imports in its body
 
     def reducer_override(self, obj: Any) -> Any:
         if _is_open_file(obj):
             raise _ArrivesChanged(obj)
         if isinstance(obj, types.CodeType) and _REDUCE_CODE is not None:
             self.files.add(obj.co_filename)
+            self.imports.update(_imported(obj))
             constructor, args = _REDUCE_CODE(obj)
             return constructor, tuple(obj.co_filename if a == DYNAMIC_CODE else a for a in args)
         if isinstance(obj, (types.ModuleType, types.FunctionType, type)) and _by_reference(obj):
             self.modules.add(obj.__name__ if isinstance(obj, types.ModuleType)
                              else obj.__module__)
         return super().reducer_override(obj)
+
+
+def _imported(code: types.CodeType) -> set[str]:
+    """The modules ``code`` imports by absolute name (``import helpers`` in a function's
+    body: level 0, the constant loaded two instructions before), for those in the launching
+    folder to travel with it."""
+    ops = list(dis.get_instructions(code))
+    return {str(ins.argval) for i, ins in enumerate(ops)
+            if ins.opname == "IMPORT_NAME" and i >= 2 and ops[i - 2].argval == 0}
 
 
 class _ArrivesChanged(Exception):
@@ -96,21 +110,36 @@ class _Sources:
     def __reduce__(self) -> tuple:
         sources = {}
         for name in sorted(self.pickler.files):
-            with contextlib.suppress(OSError, UnicodeDecodeError):
-                if os.path.isfile(name) and os.path.getsize(name) <= SOURCE_LIMIT:
-                    with open(name, encoding="utf-8") as f:
-                        sources[name] = f.read()
+            text = _source(name)
+            if text is not None:
+                sources[name] = text
         return dict, (sources,)
 
 
-def _dumps(obj: Any) -> tuple[bytes, set[str]]:
+def _source(name: str) -> str | None:
+    """The text of a source file, or of code only ``linecache`` holds (a notebook's cell,
+    which IPython registers there); None if neither has it, or it is too large."""
+    with contextlib.suppress(OSError, UnicodeDecodeError):
+        if os.path.isfile(name):
+            if os.path.getsize(name) <= SOURCE_LIMIT:
+                with open(name, encoding="utf-8") as f:
+                    return f.read()
+            return None
+    entry = linecache.cache.get(name)
+    if entry is None or len(entry) < 3:
+        return None
+    text = "".join(entry[2])
+    return text if len(text) <= SOURCE_LIMIT else None
+
+
+def _dumps(obj: Any, modules: Sequence[types.ModuleType] = ()) -> tuple[bytes, _SourcedPickler]:
     """``obj`` as a call of the job side's ``with_sources`` (loading it gives ``obj`` back with
-    the source lines of its by-value code known to tracebacks), and the modules it names by
-    reference."""
+    the source lines of its by-value code known to tracebacks, and ``modules``, sent by value,
+    importable by name), and the pickler (what it saw)."""
     buffer = io.BytesIO()
     pickler = _SourcedPickler(buffer)
-    pickler.dump(_Call(with_sources, obj, _Sources(pickler)))
-    return buffer.getvalue(), pickler.modules
+    pickler.dump(_Call(with_sources, obj, _Sources(pickler), list(modules)))
+    return buffer.getvalue(), pickler
 
 
 class _Call:
@@ -130,15 +159,17 @@ def pickle_payload(obj: Any, what: str, code_dirs: Sequence[str] = (),
     import (see :mod:`easylaunch.runs.importable`) are refused, or, found in the launching script's
     folder, sent by value."""
     try:
-        data, modules = _dumps(obj)
-        by_value, missing = sorted_out(modules, code_dirs, script_dir)
+        data, pickler = _dumps(obj)
+        by_value, missing = sorted_out(pickler.modules, code_dirs, script_dir)
         if missing:
             raise refuse(what, missing)
+        imported = _local_imports(pickler.imports, code_dirs, script_dir)
+        by_value = sorted({*by_value, *(name.split(".")[0] for name in imported)})
         if by_value:
             for name in by_value:
                 cloudpickle.register_pickle_by_value(sys.modules[name])
             try:
-                data, _ = _dumps(obj)
+                data, _ = _dumps(obj, [sys.modules[name] for name in imported])
             finally:
                 for name in by_value:
                     cloudpickle.unregister_pickle_by_value(sys.modules[name])
@@ -158,6 +189,25 @@ def pickle_payload(obj: Any, what: str, code_dirs: Sequence[str] = (),
             f"{exc!r}. Objects such as open files, locks, sockets, generators and database "
             "connections must be created inside the function instead (pass what makes them: "
             "a path, an address).") from exc
+
+
+def _local_imports(names: set[str], code_dirs: Sequence[str],
+                   script_dir: str | None) -> list[str]:
+    """Of the modules by-value code imports in its body, those beside the launching script (or
+    in the working folder), imported here, each with its parent packages: they travel by
+    value, as the modules its globals name do, so the run imports them wherever it runs."""
+    wanted = []
+    for name in sorted(names):
+        by_value, _ = sorted_out([name], code_dirs, script_dir)
+        if not by_value:
+            continue
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - the run raises the same when it imports it
+            continue
+        parts = name.split(".")
+        wanted += [".".join(parts[:i]) for i in range(1, len(parts) + 1)]
+    return list(dict.fromkeys(wanted))
 
 
 def _fails(obj: Any) -> bool:

@@ -20,6 +20,7 @@ import cloudpickle
 
 from easylaunch.errors import LaunchError
 from easylaunch.runs.importable import PROVIDED, _installed
+from easylaunch.runs.notebook import is_notebook
 from easylaunch.runs.payload import pickle_payload
 from easylaunch.settings import ConfigArg, Settings, load_settings, override
 from easylaunch_job.command import Command
@@ -172,6 +173,12 @@ def _module_now(name: dict, script: str, run_id: str, code_dirs: list[str]) -> A
     ``python script.py`` has it, then the code folders (whose snapshots the runs import
     from)."""
     what = f"{name['qualname']} (run {run_id}'s function)"
+    if name["module"] == "__main__" and is_notebook(script):
+        raise LaunchError(
+            f"cannot find {what} again: it was defined in {script}, and a notebook's cells "
+            "cannot be run from here. To run the current code, run the notebook's cell again "
+            "(resume=True launches only what did not succeed); to run it as launched, "
+            f"resubmit without --current-code")
     if name["module"] == "__main__" and not os.path.isfile(script):
         raise LaunchError(f"cannot find {what} again: its launching script {script} is gone; "
                           "restore it, or launch again")

@@ -11,8 +11,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from easylaunch.modes.console import install_hook, line
+from easylaunch.runs.notebook import in_kernel
 from easylaunch.runs.record import sweep_of
 from easylaunch.settings import ENV_CONFIG, LOCAL_CONFIG_NAME, USER_CONFIG_PATH
+from easylaunch.tracking.display import shows_as
 
 if TYPE_CHECKING:
     from easylaunch.tracking.jobs import Job
@@ -21,7 +23,8 @@ if TYPE_CHECKING:
 def goes_on(what: str, count: int, cancel: Sequence[str]) -> str:
     """``3 slurm runs go on without this process: cancel them with `CANCEL```."""
     one = count == 1
-    return (f"{what} {'goes' if one else 'go'} on without this process: cancel "
+    without = " in this kernel" if in_kernel() else " without this process"
+    return (f"{what} {'goes' if one else 'go'} on{without}: cancel "
             f"{'it' if one else 'them'} with " + " and ".join(f"`{c}`" for c in cancel))
 
 
@@ -31,8 +34,8 @@ def interrupted(jobs: Sequence[Job]) -> KeyboardInterrupt:
     and Python's own exit on it hold)."""
     install_hook()
     going = [job for job in jobs if job.mode.goes_on_without(job.record)]
-    return KeyboardInterrupt(line(
-        goes_on(_runs(going), len(going), cancel_commands(going)) if going else ""))
+    said = line(goes_on(_runs(going), len(going), cancel_commands(going)) if going else "")
+    return shows_as(KeyboardInterrupt(said), f"KeyboardInterrupt: {said}")
 
 
 def _runs(jobs: Sequence[Job]) -> str:

@@ -19,6 +19,7 @@ from easylaunch.modes.base import Mode
 from easylaunch.modes.local import machine
 from easylaunch.runs.record import NOT_RETURNED, DamagedRecordError, RunRecord, was_submitted
 from easylaunch.settings import launch_settings
+from easylaunch.tracking.display import html_table, shows_as
 from easylaunch.tracking.interrupts import interrupted
 from easylaunch.tracking.notify import record_ends
 from easylaunch_job.outcome import load_outcome
@@ -48,6 +49,12 @@ class Job:
     def __repr__(self) -> str:
         return f"Job(id={self.id!r}, exp_name={self.exp_name!r}, mode={self.mode.name!r}, " \
                f"state={self.status().value!r})"
+
+    def _repr_html_(self) -> str:
+        """Jupyter's view: a one-row table of the run."""
+        return html_table(["id", "experiment", "mode", "state", "folder"],
+                          [[self.id, self.exp_name, self.mode.name, self.status(),
+                            self.log_dir]])
 
     @classmethod
     def from_run_dir(cls, log_dir: str | os.PathLike) -> Job:
@@ -178,11 +185,11 @@ class Job:
         if outcome[0] == "success":
             return outcome[1]
         _, raised, tb_text = outcome
-        remote = RemoteTraceback(f"raised in easylaunch run {self.id} ({self.log_dir}):\n"
-                                 f"{tb_text}")
+        where = f"raised in easylaunch run {self.id} ({self.log_dir}):\n"
+        remote = RemoteTraceback(where + tb_text)
         if isinstance(raised, BaseException):
-            raise raised from remote
-        raise JobFailedError(f"run {self.id} failed:\n{tb_text}")
+            raise shows_as(raised, where + tb_text) from remote
+        raise shows_as(JobFailedError(f"run {self.id} failed:\n{tb_text}"), where + tb_text)
 
     def fetch(self) -> str:
         """Bring the run's remote logs and results into its local folder; say what was done."""

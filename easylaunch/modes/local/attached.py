@@ -34,6 +34,7 @@ from easylaunch.modes.local import machine
 from easylaunch.modes.local.machine import local_gpu_ids
 from easylaunch.runs.bundle import Run
 from easylaunch.runs.commands import check_here
+from easylaunch.runs.notebook import in_kernel
 from easylaunch.runs.preview import Preview
 from easylaunch.runs.record import LaunchRequest, RunRecord
 from easylaunch.settings import Mount, Settings
@@ -414,8 +415,9 @@ class LocalMode(Mode):
         return shell_in(folder, {}), env
 
     def goes_on_without(self, job: RunRecord) -> bool:
-        """A run this process supervises stops with it (its exit cancels it)."""
-        return job.id not in _live
+        """A run this process supervises stops with it (its exit cancels it); in a Jupyter
+        kernel, which an interrupt does not end, it goes on."""
+        return job.id not in _live or in_kernel()
 
     def wait_for_change(self, job: RunRecord, timeout: float) -> None:
         local_run = _live.get(job.id)

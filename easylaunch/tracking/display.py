@@ -1,0 +1,32 @@
+"""How runs, searches and their errors show in Jupyter: short text, a small HTML table where
+Jupyter asks for ``_repr_html_``, and a run's error as the run's own traceback.
+
+IPython shows an exception through its ``_render_traceback_()`` where it has one (as
+ipyparallel's remote errors do); a plain Python traceback is unchanged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import html
+from collections.abc import Sequence
+from typing import Any, TypeVar
+
+E = TypeVar("E", bound=BaseException)
+
+
+def shows_as(exc: E, text: str) -> E:
+    """``exc``, shown by IPython as ``text`` alone (not the frames of easylaunch that raise it);
+    elsewhere it is unchanged. Returns ``exc``."""
+    lines = text.rstrip("\n").splitlines()
+    with contextlib.suppress(AttributeError, TypeError):  # (a type without a __dict__)
+        exc._render_traceback_ = lambda: lines  # type: ignore[attr-defined]
+    return exc
+
+
+def html_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A small HTML table, each cell escaped."""
+    def row(cells: Sequence[Any], tag: str) -> str:
+        return "<tr>" + "".join(f"<{tag}>{html.escape(str(c))}</{tag}>" for c in cells) + "</tr>"
+
+    return "<table>" + row(header, "th") + "".join(row(r, "td") for r in rows) + "</table>"

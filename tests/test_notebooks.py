@@ -1,0 +1,191 @@
+"""A researcher's notebook, run for real: nbclient drives an ipykernel (this venv's Python), one
+kernel for the module, its cells written with nbformat and saved as the notebook at the end."""
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import nbclient
+import nbformat
+import pytest
+from helpers import wait_for
+
+TRAIN = '''\
+def train(doodad_config, variant):
+    if variant.get("fail"):
+        raise ValueError("bad lr " + str(variant["lr"]))  # the cell's own line
+    return {"loss": variant["lr"] * 2}
+'''
+
+
+class Notebook:
+    """A notebook being run: each :meth:`run` adds a code cell and executes it in the kernel."""
+
+    def __init__(self, folder: Path, env: dict) -> None:
+        self.path = folder / "research.ipynb"
+        self.nb = nbformat.v4.new_notebook()
+        self.client = nbclient.NotebookClient(
+            self.nb, kernel_name="python3", timeout=240,
+            resources={"metadata": {"path": str(folder)}})
+        self.env = env
+
+    def run(self, source: str, error: bool = False) -> str:
+        """The cell's text outputs (streams, results, an error's traceback), ANSI colours
+        removed; an error in a cell not expected to raise fails the test."""
+        cell = nbformat.v4.new_code_cell(source)
+        if error:
+            cell.metadata["tags"] = ["raises-exception"]
+        self.nb.cells.append(cell)
+        self.client.execute_cell(cell, len(self.nb.cells) - 1)
+        return text_of(cell.outputs)
+
+    def value(self, expression: str):
+        """``expression`` evaluated in the kernel, as JSON (str() for what JSON cannot say)."""
+        out = self.run(f"print('=>', __import__('json').dumps({expression}, default=str))")
+        return json.loads(next(line for line in out.splitlines() if line.startswith("=> "))[3:])
+
+    def interrupt(self) -> None:
+        """What Jupyter's stop button does: interrupt the kernel (SIGINT to it)."""
+        result = self.client.km.interrupt_kernel()
+        if asyncio.iscoroutine(result):
+            asyncio.run(result)
+
+
+def text_of(outputs: list) -> str:
+    import re
+
+    parts = []
+    for out in outputs:
+        if out.output_type == "stream":
+            parts.append(out.text)
+        elif out.output_type in ("execute_result", "display_data"):
+            parts.append(out.data.get("text/plain", ""))
+            parts.append(out.data.get("text/html", ""))
+        elif out.output_type == "error":
+            parts.append("\n".join(out.traceback))
+    return re.sub(r"\x1b\[[0-9;]*m", "", "\n".join(parts))
+
+
+@pytest.fixture(scope="module")
+def notebook(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("notebook")
+    (folder / "helpers.py").write_text("def scale(x):\n    return x * 10\n")
+    (folder / "settings.py").write_text(
+        f"LOCAL_LOG_DIR = {str(folder / 'logs')!r}\n"
+        f"REGISTRY_PATH = {str(folder / 'registry.sqlite3')!r}\n"
+        f"SLURM_PYTHON = {sys.executable!r}\n"
+        f"SLURM_CONFIGS = dict(cpu=dict(max_num_cores_per_node={os.cpu_count()}, "
+        "time_in_mins=10))\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
+    env.update(HOME=str(folder / "home"), EASYLAUNCH_CONFIG=str(folder / "settings.py"),
+               JPY_SESSION_NAME=str(folder / "research.ipynb"))
+    env.pop("XDG_DATA_HOME", None)
+    (folder / "home").mkdir()
+    book = Notebook(folder, env)
+    with book.client.setup_kernel(env=env, cwd=str(folder)):
+        book.run("import easylaunch, sys\nfrom easylaunch import run_experiment, JobState\n"
+                 + TRAIN)
+        yield book
+        nbformat.write(book.nb, book.path)
+
+
+def test_the_kernel_runs_this_venvs_python(notebook):
+    assert notebook.value("sys.executable") == sys.executable
+
+
+@pytest.mark.parametrize("mode", ["local", "here_no_doodad", "slurm"])
+def test_a_cell_defined_function_runs_and_its_traceback_shows_the_cell_line(
+        notebook, mode, request):
+    if mode == "slurm":
+        request.getfixturevalue("slurm_cluster")
+    out = notebook.run(f"ok = run_experiment(train, variant={{'lr': 3}}, mode={mode!r})\n"
+                       "print(ok.result(timeout=120))")
+    assert "{'loss': 6}" in out
+    here = mode == "here_no_doodad"  # (it runs in the kernel: the launch raises, as a call)
+    shown = notebook.run(f"bad = run_experiment(train, variant={{'lr': 1, 'fail': True}}, "
+                         f"mode={mode!r})\nbad.wait(timeout=120)", error=here)
+    line = 'raise ValueError("bad lr " + str(variant["lr"]))  # the cell\'s own line'
+    if here:
+        assert line in shown and "ValueError: bad lr 1" in shown
+        newest = max((notebook.path.parent / "logs").glob("*/*"), key=os.path.getmtime)
+        assert line in (newest / "stderr.log").read_text()
+        return
+    assert notebook.value("bad.status()") == "failed"
+    log_dir = notebook.value("bad.log_dir")
+    assert line in (Path(log_dir) / "stderr.log").read_text()
+    shown = notebook.run("bad.result()", error=True)
+    assert line in shown and "ValueError: bad lr 1" in shown
+    assert "jobs.py" not in shown and "easylaunch/" not in shown, shown
+
+
+def test_a_module_beside_the_notebook_imported_in_the_body_reaches_the_run(notebook):
+    out = notebook.run("def scaled(doodad_config, variant):\n"
+                       "    import helpers\n"
+                       "    return helpers.scale(variant['x'])\n"
+                       "print(run_experiment(scaled, variant={'x': 4}).result(timeout=60))")
+    assert out.splitlines()[0] == "40"
+
+
+def test_the_run_records_the_notebook_as_its_script(notebook, tmp_path):
+    assert notebook.value("ok.launch_info['script_name']") == str(notebook.path)
+    folder = notebook.path.parent
+    said = subprocess.run(
+        [sys.executable, "-m", "easylaunch.cli", "resubmit", "--current-code",
+         notebook.value("ok.id")],
+        capture_output=True, text=True, cwd=folder,
+        env=dict(notebook.env, EASYLAUNCH_CONFIG=str(folder / "settings.py")))
+    assert said.returncode != 0
+    assert "ipykernel_launcher" not in said.stderr
+    assert "research.ipynb" in said.stderr and "run the notebook's cell again" in said.stderr, \
+        said.stderr
+
+
+def test_jobs_and_states_show_as_short_text(notebook):
+    out = notebook.run("JobState.SUCCEEDED")
+    assert out.splitlines()[0] == "succeeded"
+    out = notebook.run("ok")
+    assert out.splitlines()[0].startswith(f"Job(id={notebook.value('ok.id')!r}")
+    assert "<table" in out and "succeeded" in out
+    out = notebook.run("[ok, bad]")
+    assert "succeeded" in out and "failed" in out and len(out.splitlines()) <= 3
+
+
+def test_a_search_is_quiet_and_shows_as_text(notebook):
+    out = notebook.run(
+        "def objective(doodad_config, variant):\n"
+        "    return {'loss': (variant['x'] - 1) ** 2}\n"
+        "search = easylaunch.run_search(objective, {'x': [0, 1, 2]}, 'loss', n_trials=3,\n"
+        "                               max_parallel=3, sampler='grid', exp_name='nbsearch')\n"
+        "search")
+    assert "A new study created" not in out and "[I " not in out, out
+    assert "finished=3/3" in out and "<table" in out, out
+
+
+def test_an_interrupt_during_wait_says_what_happens_and_leaves_the_kernel_usable(notebook):
+    notebook.run("import time\n"
+                 "def slow(doodad_config, variant):\n"
+                 "    time.sleep(120)\n"
+                 "slow_job = run_experiment(slow, exp_name='slow')")
+    log_dir = Path(notebook.value("slow_job.log_dir"))
+
+    def stop_when_running():
+        wait_for(lambda: json.loads((log_dir / "status.json").read_text()).get("state")
+                 == "running", 60)
+        notebook.interrupt()
+
+    stopper = threading.Thread(target=stop_when_running)
+    stopper.start()
+    out = notebook.run("slow_job.wait()", error=True)
+    stopper.join()
+    assert "KeyboardInterrupt" in out
+    assert "cancelling" not in out, out
+    run_id = notebook.value("slow_job.id")
+    assert f"run {run_id} (local) goes on in this kernel: cancel it with `easylaunch cancel" in out
+    assert f" {run_id}`" in out and "Traceback" not in out, out
+    assert notebook.value("slow_job.status()") == "running"
+    notebook.run("slow_job.cancel()\nslow_job.wait(timeout=60)")
+    assert notebook.value("slow_job.status()") == "cancelled"
