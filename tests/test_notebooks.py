@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import nbclient
@@ -70,9 +71,9 @@ def text_of(outputs: list) -> str:
     return re.sub(r"\x1b\[[0-9;]*m", "", "\n".join(parts))
 
 
-@pytest.fixture(scope="module")
-def notebook(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("notebook")
+def notebook_folder(folder: Path) -> tuple[Path, dict]:
+    """A notebook's folder (a module beside it, a settings file) and its kernel's environment,
+    as Jupyter sets it (JPY_SESSION_NAME: the notebook's path)."""
     (folder / "helpers.py").write_text("def scale(x):\n    return x * 10\n")
     (folder / "settings.py").write_text(
         f"LOCAL_LOG_DIR = {str(folder / 'logs')!r}\n"
@@ -85,6 +86,12 @@ def notebook(tmp_path_factory):
                JPY_SESSION_NAME=str(folder / "research.ipynb"))
     env.pop("XDG_DATA_HOME", None)
     (folder / "home").mkdir()
+    return folder, env
+
+
+@pytest.fixture(scope="module")
+def notebook(tmp_path_factory):
+    folder, env = notebook_folder(tmp_path_factory.mktemp("notebook"))
     book = Notebook(folder, env)
     with book.client.setup_kernel(env=env, cwd=str(folder)):
         book.run("import easylaunch, sys\nfrom easylaunch import run_experiment, JobState\n"
@@ -111,6 +118,7 @@ def test_a_cell_defined_function_runs_and_its_traceback_shows_the_cell_line(
     line = 'raise ValueError("bad lr " + str(variant["lr"]))  # the cell\'s own line'
     if here:
         assert line in shown and "ValueError: bad lr 1" in shown
+        assert "easylaunch/" not in shown, shown
         newest = max((notebook.path.parent / "logs").glob("*/*"), key=os.path.getmtime)
         assert line in (newest / "stderr.log").read_text()
         return
@@ -168,24 +176,50 @@ def test_a_search_is_quiet_and_shows_as_text(notebook):
 def test_an_interrupt_during_wait_says_what_happens_and_leaves_the_kernel_usable(notebook):
     notebook.run("import time\n"
                  "def slow(doodad_config, variant):\n"
-                 "    time.sleep(120)\n"
+                 "    time.sleep(60)\n"
                  "slow_job = run_experiment(slow, exp_name='slow')")
     log_dir = Path(notebook.value("slow_job.log_dir"))
-
-    def stop_when_running():
-        wait_for(lambda: json.loads((log_dir / "status.json").read_text()).get("state")
-                 == "running", 60)
-        notebook.interrupt()
-
-    stopper = threading.Thread(target=stop_when_running)
-    stopper.start()
-    out = notebook.run("slow_job.wait()", error=True)
-    stopper.join()
-    assert "KeyboardInterrupt" in out
-    assert "cancelling" not in out, out
     run_id = notebook.value("slow_job.id")
-    assert f"run {run_id} (local) goes on in this kernel: cancel it with `easylaunch cancel" in out
-    assert f" {run_id}`" in out and "Traceback" not in out, out
-    assert notebook.value("slow_job.status()") == "running"
+    assert wait_for(lambda: json.loads((log_dir / "status.json").read_text()).get("state")
+                    == "running", 60)
+
+    def interrupted(wait: str) -> str:
+        """The output of a cell that waits, stopped as Jupyter's stop button stops it."""
+        marker = notebook.path.parent / "waiting"
+        marker.unlink(missing_ok=True)
+
+        def stop_when_waiting():
+            wait_for(marker.exists, 60)
+            time.sleep(0.2)  # (from the marker's line into the wait)
+            notebook.interrupt()
+
+        stopper = threading.Thread(target=stop_when_waiting)
+        stopper.start()
+        out = notebook.run(f"open('waiting', 'w').close()\n{wait}", error=True)
+        stopper.join()
+        return out
+
+    for wait in ("slow_job.wait()", "easylaunch.wait_all([slow_job])"):
+        out = interrupted(wait)
+        assert out.startswith(f"KeyboardInterrupt: interrupted (Ctrl-C); run {run_id} (local) "
+                              "goes on: cancel it with `easylaunch cancel"), out
+        assert out.rstrip().endswith(f" {run_id}`") and "cancelling" not in out, out
+        assert notebook.value("slow_job.status()") == "running"
     notebook.run("slow_job.cancel()\nslow_job.wait(timeout=60)")
     assert notebook.value("slow_job.status()") == "cancelled"
+
+
+def test_a_kernels_local_runs_end_with_it(tmp_path):
+    folder, env = notebook_folder(tmp_path)
+    book = Notebook(folder, env)
+    with book.client.setup_kernel(env=env, cwd=str(folder)):
+        book.run("import time\nfrom easylaunch import run_experiment\n"
+                 "def slow(doodad_config, variant):\n"
+                 "    time.sleep(120)\n"
+                 "job = run_experiment(slow)\n"
+                 "job.wait(timeout=0.5)")
+        log_dir = Path(book.value("job.log_dir"))
+        assert book.value("job.status()") == "running"
+    # (the kernel's shutdown cancels its local runs, as its restart does, before it ends)
+    status = json.loads((log_dir / "status.json").read_text())
+    assert (status["state"], status.get("cancel_requested")) == ("cancelled", True), status

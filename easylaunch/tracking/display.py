@@ -9,8 +9,13 @@ from __future__ import annotations
 
 import contextlib
 import html
+import os
+import traceback
 from collections.abc import Sequence
 from typing import Any, TypeVar
+
+import easylaunch
+import easylaunch_job
 
 E = TypeVar("E", bound=BaseException)
 
@@ -22,6 +27,18 @@ def shows_as(exc: E, text: str) -> E:
     with contextlib.suppress(AttributeError, TypeError):  # (a type without a __dict__)
         exc._render_traceback_ = lambda: lines  # type: ignore[attr-defined]
     return exc
+
+
+def own_traceback(exc: BaseException) -> str:
+    """``exc``'s traceback without easylaunch's frames (a function run in this process: its
+    own lines, as a run's traceback shows them)."""
+    ours = tuple(os.path.join(os.path.dirname(os.path.abspath(p)), "")
+                 for p in (easylaunch.__file__, easylaunch_job.__file__))
+    frames = [f for f in traceback.extract_tb(exc.__traceback__)
+              if not os.path.abspath(f.filename).startswith(ours)]
+    return "".join(["Traceback (most recent call last):\n",
+                    *traceback.format_list(frames),
+                    *traceback.format_exception_only(type(exc), exc)])
 
 
 def html_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:

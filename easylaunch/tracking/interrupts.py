@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 def goes_on(what: str, count: int, cancel: Sequence[str]) -> str:
     """``3 slurm runs go on without this process: cancel them with `CANCEL```."""
     one = count == 1
-    without = " in this kernel" if in_kernel() else " without this process"
+    without = "" if in_kernel() else " without this process"  # (a kernel goes on too)
     return (f"{what} {'goes' if one else 'go'} on{without}: cancel "
             f"{'it' if one else 'them'} with " + " and ".join(f"`{c}`" for c in cancel))
 

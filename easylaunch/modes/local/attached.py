@@ -188,7 +188,7 @@ def _wait_at_exit() -> None:
     if not pending:
         return
     try:
-        if console.happened():  # (said already)
+        if console.happened() or in_kernel():  # (said already; a kernel's runs end with it)
             _cancel_all(pending)
             return
         print(f"easylaunch: waiting for {len(pending)} local run(s) to finish "

@@ -15,6 +15,7 @@ from easylaunch.runs.bundle import Run
 from easylaunch.runs.commands import check_here
 from easylaunch.runs.preview import Preview
 from easylaunch.runs.record import LaunchRequest, RunRecord
+from easylaunch.tracking.display import own_traceback, shows_as
 from easylaunch_job.config import make_doodad_config
 from easylaunch_job.records import STDERR_LOG, STDOUT_LOG, update_status
 from easylaunch_job.run import call_and_record
@@ -86,8 +87,9 @@ class HereNoDoodadMode(Mode):
                     code, value = call_and_record(request.method_call, config, run.variant,
                                                   log_dir, reraise=True,
                                                   trackers=run.meta.get("trackers"))
-            except BaseException:
-                # (the caller shows the error; the log keeps it)
+            except BaseException as exc:
+                # (the caller shows the error, Jupyter as the run's own frames; the log keeps it)
+                shows_as(exc, own_traceback(exc))
                 with open(self.log_file(job, STDERR_LOG), "a") as log:
                     log.write(job.info().get("error") or "")
                 for later in runs[index + 1:]:
