@@ -201,6 +201,28 @@ def test_a_module_beside_the_launching_script_travels_by_value(tmp_path):
     assert "# the module's line" in out.stdout
 
 
+def test_a_module_beside_the_script_imported_in_the_body_travels_by_value(tmp_path):
+    """``import my_helper`` inside the function reaches a run that cannot import it by name
+    (it runs from another folder); a module there that cannot be pickled (a lock) does not
+    stop the launch: the run imports it by name, as before."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "my_helper.py").write_text("def scale(y):\n    return y * 10\n")
+    (project / "locked.py").write_text("import threading\nLOCK = threading.Lock()\n")
+    (project / "launch.py").write_text(
+        "import sys\nfrom easylaunch import run_experiment\n"
+        "def train(doodad_config, variant):\n    import my_helper\n"
+        "    return my_helper.scale(variant['y'])\n"
+        "def locked(doodad_config, variant):\n    import locked\n    return 1\n"
+        "cfg = {'LOCAL_LOG_DIR': sys.argv[1]}\n"
+        "print(run_experiment(train, variant={'y': 2}, config=cfg).result(timeout=60))\n"
+        "print(run_experiment(locked, config=cfg).wait(timeout=60))\n")
+    out = subprocess.run([sys.executable, str(project / "launch.py"), str(tmp_path / "logs")],
+                         capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["20", "failed"], out.stdout
+
+
 def test_a_misspelt_launch_keyword_names_the_right_one(cfg):
     with pytest.raises(LaunchError, match="'use_gpus'; did you mean 'use_gpu'"):
         run_experiment(jobfns.train, config=cfg, use_gpus=True)

@@ -157,22 +157,19 @@ def pickle_payload(obj: Any, what: str, code_dirs: Sequence[str] = (),
     """``obj`` pickled with cloudpickle (with the source lines of code it carries by value),
     or a LaunchError saying why it cannot travel. Modules it names that the runs could not
     import (see :mod:`easylaunch.runs.importable`) are refused, or, found in the launching script's
-    folder, sent by value."""
+    folder, sent by value; so are the modules there that its by-value code imports in a body
+    (where one cannot be pickled, the run imports it by name, as before)."""
     try:
         data, pickler = _dumps(obj)
         by_value, missing = sorted_out(pickler.modules, code_dirs, script_dir)
         if missing:
             raise refuse(what, missing)
         imported = _local_imports(pickler.imports, code_dirs, script_dir)
-        by_value = sorted({*by_value, *(name.split(".")[0] for name in imported)})
+        if imported:  # (a module that cannot travel: the run imports it as before, if it can)
+            with contextlib.suppress(Exception):
+                return _by_value(obj, by_value, imported)
         if by_value:
-            for name in by_value:
-                cloudpickle.register_pickle_by_value(sys.modules[name])
-            try:
-                data, _ = _dumps(obj, [sys.modules[name] for name in imported])
-            finally:
-                for name in by_value:
-                    cloudpickle.unregister_pickle_by_value(sys.modules[name])
+            data = _by_value(obj, by_value, [])
         return data
     except LaunchError:
         raise
@@ -189,6 +186,19 @@ def pickle_payload(obj: Any, what: str, code_dirs: Sequence[str] = (),
             f"{exc!r}. Objects such as open files, locks, sockets, generators and database "
             "connections must be created inside the function instead (pass what makes them: "
             "a path, an address).") from exc
+
+
+def _by_value(obj: Any, by_value: list[str], imported: list[str]) -> bytes:
+    """``obj`` pickled with the modules ``by_value`` names (and the packages of those
+    ``imported``) sent by value, ``imported`` registered by name in the run."""
+    names = sorted({*by_value, *(name.split(".")[0] for name in imported)})
+    for name in names:
+        cloudpickle.register_pickle_by_value(sys.modules[name])
+    try:
+        return _dumps(obj, [sys.modules[name] for name in imported])[0]
+    finally:
+        for name in names:
+            cloudpickle.unregister_pickle_by_value(sys.modules[name])
 
 
 def _local_imports(names: set[str], code_dirs: Sequence[str],
