@@ -138,18 +138,36 @@ def test_a_module_beside_the_notebook_imported_in_the_body_reaches_the_run(noteb
     assert out.splitlines()[0] == "40"
 
 
-def test_the_run_records_the_notebook_as_its_script(notebook, tmp_path):
+def test_the_run_records_the_notebook_as_its_script(notebook):
     assert notebook.value("ok.launch_info['script_name']") == str(notebook.path)
     folder = notebook.path.parent
-    said = subprocess.run(
-        [sys.executable, "-m", "easylaunch.cli", "resubmit", "--current-code",
-         notebook.value("ok.id")],
-        capture_output=True, text=True, cwd=folder,
-        env=dict(notebook.env, EASYLAUNCH_CONFIG=str(folder / "settings.py")))
+
+    def resubmit(*flags: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "easylaunch.cli", "resubmit", *flags, notebook.value("ok.id")],
+            capture_output=True, text=True, cwd=folder, env=notebook.env)
+
+    said = resubmit("--current-code")
     assert said.returncode != 0
     assert "ipykernel_launcher" not in said.stderr
-    assert "research.ipynb" in said.stderr and "run the notebook's cell again" in said.stderr, \
-        said.stderr
+    assert f"defined in {notebook.path}" in said.stderr, said.stderr
+    assert "run the notebook's cell again" in said.stderr, said.stderr
+    assert "resubmit without --current-code" in said.stderr, said.stderr
+    said = resubmit()  # (as launched: what the message offers)
+    assert said.returncode == 0, said.stderr
+
+
+def test_without_jupyters_path_a_run_records_a_notebook(notebook):
+    notebook.run("import os\nfrom easylaunch.runs import notebook as nb\n"
+                 "saved = os.environ.pop('JPY_SESSION_NAME'), __session__\n"
+                 "del __session__")
+    try:
+        assert notebook.value("nb.notebook_path()") == "a notebook"
+        notebook.run("anon = run_experiment(train, variant={'lr': 1}, mode='here_no_doodad')")
+        assert notebook.value("anon.launch_info['script_name']") == "a notebook"
+    finally:
+        notebook.run("os.environ['JPY_SESSION_NAME'], __session__ = saved")
+    assert notebook.value("nb.notebook_path()") == str(notebook.path)
 
 
 def test_jobs_and_states_show_as_short_text(notebook):
