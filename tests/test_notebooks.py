@@ -170,6 +170,18 @@ def test_without_jupyters_path_a_run_records_a_notebook(notebook):
     assert notebook.value("nb.notebook_path()") == str(notebook.path)
 
 
+def test_resume_from_a_notebook_launches_only_what_did_not_succeed(notebook):
+    cell = ("jobs = easylaunch.run_sweep(train, [{'lr': 1}, {'lr': 2, 'fail': FAIL}], "
+            "exp_name='nbresume', resume=True)\neasylaunch.wait_all(jobs, timeout=60)\n")
+    notebook.run("FAIL = True\n" + cell)
+    first = notebook.value("[(j.id, str(j.status())) for j in jobs]")
+    assert [state for _, state in first] == ["succeeded", "failed"]
+    notebook.run("FAIL = False\n" + cell)  # (the fix, and the same cell run again)
+    again = notebook.value("[(j.id, str(j.status())) for j in jobs]")
+    assert again[0] == first[0] and again[1][0] != first[1][0], (first, again)
+    assert again[1][1] == "succeeded"
+
+
 def test_jobs_and_states_show_as_short_text(notebook):
     out = notebook.run("JobState.SUCCEEDED")
     assert out.splitlines()[0] == "succeeded"
