@@ -200,6 +200,7 @@ def test_a_search_is_quiet_and_shows_as_text(notebook):
         "                               max_parallel=3, sampler='grid', exp_name='nbsearch')\n"
         "search")
     assert "A new study created" not in out and "[I " not in out, out
+    assert "Warning" not in out, out  # (tqdm's, on Optuna's import, in a kernel)
     assert "finished=3/3" in out and "<table" in out, out
 
 

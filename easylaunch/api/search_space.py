@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -28,10 +29,13 @@ _quieted = False
 def import_optuna() -> Any:
     """optuna, or the missing-extra error that says how to install it. The first time, its
     INFO lines ("A new study created", "Trial 3 finished") are turned off: easylaunch's own
-    lines say what a search does. ``optuna.logging.set_verbosity(optuna.logging.INFO)``
+    lines say what a search does. tqdm's warning on import in a kernel without ipywidgets is
+    not shown. ``optuna.logging.set_verbosity(optuna.logging.INFO)``
     after that brings them back."""
     global _quieted
-    optuna = needed("optuna", "run_search", "search")
+    with warnings.catch_warnings():  # (tqdm's, in a kernel without ipywidgets: not ours)
+        warnings.filterwarnings("ignore", message="IProgress not found")
+        optuna = needed("optuna", "run_search", "search")
     if not _quieted:
         _quieted = True
         if optuna.logging.get_verbosity() == optuna.logging.INFO:  # (Optuna's default)
