@@ -4,6 +4,7 @@ kernel for the module, its cells written with nbformat and saved as the notebook
 import asyncio
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -57,8 +58,6 @@ class Notebook:
 
 
 def text_of(outputs: list) -> str:
-    import re
-
     parts = []
     for out in outputs:
         if out.output_type == "stream":
@@ -214,13 +213,14 @@ def test_an_interrupt_during_wait_says_what_happens_and_leaves_the_kernel_usable
     assert wait_for(lambda: json.loads((log_dir / "status.json").read_text()).get("state")
                     == "running", 60)
 
-    def interrupted(wait: str) -> str:
-        """The output of a cell that waits, stopped as Jupyter's stop button stops it."""
+    def interrupted(wait: str, ready=lambda: True) -> str:
+        """The output of a cell that waits, stopped as Jupyter's stop button stops it once
+        the cell is in its wait and ``ready()``."""
         marker = notebook.path.parent / "waiting"
         marker.unlink(missing_ok=True)
 
         def stop_when_waiting():
-            wait_for(marker.exists, 60)
+            wait_for(lambda: marker.exists() and ready(), 60)
             time.sleep(0.2)  # (from the marker's line into the wait)
             notebook.interrupt()
 
@@ -238,6 +238,23 @@ def test_an_interrupt_during_wait_says_what_happens_and_leaves_the_kernel_usable
         assert notebook.value("slow_job.status()") == "running"
     notebook.run("slow_job.cancel()\nslow_job.wait(timeout=60)")
     assert notebook.value("slow_job.status()") == "cancelled"
+
+    def trials_running() -> bool:
+        states = [json.loads(p.read_text()).get("state")
+                  for p in (notebook.path.parent / "logs/nbslow").glob("*/status.json")]
+        return states == ["running", "running"]
+
+    out = interrupted("easylaunch.run_search(slow, {'x': [0, 1]}, 'loss', n_trials=2, "
+                      "sampler='grid', exp_name='nbslow')", trials_running)
+    said = re.fullmatch(r"KeyboardInterrupt: interrupted \(Ctrl-C\); 2 local runs go on: cancel "
+                        r"them with `(easylaunch cancel [^`]+)`; carry the search on with "
+                        r"`easylaunch search resume --config \S+ nbslow-\w+`",
+                        out.strip().splitlines()[-1])
+    assert said, out
+    cancel = [sys.executable, "-m", "easylaunch.cli", *said.group(1).split()[1:]]
+    assert subprocess.run(cancel, env=notebook.env).returncode == 0
+    assert wait_for(lambda: {json.loads(p.read_text()).get("state") for p in (
+        notebook.path.parent / "logs/nbslow").glob("*/status.json")} == {"cancelled"}, 30)
 
 
 def test_a_kernels_local_runs_end_with_it(tmp_path):

@@ -160,7 +160,8 @@ def test_a_stopped_driver_is_carried_on_without_running_a_finished_trial_again(t
     _, said = driver.communicate(timeout=60)
     if stop == signal.SIGINT:  # (its runs cancelled: they stop with their launcher)
         assert driver.returncode in (130, -signal.SIGINT) and "Traceback" not in said, said
-        assert "carry the search on with `easylaunch search resume killed`" in said, said
+        assert f"carry the search on with `easylaunch search resume --config {config} killed`" \
+            in said, said  # (the settings file, as the cancel command in that line names it)
     before = {t["number"]: t for t in json.loads(summary_file.read_text())["trials"]}
     done_before = {n: t for n, t in before.items() if t["state"] in ("complete", "pruned")}
     running_before = {n for n, t in before.items() if t["state"] == "running"}

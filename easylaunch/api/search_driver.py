@@ -31,7 +31,7 @@ from easylaunch.errors import LaunchError
 from easylaunch.modes.local.machine import launcher_gone
 from easylaunch.runs.record import DamagedRecordError
 from easylaunch.tracking.display import shows_as
-from easylaunch.tracking.interrupts import interrupted
+from easylaunch.tracking.interrupts import config_flag, interrupted
 from easylaunch.tracking.jobs import Job
 from easylaunch.tracking.notify import record_ends
 from easylaunch.tracking.rows import reason_of
@@ -125,8 +125,9 @@ class Driver:
                 live.trial.set_user_attr(STOPPED_WITH_DRIVER, True)
             stopped = interrupted([live.job for live in self.live.values()
                                    if not _ended(live.job)])
-            said = f"{stopped}; carry the search on with `easylaunch search resume " \
-                   f"{self.folder.name}`"
+            path = next(iter(self.live.values())).job.mode.settings.path if self.live else None
+            said = f"{stopped}; carry the search on with `easylaunch search resume" \
+                   f"{config_flag(path)} {self.folder.name}`"
             raise shows_as(KeyboardInterrupt(said), f"KeyboardInterrupt: {said}") from None
 
     def _drive(self) -> None:
