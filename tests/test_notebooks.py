@@ -127,6 +127,8 @@ def test_a_cell_defined_function_runs_and_its_traceback_shows_the_cell_line(
     shown = notebook.run("bad.result()", error=True)
     assert line in shown and "ValueError: bad lr 1" in shown
     assert "jobs.py" not in shown and "easylaunch/" not in shown, shown
+    notebook.run("import pickle\ntry:\n    bad.result()\nexcept ValueError as exc:\n"
+                 "    assert str(pickle.loads(pickle.dumps(exc))) == 'bad lr 1'")  # (as before)
 
 
 def test_a_module_beside_the_notebook_imported_in_the_body_reaches_the_run(notebook):

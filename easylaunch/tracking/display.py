@@ -23,10 +23,19 @@ E = TypeVar("E", bound=BaseException)
 def shows_as(exc: E, text: str) -> E:
     """``exc``, shown by IPython as ``text`` alone (not the frames of easylaunch that raise it);
     elsewhere it is unchanged. Returns ``exc``."""
-    lines = text.rstrip("\n").splitlines()
     with contextlib.suppress(AttributeError, TypeError):  # (a type without a __dict__)
-        exc._render_traceback_ = lambda: lines  # type: ignore[attr-defined]
+        exc._render_traceback_ = _Lines(text)  # type: ignore[attr-defined]
     return exc
+
+
+class _Lines:
+    """``_render_traceback_``: the lines IPython shows (picklable, as the exception stays)."""
+
+    def __init__(self, text: str) -> None:
+        self.lines = text.rstrip("\n").splitlines()
+
+    def __call__(self) -> list[str]:
+        return self.lines
 
 
 def own_traceback(exc: BaseException) -> str:
