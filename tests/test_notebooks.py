@@ -241,13 +241,10 @@ def test_an_interrupt_during_wait_says_what_happens_and_leaves_the_kernel_usable
     notebook.run("slow_job.cancel()\nslow_job.wait(timeout=60)")
     assert notebook.value("slow_job.status()") == "cancelled"
 
-    def trials_running() -> bool:
-        states = [json.loads(p.read_text()).get("state")
-                  for p in (notebook.path.parent / "logs/nbslow").glob("*/status.json")]
-        return states == ["running", "running"]
-
+    logs = notebook.path.parent / "logs"
     out = interrupted("easylaunch.run_search(slow, {'x': [0, 1]}, 'loss', n_trials=2, "
-                      "sampler='grid', exp_name='nbslow')", trials_running)
+                      "sampler='grid', exp_name='nbslow')",
+                      lambda: states(logs, "nbslow") == ["running", "running"])
     said = re.fullmatch(r"KeyboardInterrupt: interrupted \(Ctrl-C\); 2 local runs go on: cancel "
                         r"them with `(easylaunch cancel [^`]+)`; carry the search on with "
                         r"`easylaunch search resume --config \S+ nbslow-\w+`",
@@ -255,8 +252,27 @@ def test_an_interrupt_during_wait_says_what_happens_and_leaves_the_kernel_usable
     assert said, out
     cancel = [sys.executable, "-m", "easylaunch.cli", *said.group(1).split()[1:]]
     assert subprocess.run(cancel, env=notebook.env).returncode == 0
-    assert wait_for(lambda: {json.loads(p.read_text()).get("state") for p in (
-        notebook.path.parent / "logs/nbslow").glob("*/status.json")} == {"cancelled"}, 30)
+    assert wait_for(lambda: states(logs, "nbslow") == ["cancelled", "cancelled"], 30)
+
+    # a detached search: its wait ends, the search goes on (its driver, its trials)
+    out = interrupted("search = easylaunch.run_search(slow, {'x': [0, 1]}, 'loss', n_trials=2,"
+                      " sampler='grid', exp_name='nbdetached', detach=True)\nsearch.wait()",
+                      lambda: states(logs, "nbdetached") == ["running"] * 3)
+    said = re.fullmatch(r"KeyboardInterrupt: interrupted \(Ctrl-C\); search (nbdetached-\w+) "
+                        r"\(its driver: run \w+\) goes on: cancel it with `(easylaunch cancel "
+                        r"[^`]+)` and `(easylaunch cancel [^`]+)`", out.strip().splitlines()[-1])
+    assert said, out
+    assert states(logs, "nbdetached") == ["running"] * 3
+    for command in said.group(2, 3):
+        cancel = [sys.executable, "-m", "easylaunch.cli", *command.split()[1:]]
+        assert subprocess.run(cancel, env=notebook.env).returncode == 0
+    assert wait_for(lambda: "running" not in states(logs, "nbdetached"), 30)
+
+
+def states(logs: Path, exp_name: str) -> list:
+    """The states of an experiment's runs, in order."""
+    return sorted(json.loads(p.read_text()).get("state")
+                  for p in (logs / exp_name).glob("*/status.json"))
 
 
 def test_a_kernels_local_runs_end_with_it(tmp_path):

@@ -43,12 +43,13 @@ from easylaunch.api.search_driver import (
 from easylaunch.api.search_space import Space, import_optuna, make_pruner, make_sampler, search_key
 from easylaunch.errors import EasyLaunchError, LaunchError
 from easylaunch.modes import get_mode
+from easylaunch.modes.console import line
 from easylaunch.runs.payload import pickle_payload
 from easylaunch.runs.preview import Preview
 from easylaunch.runs.rebuild import function_name
 from easylaunch.settings import ConfigArg, load_settings
-from easylaunch.tracking.display import html_table
-from easylaunch.tracking.interrupts import config_flag
+from easylaunch.tracking.display import html_table, shows_as
+from easylaunch.tracking.interrupts import config_flag, goes_on
 from easylaunch.tracking.jobs import Job
 from easylaunch.tracking.notify import record_ends
 from easylaunch.tracking.searches import SEARCHES, SUMMARY, driver_alive, search_line
@@ -98,26 +99,35 @@ class Search:
 
     def wait(self, timeout: float | None = None) -> Search:
         """Block until the search's driver has finished its trials (or ``timeout`` seconds
-        pass); raises if a detached driver's run ended before its search did."""
+        pass); raises if a detached driver's run ended before its search did. Ctrl-C (a
+        notebook's stop button) ends the wait, not the search, and says how to cancel it."""
         deadline = None if timeout is None else time.monotonic() + timeout
         driver = None
         if (self.folder / DRIVER_RUN).exists():
             driver = Job.from_run_dir(read_json(str(self.folder / DRIVER_RUN))["run"])
-        while driver is not None:
-            ended = driver.status().terminal
-            summary = self.summary()
-            if ended:
-                record_ends([driver])  # (the driver's run ended: the registry says so too)
-                if summary["n_trials"] is not None and \
-                        summary["finished"] >= summary["n_trials"]:
+        try:
+            while driver is not None:
+                ended = driver.status().terminal
+                summary = self.summary()
+                if ended:
+                    record_ends([driver])  # (the driver's run ended: the registry says so too)
+                    if summary["n_trials"] is not None and \
+                            summary["finished"] >= summary["n_trials"]:
+                        break
+                    raise LaunchError(f"search {self.id}'s driver, run {driver.id}, ended "
+                                      f"{driver.status()} before the search did (see "
+                                      f"easylaunch logs {driver.id}); call run_search again to "
+                                      "carry it on")
+                if deadline is not None and time.monotonic() >= deadline:
                     break
-                raise LaunchError(f"search {self.id}'s driver, run {driver.id}, ended "
-                                  f"{driver.status()} before the search did (see "
-                                  f"easylaunch logs {driver.id}); call run_search again to "
-                                  "carry it on")
-            if deadline is not None and time.monotonic() >= deadline:
-                break
-            time.sleep(0.2)
+                time.sleep(0.2)
+        except KeyboardInterrupt:
+            assert driver is not None  # (no wait without a driver)
+            flag = config_flag(driver.mode.settings.path)
+            said = line(goes_on(f"search {self.id} (its driver: run {driver.id})", 1, [
+                f"easylaunch cancel{flag} {driver.id}",
+                f"easylaunch cancel{flag} --sweep {self.id}"]))
+            raise shows_as(KeyboardInterrupt(said), f"KeyboardInterrupt: {said}") from None
         return self
 
     @property
