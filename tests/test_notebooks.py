@@ -8,7 +8,6 @@ import re
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import nbclient
@@ -205,6 +204,26 @@ def test_a_search_is_quiet_and_shows_as_text(notebook):
     assert "finished=3/3" in out and "<table" in out, out
 
 
+MARK_WHEN_WAITING = """\
+import sys, threading, time
+def mark_when_waiting(path):
+    '''Write path once the kernel's main thread is in one of easylaunch's waits.'''
+    def waiting():
+        frame = sys._current_frames().get(threading.main_thread().ident)
+        while frame is not None:
+            if ("easylaunch" in frame.f_code.co_filename
+                    and frame.f_code.co_name in ("wait", "wait_all", "drive")):
+                return True
+            frame = frame.f_back
+        return False
+    def mark():
+        while not waiting():
+            time.sleep(0.01)
+        open(path, "w").close()
+    threading.Thread(target=mark, daemon=True).start()
+"""
+
+
 def test_an_interrupt_during_wait_says_what_happens_and_leaves_the_kernel_usable(notebook):
     notebook.run("import time\n"
                  "def slow(doodad_config, variant):\n"
@@ -215,20 +234,21 @@ def test_an_interrupt_during_wait_says_what_happens_and_leaves_the_kernel_usable
     assert wait_for(lambda: json.loads((log_dir / "status.json").read_text()).get("state")
                     == "running", 60)
 
+    notebook.run(MARK_WHEN_WAITING)
+
     def interrupted(wait: str, ready=lambda: True) -> str:
         """The output of a cell that waits, stopped as Jupyter's stop button stops it once
-        the cell is in its wait and ``ready()``."""
+        the cell is in easylaunch's wait and ``ready()``."""
         marker = notebook.path.parent / "waiting"
         marker.unlink(missing_ok=True)
 
         def stop_when_waiting():
             wait_for(lambda: marker.exists() and ready(), 60)
-            time.sleep(0.2)  # (from the marker's line into the wait)
             notebook.interrupt()
 
         stopper = threading.Thread(target=stop_when_waiting)
         stopper.start()
-        out = notebook.run(f"open('waiting', 'w').close()\n{wait}", error=True)
+        out = notebook.run(f"mark_when_waiting('waiting')\n{wait}", error=True)
         stopper.join()
         return out
 
