@@ -139,6 +139,7 @@ def test_a_module_beside_the_notebook_imported_in_the_body_reaches_the_run(noteb
 
 
 def test_the_run_records_the_notebook_as_its_script(notebook):
+    notebook.run("ok = run_experiment(train, variant={'lr': 3})\nok.wait(timeout=60)")
     assert notebook.value("ok.launch_info['script_name']") == str(notebook.path)
     folder = notebook.path.parent
 
@@ -183,6 +184,9 @@ def test_resume_from_a_notebook_launches_only_what_did_not_succeed(notebook):
 
 
 def test_jobs_and_states_show_as_short_text(notebook):
+    notebook.run("ok = run_experiment(train, variant={'lr': 3})\n"
+                 "bad = run_experiment(train, variant={'lr': 1, 'fail': True})\n"
+                 "easylaunch.wait_all([ok, bad], timeout=60)")
     out = notebook.run("JobState.SUCCEEDED")
     assert out.splitlines()[0] == "succeeded"
     out = notebook.run("ok")
