@@ -7,14 +7,14 @@ import os
 import sys
 
 from easylaunch.cli.shared import AddCommand, count
-from easylaunch.dashboard.server import serve_command
 from easylaunch.errors import EasyLaunchError
-from easylaunch.results.plot import plot_command
 from easylaunch.runs import preview as dry_runs
 from easylaunch.settings import ENV_CONFIG
 
 
 def plot(args: argparse.Namespace) -> int:
+    from easylaunch.results.plot import plot_command  # (late: the results extra's modules)
+
     return plot_command(args)
 
 
@@ -51,6 +51,8 @@ def preview(args: argparse.Namespace) -> int:
 
 
 def ui(args: argparse.Namespace) -> int:
+    from easylaunch.dashboard.server import serve_command  # (late: the ui extra's modules)
+
     return serve_command(args)
 
 
