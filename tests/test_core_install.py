@@ -1,0 +1,185 @@
+"""easylaunch as ``pip install easylaunch`` leaves it: no extras (.venv-core, made by
+scripts/setup.sh). Every command's --help, preview and a first sweep work there; what needs an
+extra says which, in one line (the CLI) or as MissingExtra (Python)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import textwrap
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import tomllib
+from conftest import REPO_DIR, settings_file
+from helpers import docs_reference
+
+CORE = REPO_DIR / ".venv-core"
+PYTHON = CORE / "bin" / "python"
+EASYLAUNCH = CORE / "bin" / "easylaunch"
+
+
+@pytest.fixture(scope="module")
+def core() -> Path:
+    """The core venv's Python (no test installs it: scripts/setup.sh does, once)."""
+    assert EASYLAUNCH.is_file(), f"{CORE} has no core install: run scripts/setup.sh"
+    return PYTHON
+
+
+@pytest.fixture
+def env(tmp_path) -> dict[str, str]:
+    """The environment of a user of the core install: their own settings, no PYTHONPATH."""
+    clean = {k: v for k, v in os.environ.items()
+             if k not in ("PYTHONPATH", "VIRTUAL_ENV", "EASYLAUNCH_CONFIG")}
+    return {**clean, "EASYLAUNCH_CONFIG": settings_file(tmp_path),
+            "PATH": f"{CORE / 'bin'}{os.pathsep}{os.environ['PATH']}"}
+
+
+def run(argv: list[str | Path], env: dict[str, str], cwd: Path | None = None
+        ) -> subprocess.CompletedProcess:
+    return subprocess.run([str(a) for a in argv], env=env, cwd=cwd, capture_output=True,
+                          text=True, timeout=120)
+
+
+def extra_requirements() -> dict[str, set[str]]:
+    """Each extra of pyproject.toml and the distributions it names (lowercase, as pip does)."""
+    extras = tomllib.loads((REPO_DIR / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"]
+    return {extra: {re.split(r"[\[<>=!~; ]", req, maxsplit=1)[0].lower().replace("_", "-")
+                    for req in reqs if not req.startswith("easylaunch")}
+            for extra, reqs in extras.items()}
+
+
+def test_the_core_venv_holds_no_extras_library(core, env):
+    """Else the tests below would pass for the wrong reason."""
+    listed = run([core, "-c", "import importlib.metadata as m; "
+                  "print('\\n'.join(d.metadata['Name'] for d in m.distributions()))"], env)
+    there = {name.lower().replace("_", "-") for name in listed.stdout.split()}
+    optional = set().union(*(extra_requirements()[e] for e in extra_requirements()
+                             if e not in ("test", "bench", "docs")))
+    assert "easylaunch" in there and "cloudpickle" in there
+    assert there & optional == set()
+    where = run([core, "-c", "import easylaunch; print(easylaunch.__file__)"], env, CORE)
+    assert where.stdout.strip() == str(REPO_DIR / "easylaunch" / "__init__.py")  # (editable)
+
+
+def _commands() -> list[str]:
+    """Every command of the parser (``dist info`` and the like as commands of their own)."""
+    reference = docs_reference()
+    found = reference.commands()
+    return [name for name, *_ in found] + [a for _, aliases, *_ in found for a in aliases]
+
+
+def test_every_commands_help_works_on_a_core_install(core, env, tmp_path):
+    commands = _commands()
+    assert len(commands) >= 20 and {"preview", "plot", "ui", "dist info"} <= set(commands)
+    with ThreadPoolExecutor(4) as pool:
+        done = list(pool.map(lambda c: run([EASYLAUNCH, *c.split(), "--help"], env, tmp_path),
+                             commands))
+    failed = {c: p.stderr[-300:] for c, p in zip(commands, done, strict=True)
+              if p.returncode != 0 or not p.stdout.startswith("usage: easylaunch")}
+    assert failed == {}
+    bare = run([EASYLAUNCH], env, tmp_path)  # (the usage, as a usage error)
+    assert bare.returncode == 2 and "COMMAND" in bare.stdout and not bare.stderr
+    assert run([EASYLAUNCH, "--help"], env, tmp_path).returncode == 0
+
+
+SWEEP = """
+    from easylaunch import log_metrics, run_sweep
+
+
+    def train(doodad_config, variant):
+        for step in range(3):
+            log_metrics(step=step, loss=variant["lr"] / (step + 1))
+        return {"loss": variant["lr"] / 3}
+
+
+    if __name__ == "__main__":
+        jobs = run_sweep(train, variants=[{"lr": lr} for lr in (0.1, 0.2, 0.3)],
+                         exp_name="first", mode="local")
+        print(sorted(round(job.result(timeout=60)["loss"], 3) for job in jobs))
+"""
+
+
+def test_preview_and_a_first_sweep_work_on_a_core_install(core, env, tmp_path):
+    script = tmp_path / "sweep.py"
+    script.write_text(textwrap.dedent(SWEEP))
+    preview = run([EASYLAUNCH, "preview", script], env, tmp_path)
+    assert preview.returncode == 0, preview.stderr
+    assert preview.stdout.startswith("dry run: 3 run(s) in mode 'local'")
+    assert "Traceback" not in preview.stderr
+    swept = run([core, script], env, tmp_path)
+    assert swept.returncode == 0, swept.stderr
+    assert swept.stdout.splitlines()[-1] == "[0.033, 0.067, 0.1]"
+    listed = run([EASYLAUNCH, "ls"], env, tmp_path)
+    assert listed.returncode == 0 and listed.stdout.count("succeeded") == 3, listed.stdout
+    run_id = listed.stdout.splitlines()[1].split()[0]
+    for argv in (["status", run_id], ["logs", run_id], ["config"]):
+        done = run([EASYLAUNCH, *argv], env, tmp_path)
+        assert done.returncode == 0 and "Traceback" not in done.stderr, (argv, done.stderr)
+
+
+# each command that needs an extra, and the extra its one line names
+CLI_NEEDS = {
+    "plot": (["plot", "first", "--metric", "loss"], "results",
+             "easylaunch: error: plot needs pandas and matplotlib: "),
+    "ui": (["ui", "--port", "0"], "ui",
+           "easylaunch: error: ui needs starlette, uvicorn, jinja2 and pandas: "),
+    "submit --mode ec2": (["submit", "--mode", "ec2", "--", "true"], "aws",
+                          "easylaunch: error: mode 'ec2' needs boto3: "),
+}
+
+
+@pytest.mark.parametrize("case", CLI_NEEDS)
+def test_a_command_that_needs_an_extra_names_it_in_one_line(core, env, tmp_path, case):
+    argv, extra, said = CLI_NEEDS[case]
+    done = run([EASYLAUNCH, *argv], env, tmp_path)
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr.startswith(said) and done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.rstrip().endswith(f"[{extra}]'")
+
+
+# each function (or launch) that needs an extra, as Python code, and the extra it names
+PYTHON_NEEDS = {
+    "load_sweep": ("easylaunch.load_sweep('first')", "results"),
+    "load_histories": ("easylaunch.load_histories('first')", "results"),
+    "plot_sweep": ("easylaunch.plot_sweep('first', 'loss')", "results"),
+    "run_search": ("easylaunch.run_search(f, {'x': [1, 2]}, 'loss', n_trials=2)", "search"),
+    **{f"mode {mode}": (f"easylaunch.run_experiment(f, mode={mode!r})", extra)
+       for mode, extra in (("ec2", "aws"), ("gcp", "gcp"), ("azure", "azure"), ("aml", "aml"),
+                           ("ray", "ray"))},
+    **{f"tracker {name}": (f"easylaunch.run_experiment(f, trackers=[{name!r}])", name)
+       for name in ("wandb", "mlflow", "tensorboard")},
+}
+CALL = """
+import easylaunch
+
+def f(doodad_config, variant):
+    return 1
+
+try:
+    {call}
+except easylaunch.MissingExtra as exc:
+    print(exc)
+"""
+
+
+@pytest.mark.parametrize("case", PYTHON_NEEDS)
+def test_a_function_that_needs_an_extra_raises_missing_extra(core, env, tmp_path, case):
+    call, extra = PYTHON_NEEDS[case]
+    done = run([core, "-c", CALL.format(call=call)], env, tmp_path)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert re.fullmatch(rf"\S.* needs .+: \S+ -m pip install .*\[{extra}\]'\n", done.stdout)
+
+
+def test_the_docs_reference_pages_are_made_on_a_core_install(core, env, tmp_path):
+    """The docs hook needs easylaunch's core alone (and mkdocs): .[docs] builds the docs."""
+    hook = REPO_DIR / "docs" / "hooks" / "reference.py"
+    made = run([core, "-c", f"import runpy; h = runpy.run_path({str(hook)!r}); "
+                "print(len(h['cli_markdown'](h['commands']())), "
+                "len(h['settings_markdown'](h['setting_sections']())))"], env, tmp_path)
+    assert made.returncode == 0, made.stderr
+    assert all(int(n) > 10_000 for n in made.stdout.split())
+
