@@ -11,6 +11,7 @@ import textwrap
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import import_graph
 import pytest
 import tomllib
 from conftest import REPO_DIR, settings_file
@@ -183,3 +184,40 @@ def test_the_docs_reference_pages_are_made_on_a_core_install(core, env, tmp_path
     assert made.returncode == 0, made.stderr
     assert all(int(n) > 10_000 for n in made.stdout.split())
 
+
+
+def test_the_core_path_imports_no_optional_library_at_module_level():
+    """What ``easylaunch``, the CLI, each command, each mode, the job side and the docs' hook
+    import at module level, followed down: none of it imports an extra's library."""
+    optional = import_graph.optional_libraries(
+        tomllib.loads((REPO_DIR / "pyproject.toml").read_text()))
+    assert {"pandas": "results", "numpy": "results", "starlette": "ui", "boto3": "aws",
+            "optuna": "search", "hydra": "hydra", "mkdocs": "docs"}.items() <= optional.items()
+    path = import_graph.core_path()
+    assert {"easylaunch.cli.views", "easylaunch.modes.cloud.ec2", "easylaunch.api.search",
+            "easylaunch.results.sweep", "easylaunch_job.trackers"} <= set(path)
+    assert [str(i) for i in import_graph.optional_imports(path, optional)] == []
+    assert "easylaunch.dashboard.app" not in path  # (the ui extra's: imported by ui alone)
+
+
+def test_an_optional_import_at_module_level_is_found(tmp_path):
+    module = tmp_path / "m.py"
+    module.write_text(textwrap.dedent("""
+        import os
+        from matplotlib import pyplot
+        TYPE_CHECKING = False
+        if TYPE_CHECKING:
+            import pandas
+        try:
+            import wandb
+        except ImportError:
+            wandb = None
+
+        def plot():
+            import pandas
+    """))
+    found = import_graph.optional_imports({"m": module}, {"matplotlib": "results",
+                                                          "pandas": "results", "wandb": "wandb"})
+    assert [str(i) for i in found] == [
+        "m (line 3) imports matplotlib at its top; matplotlib comes with the extra 'results': "
+        "import it where it is used, with easylaunch.errors.needed"]
