@@ -207,29 +207,47 @@ def core_path() -> dict[str, Path]:
     return seen
 
 
-def _dist(requirement: str) -> str:
+def dist_name(requirement: str) -> str:
     """The distribution a requirement names, as pip compares names: ``mlflow-skinny``."""
     return re.split(r"[\[<>=!~; ]", requirement, maxsplit=1)[0].lower().replace("_", "-")
+
+
+def _extras_of(requirement: str) -> set[str]:
+    """The extras a requirement asks for: ``{"python"}`` of ``mkdocstrings[python]>=0.26``."""
+    named = re.search(r"\[([^\]]*)\]", requirement.split(";")[0])
+    return {e.strip() for e in named.group(1).split(",")} if named else set()
+
+
+def requirement_closure(requirements: list[str]) -> set[str]:
+    """The distributions these requirements bring (with the extras they ask for), as installed
+    here; one not installed here stands for itself."""
+    from importlib import metadata
+
+    seen: set[tuple[str, str]] = set()  # (distribution, extra; "": its plain requirements)
+    found: set[str] = set()
+    todo = list(requirements)
+    while todo:
+        requirement = todo.pop()
+        dist = dist_name(requirement)
+        new = {(dist, e) for e in {"", *_extras_of(requirement)}} - seen
+        if dist == "easylaunch" or not new:
+            continue
+        seen |= new
+        found.add(dist)
+        try:
+            requires = metadata.requires(dist) or []
+        except metadata.PackageNotFoundError:
+            continue
+        asked = {e for _, e in new}
+        todo += [r for r in requires
+                 if set(re.findall(r"extra\s*==\s*[\"']([^\"']+)", r) or [""]) & asked]
+    return found
 
 
 def optional_libraries(pyproject: dict) -> dict[str, str]:
     """Each top-level name an extra of ``pyproject`` brings (with what its libraries need)
     and the core dependencies do not, and one extra that brings it."""
     from importlib import metadata
-
-    def closure(requirements: list[str]) -> set[str]:
-        found: set[str] = set()
-        todo = [r for r in requirements if "extra ==" not in r]
-        while todo:
-            dist = _dist(todo.pop())
-            if dist in found or dist == "easylaunch":
-                continue
-            found.add(dist)
-            try:
-                todo += [r for r in metadata.requires(dist) or () if "extra ==" not in r]
-            except metadata.PackageNotFoundError:
-                continue  # (not installed here: its own name stands for it)
-        return found
 
     modules_of: dict[str, set[str]] = {}
     for top, dists in metadata.packages_distributions().items():
@@ -239,11 +257,13 @@ def optional_libraries(pyproject: dict) -> dict[str, str]:
     def names(dists: set[str]) -> set[str]:
         return {n for d in dists for n in modules_of.get(d, {d.replace("-", "_")})}
 
-    left_out = names(closure(pyproject["project"]["dependencies"])) | sys.stdlib_module_names
+    core = names(requirement_closure(pyproject["project"]["dependencies"]))
+    left_out = core | sys.stdlib_module_names
     optional: dict[str, str] = {}
     extras = pyproject["project"]["optional-dependencies"].items()
     # the extra that names a library itself, else the first in the file that brings it
-    for dists in (lambda reqs: closure(reqs) & {_dist(r) for r in reqs}, closure):
+    for dists in (lambda reqs: {dist_name(r) for r in reqs} - {"easylaunch"},
+                  requirement_closure):
         for extra, requirements in extras:
             for name in sorted(names(dists(requirements)) - left_out):
                 optional.setdefault(name, extra)
