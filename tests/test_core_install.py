@@ -159,6 +159,10 @@ PYTHON_NEEDS = {
     "plot_sweep": ("easylaunch.plot_sweep('first', 'loss')", "results"),
     "run_search": ("easylaunch.run_search(f, {'x': [1, 2]}, 'loss', n_trials=2)", "search"),
     "setup_torch": ("import easylaunch.dist; easylaunch.dist.setup_torch()", "torch"),
+    "reading TensorBoard files": ("from easylaunch.results.readers import read_tensorboard; "
+                                  "read_tensorboard(Path('.'))", "tensorboard"),
+    "env_pack": ("from easylaunch.runs.envpack import pack_env; "
+                 "pack_env(Path(sys.prefix), Path('env.tar.gz'))", "envpack"),
     **{f"mode {mode}": (f"easylaunch.run_experiment(f, mode={mode!r})", extra)
        for mode, extra in (("ec2", "aws"), ("gcp", "gcp"), ("azure", "azure"), ("aml", "aml"),
                            ("ray", "ray"))},
@@ -166,6 +170,9 @@ PYTHON_NEEDS = {
        for name in ("wandb", "mlflow", "tensorboard")},
 }
 CALL = """
+import sys
+from pathlib import Path
+
 import easylaunch
 
 def f(doodad_config, variant):
