@@ -20,6 +20,7 @@ if TYPE_CHECKING:
         JobCancelledError,
         JobFailedError,
         LaunchError,
+        MissingExtra,
         SettingsError,
     )
     from easylaunch.results import load_histories, load_sweep, plot_sweep
@@ -38,7 +39,7 @@ _MODULE_OF = {
     **dict.fromkeys(("resubmit", "resubmit_launch"), "easylaunch.api.resubmission"),
     **dict.fromkeys(("Search", "run_search"), "easylaunch.api.search"),
     **dict.fromkeys(("EasyLaunchError", "JobCancelledError", "JobFailedError", "LaunchError",
-                     "SettingsError"), "easylaunch.errors"),
+                     "MissingExtra", "SettingsError"), "easylaunch.errors"),
     **dict.fromkeys(("load_histories", "load_sweep", "plot_sweep"), "easylaunch.results"),
     **dict.fromkeys(("Job", "JobState"), "easylaunch.tracking.jobs"),
     "wait_all": "easylaunch.tracking.progress",
@@ -56,6 +57,7 @@ __all__ = [
     "JobFailedError",
     "JobState",
     "LaunchError",
+    "MissingExtra",
     "NoSuchJob",
     "NoSuchRun",
     "RegistryError",

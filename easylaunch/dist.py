@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from itertools import product
 from typing import Any
 
-from easylaunch.errors import EasyLaunchError
+from easylaunch.errors import EasyLaunchError, needed
 from easylaunch.modes import launchers
 from easylaunch.modes.local.machine import local_gpu_ids
 from easylaunch.modes.schedulers.slurm_queue import run_command
@@ -240,12 +240,8 @@ def setup_torch(backend: str | None = None, env: Mapping[str, str] | None = None
     processes on a host than GPUs raise :class:`DistError` naming both counts, unless
     ``share_gpus`` (then the ranks share the GPUs over gloo).
     """
-    try:
-        import torch
-        import torch.distributed as torch_dist
-    except ImportError as exc:
-        raise DistError("setup_torch needs torch: pip install torch "
-                        "(or easylaunch[torch])") from exc
+    torch = needed("torch", "setup_torch", "torch")
+    torch_dist = needed("torch.distributed", "setup_torch", "torch", "torch")
     env = dict(_env(env))
     rank, local_rank, world_size = rank_info(env)
     found_rank = first_int(env, RANK_VARS) is not None

@@ -5,6 +5,7 @@ works where easylaunch is installed from: a source checkout or a package index."
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import shlex
 import sys
 from pathlib import Path
@@ -56,10 +57,25 @@ def install_hint(extra: str) -> str:
     return f"{python} -m pip install 'easylaunch[{extra}]'"
 
 
+class MissingExtra(LaunchError, ImportError):
+    """An optional package is not installed: the message says what needs it and the install.
+
+    Example: ``plot needs pandas and matplotlib: pip install 'easylaunch[results]'``.
+    """
+
+
 def needed(module: str, what: str, extra: str, named: str | None = None) -> ModuleType:
-    """``module`` imported; where it is not installed, a LaunchError that says ``what`` needs
-    it (``named``: as people know it) and how to install ``extra``."""
+    """``module`` imported, or :class:`MissingExtra` saying that ``what`` needs it (``named``:
+    as people know it) and how to install ``extra``. The one way easylaunch imports an
+    optional package where it is used, so a core install names the extra, never a traceback."""
     try:
         return importlib.import_module(module)
     except ImportError:
-        raise LaunchError(f"{what} needs {named or module}: {install_hint(extra)}") from None
+        raise MissingExtra(f"{what} needs {named or module}: {install_hint(extra)}") from None
+
+
+def installed(module: str, what: str, extra: str, named: str | None = None) -> None:
+    """As :func:`needed`, without importing ``module``: for what another process imports (a
+    local run's tracker), checked before it starts."""
+    if importlib.util.find_spec(module) is None:
+        raise MissingExtra(f"{what} needs {named or module}: {install_hint(extra)}")

@@ -21,6 +21,20 @@ fi
 .venv/bin/python -c "import hydra_plugins.hydra_optuna_sweeper" 2>/dev/null || .venv/bin/python \
     -m pip install -q --disable-pip-version-check --no-deps hydra-optuna-sweeper==1.3.0 2>&1 \
     | { grep -v "is ignored: it is neither a file nor a directory" || true; }
+# Installs as users make them, for tests/test_core_install.py: .venv-core (no extras, as
+# `pip install easylaunch`) and .venv-docs (`.[docs]` alone: the docs build), each from the same
+# Python; installed again only when pyproject.toml changes
+install_alone() {  # VENV TARGET
+    local stamp=$1/.easylaunch-installed wanted
+    wanted=$(sha256sum pyproject.toml | cut -c1-16)
+    [ "$(cat "$stamp" 2>/dev/null)" != "$wanted" ] || return 0
+    [ -x "$1/bin/python" ] || "$PYTHON" -m venv "$1"
+    "$1/bin/python" -m pip install -q --disable-pip-version-check -e "$2" 2>&1 \
+        | { grep -v "is ignored: it is neither a file nor a directory" || true; }
+    echo "$wanted" > "$stamp"
+}
+install_alone .venv-core .
+install_alone .venv-docs '.[docs]'
 # Azurite, Microsoft's Azure Storage emulator (npm), for the az:// storage tests: in .tools/
 AZURITE_VERSION=3.35.0
 if [ ! -f .tools/azurite/node_modules/azurite/dist/src/blob/main.js ]; then

@@ -1,5 +1,6 @@
 """Small helpers shared by the process tests."""
 
+import importlib.util
 import json
 import os
 import shlex
@@ -253,3 +254,14 @@ def write_settings(path: Path, values: dict) -> Path:
     """``values`` as an easylaunch settings file (Python: ``KEY = value`` lines)."""
     path.write_text("".join(f"{key} = {value!r}\n" for key, value in values.items()))
     return path
+
+
+def docs_reference():
+    """The docs' reference hook (docs/hooks/reference.py) as a module: its pages' makers."""
+    path = Path(__file__).resolve().parent.parent / "docs" / "hooks" / "reference.py"
+    spec = importlib.util.spec_from_file_location("docs_reference", path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # (its dataclasses look their module up there)
+    spec.loader.exec_module(module)
+    return module

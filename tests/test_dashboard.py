@@ -37,7 +37,7 @@ from easylaunch import JobState, run_command, run_experiment, run_search, run_sw
 from easylaunch.cli.shared import parse_since
 from easylaunch.dashboard import hparams, searches, views
 from easylaunch.dashboard.curves import align
-from easylaunch.errors import EasyLaunchError, install_hint
+from easylaunch.errors import EasyLaunchError
 from easylaunch.results.readers import read_series
 from easylaunch.tracking.jobs import Job
 from easylaunch.tracking.registry import NoSuchRun, Registry
@@ -358,16 +358,6 @@ def test_listening_beyond_loopback_needs_allow_remote(tmp_path):
     finally:
         proc.terminate()
     assert "warning: listening on 0.0.0.0, not loopback" in proc.communicate(timeout=30)[1]
-
-
-def test_without_the_ui_extra_it_says_what_to_install(monkeypatch):
-    from easylaunch.dashboard import server
-
-    find_spec = server.importlib.util.find_spec
-    monkeypatch.setattr(server.importlib.util, "find_spec",
-                        lambda name: None if name == "uvicorn" else find_spec(name))
-    with pytest.raises(EasyLaunchError, match="needs uvicorn: " + re.escape(install_hint("ui"))):
-        server.serve_command(server.argparse.Namespace(host="127.0.0.1", port=0))
 
 
 def test_a_log_is_read_from_its_end_then_on_in_whole_lines(tmp_path):

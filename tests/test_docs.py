@@ -24,7 +24,6 @@ replaces them with the services the suite starts, and fails if the page no longe
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import signal
@@ -36,6 +35,7 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO_DIR, SSH_DIR
+from helpers import docs_reference
 
 DOCS = REPO_DIR / "docs"
 RUN_PAGES = ["getting-started.md", *sorted(str(p.relative_to(DOCS))
@@ -182,21 +182,11 @@ def test_markers_say_why():
                 assert len(block.marker_text) > 10, f"{page}:{block.line}: say why"
 
 
-def _reference():
-    spec = importlib.util.spec_from_file_location("docs_reference",
-                                                  DOCS / "hooks" / "reference.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # (its dataclasses look their module up there)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_every_setting_has_a_reference_entry():
     """Each setting the loader knows has an entry (anchor, type and default, a meaning)."""
     from easylaunch.settings import DEFAULTS
 
-    reference = _reference()
+    reference = docs_reference()
     sections = reference.setting_sections()
     page = reference.settings_markdown(sections)
     groups = [g for s in sections for g in s.groups]
@@ -213,7 +203,7 @@ def test_every_command_has_a_reference_entry_and_its_example():
     ``--help`` ends with; no example is left for a command that is gone."""
     from easylaunch.cli.examples import EXAMPLES
 
-    reference = _reference()
+    reference = docs_reference()
     found = reference.commands()
     page = reference.cli_markdown(found)
     names = [name for name, *_ in found]

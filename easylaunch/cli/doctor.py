@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from easylaunch import settings
-from easylaunch.errors import EasyLaunchError, SettingsError
+from easylaunch.errors import EasyLaunchError, MissingExtra, SettingsError, needed
 from easylaunch.modes.schedulers import pbs, slurm
 from easylaunch.settings import doodad_names as doodad
 from easylaunch_job.environment import python_minor
@@ -144,12 +144,13 @@ def _singularity_image(s: settings.Settings) -> Iterator[Finding]:
     if not image or not Path(image).exists() or not shutil.which("singularity"):
         return
     try:
-        from spython.main import Client
-    except ImportError:
-        yield Finding("info", "install easylaunch[singularity] (spython) to check the image")
+        client = needed("spython.main", "checking SINGULARITY_IMAGE", "singularity",
+                        "spython").Client
+    except MissingExtra as exc:
+        yield Finding("info", str(exc))
         return
     probe = "import sys, cloudpickle; print('%d.%d' % sys.version_info[:2])"
-    out = Client.execute(image, [s.SINGULARITY_PYTHON, "-c", probe], return_result=True,
+    out = client.execute(image, [s.SINGULARITY_PYTHON, "-c", probe], return_result=True,
                          quiet=True)
     found = str(out.get("message", "")).strip().splitlines()[-1:] or [""]
     if out.get("return_code") != 0:

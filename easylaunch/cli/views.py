@@ -7,14 +7,14 @@ import os
 import sys
 
 from easylaunch.cli.shared import AddCommand, count
-from easylaunch.dashboard.server import serve_command
 from easylaunch.errors import EasyLaunchError
-from easylaunch.results.plot import plot_command
 from easylaunch.runs import preview as dry_runs
 from easylaunch.settings import ENV_CONFIG
 
 
 def plot(args: argparse.Namespace) -> int:
+    from easylaunch.results.plot import plot_command  # (late: the results extra's modules)
+
     return plot_command(args)
 
 
@@ -51,6 +51,8 @@ def preview(args: argparse.Namespace) -> int:
 
 
 def ui(args: argparse.Namespace) -> int:
+    from easylaunch.dashboard.server import serve_command  # (late: the ui extra's modules)
+
     return serve_command(args)
 
 
@@ -67,7 +69,8 @@ def add_preview(command: AddCommand) -> None:
 def add_plot(command: AddCommand) -> None:
     """``plot``: learning curves of a sweep's runs as a PNG."""
     parser = command("plot", help="learning curves of a sweep's runs as a PNG, grouped by a "
-                   "variant key (mean and spread across the rest, e.g. seeds)")
+                   "variant key (mean and spread across the rest, e.g. seeds); needs the "
+                   "results extra")
     parser.add_argument("selection", nargs="+", metavar="EXP|SWEEP|ID",
                       help="an experiment name (or part of one), a sweep id, or run ids")
     parser.add_argument("--metric", required=True, help="the metric to plot (e.g. loss)")
@@ -90,7 +93,7 @@ def add_plot(command: AddCommand) -> None:
 def add_ui(command: AddCommand) -> None:
     """``ui``: a web dashboard of the runs."""
     parser = command("ui", help="a web dashboard of the runs, on 127.0.0.1; prints its URL, "
-                 "whose token opens it")
+                 "whose token opens it; needs the ui extra")
     parser.add_argument("--host", default="127.0.0.1",
                     help="the address to listen on (default 127.0.0.1)")
     parser.add_argument("--port", type=count, default=8765, help="the port (default 8765; 0: any "

@@ -4,18 +4,17 @@ serve the dashboard with uvicorn."""
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import ipaddress
 import socket
 import sys
 import webbrowser
 
-from easylaunch.dashboard.security import host_name, kept_token, loopback_hosts
-from easylaunch.errors import EasyLaunchError, install_hint
+from easylaunch.errors import EasyLaunchError, needed
 from easylaunch.settings import load_settings
 from easylaunch.tracking.registry import open_registry
 
-NEEDED = ("starlette", "uvicorn", "jinja2")
+# what the dashboard imports (the ui extra), checked before any of its modules is imported
+NEEDED = ("starlette", "uvicorn", "jinja2", "pandas")
 
 
 def is_loopback(host: str) -> bool:
@@ -46,10 +45,8 @@ def bind(host: str, port: int) -> socket.socket:
 def serve_command(args: argparse.Namespace) -> int:
     """Serve the dashboard until interrupted; refuses a non-loopback ``--host`` without
     ``--allow-remote``."""
-    missing = [name for name in NEEDED if importlib.util.find_spec(name) is None]
-    if missing:
-        raise EasyLaunchError(f"easylaunch ui needs {', '.join(missing)}: "
-                              f"{install_hint('ui')}")
+    for name in NEEDED:
+        needed(name, "ui", "ui", f"{', '.join(NEEDED[:-1])} and {NEEDED[-1]}")
     loopback = is_loopback(args.host)
     if not loopback and not args.allow_remote:
         raise EasyLaunchError(
@@ -60,6 +57,7 @@ def serve_command(args: argparse.Namespace) -> int:
     import uvicorn
 
     from easylaunch.dashboard.app import create_app  # (the ui extra: starlette, jinja2)
+    from easylaunch.dashboard.security import host_name, kept_token, loopback_hosts
 
     sock = bind(args.host, args.port)
     port = sock.getsockname()[1]

@@ -3,15 +3,11 @@
 from __future__ import annotations
 
 import difflib
-import importlib
 from collections.abc import Sequence
-from types import ModuleType
 
-from easylaunch.errors import EasyLaunchError, install_hint
+from easylaunch.errors import EasyLaunchError, MissingExtra
 
-
-class MissingExtra(EasyLaunchError, ImportError):
-    """An optional package is not installed; the message names the extra that brings it."""
+__all__ = ["MissingExtra", "NoSuchKey", "NoSuchMetric", "choices", "closest", "named"]
 
 
 class NoSuchMetric(EasyLaunchError, LookupError):
@@ -20,15 +16,6 @@ class NoSuchMetric(EasyLaunchError, LookupError):
 
 class NoSuchKey(EasyLaunchError, LookupError):
     """No selected run's variant has that key; the message lists the keys there are."""
-
-
-def need(module: str, extra: str, why: str) -> ModuleType:
-    """Import ``module``, or say which extra of easylaunch brings it."""
-    try:
-        return importlib.import_module(module)
-    except ImportError:
-        raise MissingExtra(f"{module.split('.')[0]} is needed {why}: "
-                           f"{install_hint(extra)}") from None
 
 
 def choices(names: list[str], limit: int = 30) -> str:

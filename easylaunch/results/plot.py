@@ -14,10 +14,11 @@ import os
 import re
 from collections.abc import Hashable
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, NamedTuple
 
-from easylaunch.errors import EasyLaunchError
-from easylaunch.results.errors import NoSuchKey, choices, closest, need
+from easylaunch.errors import EasyLaunchError, needed
+from easylaunch.results.errors import NoSuchKey, choices, closest
 from easylaunch.results.sweep import (
     CUT_SHORT,
     HISTORY_COLUMNS,
@@ -112,6 +113,12 @@ def _named(selection: Selection, config: ConfigArg) -> str:
     return names if names == chosen else f"{names} ({chosen})"
 
 
+def _plotting(what: str) -> ModuleType:
+    """matplotlib, once pandas and it are both there; else MissingExtra naming the extra."""
+    needed("pandas", what, "results", "pandas and matplotlib")
+    return needed("matplotlib", what, "results", "pandas and matplotlib")
+
+
 def plot_sweep(selection: Selection, metric: str, by: str | None = None, x: str = "step",
                out: str | os.PathLike | None = None, config: ConfigArg = None,
                include_failed: bool = False) -> Path:
@@ -126,7 +133,7 @@ def plot_sweep(selection: Selection, metric: str, by: str | None = None, x: str 
     are."""
     if x not in X_AXES:
         raise EasyLaunchError(f"x={x!r}: plot against {' or '.join(X_AXES)}")
-    matplotlib = need("matplotlib", "results", "to plot")
+    matplotlib = _plotting("plot_sweep")
     from matplotlib.figure import Figure
     from matplotlib.ticker import MaxNLocator
 
@@ -180,6 +187,7 @@ def _show(path: Path) -> None:
 
 def plot_command(args: argparse.Namespace) -> int:
     """``easylaunch plot``: write the PNG, say where, and show it where a display exists."""
+    _plotting("plot")
     try:
         path = plot_sweep(args.selection, args.metric, by=args.by, x=args.x, out=args.out,
                           config=args.config,

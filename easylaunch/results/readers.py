@@ -20,7 +20,7 @@ from collections.abc import Collection, Iterable, Iterator
 from pathlib import Path
 from typing import NamedTuple
 
-from easylaunch.results.errors import need
+from easylaunch.errors import needed
 from easylaunch_job.records import BUNDLE_DIR, CHECKPOINT_DIR, METRICS_JSONL
 
 PROGRESS_CSV = "progress.csv"
@@ -113,10 +113,10 @@ def read_tensorboard(folder: Path, metrics: Metrics = None) -> list[Point]:
     """The scalars of the TensorBoard event files in ``folder`` (not below it; only the tags
     in ``metrics``, if given): those written as ``simple_value`` (torch's ``add_scalar``,
     tensorboardX) and one-value tensors (``new_style=True``, TensorFlow 2)."""
-    accumulators = need("tensorboard.backend.event_processing.event_accumulator",
-                        "tensorboard", "to read TensorBoard event files")
-    tensor_util = need("tensorboard.util.tensor_util", "tensorboard",
-                       "to read TensorBoard event files")
+    what = "reading TensorBoard event files"
+    accumulators = needed("tensorboard.backend.event_processing.event_accumulator", what,
+                          "tensorboard", "tensorboard")
+    tensor_util = needed("tensorboard.util.tensor_util", what, "tensorboard", "tensorboard")
     events = accumulators.EventAccumulator(str(folder), size_guidance={
         accumulators.SCALARS: 0, accumulators.TENSORS: 0})  # (0: keep every value)
     events.Reload()

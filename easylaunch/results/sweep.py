@@ -15,8 +15,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from easylaunch.errors import EasyLaunchError
-from easylaunch.results.errors import NoSuchMetric, choices, closest, named, need
+from easylaunch.errors import EasyLaunchError, needed
+from easylaunch.results.errors import NoSuchMetric, choices, closest, named
 from easylaunch.results.readers import PROGRESS_CSV, Metrics, last_values, read_run
 from easylaunch.runs.record import VARIANT_JSON
 from easylaunch.settings import load_settings
@@ -139,7 +139,7 @@ def variant_of(entry: Entry) -> dict:
 def _table(records: list[Mapping], prefix: str, taken: Sequence[str]) -> pd.DataFrame:
     """Records as columns ``<prefix>a.b`` (nested keys flattened as ``easylaunch ls`` shows
     them); a name in ``taken`` gets ``variant.``."""
-    pd = need("pandas", "results", "to load results")
+    pd = needed("pandas", "load_sweep", "results")
     table = pd.DataFrame([flat_items(r, prefix) for r in records], index=range(len(records)))
     return table.rename(columns={c: f"variant.{c}" for c in table.columns if c in taken})
 
@@ -147,7 +147,7 @@ def _table(records: list[Mapping], prefix: str, taken: Sequence[str]) -> pd.Data
 def _points(runs: list[SelectedRun], metrics: Metrics = None) -> pd.DataFrame:
     """The points of the runs (each metric's from its first format; only ``metrics``, if
     given), a row each."""
-    pd = need("pandas", "results", "to load results")
+    pd = needed("pandas", "load_sweep", "results")
     rows = [(run.shown.entry.id, *point) for run in runs
             for point in read_run(run.folder, metrics)]
     return pd.DataFrame(rows, columns=list(POINT_COLUMNS)).astype(
@@ -158,7 +158,7 @@ def _points(runs: list[SelectedRun], metrics: Metrics = None) -> pd.DataFrame:
 def _last_values(runs: list[SelectedRun]) -> pd.DataFrame:
     """Each run's last value (at its largest step; of equal steps, the last written) of each
     metric, as columns ``metric.<name>``, indexed by run id."""
-    pd = need("pandas", "results", "to load results")
+    pd = needed("pandas", "load_sweep", "results")
     table = pd.DataFrame.from_dict(
         {run.shown.entry.id: last_values(run.folder) for run in runs}, orient="index")
     return table.add_prefix("metric.").astype(float) if len(table.columns) else table
@@ -201,7 +201,7 @@ def load_sweep(selection: Selection, *, fetch: bool = False,
     ``fetch``: bring the whole folder of each run whose files live elsewhere first (as
     ``easylaunch fetch``). ``config``: a settings file or dict, as for ``run_experiment``.
     """
-    pd = need("pandas", "results", "to load results")
+    pd = needed("pandas", "load_sweep", "results")
     runs = runs_of(selection, fetch, config)
     now = time.time()
     table = pd.DataFrame([_run_row(r.shown, now) for r in runs], columns=list(RUN_COLUMNS))
@@ -224,7 +224,7 @@ def load_histories(selection: Selection, *, metrics: Sequence[str] | None = None
     ``state`` (as in :func:`load_sweep`: ``failed`` runs stopped early) and its variant keys as
     in load_sweep. ``metrics``: only these (a name no run has raises :class:`NoSuchMetric`,
     listing those there are). Other arguments as for load_sweep."""
-    need("pandas", "results", "to load results")
+    needed("pandas", "load_histories", "results")
     runs = runs_of(selection, fetch, config)
     points = _points(runs, metrics)
     logged = set(points["metric"])

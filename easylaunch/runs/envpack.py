@@ -13,7 +13,7 @@ import sys
 import uuid
 from pathlib import Path
 
-from easylaunch.errors import LaunchError
+from easylaunch.errors import LaunchError, needed
 
 
 def _site_packages(prefix: Path) -> list[Path]:
@@ -49,19 +49,11 @@ def pack_env(prefix: Path, archive: Path) -> None:
         return
     archive.parent.mkdir(parents=True, exist_ok=True)
     tmp = archive.parent / f".partial-{uuid.uuid4().hex[:8]}.tar.gz"
+    tool = "conda-pack" if is_conda(prefix) else "venv-pack"
+    packer = needed(tool.replace("-", "_"), f"env_pack={str(prefix)!r}", "envpack", tool)
     try:
-        if is_conda(prefix):
-            import conda_pack
-
-            conda_pack.pack(prefix=str(prefix), output=str(tmp), force=True)
-        else:
-            import venv_pack
-
-            venv_pack.pack(prefix=str(prefix), output=str(tmp), force=True)
+        packer.pack(prefix=str(prefix), output=str(tmp), force=True)
         os.replace(tmp, archive)
-    except ImportError as exc:
-        tool = "conda-pack" if is_conda(prefix) else "venv-pack"
-        raise LaunchError(f"packing {prefix} needs {tool}: pip install {tool}") from exc
     except Exception as exc:  # noqa: BLE001 - the packers raise their own error types
         raise LaunchError(f"cannot pack the environment {prefix}: {exc}") from exc
     finally:

@@ -183,6 +183,9 @@ class AmlMode(CloudMode[AmlTarget]):
                             f"({per_node}): the jobs take whole nodes")
         return problems
 
+    def import_sdk(self) -> None:
+        _sdk()
+
     def target(self, request: LaunchRequest) -> AmlTarget:
         v = self.values
         nodes, processes = self.shape(request.use_gpu)

@@ -176,6 +176,9 @@ class AzureMode(CloudMode[AzureTarget]):
                             f" (or {ENV_AZURE_CONNECTION}, in the settings or the environment)")
         return problems
 
+    def import_sdk(self) -> None:
+        _sdk()
+
     def target(self, request: LaunchRequest) -> AzureTarget:
         s = self.settings
         bucket, prefix = cloud.split_url(s.AZURE_STORAGE_PATH, "az", "AZURE_STORAGE_PATH")

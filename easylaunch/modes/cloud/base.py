@@ -147,6 +147,10 @@ class CloudMode(Mode, Generic[TargetT]):
     # -- what a cloud provides ------------------------------------------------------------------
 
     @abstractmethod
+    def import_sdk(self) -> None:
+        """Import the cloud's library; where it is missing, MissingExtra names the extra."""
+
+    @abstractmethod
     def target(self, request: LaunchRequest) -> TargetT:
         """The settings this request needs, checked without asking the cloud."""
 
@@ -192,6 +196,7 @@ class CloudMode(Mode, Generic[TargetT]):
             raise LaunchError(f"mode {self.name!r}: " + "; ".join(problems))
 
     def check(self, request: LaunchRequest) -> None:
+        self.import_sdk()  # (first: its extra is the first fix on a core install)
         self._check_values()
         target = self.target(request)
         self.check_cloud(target)

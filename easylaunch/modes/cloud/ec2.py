@@ -78,6 +78,9 @@ class Ec2Mode(CloudMode[Ec2Target]):
     settings_prefix = "AWS"
     machine_type_keys = ("AWS_INSTANCE_TYPE", "AWS_GPU_INSTANCE_TYPE")
 
+    def import_sdk(self) -> None:
+        _boto3()
+
     def target(self, request: LaunchRequest) -> Ec2Target:
         s = self.settings
         bucket, prefix = cloud.split_url(s.AWS_S3_PATH, "s3", "AWS_S3_PATH")

@@ -146,6 +146,9 @@ class GcpMode(CloudMode[GcpTarget]):
                     "kind of preemptible instance)"]
         return []
 
+    def import_sdk(self) -> None:
+        _compute()
+
     def target(self, request: LaunchRequest) -> GcpTarget:
         s = self.settings
         bucket, prefix = cloud.split_url(s.GCP_GCS_PATH, "gs", "GCP_GCS_PATH")

@@ -135,6 +135,9 @@ class RayMode(CloudMode[RayTarget]):
                               "to its dashboard's address, http://HEAD:8265")
         return address if "://" in address else f"http://{address}"
 
+    def import_sdk(self) -> None:
+        _sdk()
+
     def target(self, request: LaunchRequest) -> RayTarget:
         _, bucket, prefix = self._storage()
         cpus, gpus = self._asked("num_cpus"), self._asked("num_gpus", request.use_gpu)

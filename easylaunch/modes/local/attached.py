@@ -304,6 +304,8 @@ class LocalMode(Mode):
             self.container.check(self.settings, request.use_gpu, self.name, here=True)
         else:
             check_here(request)
+            if not self.settings.LOCAL_PYTHON:  # (the runs' Python is this one)
+                machine.check_trackers(self.settings.TRACKERS)
 
     def extra_launch_info(self, request: LaunchRequest) -> dict[str, str]:
         if self.container is None:

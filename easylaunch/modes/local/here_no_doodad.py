@@ -68,6 +68,7 @@ class HereNoDoodadMode(Mode):
 
     def check(self, request: LaunchRequest) -> None:
         check_here(request)
+        machine.check_trackers(self.settings.TRACKERS)
 
     def prepare(self, request: LaunchRequest, runs: list[Run], facts: None) -> list[Any]:
         return [None for _ in runs]

@@ -9,9 +9,20 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
+from easylaunch.errors import installed
 from easylaunch_job.environment import is_alive, signal_group
+
+# each tracker's library, as pip names it (its module and its extra: the tracker's name)
+TRACKER_PACKAGES = {"wandb": "wandb", "mlflow": "mlflow-skinny", "tensorboard": "tensorboard"}
+
+
+def check_trackers(names: Iterable[str]) -> None:
+    """The libraries of the TRACKERS of runs in this Python are installed (else MissingExtra:
+    a run would go on without its tracker, saying so only in its log)."""
+    for name in names:
+        installed(name, f"TRACKERS {name!r}", name, TRACKER_PACKAGES.get(name))
 
 
 def terminate_group(pgid: int, leader_started: str | None, grace: float) -> None:
