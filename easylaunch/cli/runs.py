@@ -16,8 +16,9 @@ from easylaunch.errors import EasyLaunchError
 from easylaunch.modes.console import line
 from easylaunch.results.readers import last_points, read_run
 from easylaunch.settings import load_settings
-from easylaunch.tracking import listing
+from easylaunch.tracking import as_json, listing
 from easylaunch.tracking.interrupts import config_flag, goes_on, interrupted
+from easylaunch.tracking.listing import Shown
 from easylaunch.tracking.refresh import OPEN_STATES, STATES, job_for, refresh_entries, short
 from easylaunch.tracking.rows import reason_of
 from easylaunch.tracking.searches import (
@@ -30,6 +31,7 @@ from easylaunch.tracking.searches import (
 
 if TYPE_CHECKING:
     from easylaunch.tracking.jobs import Job
+    from easylaunch.tracking.registry import Registry
 
 STATUS_LOG_LINES = 100
 VALUE_CHARS = 2000  # longer values (a huge variant) are cut in `easylaunch status`
@@ -51,7 +53,10 @@ def ls(args: argparse.Namespace) -> int:
     shown = refresh_entries(registry, entries)
     keys = [k for k in args.variant.split(",") if k] if args.variant else None
     now = time.time()
-    if sys.stdout.isatty():
+    if args.json:
+        lines = [as_json.document("runs", [as_json.run_object(s, now) for s in shown],
+                                  total=total)]
+    elif sys.stdout.isatty():
         lines = listing.grouped_lines(shown, keys, shutil.get_terminal_size().columns, now)
     else:
         lines = listing.tsv_lines(shown, keys or [], now)
@@ -121,6 +126,9 @@ def status(args: argparse.Namespace) -> int:
     job.mode.sync_logs(job.record)
     info, launch = job.info(), job.launch_info
     queued = info.get("state") == "queued"
+    if args.json:
+        print(_status_document(registry, job, info))
+        return 0
     rows = [
         ("id", job.id), ("experiment", job.exp_name), ("mode", job.mode.name),
         ("state", info.get("state")),
@@ -153,18 +161,54 @@ def status(args: argparse.Namespace) -> int:
             print(f"{name + ':':18}{short(str(value), VALUE_CHARS)}")
     if info.get("error"):
         print(f"\nerror:\n{info['error'].rstrip()}")
-    shown = job.stdout_path
-    rank0 = job.log_dir / RANK0_STDOUT
-    if rank0.exists() and not tail(shown, 1).strip():  # (several ranks: each logs its own)
-        shown = rank0
+    shown = _shown_log(job)
     print(f"\n--- last {STATUS_LOG_LINES} lines of {shown} ---")
     print(tail(shown, STATUS_LOG_LINES), end="")
     return 0
 
 
+def _status_document(registry: Registry, job: Job, info: dict) -> str:
+    """``status --json``: the run object of ``ls --json``, with what only status shows."""
+    launch, state = job.launch_info, info.get("state") or "unknown"
+    restarts = info.get("restarts") or []
+    shown = Shown(registry.find(job.id), state, len(restarts),
+                  job.mode.waiting_reason(job.record) if state == "queued" else None)
+    run = as_json.run_object(shown, time.time())
+    run["metrics"] = {name: value for name, (_, value) in last_points(
+        read_run(job.mode.readable_folder(job.record))).items()}
+    run.update({
+        "exit_code": info.get("exit_code"), "signal": info.get("signal"),
+        "attempt": info.get("attempt"),
+        "restart_history": [{"reason": r.get("reason"), "ended_at": r.get("ended_at")}
+                            for r in restarts],
+        "error": info.get("error"),
+        "result": listing.result_text(str(job.log_dir)) if state == "succeeded" else None,
+        "backend": launch.get("backend") or {}, "search": launch.get("search"),
+        "resubmitted_with": launch.get("resubmitted_with"),
+        "code_snapshots": launch.get("code_snapshots") or [],
+        "git_commits": launch.get("git_commits") or {}, "argv": launch.get("command"),
+        "stdout": str(job.stdout_path), "stderr": str(job.stderr_path),
+        "rank_logs": [str(p) for p in _rank_paths(job.log_dir)],
+        "log_tail": tail(_shown_log(job), STATUS_LOG_LINES)})
+    return as_json.document("runs", [run])
+
+
+def _shown_log(job: Job) -> Path:
+    """The log whose end ``status`` shows: stdout, or rank 0's where each rank logs its own."""
+    rank0 = job.log_dir / RANK0_STDOUT
+    if rank0.exists() and not tail(job.stdout_path, 1).strip():
+        return rank0
+    return job.stdout_path
+
+
+def _rank_paths(log_dir: Path) -> list[Path]:
+    """Each rank's stdout log, rank 0 first (none where the run had one process)."""
+    return sorted(log_dir.glob("stdout.rank*.log"), key=lambda p: (len(p.name), p.name))
+
+
 def _rank_logs(log_dir: Path) -> str | None:
     """``stdout.rank0.log ... stdout.rank3.log (4 ranks)``, where each rank logs its own."""
-    ranks = sorted(log_dir.glob("stdout.rank*.log"), key=lambda p: (len(p.name), p.name))
+    ranks = _rank_paths(log_dir)
     if not ranks:
         return None
     return f"{ranks[0].name} ... {ranks[-1].name} ({len(ranks)} ranks; stderr.rank*.log too)" \
@@ -262,6 +306,7 @@ def add_ls(command: AddCommand) -> None:
     parser.add_argument("--all", action="store_true", help="every matching run")
     parser.add_argument("--variant", metavar="KEYS", help="variant keys to show, comma-separated "
                     "(nested: a.b); default on a terminal: those that differ within each sweep")
+    add_json(parser)
     parser.set_defaults(func=ls)
 
 
@@ -285,16 +330,15 @@ def search(args: argparse.Namespace) -> int:
                               f"{' '.join(words)}")
     args.id = words[0] if words else None
     found = searches_in(load_settings(args.config).LOCAL_LOG_DIR)
+    if args.json:
+        chosen = found if args.id is None else [_one_search(found, args.id)]
+        print(as_json.document("searches", [as_json.search_object(f, s) for f, s in chosen]))
+        return 0
     if args.id is None:
         for folder, summary in found:
             print(f"{summary['id']}  {search_line(summary, folder)}")
         return 0
-    chosen = [(f, s) for f, s in found if s["id"] == args.id] or \
-        [(f, s) for f, s in found if s["id"].startswith(args.id)]
-    if len(chosen) != 1:
-        raise EasyLaunchError(f"{len(chosen) or 'no'} searches match {args.id!r}"
-                              + (f": {', '.join(s['id'] for _, s in chosen)}" if chosen else ""))
-    folder, summary = chosen[0]
+    folder, summary = _one_search(found, args.id)
     print(f"search {summary['id']}: {search_line(summary, folder)}")
     rows = [("TRIAL", "STATE", summary.get("objective", "VALUE").upper(), "STEP", "RUN",
              "REASON")]
@@ -309,6 +353,22 @@ def search(args: argparse.Namespace) -> int:
     return 0
 
 
+def _one_search(found: list[tuple[Path, dict]], search_id: str) -> tuple[Path, dict]:
+    """The search ``search_id`` names (whole, or a unique start of it)."""
+    chosen = [(f, s) for f, s in found if s["id"] == search_id] or \
+        [(f, s) for f, s in found if s["id"].startswith(search_id)]
+    if len(chosen) != 1:
+        raise EasyLaunchError(f"{len(chosen) or 'no'} searches match {search_id!r}"
+                              + (f": {', '.join(s['id'] for _, s in chosen)}" if chosen else ""))
+    return chosen[0]
+
+
+def add_json(parser: argparse.ArgumentParser) -> None:
+    """``--json``: one JSON document on stdout instead of the table."""
+    parser.add_argument("--json", action="store_true", help="print one JSON document instead "
+                        "(schema: the JSON output reference page); notes still go to stderr")
+
+
 def add_search(command: AddCommand) -> None:
     """``search``: the searches (run_search), or one search's trials."""
     parser = command("search", help="list the searches (easylaunch.run_search), or show one "
@@ -317,6 +377,7 @@ def add_search(command: AddCommand) -> None:
                         help="a search's id, or a unique start of one; `resume ID` carries the "
                         "search on as its last run_search call was made, with a detached driver "
                         "(finished trials are kept)")
+    add_json(parser)
     parser.set_defaults(func=search)
 
 
@@ -325,6 +386,7 @@ def add_status(command: AddCommand) -> None:
     parser = command("status", aliases=["q"],
                      help="refresh and show one run, with the end of its log")
     parser.add_argument("id", help="run id, or a unique start or end of one")
+    add_json(parser)
     parser.set_defaults(func=status)
 
 
