@@ -1,5 +1,5 @@
 """`easylaunch ls` and `easylaunch ls --all` over a registry of 10,000 runs against
-`easylaunch --version` (goal < 5x).
+`easylaunch --version` (goal < 5x); each with `--json` against the table (goal <= 1.2x).
 
 The commands run as fresh processes, interleaved, so start-up costs count the same for each;
 their output goes to a pipe (ls then prints tab-separated lines).
@@ -55,7 +55,8 @@ def main() -> None:
     args = parser.parse_args()
     with filled_settings(args.runs) as config:
         base = [sys.executable, "-m", "easylaunch.cli"]
-        times: dict[str, list[float]] = {"--version": [], "ls": [], "ls --all": []}
+        times: dict[str, list[float]] = {"--version": [], "ls": [], "ls --all": [],
+                                         "ls --json": [], "ls --all --json": []}
         for _ in range(args.repeats):
             for name in times:
                 argv = name.split() if name == "--version" else \
@@ -66,6 +67,9 @@ def main() -> None:
         for name in ("ls", "ls --all"):
             ms = statistics.median(times[name]) * 1000
             print(f"  easylaunch {name:9} {ms:5.0f} ms | ratio {ms / v:.2f}x (goal < 5x)")
+            as_json = statistics.median(times[f"{name} --json"]) * 1000
+            print(f"  easylaunch {name} --json {as_json:5.0f} ms | ratio to the table "
+                  f"{as_json / ms:.2f}x (goal <= 1.2x)")
 
 
 if __name__ == "__main__":

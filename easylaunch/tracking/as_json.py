@@ -23,8 +23,11 @@ JSON_VERSION = 1  # raised only when a field changes meaning or goes away
 def document(key: str, items: Sequence[Mapping[str, Any]], **extra: Any) -> str:
     """The JSON text of a command's output: ``{"version": 1, key: items, **extra}``.
     Values JSON has no number for (NaN, infinities) are written as null."""
-    return json.dumps({"version": JSON_VERSION, key: _plain(list(items)), **extra},
-                      ensure_ascii=False, allow_nan=False)
+    whole = {"version": JSON_VERSION, key: list(items), **extra}
+    try:  # (the usual case, quick: every value is JSON's already)
+        return json.dumps(whole, ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError):
+        return json.dumps(_plain(whole), ensure_ascii=False, allow_nan=False)
 
 
 def _plain(value: Any) -> Any:
@@ -53,6 +56,8 @@ def metrics_here(shown: Shown) -> dict[str, float]:
     folder = Path(entry.log_dir)
     if entry.remote_log_dir and Path(entry.remote_log_dir).is_dir():
         folder = Path(entry.remote_log_dir)
+    if not folder.is_dir():  # (a folder gone: one look, not one for each metrics file)
+        return {}
     try:
         return last_values(folder)
     except OSError:
