@@ -71,7 +71,9 @@ def _read_lines(path: str) -> list[dict[str, Any]]:
 
 class _WandB:
     """A W&B run with the run's id; its steps count as taken once it finished cleanly (W&B
-    loses what it buffered when its process is killed)."""
+    loses what it buffered when its process is killed). Its files go where WANDB_DIR says,
+    else to the run folder; WANDB_PROJECT names the project (else the experiment), and W&B
+    reads WANDB_ENTITY, WANDB_MODE and WANDB_TAGS itself. The group is always the sweep."""
 
     confirms_each_batch = False
 
@@ -82,7 +84,8 @@ class _WandB:
         self.run = wandb.init(
             id=spec["run_id"], resume="allow", name=spec["run_id"],
             project=os.environ.get("WANDB_PROJECT") or spec["exp_name"],
-            group=spec["sweep"], job_type="run", config=_config(variant), dir=log_dir,
+            group=spec["sweep"], job_type="run", config=_config(variant),
+            dir=None if os.environ.get("WANDB_DIR") else log_dir,
             settings=wandb.Settings(console="off", disable_git=True, x_disable_stats=True,
                                     silent=True))
 
@@ -95,8 +98,9 @@ class _WandB:
 
 
 class _MLflow:
-    """An MLflow run of the experiment named as the run's, tagged with the run's id, kept
-    across attempts (its id in trackers.json). The default store: ``mlruns`` in the log root."""
+    """An MLflow run, tagged with the run's id, kept across attempts (its id in
+    trackers.json). The store is MLFLOW_TRACKING_URI, else ``mlruns`` in the log root; the
+    experiment is MLFLOW_EXPERIMENT_NAME, else the run's experiment name."""
 
     confirms_each_batch = True
 
@@ -111,6 +115,7 @@ class _MLflow:
             # shared file systems where SQLite's locks fail)
             os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
         self.client = MlflowClient(uri)
+        self.experiment = os.environ.get("MLFLOW_EXPERIMENT_NAME") or spec["exp_name"]
         self.run_id = state.get("run_id") or self._found(spec) or self._made(spec, variant)
         state["run_id"] = self.run_id
         self.client.update_run(self.run_id, status="RUNNING")
@@ -130,7 +135,7 @@ class _MLflow:
     def _found(self, spec: Mapping[str, Any]) -> str | None:
         """The run made by an attempt that died before it wrote trackers.json."""
         runs = self.client.search_runs(
-            [self._experiment(spec["exp_name"])],
+            [self._experiment(self.experiment)],
             f"tags.`easylaunch.run_id` = '{spec['run_id']}'", max_results=1)
         return runs[0].info.run_id if runs else None
 
@@ -138,7 +143,7 @@ class _MLflow:
         from mlflow.entities import Param
 
         run = self.client.create_run(
-            self._experiment(spec["exp_name"]), run_name=spec["run_id"],
+            self._experiment(self.experiment), run_name=spec["run_id"],
             tags={"easylaunch.run_id": spec["run_id"], "easylaunch.sweep": spec["sweep"],
                   "easylaunch.exp": spec["exp_name"]})
         params = [Param(k, str(v)[:6000]) for k, v in flat_items(_config(variant)).items()]

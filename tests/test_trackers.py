@@ -26,15 +26,16 @@ ALL = ["wandb", "mlflow", "tensorboard"]
 
 @pytest.fixture
 def offline(tmp_path, monkeypatch):
-    """W&B offline, its own files in tmp_path; MLflow's store is the log root's mlruns."""
+    """W&B offline, its own files in tmp_path (its runs in the run folders); MLflow's store
+    is the log root's mlruns."""
     for name, value in {"WANDB_MODE": "offline", "WANDB_SILENT": "true",
-                        "WANDB_DIR": str(tmp_path / "wandb-dir"),
                         "WANDB_CONFIG_DIR": str(tmp_path / "wandb-config"),
                         "WANDB_CACHE_DIR": str(tmp_path / "wandb-cache"),
                         "WANDB_DATA_DIR": str(tmp_path / "wandb-data"),
                         "MLFLOW_ALLOW_FILE_STORE": "true"}.items():
         monkeypatch.setenv(name, value)
-    for name in ("WANDB_PROJECT", "MLFLOW_TRACKING_URI", "WANDB_API_KEY"):
+    for name in ("WANDB_PROJECT", "WANDB_DIR", "WANDB_TAGS", "MLFLOW_TRACKING_URI",
+                 "MLFLOW_EXPERIMENT_NAME", "WANDB_API_KEY"):
         monkeypatch.delenv(name, raising=False)
 
 
@@ -113,6 +114,28 @@ def test_each_tracker_holds_the_run_under_its_id(cfg, offline):
     assert [(p.step, p.value) for p in board] == [(s, pytest.approx(1.0 / s))
                                                   for s in range(1, 7)]
     assert "tracker" not in (job.log_dir / "stderr.log").read_text()
+
+
+def test_trackers_go_where_their_own_variables_say(cfg, offline, tmp_path, monkeypatch):
+    from mlflow.tracking import MlflowClient
+
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path / "where-wandb-users-look"))
+    monkeypatch.setenv("WANDB_PROJECT", "lab-project")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"file:{tmp_path / 'lab-mlruns'}")
+    monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "lab-experiment")
+    variant = {"steps": 2, "every": 1, "step_seconds": 0.01}
+    job = run_experiment(trackerfns.train, exp_name="tracked", variant=variant,
+                         trackers=["wandb", "mlflow"], config=cfg)
+    assert job.result(timeout=120) == 2
+    assert not (job.log_dir / "wandb").exists()  # (wandb sync finds it under WANDB_DIR)
+    runs, history = wandb_run(tmp_path / "where-wandb-users-look", job.id)
+    assert runs[0]["project"] == "lab-project" and history == [(1, 1.0), (2, 0.5)]
+    client = MlflowClient(f"file:{tmp_path / 'lab-mlruns'}")
+    experiment = client.get_experiment_by_name("lab-experiment")
+    found = client.search_runs([experiment.experiment_id],
+                               f"tags.`easylaunch.run_id` = '{job.id}'")
+    assert len(found) == 1 and found[0].info.status == "FINISHED"
+    assert not (Path(cfg["LOCAL_LOG_DIR"]) / "mlruns").exists()
 
 
 def test_a_commands_own_log_metrics_reach_its_trackers(cfg, offline):
