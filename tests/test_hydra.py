@@ -118,7 +118,12 @@ def easylaunch(env, *args):
 
 def rows(env):
     """``easylaunch ls``'s rows as dicts by column."""
-    header, *lines = easylaunch(env, "ls").splitlines()
+    return rows_of(env)
+
+
+def rows_of(env, *args):
+    """``easylaunch ls ARGS``'s rows as dicts by column."""
+    header, *lines = easylaunch(env, "ls", *args).splitlines()
     return [dict(zip(header.split("\t"), line.split("\t"), strict=True)) for line in lines]
 
 
@@ -140,6 +145,17 @@ def test_multirun_waits_and_returns_values(app, env):
         overrides = (job_dir / ".hydra" / "overrides.yaml").read_text()
         assert "training with" in (Path(run["LOG DIR"]) / "stdout.log").read_text()
         assert "lr=" in overrides and "seed=" in overrides
+
+
+def test_dotted_and_added_keys_sweep_and_show_as_nested_params(app, env):
+    out = multirun(app, env, "+model.depth=2,3", "+db=mysql", "+db.user=me", "lr=0.5")
+    assert out.returncode == 0, out.stderr
+    runs = rows_of(env, "--variant", "params.model.depth,params.db._choice,params.db.user")
+    assert sorted(r["params.model.depth"] for r in runs) == ["2", "3"]
+    assert {(r["params.db._choice"], r["params.db.user"]) for r in runs} == {("mysql", "me")}
+    for run in runs:  # (the overrides reach the job as written)
+        overrides = (Path(run["LOG DIR"]) / "hydra" / ".hydra" / "overrides.yaml").read_text()
+        assert "+model.depth=" in overrides and "+db.user=me" in overrides
 
 
 def test_wait_false_returns_once_submitted(app, env):

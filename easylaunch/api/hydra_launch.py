@@ -124,10 +124,30 @@ def sweep_keywords(launcher_config: Mapping[str, Any]) -> dict[str, Any]:
 
 def job_variant(overrides: list[str]) -> dict[str, Any]:
     """A job's variant: its overrides, and their values by key (what ``ls --variant`` and
-    load_sweep show); what resume matches."""
-    parsed = OverridesParser.create().parse_overrides(overrides)
-    return {"overrides": overrides,
-            "params": {o.key_or_group: o.value() for o in parsed if not o.is_delete()}}
+    load_sweep show); what resume matches. A dotted key nests (``model.lr=0.1``: ``params.
+    model.lr``); a group's choice beside its keys (``db=mysql db.user=me``) is ``db._choice``."""
+    params: dict[str, Any] = {}
+    for override in OverridesParser.create().parse_overrides(overrides):
+        if not override.is_delete():
+            _put(params, override.key_or_group.split("."), override.value())
+    return {"overrides": overrides, "params": params}
+
+
+GROUP_CHOICE = "_choice"  # a group's choice, where the params also hold keys of the group
+
+
+def _put(params: dict[str, Any], path: list[str], value: Any) -> None:
+    """``value`` at ``path`` in nested ``params``."""
+    node = params
+    for name in path[:-1]:
+        child = node.get(name)
+        if not isinstance(child, dict):
+            child = node[name] = {} if name not in node else {GROUP_CHOICE: child}
+        node = child
+    if isinstance(node.get(path[-1]), dict):
+        node[path[-1]][GROUP_CHOICE] = value
+    else:
+        node[path[-1]] = value
 
 
 def job_return(hydra_context: HydraContext, config: DictConfig, job_name: str,
