@@ -7,9 +7,12 @@ import json
 import os
 import pty
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
+import time
+import urllib.request
 from pathlib import Path
 
 import optuna
@@ -336,3 +339,49 @@ def test_a_trial_whose_run_is_refused_is_not_one_of_n_trials(tmp_path, capsys):
     said = capsys.readouterr().err
     assert "easylaunch local: carrying on search typo (0/3 trials finished" in said, said
     assert "3 trials, 1 at once" in said and "easylaunch local: run " not in said
+
+
+def test_a_search_opens_in_plain_optuna_and_in_optuna_dashboard(tmp_path):
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    config = settings_file(tmp_path)
+    search = run_search(searchfns.judged, {"kind": ["returned", "logged", "raises"]}, "score",
+                        sampler="grid", n_trials=3, max_parallel=3, pruner=None,
+                        exp_name="opened", config=config)
+    journal = search.folder / "journal.log"  # (what the search guide tells Optuna's users)
+    study = optuna.load_study(study_name=search.id,
+                              storage=JournalStorage(JournalFileBackend(str(journal))))
+    ours = {t["number"]: (t["state"], t["value"], t["variant"]) for t in search.trials()}
+    assert {t.number: (t.state.name.lower(), t.value, t.params) for t in study.trials} == ours
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    dashboard = subprocess.Popen(
+        [str(Path(sys.executable).parent / "optuna-dashboard"), str(journal), "--host",
+         "127.0.0.1", "--port", str(port), "--storage-class", "JournalFileStorage", "--quiet"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        studies = _fetched(f"http://127.0.0.1:{port}/api/studies", dashboard)["study_summaries"]
+        assert [s["study_name"] for s in studies] == [search.id]
+        shown = _fetched(f"http://127.0.0.1:{port}/api/studies/{studies[0]['study_id']}",
+                         dashboard)["trials"]
+        assert {t["number"]: (t["state"].lower(), t["values"][0] if t.get("values") else None)
+                for t in shown} == {n: (state, value) for n, (state, value, _) in ours.items()}
+        page = urllib.request.urlopen(f"http://127.0.0.1:{port}/dashboard", timeout=10).read()
+        assert b"<html" in page.lower()
+    finally:
+        dashboard.terminate()
+        dashboard.wait(timeout=10)
+
+
+def _fetched(url: str, server: subprocess.Popen) -> dict:
+    """``url``'s JSON, once the server answers (it says why where it ended first)."""
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            return json.loads(urllib.request.urlopen(url, timeout=10).read())
+        except OSError:
+            assert server.poll() is None, server.stderr.read() if server.stderr else ""
+            assert time.monotonic() < deadline, f"optuna-dashboard did not answer {url}"
+            time.sleep(0.1)
