@@ -93,7 +93,7 @@ def test_search_json_lists_searches_and_one_searchs_trials(tmp_path):
 def test_values_json_has_no_number_for_are_null_and_others_text():
     from pathlib import Path
 
-    from easylaunch.tracking.as_json import document
+    from easylaunch.cli.as_json import document
 
     text = document("runs", [{"loss": float("nan"), "best": float("inf"), "dir": Path("/x")}])
     assert json.loads(text)["runs"] == [{"loss": None, "best": None, "dir": "/x"}]

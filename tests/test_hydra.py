@@ -116,6 +116,12 @@ def easylaunch(env, *args):
                           capture_output=True, text=True, check=True).stdout
 
 
+def hydra_output(run_dir) -> Path:
+    """The Hydra job's output folder (``${hydra.sweep.dir}/${hydra.sweep.subdir}``), as its
+    run folder names it."""
+    return Path((Path(run_dir) / "hydra_output_dir.txt").read_text().strip())
+
+
 def rows(env):
     """``easylaunch ls``'s rows as dicts by column."""
     return rows_of(env)
@@ -138,8 +144,9 @@ def test_multirun_waits_and_returns_values(app, env):
     runs = rows(env)
     assert len(runs) == 4 and {r["STATE"] for r in runs} == {"succeeded"}
     assert len({r["SWEEP"] for r in runs}) == 1
-    for run in runs:  # each run folder holds Hydra's job folder, its config and log
-        job_dir = Path(run["LOG DIR"]) / "hydra"
+    for run in runs:  # each job's folder is where Hydra's config says: multirun/DATE/TIME/NUM
+        job_dir = hydra_output(run["LOG DIR"])
+        assert job_dir.parents[2] == app / "multirun" and job_dir.name in "0123"
         assert str(job_dir) in {v[1] for v in returned.values()}
         assert (job_dir / ".hydra" / "config.yaml").exists()
         overrides = (job_dir / ".hydra" / "overrides.yaml").read_text()
@@ -154,7 +161,7 @@ def test_dotted_and_added_keys_sweep_and_show_as_nested_params(app, env):
     assert sorted(r["params.model.depth"] for r in runs) == ["2", "3"]
     assert {(r["params.db._choice"], r["params.db.user"]) for r in runs} == {("mysql", "me")}
     for run in runs:  # (the overrides reach the job as written)
-        overrides = (Path(run["LOG DIR"]) / "hydra" / ".hydra" / "overrides.yaml").read_text()
+        overrides = (hydra_output(run["LOG DIR"]) / ".hydra" / "overrides.yaml").read_text()
         assert "+model.depth=" in overrides and "+db.user=me" in overrides
 
 
@@ -205,7 +212,7 @@ def test_optunas_sweeper_gets_every_trial_run_in_one_sweep(tmp_path, env):
     runs = runs.set_index(runs.run_id.map(job_of)).sort_index()
     assert set(runs.state) == {"succeeded"} and list(runs.index) == list(range(6))
     for job, log_dir in runs.log_dir.items():  # (each run is Hydra's job of its number)
-        hydra_cfg = yaml.safe_load(Path(log_dir, "hydra", ".hydra", "hydra.yaml").read_text())
+        hydra_cfg = yaml.safe_load((hydra_output(log_dir) / ".hydra" / "hydra.yaml").read_text())
         assert hydra_cfg["hydra"]["job"]["num"] == job
     params = [{"x": x, "y": y} for x, y in zip(runs["params.x"], runs["params.y"], strict=True)]
     assert list(runs.result) == [(p["x"] - 2) ** 2 + p["y"] for p in params]
@@ -216,7 +223,8 @@ def test_optunas_sweeper_gets_every_trial_run_in_one_sweep(tmp_path, env):
     assert best == {"name": "optuna", "best_params": params[runs.result.argmin()],
                     "best_value": runs.result.min()}
     for log_dir, trial in zip(runs.log_dir, params, strict=True):  # (Hydra's job folder)
-        assert yaml.safe_load(Path(log_dir, "hydra", ".hydra", "config.yaml").read_text()) == trial
+        config = hydra_output(log_dir) / ".hydra" / "config.yaml"
+        assert yaml.safe_load(config.read_text()) == trial
 
 
 def test_hydra_finds_the_plugin_and_its_import_stays_cheap(app, env):
@@ -264,7 +272,7 @@ def test_multirun_on_slurm(app, env, slurm_cfg, tmp_path):
     runs = rows(env)
     assert {r["MODE"] for r in runs} == {"slurm"} and len({r["SWEEP"] for r in runs}) == 1
     for run in runs:
-        assert (Path(run["LOG DIR"]) / "hydra" / ".hydra" / "config.yaml").exists()
+        assert (hydra_output(run["LOG DIR"]) / ".hydra" / "config.yaml").exists()
 
 
 def test_a_mode_option_under_options_reaches_the_mode(app, env):

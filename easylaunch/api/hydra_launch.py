@@ -70,8 +70,10 @@ def launch_jobs(launcher_config: Mapping[str, Any], sweep_id: str | None,
     multirun made one); return Hydra's JobReturns (none with ``wait=false``) and the sweep."""
     setup_globals()
     configure_log(config.hydra.hydra_logging, config.hydra.verbose)
-    sweep_dir = Path(str(config.hydra.sweep.dir))  # (read once: ${now:...} is fixed from here)
+    sweep_dir = Path(str(config.hydra.sweep.dir)).absolute()  # (read once: ${now:...} fixed)
     sweep_dir.mkdir(parents=True, exist_ok=True)
+    with read_write(config.hydra.sweep):  # (the jobs run elsewhere: not relative to their cwd)
+        config.hydra.sweep.dir = str(sweep_dir)
     wait = launcher_config.get("wait", True)
     mode = launcher_config.get("mode", "local")
     job_name = str(config.hydra.job.name)
@@ -95,8 +97,8 @@ def launch_jobs(launcher_config: Mapping[str, Any], sweep_id: str | None,
     if not wait:  # (the mode has said where the runs are and how to follow them)
         return [], sweep
     wait_all(jobs)
-    return [job_return(hydra_context, config, job_name, overrides, job)
-            for (_, overrides), job in zip(numbered, jobs, strict=True)], sweep
+    return [job_return(hydra_context, config, job_name, overrides, idx, job)
+            for (idx, overrides), job in zip(numbered, jobs, strict=True)], sweep
 
 
 def record_launch(path: Path, sweep: str, runs: dict[str, str], *, later: bool) -> None:
@@ -151,16 +153,21 @@ def _put(params: dict[str, Any], path: list[str], value: Any) -> None:
 
 
 def job_return(hydra_context: HydraContext, config: DictConfig, job_name: str,
-               overrides: list[str], job: Job) -> JobReturn:
-    """Hydra's JobReturn of a run that ended: its value, or its exception (Hydra re-raises
-    it when the sweeper reads the value)."""
-    hydra_cfg = hydra_context.config_loader.load_sweep_config(config, overrides)
+               overrides: list[str], num: int, job: Job) -> JobReturn:
+    """Hydra's JobReturn of a run that ended, with the job's own config (its id, number and
+    output folder): its value, or its exception (Hydra re-raises it when the sweeper reads
+    the value)."""
+    hydra_cfg = hydra_job.job_config(hydra_context, config, overrides, job.id, num)
+    recorded = Path(job.log_dir) / hydra_job.HYDRA_OUTPUT
+    working_dir = recorded.read_text().strip() if recorded.is_file() else \
+        hydra_job.output_dir(hydra_cfg)
+    with read_write(hydra_cfg), open_dict(hydra_cfg):
+        hydra_cfg.hydra.runtime.output_dir = working_dir
     task_cfg = copy.deepcopy(hydra_cfg)
     with read_write(task_cfg), open_dict(task_cfg):
         del task_cfg["hydra"]
     ret = JobReturn(overrides=overrides, cfg=task_cfg, hydra_cfg=hydra_cfg,
-                    working_dir=str(Path(job.log_dir) / hydra_job.HYDRA_SUBDIR),
-                    task_name=job_name)
+                    working_dir=working_dir, task_name=job_name)
     try:
         ret.return_value, ret.status = job.result(), JobStatus.COMPLETED
     except Exception as exc:  # noqa: BLE001 - the job's failure, for Hydra to re-raise

@@ -44,11 +44,11 @@ from easylaunch.api.search_space import Space, import_optuna, make_pruner, make_
 from easylaunch.errors import EasyLaunchError, LaunchError
 from easylaunch.modes import get_mode
 from easylaunch.modes.console import line
+from easylaunch.modes.display import html_table, shows_as
 from easylaunch.runs.payload import pickle_payload
 from easylaunch.runs.preview import Preview
 from easylaunch.runs.rebuild import function_name
 from easylaunch.settings import ConfigArg, load_settings
-from easylaunch.tracking.display import html_table, shows_as
 from easylaunch.tracking.interrupts import config_flag, goes_on
 from easylaunch.tracking.jobs import Job
 from easylaunch.tracking.notify import record_ends

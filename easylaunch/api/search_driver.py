@@ -28,9 +28,9 @@ from typing import Any
 
 from easylaunch.api.search_space import import_optuna
 from easylaunch.errors import LaunchError
+from easylaunch.modes.display import shows_as
 from easylaunch.modes.local.machine import launcher_gone
 from easylaunch.runs.record import DamagedRecordError
-from easylaunch.tracking.display import shows_as
 from easylaunch.tracking.interrupts import config_flag, interrupted
 from easylaunch.tracking.jobs import Job
 from easylaunch.tracking.notify import record_ends

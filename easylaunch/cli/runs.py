@@ -11,12 +11,13 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
+from easylaunch.cli import as_json
 from easylaunch.cli.shared import AddCommand, count, parse_since, registry_of, tail
 from easylaunch.errors import EasyLaunchError
 from easylaunch.modes.console import line
 from easylaunch.results.readers import last_points, read_run
 from easylaunch.settings import load_settings
-from easylaunch.tracking import as_json, listing
+from easylaunch.tracking import listing
 from easylaunch.tracking.interrupts import config_flag, goes_on, interrupted
 from easylaunch.tracking.listing import Shown
 from easylaunch.tracking.refresh import OPEN_STATES, STATES, job_for, refresh_entries, short

@@ -16,10 +16,10 @@ from typing import Any
 from easylaunch.errors import JobCancelledError, JobFailedError
 from easylaunch.modes import get_mode
 from easylaunch.modes.base import Mode
+from easylaunch.modes.display import html_table, shows_as
 from easylaunch.modes.local import machine
 from easylaunch.runs.record import NOT_RETURNED, DamagedRecordError, RunRecord, was_submitted
 from easylaunch.settings import launch_settings
-from easylaunch.tracking.display import html_table, shows_as
 from easylaunch.tracking.interrupts import interrupted
 from easylaunch.tracking.notify import record_ends
 from easylaunch_job.outcome import load_outcome

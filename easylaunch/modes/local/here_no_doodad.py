@@ -10,12 +10,12 @@ from pathlib import Path
 from typing import IO, Any
 
 from easylaunch.modes.base import Mode
+from easylaunch.modes.display import own_traceback, shows_as
 from easylaunch.modes.local import machine
 from easylaunch.runs.bundle import Run
 from easylaunch.runs.commands import check_here
 from easylaunch.runs.preview import Preview
 from easylaunch.runs.record import LaunchRequest, RunRecord
-from easylaunch.tracking.display import own_traceback, shows_as
 from easylaunch_job.config import make_doodad_config
 from easylaunch_job.records import STDERR_LOG, STDOUT_LOG, update_status
 from easylaunch_job.run import call_and_record

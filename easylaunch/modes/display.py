@@ -14,7 +14,6 @@ import traceback
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
-import easylaunch
 import easylaunch_job
 
 E = TypeVar("E", bound=BaseException)
@@ -41,8 +40,9 @@ class _Lines:
 def own_traceback(exc: BaseException) -> str:
     """``exc``'s traceback without easylaunch's frames (a function run in this process: its
     own lines, as a run's traceback shows them)."""
-    ours = tuple(os.path.join(os.path.dirname(os.path.abspath(p)), "")
-                 for p in (easylaunch.__file__, easylaunch_job.__file__))
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # (easylaunch/)
+    ours = tuple(os.path.join(p, "") for p in (
+        package, os.path.dirname(os.path.abspath(easylaunch_job.__file__))))
     frames = [f for f in traceback.extract_tb(exc.__traceback__)
               if not os.path.abspath(f.filename).startswith(ours)]
     return "".join(["Traceback (most recent call last):\n",
