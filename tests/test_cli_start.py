@@ -48,9 +48,10 @@ def test_ls_and_status_import_none_of_the_launch_path(tmp_path, monkeypatch):
     for args in (["ls"], ["status", job.id]):
         modules = imported_by("--config", config, *args)
         assert not modules & LAUNCH_PATH, args
-        # (only the command's own module of easylaunch.cli)
+        # (only the command's own modules of easylaunch.cli: its --json output's too)
         assert {m for m in modules if m.startswith("easylaunch.cli.")} == {
-            "easylaunch.cli.examples", "easylaunch.cli.runs", "easylaunch.cli.shared"}
+            "easylaunch.cli.as_json", "easylaunch.cli.examples", "easylaunch.cli.runs",
+            "easylaunch.cli.shared"}
 
 
 def test_the_parser_has_every_command_and_alias():
