@@ -34,6 +34,20 @@ def _isolated_settings(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
 
 
+@pytest.fixture(autouse=True)
+def _registries_closed():
+    """The registries a test opened in this process are closed after it (each holds three
+    files open: a whole run of the suite would pass select()'s limit of 1024)."""
+    from easylaunch.tracking import registry
+
+    before = set(registry._registries)
+    yield
+    for key in set(registry._registries) - before:
+        conn = getattr(registry._registries.pop(key)._local, "conn", None)
+        if conn is not None:
+            conn.close()
+
+
 def pytest_sessionfinish(session, exitstatus):
     """In CI (CI=true) a skipped test is a failure: every backend must have really run."""
     if os.environ.get("CI", "").lower() not in ("1", "true", "yes"):
