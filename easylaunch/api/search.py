@@ -44,12 +44,12 @@ from easylaunch.api.search_space import Space, import_optuna, make_pruner, make_
 from easylaunch.errors import EasyLaunchError, LaunchError
 from easylaunch.modes import get_mode
 from easylaunch.modes.console import line
-from easylaunch.modes.display import html_table, shows_as
+from easylaunch.modes.display import html_table
 from easylaunch.runs.payload import pickle_payload
 from easylaunch.runs.preview import Preview
 from easylaunch.runs.rebuild import function_name
 from easylaunch.settings import ConfigArg, load_settings
-from easylaunch.tracking.interrupts import config_flag, goes_on
+from easylaunch.tracking.interrupts import config_flag, goes_on, stopped
 from easylaunch.tracking.jobs import Job
 from easylaunch.tracking.notify import record_ends
 from easylaunch.tracking.searches import SEARCHES, SUMMARY, driver_alive, search_line
@@ -127,7 +127,7 @@ class Search:
             said = line(goes_on(f"search {self.id} (its driver: run {driver.id})", 1, [
                 f"easylaunch cancel{flag} {driver.id}",
                 f"easylaunch cancel{flag} --sweep {self.id}"]))
-            raise shows_as(KeyboardInterrupt(said), f"KeyboardInterrupt: {said}") from None
+            raise stopped(said) from None
         return self
 
     @property

@@ -28,10 +28,9 @@ from typing import Any
 
 from easylaunch.api.search_space import import_optuna
 from easylaunch.errors import LaunchError
-from easylaunch.modes.display import shows_as
 from easylaunch.modes.local.machine import launcher_gone
 from easylaunch.runs.record import DamagedRecordError
-from easylaunch.tracking.interrupts import config_flag, interrupted
+from easylaunch.tracking.interrupts import config_flag, interrupted, stopped
 from easylaunch.tracking.jobs import Job
 from easylaunch.tracking.notify import record_ends
 from easylaunch.tracking.rows import reason_of
@@ -123,12 +122,12 @@ class Driver:
         except KeyboardInterrupt:
             for live in self.live.values():
                 live.trial.set_user_attr(STOPPED_WITH_DRIVER, True)
-            stopped = interrupted([live.job for live in self.live.values()
-                                   if not _ended(live.job)])
+            going = interrupted([live.job for live in self.live.values()
+                                 if not _ended(live.job)])
             path = next(iter(self.live.values())).job.mode.settings.path if self.live else None
-            said = f"{stopped}; carry the search on with `easylaunch search resume" \
+            said = f"{going}; carry the search on with `easylaunch search resume" \
                    f"{config_flag(path)} {self.folder.name}`"
-            raise shows_as(KeyboardInterrupt(said), f"KeyboardInterrupt: {said}") from None
+            raise stopped(said) from None
 
     def _drive(self) -> None:
         self._carry_on()
