@@ -71,11 +71,15 @@ def needed(module: str, what: str, extra: str, named: str | None = None) -> Modu
     try:
         return importlib.import_module(module)
     except ImportError:
-        raise MissingExtra(f"{what} needs {named or module}: {install_hint(extra)}") from None
+        raise _missing(module, what, extra, named) from None
 
 
 def installed(module: str, what: str, extra: str, named: str | None = None) -> None:
     """As :func:`needed`, without importing ``module``: for what another process imports (a
     local run's tracker), checked before it starts."""
     if importlib.util.find_spec(module) is None:
-        raise MissingExtra(f"{what} needs {named or module}: {install_hint(extra)}")
+        raise _missing(module, what, extra, named)
+
+
+def _missing(module: str, what: str, extra: str, named: str | None) -> MissingExtra:
+    return MissingExtra(f"{what} needs {named or module}: {install_hint(extra)}")

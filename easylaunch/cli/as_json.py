@@ -64,8 +64,10 @@ def metrics_here(shown: Shown) -> dict[str, float]:
         return {}
 
 
-def run_object(shown: Shown, now: float) -> dict[str, Any]:
-    """A run as ``ls --json`` and ``status --json`` give it (the schema's run object)."""
+def run_object(shown: Shown, now: float, metrics: dict[str, float] | None = None
+               ) -> dict[str, Any]:
+    """A run as ``ls --json`` and ``status --json`` give it (the schema's run object);
+    ``metrics``: its last values where the caller read them already."""
     e = shown.entry
     state, _, note = shown.state.partition(" ")
     return {"id": e.id, "experiment": e.exp_name, "sweep": e.sweep or e.id, "mode": e.mode,
@@ -76,7 +78,8 @@ def run_object(shown: Shown, now: float) -> dict[str, Any]:
             "job": job_label(e) or None, "reason": e.reason or None, "host": e.host,
             "log_dir": e.log_dir, "remote_log_dir": e.remote_log_dir, "variant": e.variant,
             "command": e.command, "git_commit": e.git_commit,
-            "resubmitted_from": e.resubmitted_from, "metrics": metrics_here(shown)}
+            "resubmitted_from": e.resubmitted_from,
+            "metrics": metrics_here(shown) if metrics is None else metrics}
 
 
 def search_object(folder: Path, summary: Mapping[str, Any]) -> dict[str, Any]:

@@ -174,9 +174,9 @@ def _status_document(registry: Registry, job: Job, info: dict) -> str:
     restarts = info.get("restarts") or []
     shown = Shown(registry.find(job.id), state, len(restarts),
                   job.mode.waiting_reason(job.record) if state == "queued" else None)
-    run = as_json.run_object(shown, time.time())
-    run["metrics"] = {name: value for name, (_, value) in last_points(
+    metrics = {name: value for name, (_, value) in last_points(
         read_run(job.mode.readable_folder(job.record))).items()}
+    run = as_json.run_object(shown, time.time(), metrics)
     run.update({
         "exit_code": info.get("exit_code"), "signal": info.get("signal"),
         "attempt": info.get("attempt"),
