@@ -49,7 +49,7 @@ from easylaunch.runs.payload import pickle_payload
 from easylaunch.runs.preview import Preview
 from easylaunch.runs.rebuild import function_name
 from easylaunch.settings import ConfigArg, load_settings
-from easylaunch.tracking.interrupts import config_flag, goes_on, stopped
+from easylaunch.tracking.interrupts import config_flag, goes_on, interrupt_saying
 from easylaunch.tracking.jobs import Job
 from easylaunch.tracking.notify import record_ends
 from easylaunch.tracking.searches import SEARCHES, SUMMARY, driver_alive, search_line
@@ -127,7 +127,7 @@ class Search:
             said = line(goes_on(f"search {self.id} (its driver: run {driver.id})", 1, [
                 f"easylaunch cancel{flag} {driver.id}",
                 f"easylaunch cancel{flag} --sweep {self.id}"]))
-            raise stopped(said) from None
+            raise interrupt_saying(said) from None
         return self
 
     @property

@@ -30,7 +30,7 @@ from easylaunch.api.search_space import import_optuna
 from easylaunch.errors import LaunchError
 from easylaunch.modes.local.machine import launcher_gone
 from easylaunch.runs.record import DamagedRecordError
-from easylaunch.tracking.interrupts import config_flag, interrupted, stopped
+from easylaunch.tracking.interrupts import config_flag, interrupt_saying, interrupted
 from easylaunch.tracking.jobs import Job
 from easylaunch.tracking.notify import record_ends
 from easylaunch.tracking.rows import reason_of
@@ -127,7 +127,7 @@ class Driver:
             path = next(iter(self.live.values())).job.mode.settings.path if self.live else None
             said = f"{going}; carry the search on with `easylaunch search resume" \
                    f"{config_flag(path)} {self.folder.name}`"
-            raise stopped(said) from None
+            raise interrupt_saying(said) from None
 
     def _drive(self) -> None:
         self._carry_on()

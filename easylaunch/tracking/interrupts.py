@@ -34,11 +34,11 @@ def interrupted(jobs: Sequence[Job]) -> KeyboardInterrupt:
     and Python's own exit on it hold)."""
     install_hook()
     going = [job for job in jobs if job.mode.goes_on_without(job.record)]
-    return stopped(line(goes_on(_runs(going), len(going), cancel_commands(going))
-                        if going else ""))
+    return interrupt_saying(line(goes_on(_runs(going), len(going), cancel_commands(going))
+                                 if going else ""))
 
 
-def stopped(said: str) -> KeyboardInterrupt:
+def interrupt_saying(said: str) -> KeyboardInterrupt:
     """A KeyboardInterrupt whose message is ``said``, which Jupyter shows as that one line
     (not the frames of easylaunch that raise it)."""
     return shows_as(KeyboardInterrupt(said), f"KeyboardInterrupt: {said}")
