@@ -10,9 +10,12 @@ HYDRA_SUBDIR = "hydra"  # the job's folder in the run folder, where its sweep fo
 HYDRA_OUTPUT = "hydra_output_dir.txt"  # in the run folder: the Hydra job's output folder
 
 
-def numbered(overrides: List[str]) -> str:
-    """A job's key in the launch's job numbers: its overrides."""
-    return json.dumps(list(overrides))
+REPEAT = "repeat"  # in a job's variant: which of the launch's jobs with its overrides it is
+
+
+def numbered(variant: Dict[str, Any]) -> str:
+    """A job's key in the launch's job numbers: its overrides, and its repeat if it has one."""
+    return json.dumps([list(variant["overrides"]), variant.get(REPEAT, 0)])
 
 
 def job_config(hydra_context: Any, config: Any, overrides: List[str], run_id: str,
@@ -54,7 +57,7 @@ def run(payload: Tuple[Any, Any, Any, Any, Dict[str, int]], doodad_config: Any,
     setup_globals()
     job = job_config(hydra_context, config, variant["overrides"],
                      doodad_config.extra_launch_info["run_id"],
-                     numbers[numbered(variant["overrides"])])
+                     numbers[numbered(variant)])
     try:
         os.makedirs(output_dir(job), exist_ok=True)
     except OSError:

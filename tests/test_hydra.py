@@ -165,6 +165,16 @@ def test_dotted_and_added_keys_sweep_and_show_as_nested_params(app, env):
         assert "+model.depth=" in overrides and "+db.user=me" in overrides
 
 
+def test_a_repeated_job_runs_again_in_a_folder_of_its_own(app, env):
+    out = multirun(app, env, "seed=0,1,1", "hydra/sweeper=reporting")
+    assert out.returncode == 0, out.stderr
+    returned = [line.split() for line in out.stdout.splitlines() if line.startswith("RETURNED")]
+    assert sorted(Path(r[3]).name for r in returned) == ["0", "1", "2"]
+    runs = rows_of(env, "--variant", "repeat")
+    assert sorted(hydra_output(r["LOG DIR"]).name for r in runs) == ["0", "1", "2"]
+    assert sorted(r["repeat"] for r in runs) == ["", "", "1"]
+
+
 def test_wait_false_returns_once_submitted(app, env):
     out = multirun(app, env, "lr=1e-3,1e-2", "sleep=6", "hydra.launcher.wait=false")
     assert out.returncode == 0, out.stderr

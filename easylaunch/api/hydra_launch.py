@@ -81,12 +81,12 @@ def launch_jobs(launcher_config: Mapping[str, Any], sweep_id: str | None,
     numbered = [(initial_job_idx + i, list(o)) for i, o in enumerate(job_overrides)]
     for idx, overrides in numbered:
         logger.info(f"\t#{idx} : {' '.join(filter_overrides(overrides))}")
+    variants = job_variants([overrides for _, overrides in numbered])
     # (the job numbers ride with the function, not the variants, which resume matches: a
     # value added to the sweep renumbers the jobs after it, which are still the same jobs)
-    numbers = {hydra_job.numbered(overrides): idx for idx, overrides in numbered}
+    numbers = {hydra_job.numbered(v): idx for (idx, _), v in zip(numbered, variants, strict=True)}
     payload = (Singleton.get_state(), hydra_context, config, task_function, numbers)
-    jobs = run_sweep(functools.partial(hydra_job.run, payload),
-                     [job_variant(overrides) for _, overrides in numbered],
+    jobs = run_sweep(functools.partial(hydra_job.run, payload), variants,
                      exp_name=launcher_config.get("exp_name") or job_name,
                      sweep=sweep_id or launcher_config.get("sweep"),
                      **sweep_keywords(launcher_config))
@@ -124,15 +124,26 @@ def sweep_keywords(launcher_config: Mapping[str, Any]) -> dict[str, Any]:
     return given
 
 
-def job_variant(overrides: list[str]) -> dict[str, Any]:
-    """A job's variant: its overrides, and their values by key (what ``ls --variant`` and
+def job_variants(job_overrides: list[list[str]]) -> list[dict[str, Any]]:
+    """Each job's variant: its overrides, and their values by key (what ``ls --variant`` and
     load_sweep show); what resume matches. A dotted key nests (``model.lr=0.1``: ``params.
-    model.lr``); a group's choice beside its keys (``db=mysql db.user=me``) is ``db._choice``."""
-    params: dict[str, Any] = {}
-    for override in OverridesParser.create().parse_overrides(overrides):
-        if not override.is_delete():
-            _put(params, override.key_or_group.split("."), override.value())
-    return {"overrides": overrides, "params": params}
+    model.lr``); a group's choice beside its keys (``db=mysql db.user=me``) is ``db._choice``.
+    A job whose overrides an earlier job of the launch has too (``seed=0,1,1``) is told apart
+    by ``repeat``: 1 for the second, 2 for the third."""
+    parser = OverridesParser.create()
+    seen: dict[str, int] = {}
+    variants = []
+    for overrides in job_overrides:
+        params: dict[str, Any] = {}
+        for override in parser.parse_overrides(overrides):
+            if not override.is_delete():
+                _put(params, override.key_or_group.split("."), override.value())
+        variant: dict[str, Any] = {"overrides": overrides, "params": params}
+        repeat = seen[json.dumps(overrides)] = seen.get(json.dumps(overrides), -1) + 1
+        if repeat:
+            variant[hydra_job.REPEAT] = repeat
+        variants.append(variant)
+    return variants
 
 
 GROUP_CHOICE = "_choice"  # a group's choice, where the params also hold keys of the group
