@@ -116,7 +116,7 @@ def user_traceback(exc: BaseException) -> str:
 def call_and_record(fn: Any, config: DoodadConfig, variant: Any, log_dir: str,
                     policy: RestartPolicy = NO_RESTARTS, reraise: bool = False,
                     trackers: dict | None = None) -> tuple[int, Any]:
-    """Call the function, write result.pkl and the attempt's end; return (exit code, value).
+    """Call the function, record its value and the attempt's end; return (exit code, value).
 
     The exit code is EXIT_RESTART when the run is queued for another attempt (``policy``). A
     KeyboardInterrupt is recorded as a cancellation and raised again; with ``reraise`` (the
@@ -155,10 +155,10 @@ def call_and_record(fn: Any, config: DoodadConfig, variant: Any, log_dir: str,
             raise
         print(tb_text, file=sys.stderr, end="")
         return (EXIT_RESTART if restarting else EXIT_FAILED), None
-    problem = save_result(log_dir, value)
+    problem, recorded = save_result(log_dir, value)
     if problem:
         return _fail(log_dir, EXIT_FAILED, problem), None
-    update_status(log_dir, state="succeeded", ended_at=time.time(), exit_code=0)
+    update_status(log_dir, state="succeeded", ended_at=time.time(), exit_code=0, **recorded)
     return 0, value
 
 

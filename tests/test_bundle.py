@@ -13,6 +13,7 @@ import jobfns
 import pytest
 
 from easylaunch import LaunchError, run_experiment, run_sweep
+from easylaunch_job.outcome import load_outcome
 
 
 def _snapshots(cfg):
@@ -108,8 +109,7 @@ def test_runner_runs_without_easylaunch_installed(cfg, tmp_path):
                                     "--log-dir", str(out_dir)], env=env, capture_output=True)
     assert proc.returncode == 0, proc.stderr
     assert json.loads((out_dir / "status.json").read_text())["state"] == "succeeded"
-    assert cloudpickle.loads((out_dir / "result.pkl").read_bytes()) == (
-        "success", (42, time.strftime("%y-%m-%d-alone")))
+    assert load_outcome(str(out_dir)) == ("success", (42, time.strftime("%y-%m-%d-alone")))
 
 
 def test_runner_refuses_another_python_minor_version(cfg, tmp_path):

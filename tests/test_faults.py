@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
+from unittest import mock
 
 import jobfns
 import pytest
@@ -102,36 +103,94 @@ def test_ls_state_filter_sees_runs_that_ended_since_the_registry_looked(tmp_path
     assert bad.returncode == 1 and "states are queued, running" in bad.stderr
 
 
-# -- 3. a launcher killed while bundling ----------------------------------------------------------
+# -- 3. a launcher killed at any point of a launch -------------------------------------------
 
-_SLOW_SWEEP = """
-import sys, jobfns
+# The launching script, SIGKILLed by its own audit hook at the Nth event of a kind: a file
+# opened for writing, a folder made or a rename (the write of a record and a run folder moved
+# into place both are one), or a command started (sbatch).
+_KILLED_AT = """
+import os, signal, sys, jobfns
 from easylaunch import run_sweep
-run_sweep(jobfns.train, [{"i": i, "pad": "x" * 20000} for i in range(3000)],
-          exp_name="killed", mode="local", config=sys.argv[1])
+
+config, mode, event, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+seen = [0]
+WRITES = os.O_WRONLY | os.O_RDWR
+
+
+def kill_at_nth(name, args):
+    if name == event and (name != "open" or args[2] & WRITES):
+        seen[0] += 1
+        if seen[0] == n:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+variants = [{"i": i, "pad": "x" * 200_000} for i in range(300)]
+sys.addaudithook(kill_at_nth)
+options = {"max_parallel": 1} if mode == "local" else {"slurm_config_name": "cpu"}
+run_sweep(jobfns.train, variants, exp_name="killed", mode=mode, config=config, **options)
 """
 
+# Each run made is ~6 renames (its records, the folder, its status): renames 1-14 are every step
+# of the first two runs, the rest points further in; then the other kinds of event.
+KILL_POINTS = [("os.rename", n) for n in (*range(1, 15), 40, 97, 150)] + [
+    ("os.mkdir", 3), ("os.mkdir", 12), ("open", 5), ("open", 33), ("os.symlink", 4)]
 
-def test_runs_of_a_launcher_killed_while_bundling_are_listed_and_resolved(tmp_path):
-    config = settings_file(tmp_path, tmp_path / "logs")
-    exp_dir = tmp_path / "logs" / "killed"
-    launcher = subprocess.Popen([sys.executable, "-c", _SLOW_SWEEP, config],
-                                env=dict(os.environ, PYTHONPATH=str(TESTS_DIR)))
-    made = lambda: [p for p in exp_dir.glob("*killed_*")] if exp_dir.is_dir() else []  # noqa: E731
-    assert wait_for(lambda: len(made()) >= 5, 60)
-    launcher.kill()
-    launcher.wait()
-    listing = cli(config, "ls", "--all", "--exp", "killed")
+
+def folders_and_rows(config, root: Path) -> tuple[set[str], dict[str, dict]]:
+    """``ls --all``'s rows of the experiment by folder, and the run folders on disk after it
+    (a folder its launch left in ``.partial`` is put in place by the look)."""
+    listing = cli(config, "ls", "--all", "--json", "--exp", "killed")
     assert listing.returncode == 0, listing.stderr
-    rows = [ln for ln in listing.stdout.splitlines() if "killed" in ln]
-    assert len(rows) >= len(made()) - 1 and rows  # every complete folder is registered
-    assert all("failed" in row for row in rows), listing.stdout
-    run_id = rows[0].split()[0]
+    exp_dir = root / "killed"
+    folders = {str(p) for p in exp_dir.iterdir()} if exp_dir.is_dir() else set()
+    return folders, {r["log_dir"]: r for r in json.loads(listing.stdout)["runs"]}
+
+
+def kill_launches_at(config, root: Path, mode: str, points) -> list[tuple[int, int]]:
+    """Launch and kill at each point in turn; check that every run folder on disk is a row
+    of ``ls --all`` and no row lacks its folder, and that no temporary folder ever holds a
+    status.json. Returns (folders, rows) after each kill."""
+    counts = []
+    for event, n in points:
+        launcher = subprocess.run(
+            [sys.executable, "-c", _KILLED_AT, config, mode, event, str(n)],
+            env=dict(os.environ, PYTHONPATH=str(TESTS_DIR)), capture_output=True, timeout=120)
+        assert launcher.returncode == -signal.SIGKILL, (event, n, launcher.stderr)
+        assert not list((root / ".partial").glob("*/status.json")), (event, n)
+        folders, rows = folders_and_rows(config, root)
+        assert folders == set(rows), (event, n, folders ^ set(rows))
+        counts.append((len(folders), len(rows)))
+    return counts
+
+
+def test_a_launch_killed_at_any_point_leaves_only_folders_ls_shows(tmp_path):
+    root = tmp_path / "logs"
+    config = settings_file(tmp_path, root, LAUNCH_LINE=False)
+    counts = kill_launches_at(config, root, "local", KILL_POINTS)
+    assert counts[-1][0] > 30  # (the kills left runs behind, each shown)
+    _, rows = folders_and_rows(config, root)
+    reasons = {r["state"] + ": " + (r["reason"] or "").split(";")[0] for r in rows.values()}
+    assert reasons == {
+        "failed: never started: the launch was killed while making its runs",
+        "failed: never started: the launching process ended before this run was submitted"}
+    run_id = next(iter(rows.values()))["id"]
     shown = cli(config, "status", run_id).stdout
-    assert "ended before this run was submitted" in shown and "resubmit" in shown
+    assert "never started" in shown and f"easylaunch resubmit {run_id}" in shown
+    # the next launch removes the half-made folders no launch registered
+    run_experiment(jobfns.train, exp_name="after", mode="here_no_doodad", config=config)
+    assert not list((root / ".partial").iterdir())
 
 
-def test_a_half_made_folder_of_a_dead_launcher_is_removed_by_the_next_launch(tmp_path, cfg):
+def test_a_slurm_launch_killed_at_any_point_leaves_only_folders_ls_shows(tmp_path, slurm_cfg):
+    root = tmp_path / "logs"
+    config = settings_file(tmp_path, root, LAUNCH_LINE=False, **{
+        k: v for k, v in slurm_cfg.items() if k.startswith("SLURM_")})
+    points = [("os.rename", n) for n in (5, 6, 7, 40)] + [("subprocess.Popen", 1)]
+    kill_launches_at(config, root, "slurm", points)
+
+
+def test_a_half_made_folder_of_a_dead_launcher_is_removed_or_placed_by_the_next_launch(
+        tmp_path, cfg):
     dead = subprocess.Popen(["true"])
     dead.wait()
     partials = tmp_path / "logs" / ".partial"
@@ -198,8 +257,10 @@ def test_status_and_result_are_flushed_to_disk(tmp_path, monkeypatch):
     update_status(str(tmp_path), state="running")
     assert not synced  # a state on the way is not worth a flush
     update_status(str(tmp_path), state="succeeded")
-    save_result(str(tmp_path), 42)
     assert any(".tmp-" in p and "status.json" in p for p in synced)
+    assert save_result(str(tmp_path), 42) == (None, {"result_pickle": mock.ANY})
+    assert not any("result.pkl" in p for p in synced)  # (it rides in the status write)
+    assert save_result(str(tmp_path), "x" * 10_000) == (None, {"result_pickle": None})
     assert any(".tmp-" in p and "result.pkl" in p for p in synced)
 
 

@@ -40,7 +40,6 @@ from easylaunch.runs.bundle import (
     make_store,
     mark_submitted,
     new_run_id,
-    remove_abandoned_partials,
 )
 from easylaunch.runs.commands import (
     COMMAND_KEY,
@@ -66,7 +65,7 @@ from easylaunch.settings import ConfigArg, Settings, load_settings, save_setting
 from easylaunch.tracking.interrupts import config_flag
 from easylaunch.tracking.jobs import Job
 from easylaunch.tracking.registry import Registry
-from easylaunch.tracking.rows import aborted, registry_row
+from easylaunch.tracking.rows import aborted, registry_row, settle_abandoned
 from easylaunch_job.command import Command
 from easylaunch_job.records import SNAPSHOT_STORE
 
@@ -253,7 +252,7 @@ class _Launch:
         root = str(self.request.log_root)
         with tempfile.TemporaryDirectory(prefix="easylaunch-dry-run-") as folder:
             spec = self.bundle_spec(Path(folder))
-            runs = [create_run(spec, variant, data, i)
+            runs = [create_run(spec, variant, data, i, register=lambda run: None)
                     for i, (variant, data) in enumerate(self._pairs())]
             staged = dataclasses.replace(self.request, log_root=Path(folder))
             shown = self.mode.preview(staged, runs, self.mode.prepare(staged, runs, self.facts))
@@ -276,10 +275,11 @@ class _Launch:
         runs: list[Run] = []
         try:
             spec = self.bundle_spec(self.request.log_root)
-            remove_abandoned_partials(self.request.log_root)
+            settle_abandoned(self.request.log_root, registry)
             for i, (variant, data) in enumerate(track(self._pairs(), "bundling runs")):
-                runs.append(create_run(spec, variant, data, i))
-                registry.add([registry_row(runs[-1])])  # visible at once, should we die
+                # (each registered before its folder is in place: visible at once, should we die)
+                runs.append(create_run(spec, variant, data, i,
+                                       register=lambda run: registry.add([registry_row(run)])))
                 sink.made(runs[-1])
         except BaseException as exc:  # the runs made so far are recorded, as never started
             sink.abort()

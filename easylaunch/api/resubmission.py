@@ -90,10 +90,9 @@ def resubmit_launch(ids: list[str], config: ConfigArg = None, detach: bool | Non
         changed.update(settings_path=settings.path, settings_file=str(
             save_settings(settings, Path(saved["log_root"]) / SETTINGS_STORE)))
     launch_id = new_run_id()
-    runs = [clone_run(job.log_dir, launch_id, changed,
-                      _restart_policy(settings) if current_settings else None, record)
+    runs = [clone_run(job.log_dir, launch_id, lambda run: registry.add([registry_row(run)]),
+                      changed, _restart_policy(settings) if current_settings else None, record)
             for job in olds]
-    registry.add([registry_row(run) for run in runs])
     request = LaunchRequest.of_launch(runs[0].launch, [run.variant for run in runs])
     try:
         facts = mode_obj.check(request)

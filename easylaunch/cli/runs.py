@@ -141,7 +141,7 @@ def status(args: argparse.Namespace) -> int:
         ("attempt", info.get("attempt") if info.get("restarts") else None),
         ("restarts", _restarts(info.get("restarts", []))),
         ("why", reason_of(info)),
-        ("result", listing.result_text(str(job.log_dir))
+        ("result", listing.result_text(str(job.log_dir), info)
          if info.get("state") == "succeeded" else None),
         ("last metrics", _last_metrics(job)),
         ("host", info.get("host") or launch.get("host")),
@@ -183,7 +183,7 @@ def _status_document(registry: Registry, job: Job, info: dict) -> str:
         "restart_history": [{"reason": r.get("reason"), "ended_at": r.get("ended_at")}
                             for r in restarts],
         "error": info.get("error"),
-        "result": listing.result_text(str(job.log_dir)) if state == "succeeded" else None,
+        "result": listing.result_text(str(job.log_dir), info) if state == "succeeded" else None,
         "backend": launch.get("backend") or {}, "search": launch.get("search"),
         "resubmitted_with": launch.get("resubmitted_with"),
         "code_snapshots": launch.get("code_snapshots") or [],

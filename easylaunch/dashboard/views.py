@@ -247,7 +247,8 @@ def run_view(registry: Registry, run_id: str) -> RunView:
         ("ran for", listing.duration(listing.seconds_run(e, time.time()))),
         ("exit code", info.get("exit_code")), ("signal", info.get("signal")),
         ("why", reason_of(info)),
-        ("result", listing.result_text(e.log_dir) if info.get("state") == "succeeded" else None),
+        ("result", listing.result_text(e.log_dir, info)
+         if info.get("state") == "succeeded" else None),
         ("attempt", info.get("attempt") if info.get("restarts") else None),
         ("job", listing.job_label(e)),
         ("backend", ", ".join(f"{k}={v}" for k, v in backend.items() if v is not None)),

@@ -1,10 +1,13 @@
 """Run folders and run bundles.
 
-Every run gets its own folder ``<root>/<exp_name>/<date>_<exp_name>_<id>/``, built under a hidden
-temporary name and renamed into place when complete, so a failure never leaves half a run folder.
+Every run gets its own folder ``<root>/<exp_name>/<date>_<exp_name>_<id>/``. It is built in
+``<root>/.partial/`` and, once complete, registered, moved into place and given its
+``status.json``, in that order: a launch killed at any instant leaves no folder the registry
+lacks, and no temporary folder that looks like a run.
+
 The folder holds ``variant.json``, ``launch.json``, ``status.json``, the git diffs, and
-``bundle/``: the pickled function and variant, ``bundle.json`` (metadata the runner reads), a copy
-of the runner, and ``code/`` links to the content-addressed code snapshots.
+``bundle/``: the pickled function and variant, ``bundle.json`` (metadata the runner reads), a
+copy of the runner, and ``code/`` links to the content-addressed code snapshots.
 """
 
 from __future__ import annotations
@@ -19,14 +22,21 @@ import socket
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from easylaunch.errors import LaunchError
 from easylaunch.runs.jobpack import job_archive
-from easylaunch.runs.record import LAUNCH_JSON, LAUNCH_STORE, VARIANT_JSON, sweep_of
+from easylaunch.runs.record import (
+    LAUNCH_JSON,
+    LAUNCH_STORE,
+    PARTIAL_DIR,
+    VARIANT_JSON,
+    partial_name,
+    sweep_of,
+)
 from easylaunch.runs.snapshot import Snapshot
 from easylaunch.runs.variants import as_data
 from easylaunch_job.command import Command
@@ -48,7 +58,6 @@ from easylaunch_job.records import (
 
 CODE_DIR = "code"
 GIT_DIR = "git"
-PARTIAL_DIR = ".partial"  # run folders being made (in the log root), renamed out when complete
 OLD_RUNNER = "runner.py"  # the job side in bundles made before easylaunch_job (one file)
 
 ID_CHARS = 8
@@ -246,48 +255,55 @@ def _write_git_patches(folder: Path, git_infos: list[GitInfo]) -> None:
 @contextlib.contextmanager
 def _new_run_folder(exp_dir: Path, exp_name: str, prepend_date: bool, now: float,
                     mode: int) -> Iterator[tuple[str, Path, Path]]:
-    """Yield (run id, temporary folder, final path); rename into place only on success."""
-    exp_dir.mkdir(parents=True, exist_ok=True)
+    """Yield (run id, temporary folder, final path); the temporary folder is removed if the
+    caller fails before placing it (:func:`_put_in_place`)."""
     while True:
         run_id = new_run_id()
         final = exp_dir / run_folder_name(exp_name, run_id, prepend_date, now)
         if not final.exists():
             break
-    tmp = make_store(exp_dir.parent / PARTIAL_DIR, mode) / \
-        f"{_partial_prefix()}{os.getpid()}-{run_id}"
-    tmp.mkdir(mode)
+    tmp = exp_dir.parent / PARTIAL_DIR / partial_name(run_id)
+    try:
+        tmp.mkdir(mode)
+    except FileNotFoundError:  # (the log root's first run)
+        make_store(tmp.parent, mode)
+        tmp.mkdir(mode)
     os.chmod(tmp, mode)  # whatever the umask
     try:
         yield run_id, tmp, final
-        os.rename(tmp, final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
 
 
-def _partial_prefix() -> str:
-    return f"{_safe_name(socket.gethostname())}-"
+Register = Callable[["Run"], None]  # adds a run's row to the registry
 
 
-def remove_abandoned_partials(root: Path) -> None:
-    """Remove half-made run folders left by launchers of this machine that died making them."""
-    prefix = _partial_prefix()
+def _put_in_place(run: Run, tmp: Path, status: dict, register: Register) -> Run:
+    """Register the complete run, move its folder into place, then write its status.json.
+
+    A launch killed between these steps leaves a registered run whose folder is in
+    ``.partial`` or has no status.json yet; both read as never started
+    (:func:`~easylaunch.runs.record.place_abandoned`; a missing status.json reads as queued).
+    """
+    register(run)
     try:
-        names = [e.name for e in os.scandir(root / PARTIAL_DIR) if e.name.startswith(prefix)]
-    except FileNotFoundError:
-        return
-    for name in names:
-        pid = name[len(prefix):].split("-", 1)[0]
-        if pid.isdigit() and process_start_time(int(pid)) is None:
-            shutil.rmtree(root / PARTIAL_DIR / name, ignore_errors=True)
+        os.rename(tmp, run.log_dir)
+    except FileNotFoundError:  # (the experiment's first run)
+        run.log_dir.parent.mkdir(parents=True, exist_ok=True)
+        os.rename(tmp, run.log_dir)
+    write_json_atomic(str(run.log_dir / STATUS_JSON), status)
+    return run
 
 
 def _queued_status(run_id: str, now: float, **extra: Any) -> dict:
     return {"state": "queued", "run_id": run_id, "queued_at": now, **extra}
 
 
-def create_run(spec: BundleSpec, variant: dict, variant_bytes: bytes, index: int) -> Run:
-    """Make one complete run folder (and bundle) under a temporary name, then rename it."""
+def create_run(spec: BundleSpec, variant: dict, variant_bytes: bytes, index: int,
+               register: Register) -> Run:
+    """Make one complete run folder (and bundle) under a temporary name, then register it,
+    move it into place and write its status (:func:`_put_in_place`)."""
     code_dirs = [f"{CODE_DIR}/{i}-{_safe_name(s.source)}" for i, s in enumerate(spec.snapshots)]
     now = time.time()
     with _new_run_folder(spec.root / spec.exp_name, spec.exp_name, spec.prepend_date,
@@ -304,11 +320,11 @@ def create_run(spec: BundleSpec, variant: dict, variant_bytes: bytes, index: int
             k: again[k] for k in ("resubmitted_from",) if k in again})
         if spec.runs_here:
             status.update(state="running", started_at=now, pid=os.getpid())
-        write_json_atomic(str(tmp / STATUS_JSON), status)
         _write_git_patches(tmp, spec.git_infos)
         if spec.write_bundle:
             _write_bundle(spec, tmp, final, meta, variant_bytes)
-    return Run(run_id, spec.exp_name, spec.mode, final, variant, launch, meta)
+        run = Run(run_id, spec.exp_name, spec.mode, final, variant, launch, meta)
+        return _put_in_place(run, tmp, status, register)
 
 
 def mark_submitted(root: Path, launch_id: str, mode: int) -> None:
@@ -346,7 +362,7 @@ def _check_links(bundle: Path, run_id: str) -> None:
                           "as they are now")
 
 
-def clone_run(old_dir: Path, launch_id: str, request: dict | None = None,
+def clone_run(old_dir: Path, launch_id: str, register: Register, request: dict | None = None,
               restart: dict | None = None, record: dict | None = None) -> Run:
     """A new run of an old run's bundle: same function, variant and code snapshots, new id
     (``request``: launch.json's request fields that change, such as mode options or the
@@ -381,7 +397,7 @@ def clone_run(old_dir: Path, launch_id: str, request: dict | None = None,
                       sweep_id=sweep_of(old_launch),
                       request=dict(old_launch["request"], **(request or {})), **(record or {}))
         write_json_atomic(str(tmp / LAUNCH_JSON), launch)
-        write_json_atomic(str(tmp / STATUS_JSON),
-                          _queued_status(run_id, now, resubmitted_from=old_launch["run_id"]))
-    variant = read_json(str(final / VARIANT_JSON))
-    return Run(run_id, exp_name, old_launch["mode"], final, variant, launch, meta)
+        variant = read_json(str(tmp / VARIANT_JSON))
+        run = Run(run_id, exp_name, old_launch["mode"], final, variant, launch, meta)
+        return _put_in_place(run, tmp, _queued_status(
+            run_id, now, resubmitted_from=old_launch["run_id"]), register)

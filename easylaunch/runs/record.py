@@ -13,8 +13,12 @@ written by anyone is seen.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
+import re
+import shutil
+import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from easylaunch.errors import EasyLaunchError
+from easylaunch_job.environment import process_start_time
 from easylaunch_job.records import (
     STATUS_JSON,
     DamagedRecord,
@@ -39,11 +44,50 @@ NOT_RETURNED = object()  # RunRecord.returned of a run that did not run in this 
 LAUNCH_JSON = "launch.json"  # how a run was launched (written once, the backend added)
 VARIANT_JSON = "variant.json"  # the run's variant, as data
 LAUNCH_STORE = ".launches"  # one empty file per launch its mode took: <launch id>
+PARTIAL_DIR = ".partial"  # in the log root: run folders being made, <host>-<pid>-<run id>
 
 
 def sweep_of(launch: dict) -> str | None:
     """The sweep a run's launch.json names (runs launched before sweeps: their launch)."""
     return launch.get("sweep_id") or launch.get("launch_id")
+
+
+def _host_prefix() -> str:
+    return re.sub(r"[^A-Za-z0-9._-]", "_", socket.gethostname()) + "-"
+
+
+def partial_name(run_id: str) -> str:
+    """The name in ``.partial`` of a run folder this process is making."""
+    return f"{_host_prefix()}{os.getpid()}-{run_id}"
+
+
+def abandoned_partials(root: Path) -> dict[str, Path]:
+    """Half-made run folders, by run id, left by launchers of this machine that died."""
+    prefix = _host_prefix()
+    try:
+        names = [e.name for e in os.scandir(root / PARTIAL_DIR) if e.name.startswith(prefix)]
+    except FileNotFoundError:
+        return {}
+    found = {}
+    for name in names:
+        pid, _, run_id = name[len(prefix):].partition("-")
+        if pid.isdigit() and process_start_time(int(pid)) is None:
+            found[run_id] = root / PARTIAL_DIR / name
+    return found
+
+
+def place_abandoned(tmp: Path, error: str) -> None:
+    """Move the folder of a registered run whose launch died before placing it into place,
+    its status.json saying it failed with ``error``; one without a launch.json (never
+    registered) is removed. Another process doing the same at once is harmless."""
+    final = read_json(str(tmp / LAUNCH_JSON)).get("log_dir")
+    if not final:
+        shutil.rmtree(tmp, ignore_errors=True)
+        return
+    with contextlib.suppress(OSError):  # (gone, or placed by another process)
+        os.makedirs(os.path.dirname(final), exist_ok=True)
+        os.rename(tmp, final)
+        update_status(final, state="failed", ended_at=time.time(), error=error)
 
 
 def was_submitted(launch: dict) -> bool | None:
@@ -165,8 +209,9 @@ class RunRecord:
     def info(self) -> dict:
         """The run's status.json (state, times, exit code, error), as :meth:`status_json`.
 
-        A run whose folder is gone reads as failed, with the reason; a damaged status.json
-        raises :class:`DamagedRecordError` for this run alone.
+        A run whose folder is gone reads as failed, with the reason; one without a status.json
+        (its launch writes it last) as queued; a damaged status.json raises
+        :class:`DamagedRecordError` for this run alone.
         """
         if not self.log_dir.is_dir():
             return {"state": "failed", "error": f"the run folder {self.log_dir} no longer "
@@ -180,7 +225,7 @@ class RunRecord:
                                      "writes it again") from None
         if self._unwritten_end and status.get("state") not in TERMINAL_STATES:
             return {**status, **self._unwritten_end}
-        return status
+        return status or {"state": "queued"}  # (none yet: the launch writes it last)
 
     def recorded_state(self) -> JobState:
         """The state in the run's own status.json, without asking the backend."""

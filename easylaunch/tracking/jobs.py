@@ -123,8 +123,9 @@ class Job:
         would wait forever); True if it did. Callers refreshing many jobs at once call it
         before the mode's ``refresh_many``."""
         if self.recorded_state() is JobState.QUEUED and self._launcher_died_before_submitting():
-            self.record_end("failed", "the launching process ended before this run was "
-                                      f"submitted; run it with `easylaunch resubmit {self.id}`")
+            self.record_end("failed", "never started: the launching process ended before this "
+                                      f"run was submitted; run it with `easylaunch resubmit "
+                                      f"{self.id}`")
             return True
         return False
 
@@ -175,7 +176,7 @@ class Job:
         if state in (JobState.CANCELLED, JobState.TIMEOUT):
             raise JobCancelledError(f"run {self.id} ended as {state}: {info.get('error', '')}")
         try:
-            outcome = load_outcome(str(self.log_dir))
+            outcome = load_outcome(str(self.log_dir), info)
         except Exception as exc:  # noqa: BLE001 - a result this process cannot unpickle
             raise JobFailedError(f"run {self.id} {state}, but its result cannot be loaded "
                                  f"here ({exc!r}); error recorded: {info.get('error')}") from exc

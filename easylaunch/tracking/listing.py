@@ -49,11 +49,11 @@ class Shown:
         return f"{state} ({self.restarts} restart{'s' * (self.restarts > 1)})"
 
 
-def result_text(log_dir: str, limit: int = 300) -> str | None:
+def result_text(log_dir: str, status: dict, limit: int = 300) -> str | None:
     """A run's return value, summarised (its repr, cut to ``limit``), or why it cannot be
-    shown here; None when it has none."""
+    shown here; None when it has none. ``status``: its status.json, as read."""
     try:
-        outcome = load_outcome(log_dir)
+        outcome = load_outcome(log_dir, status)
     except Exception as exc:  # noqa: BLE001 - a value this process cannot unpickle
         return f"(cannot be loaded here: {exc!r})"
     if outcome is None or outcome[0] != "success":

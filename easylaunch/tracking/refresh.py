@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,7 +22,7 @@ from easylaunch.tracking.listing import Shown
 from easylaunch.tracking.notify import tell_ends, write_records
 from easylaunch.tracking.progress import wait_all
 from easylaunch.tracking.registry import NO_TIME, Entry, Registry
-from easylaunch.tracking.rows import record_fields
+from easylaunch.tracking.rows import record_fields, settle_abandoned
 from easylaunch_job.records import read_status
 
 STATES = [s.value for s in JobState]
@@ -60,7 +61,7 @@ def cancel_entries(registry: Registry, entries: Sequence[Entry], timeout: float
     it from being read or cancelled; and whether it was still open."""
     outcome: dict[str, tuple[JobState | EasyLaunchError, bool]] = {
         e.id: (JobState(e.state), False) for e in entries if e.state not in OPEN_STATES}
-    groups, problems = group_jobs([e for e in entries if e.state in OPEN_STATES])
+    groups, problems = group_jobs(settled(registry, [e for e in entries if e.state in OPEN_STATES]))
     outcome.update((run_id, (EasyLaunchError(f"cannot cancel it: {why}"), False))
                    for run_id, why in problems.items())
     stopping, ended = [], []
@@ -82,6 +83,16 @@ def cancel_entries(registry: Registry, entries: Sequence[Entry], timeout: float
                    for job, state in zip(stopping, wait_all(stopping, timeout, 1.0), strict=True))
     write_records(registry, ended)
     return [(entry, *outcome[entry.id]) for entry in entries]
+
+
+def settled(registry: Registry, entries: list[Entry]) -> list[Entry]:
+    """``entries``, the folders of those whose launch died before putting them in place
+    (still in the log root's ``.partial``) put in place as failed, saying so."""
+    roots = {Path(e.log_dir).parent.parent for e in entries
+             if e.state == "queued" and not os.path.isdir(e.log_dir)}
+    for root in roots:
+        settle_abandoned(root, registry)
+    return entries
 
 
 def group_jobs(entries: Sequence[Entry]) -> tuple[list[list[Job]], dict[str, str]]:
@@ -134,7 +145,7 @@ def refresh_entries(registry: Registry, entries: Sequence[Entry]) -> list[Shown]
     for entry in entries:
         if entry.state not in OPEN_STATES and (entry.ended is None or entry.reason is None):
             seen[entry.id] = ended_fields(entry)
-    groups, problems = group_jobs([e for e in entries if e.state in OPEN_STATES])
+    groups, problems = group_jobs(settled(registry, [e for e in entries if e.state in OPEN_STATES]))
     shown.update(problems)
     for jobs in groups:
         with contextlib.suppress(EasyLaunchError, OSError):

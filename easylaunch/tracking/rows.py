@@ -7,11 +7,13 @@ from __future__ import annotations
 import hashlib
 import json
 import shlex
+import shutil
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from easylaunch.runs.record import VARIANT_JSON, sweep_of
+from easylaunch.runs.record import VARIANT_JSON, abandoned_partials, place_abandoned, sweep_of
 from easylaunch.runs.variants import as_data, variant_key
-from easylaunch.tracking.registry import LARGE_VARIANT_KEY, NO_TIME
+from easylaunch.tracking.registry import LARGE_VARIANT_KEY, NO_TIME, Registry
 from easylaunch_job.records import update_status
 from easylaunch_job.states import TERMINAL_STATES
 
@@ -77,6 +79,23 @@ def aborted(runs: list[Run], exc: BaseException) -> list[tuple[str, dict[str, An
     return [(run.run_id, {"state": update_status(str(run.log_dir), state=state,
                                                  error=error)["state"]})
             for run in runs]
+
+
+KILLED_WHILE_MAKING = ("never started: the launch was killed while making its runs; run it "
+                      "with `easylaunch resubmit {}`")
+
+
+def settle_abandoned(root: Path, registry: Registry) -> None:
+    """The half-made run folders under ``root`` of launchers of this machine that died: one
+    the launch registered is moved into place as failed, saying so; the others are removed."""
+    found = abandoned_partials(root)
+    registered = registry.states(found) if found else {}
+    for run_id, tmp in found.items():
+        if run_id in registered:
+            place_abandoned(tmp, KILLED_WHILE_MAKING.format(run_id))
+            registry.update(run_id, state="failed")
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 REASON_CHARS = 200  # a longer reason is cut
