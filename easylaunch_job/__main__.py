@@ -2,7 +2,8 @@
 
 Commands: ``run`` (one run bundle, see :mod:`easylaunch_job.supervisor`), ``pack`` (a task
 file with N workers, :mod:`easylaunch_job.packer`), ``serve`` (the packer's warm worker,
-:mod:`easylaunch_job.warm`) and
+:mod:`easylaunch_job.warm`), ``forkserver`` (local runs' warm starts,
+:mod:`easylaunch_job.forkserver`),
 ``agent`` (a cloud instance's share of a launch, :mod:`easylaunch_job.cloud.agent`) and
 ``submit`` (a batch folder's submit.sh submitting a job file, :mod:`easylaunch_job.submission`).
 
@@ -18,6 +19,7 @@ from easylaunch_job import PYTHON_FLOOR
 COMMANDS = {"run": ("easylaunch_job.supervisor", "main"),
             "pack": ("easylaunch_job.packer", "main"),
             "serve": ("easylaunch_job.warm", "serve"),
+            "forkserver": ("easylaunch_job.forkserver", "serve_forks"),
             "agent": ("easylaunch_job.cloud.agent", "main"),
             "submit": ("easylaunch_job.submission", "main")}
 

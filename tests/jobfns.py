@@ -4,6 +4,7 @@ them from the code snapshot, the way users' own modules travel."""
 import os
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -236,3 +237,18 @@ def die_on_attempts(doodad_config, variant):
     if attempt in variant.get("die_on", []):
         os.kill(os.getpid(), signal.SIGKILL)
     return attempt
+
+
+def process_facts(doodad_config, variant):
+    """What a run's process sees of itself: ids, session, folder, input, environment."""
+    import random
+
+    supervisor = os.getppid()
+    with open(f"/proc/{supervisor}/stat") as f:  # (the supervising runner's parent)
+        starter = int(f.read().rsplit(")", 1)[1].split()[1])
+    print("facts printed")
+    return {"pid": os.getpid(), "supervisor": supervisor, "starter": starter,
+            "pgid": os.getpgrp(), "sid": os.getsid(0), "cwd": os.getcwd(),
+            "stdin": sys.stdin.read(), "random": random.random(), "hash": hash("easylaunch"),
+            "gpu": os.environ.get("CUDA_VISIBLE_DEVICES"),
+            "pythonpath": os.environ.get("PYTHONPATH", ""), "argv": sys.argv}

@@ -187,3 +187,43 @@ def test_status_json_is_always_complete(cfg):
         while not job.done():
             json.loads((job.log_dir / "status.json").read_text())  # never half-written
     assert all(j.status() is JobState.SUCCEEDED for j in jobs)
+
+
+# -- warm starts: each run a fork of one warm Python, as a new process would start ----------------
+
+
+def test_runs_start_as_forks_of_a_warm_python_each_as_a_new_process_would(cfg, tmp_path):
+    jobs = run_sweep(jobfns.process_facts, [{"i": i} for i in range(3)], config=cfg,
+                     use_gpu=False)
+    facts = [job.result(timeout=60) for job in jobs]
+    starters = {f["starter"] for f in facts}
+    assert len(starters) == 1 and starters != {os.getpid()}  # one warm Python started them all
+    with open(f"/proc/{starters.pop()}/cmdline", "rb") as f:
+        assert b"forkserver" in f.read()
+    assert len({f["pid"] for f in facts}) == 3
+    for fact, job in zip(facts, jobs):
+        assert fact["pgid"] == fact["sid"] == fact["supervisor"]  # its own session and group
+        assert fact["cwd"] == os.getcwd() and fact["stdin"] == ""
+        assert fact["pythonpath"].split(os.pathsep)[0].startswith(str(job.log_dir / "bundle"))
+        assert fact["argv"][0] == str(job.log_dir / "bundle" / "job.pyz")
+        assert "facts printed" in (job.log_dir / "stdout.log").read_text()
+    assert len({f["random"] for f in facts}) == 3  # (random reseeded in each fork)
+
+
+def test_a_launch_with_other_interpreter_settings_gets_a_warm_python_of_its_own(
+        cfg, monkeypatch):
+    first = run_experiment(jobfns.process_facts, config=cfg).result(timeout=60)
+    monkeypatch.setenv("PYTHONHASHSEED", "0")
+    seeded = run_experiment(jobfns.process_facts, config=cfg).result(timeout=60)
+    assert seeded["starter"] != first["starter"]
+    expected = subprocess.run([sys.executable, "-c", "print(hash('easylaunch'))"],
+                              env=dict(os.environ, PYTHONHASHSEED="0"), capture_output=True,
+                              text=True, check=True).stdout
+    assert seeded["hash"] == int(expected)
+
+
+def test_runs_start_again_when_the_warm_python_is_gone(cfg):
+    before = run_experiment(jobfns.process_facts, config=cfg).result(timeout=60)
+    os.kill(before["starter"], signal.SIGKILL)
+    after = run_experiment(jobfns.process_facts, config=cfg).result(timeout=60)
+    assert after["starter"] not in (before["starter"], os.getpid())

@@ -32,6 +32,7 @@ from easylaunch.modes.base import Composed, Mode, process_environment, shell_in
 from easylaunch.modes.containers import DOCKER, SINGULARITY, Container
 from easylaunch.modes.local import machine
 from easylaunch.modes.local.machine import local_gpu_ids
+from easylaunch.modes.local.warm_starts import Started, start_run
 from easylaunch.runs.bundle import Run
 from easylaunch.runs.commands import check_here
 from easylaunch.runs.notebook import in_kernel
@@ -47,11 +48,23 @@ from easylaunch_job.states import TERMINAL_STATES
 
 @dataclass(frozen=True)
 class LocalCommand:
-    """How to start one run: argv, added environment, working directory."""
+    """How to start one run: argv, added environment, working directory; ``warm``: as a fork
+    of a warm Python (:mod:`~easylaunch.modes.local.warm_starts`), not in a container."""
 
     argv: list[str]
     env: dict[str, str]
     cwd: str
+    warm: bool = False
+
+    def start(self, added: dict[str, str], stdout: str, stderr: str) -> Started:
+        """Start the run with this process's environment and ``added`` (the command's own
+        variables and the run's GPU), its output appended to ``stdout`` and ``stderr``."""
+        if self.warm:
+            return start_run(self.argv, added, self.cwd, stdout, stderr)
+        with open(stdout, "ab") as out, open(stderr, "ab") as err:
+            return subprocess.Popen(self.argv, cwd=self.cwd, env=dict(os.environ, **added),
+                                    stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                                    start_new_session=True)
 
 
 class _Slots:
@@ -106,7 +119,7 @@ class _LocalRun:
         self.slots = slots
         self.pinned = pinned
         self.grace = grace
-        self.proc: subprocess.Popen | None = None
+        self.proc: Started | None = None
         self.started: str | None = None
         self.cancelled = False
         self.lock = threading.Lock()
@@ -137,20 +150,17 @@ class _LocalRun:
             state = recorded_state(self.log_dir)
             if self.cancelled or state != "queued":  # cancelled, maybe from another process
                 return False
-            env = dict(os.environ, **self.command.env)
+            added = dict(self.command.env)
             if gpu is not None:
-                env.update(CUDA_VISIBLE_DEVICES=gpu, **{ENV_GPU_ID: gpu})
-            with open(self.run.log_dir / STDOUT_LOG, "ab") as out, \
-                    open(self.run.log_dir / STDERR_LOG, "ab") as err:
-                self.proc = subprocess.Popen(
-                    self.command.argv, cwd=self.command.cwd, env=env, stdin=subprocess.DEVNULL,
-                    stdout=out, stderr=err, start_new_session=True)
+                added.update(CUDA_VISIBLE_DEVICES=gpu, **{ENV_GPU_ID: gpu})
+            self.proc = self.command.start(added, str(self.run.log_dir / STDOUT_LOG),
+                                           str(self.run.log_dir / STDERR_LOG))
             self.started = process_start_time(self.proc.pid)
             self.run.record_backend(pid=self.proc.pid, pgid=self.proc.pid, gpu_id=gpu,
                                     started=self.started)
             return True
 
-    def _finish(self, proc: subprocess.Popen, returncode: int) -> None:
+    def _finish(self, proc: Started, returncode: int) -> None:
         machine.signal_group(proc.pid, signal.SIGKILL)  # what the run left behind
         with contextlib.suppress(OSError):  # a full disk: Job.status() keeps the end instead
             record_lost_end(self.log_dir, returncode, self.cancelled,
@@ -331,7 +341,7 @@ class LocalMode(Mode):
                 argv=argv,
                 env={"PYTHONPATH": os.pathsep.join(pythonpath), "PYTHONUNBUFFERED": "1",
                      ENV_PARENT_PID: launcher},
-                cwd=os.getcwd()))
+                cwd=os.getcwd(), warm=self.container is None))
         return commands
 
     def _cap(self, gpus: list[str]) -> int:
