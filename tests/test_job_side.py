@@ -89,7 +89,7 @@ def test_the_archive_runs_alone_and_names_its_commands(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"
     usage = subprocess.run([sys.executable, "-S", str(archive)], capture_output=True, text=True)
-    assert usage.returncode == 2 and "agent|pack|run|serve" in usage.stderr
+    assert usage.returncode == 2 and "agent|forkserver|pack|run|serve" in usage.stderr
 
 
 def _top_level_names(root: Path) -> dict:

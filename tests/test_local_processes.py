@@ -201,7 +201,7 @@ def test_runs_start_as_forks_of_a_warm_python_each_as_a_new_process_would(cfg, t
     with open(f"/proc/{starters.pop()}/cmdline", "rb") as f:
         assert b"forkserver" in f.read()
     assert len({f["pid"] for f in facts}) == 3
-    for fact, job in zip(facts, jobs):
+    for fact, job in zip(facts, jobs, strict=True):
         assert fact["pgid"] == fact["sid"] == fact["supervisor"]  # its own session and group
         assert fact["cwd"] == os.getcwd() and fact["stdin"] == ""
         assert fact["pythonpath"].split(os.pathsep)[0].startswith(str(job.log_dir / "bundle"))
