@@ -51,7 +51,7 @@ def write_bytes_atomic(path: str, data: bytes, durable: bool = False,
             f.write(data)
             if durable:
                 f.flush()
-                os.fsync(f.fileno())
+                _sync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
@@ -59,9 +59,21 @@ def write_bytes_atomic(path: str, data: bytes, durable: bool = False,
         raise
 
 
+_sync = getattr(os, "fdatasync", os.fsync)  # (the data and its size; not the times)
+
+
+def json_text(obj: Any) -> str:
+    """``obj`` as JSON, an object one key a line (non-JSON values become strings): readable,
+    and made by the C encoder, which indented JSON does not use."""
+    if not isinstance(obj, dict) or not obj:
+        return json.dumps(obj, default=repr)
+    return "{\n" + ",\n".join(" " + json.dumps({k: v}, default=repr)[1:-1]
+                               for k, v in obj.items()) + "\n}"
+
+
 def write_json_atomic(path: str, obj: Any, durable: bool = False) -> None:
-    """Write ``obj`` as indented JSON to ``path`` atomically (non-JSON values become strings)."""
-    write_bytes_atomic(path, json.dumps(obj, indent=2, default=repr).encode(), durable)
+    """Write ``obj`` as JSON (:func:`json_text`) to ``path`` atomically."""
+    write_bytes_atomic(path, json_text(obj).encode(), durable)
 
 
 def read_json(path: str) -> dict:

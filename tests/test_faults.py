@@ -26,6 +26,7 @@ from easylaunch.modes import get_mode
 from easylaunch.settings import load_settings
 from easylaunch.tracking.jobs import DamagedRecordError
 from easylaunch.tracking.registry import open_registry
+from easylaunch_job import records
 from easylaunch_job.outcome import save_result
 from easylaunch_job.records import update_status
 
@@ -251,8 +252,8 @@ def test_a_damaged_launch_record_or_bad_times_spoil_no_listing(tmp_path):
 
 def test_status_and_result_are_flushed_to_disk(tmp_path, monkeypatch):
     synced = []
-    real = os.fsync
-    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(os.readlink(
+    real = records._sync
+    monkeypatch.setattr(records, "_sync", lambda fd: (synced.append(os.readlink(
         f"/proc/self/fd/{fd}")), real(fd))[1])
     update_status(str(tmp_path), state="running")
     assert not synced  # a state on the way is not worth a flush

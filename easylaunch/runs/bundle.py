@@ -13,6 +13,7 @@ copy of the runner, and ``code/`` links to the content-addressed code snapshots.
 from __future__ import annotations
 
 import contextlib
+import functools
 import getpass
 import hashlib
 import os
@@ -171,18 +172,16 @@ def bundle_blobs(root: Path, function_bytes: bytes, mode: int) -> dict[str, Path
 
 def _launcher_fields(now: float) -> dict:
     """What launch.json says of the launching process (a resubmit gets its own)."""
-    return {
-        "launched_at": now,
-        "host": socket.gethostname(),
-        "user": getpass.getuser(),
-        "launcher_pid": os.getpid(),
-        "launcher_started": process_start_time(os.getpid()),
-        "python": sys.version.split()[0],
-        "python_executable": sys.executable,
-        "cloudpickle": cloudpickle_version(),
-        "command_line": sys.argv,
-        "cwd": os.getcwd(),
-    }
+    return {"launched_at": now, **_this_process(os.getpid()), "command_line": sys.argv,
+            "cwd": os.getcwd()}
+
+
+@functools.lru_cache(maxsize=1)
+def _this_process(pid: int) -> dict:
+    """What stays the same in one process (asked by its pid: a fork is another process)."""
+    return {"host": socket.gethostname(), "user": getpass.getuser(), "launcher_pid": pid,
+            "launcher_started": process_start_time(pid), "python": sys.version.split()[0],
+            "python_executable": sys.executable, "cloudpickle": cloudpickle_version()}
 
 
 def _launch_record(spec: BundleSpec, run_id: str, log_dir: Path, index: int) -> dict:

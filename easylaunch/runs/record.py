@@ -14,7 +14,7 @@ written by anyone is seen.
 from __future__ import annotations
 
 import contextlib
-import copy
+import json
 import os
 import re
 import shutil
@@ -135,12 +135,19 @@ def _signature(path: Path) -> tuple[int, int, int] | None:
     return found.st_ino, found.st_size, found.st_mtime_ns
 
 
+def _copy(content: dict) -> dict:
+    """A copy of a record's content, as the file holds it (JSON's C code: several times a
+    deep copy's pace)."""
+    return json.loads(json.dumps(content, default=repr))
+
+
 class _JsonFile:
     """A record file's content, read again only when forgotten or when the file changed."""
 
     def __init__(self, path: Path, content: dict | None = None) -> None:
         self.path = path
-        self.content = copy.deepcopy(content)  # (not the launching side's dict, which changes)
+        # (a copy: the launching side's dict changes)
+        self.content = None if content is None else _copy(content)
         self.signature = _signature(path) if content is not None else None
 
     def read(self) -> dict:
@@ -151,7 +158,7 @@ class _JsonFile:
             self.content = None
             self.content = read_json(str(self.path))
             self.signature = signature
-        return copy.deepcopy(self.content)
+        return _copy(self.content)
 
     def forget(self) -> None:
         self.content = None

@@ -331,13 +331,19 @@ def load_settings(config: ConfigArg = None) -> Settings:
         return _merge(values, sources, None)
     path = find_config_path(config)
     if path is None:
-        return _merge({}, {}, None)
+        return _defaults()
     stat = path.stat()
     key = (str(path.resolve()), stat.st_mtime_ns, stat.st_size)
     if key not in _cache:
         values = check_values(read_settings_file(path), str(path))
         _cache[key] = _merge(values, {k: str(path) for k in values}, str(path))
     return _cache[key]
+
+
+@functools.lru_cache(maxsize=1)
+def _defaults() -> Settings:
+    """The settings where no file sets any (one object: what it keeps is kept once)."""
+    return _merge({}, {}, None)
 
 
 def _merge(values: dict[str, Any], sources: dict[str, str], path: str | None) -> Settings:
@@ -361,12 +367,16 @@ CREDENTIAL_KEYS = ("AZURE_CLIENT_SECRET", "AZURE_STORAGE_CONNECTION_STRING")
 def save_settings(settings: Settings, store: Path) -> Path:
     """Keep the effective settings of a launch (once per unique content, credentials left
     out) for tracking and resubmitting."""
+    kept_in: dict[Path, Path] = vars(settings).setdefault("_kept_in", {})  # by store
+    if store in kept_in and kept_in[store].exists():  # (these settings, launching again)
+        return kept_in[store]
     kept = {k: v for k, v in settings.items() if k not in CREDENTIAL_KEYS}
     data = json.dumps(kept, sort_keys=True, default=repr).encode()
     path = store / f"{hashlib.sha256(data).hexdigest()[:16]}.json"
     if not path.exists():
         store.mkdir(mode=0o700, parents=True, exist_ok=True)
         write_bytes_atomic(str(path), data, private=True)
+    kept_in[store] = path
     return path
 
 
