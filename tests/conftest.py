@@ -48,6 +48,21 @@ def _registries_closed():
             conn.close()
 
 
+# The test cluster's services: a file that names one has tests that wait on the one Slurm node
+CLUSTER_FIXTURES = {"slurm_cluster", "pbs_front_end", "ssh_cluster"}
+
+
+def pytest_collection_modifyitems(config, items):
+    """With pytest-xdist (scripts/test.sh: -n 2 --dist loadgroup), the tests on the test
+    cluster run in one worker, in turn (they share its one node), and each file's other tests
+    in one worker (its module fixtures start once)."""
+    asking = {path for path in {item.path for item in items}  # (getfixturevalue: whole files)
+              if any(f'getfixturevalue("{name}")' in path.read_text() for name in CLUSTER_FIXTURES)}
+    for item in items:
+        on_cluster = item.path in asking or CLUSTER_FIXTURES & set(item.fixturenames)
+        item.add_marker(pytest.mark.xdist_group("cluster" if on_cluster else item.path.name))
+
+
 def pytest_sessionfinish(session, exitstatus):
     """In CI (CI=true) a skipped test is a failure: every backend must have really run."""
     if os.environ.get("CI", "").lower() not in ("1", "true", "yes"):
