@@ -33,6 +33,7 @@ from easylaunch.runs.record import LaunchRequest, RunRecord
 from easylaunch_job.cloud.agent import CANCEL_SUFFIX
 from easylaunch_job.cloud.inputs import AGENT_JSON
 from easylaunch_job.cloud.stores import Store
+from easylaunch_job.outcome import INLINE_RESULT
 from easylaunch_job.records import (
     METRICS_JSONL,
     RESULT_PKL,
@@ -359,7 +360,8 @@ class CloudMode(Mode, Generic[TargetT]):
         return self.store(backend["bucket"], backend["location"])
 
     def _mirror(self, job: RunRecord, store: Store, prefix: str) -> dict:
-        """Bring the run's status.json (and result.pkl once it ended) from the bucket."""
+        """Bring the run's status.json (and result.pkl once it ended, where its value is
+        not in status.json) from the bucket."""
         data = store.get(f"{prefix}/{STATUS_JSON}")
         try:
             remote = json.loads(data) if data is not None else {}
@@ -367,7 +369,7 @@ class CloudMode(Mode, Generic[TargetT]):
             return {}  # cut short on its way: read again on the next poll
         if not remote:
             return {}
-        if remote.get("state") in TERMINAL_STATES:
+        if remote.get("state") in TERMINAL_STATES and not remote.get(INLINE_RESULT):
             result = store.get(f"{prefix}/{RESULT_PKL}")
             if result is not None:
                 write_bytes_atomic(str(job.log_dir / RESULT_PKL), result)
