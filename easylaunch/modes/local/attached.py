@@ -19,7 +19,6 @@ import os
 import shlex
 import shutil
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -57,14 +56,9 @@ class LocalCommand:
     warm: bool = False
 
     def start(self, added: dict[str, str], stdout: str, stderr: str) -> Started:
-        """Start the run with this process's environment and ``added`` (the command's own
-        variables and the run's GPU), its output appended to ``stdout`` and ``stderr``."""
-        if self.warm:
-            return start_run(self.argv, added, self.cwd, stdout, stderr)
-        with open(stdout, "ab") as out, open(stderr, "ab") as err:
-            return subprocess.Popen(self.argv, cwd=self.cwd, env=dict(os.environ, **added),
-                                    stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                                    start_new_session=True)
+        """Start the run with this process's environment, the command's own variables and
+        ``added`` (the run's GPU), its output appended to ``stdout`` and ``stderr``."""
+        return start_run(self.argv, {**self.env, **added}, self.cwd, stdout, stderr, self.warm)
 
 
 class _Slots:
@@ -150,10 +144,8 @@ class _LocalRun:
             state = recorded_state(self.log_dir)
             if self.cancelled or state != "queued":  # cancelled, maybe from another process
                 return False
-            added = dict(self.command.env)
-            if gpu is not None:
-                added.update(CUDA_VISIBLE_DEVICES=gpu, **{ENV_GPU_ID: gpu})
-            self.proc = self.command.start(added, str(self.run.log_dir / STDOUT_LOG),
+            gpus = {} if gpu is None else {"CUDA_VISIBLE_DEVICES": gpu, ENV_GPU_ID: gpu}
+            self.proc = self.command.start(gpus, str(self.run.log_dir / STDOUT_LOG),
                                            str(self.run.log_dir / STDERR_LOG))
             self.started = process_start_time(self.proc.pid)
             self.run.record_backend(pid=self.proc.pid, pgid=self.proc.pid, gpu_id=gpu,

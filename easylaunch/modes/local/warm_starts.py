@@ -142,12 +142,13 @@ def _server_for(argv: list[str], added: Mapping[str, str]) -> ForkServer | None:
         return server
 
 
-def start_run(argv: list[str], added: Mapping[str, str], cwd: str, stdout: str,
-              stderr: str) -> Started:
-    """Start a run's ``argv`` with this process's environment and ``added``: as a fork of
-    the warm server for its Python and job side where it can, else as a new process."""
+def start_run(argv: list[str], added: Mapping[str, str], cwd: str, stdout: str, stderr: str,
+              warm: bool) -> Started:
+    """Start a run's ``argv`` in ``cwd`` with this process's environment and ``added``, its
+    output appended to ``stdout`` and ``stderr``: with ``warm``, as a fork of the warm server
+    for its Python where it can; else as a new process."""
     env = dict(os.environ, **added)
-    for _ in range(2):  # (a server that ended since its last run is started again)
+    for _ in range(2 if warm else 0):  # (a server that ended since its last run starts again)
         server = _server_for(argv, added)
         if server is None:
             break
