@@ -1,0 +1,210 @@
+#!/usr/bin/env bash
+# Start a realistic Slurm cluster on this one machine, for the tests (issue 49).
+# Four nodes (node1..node4, each slurmd in its own UTS namespace), accounting through slurmdbd
+# on MariaDB, fake GPUs on node3 and node4, a preemptible partition, an ordinary user and a QOS.
+# It lives beside the one-node cluster of scripts/slurm-up.sh: its own config, ports, state,
+# logs and pid files. Clients find it through SLURM_CONF=/etc/slurm-realistic/slurm.conf.
+# Needs root; idempotent: daemons that run (by their pid files) are left running.
+set -euo pipefail
+if [ "$(id -u)" != 0 ]; then
+    echo "cluster-up: needs root to install and start the realistic Slurm cluster; skipping" >&2
+    exit 0
+fi
+
+NAME=easylaunch-realistic
+ETC=/etc/slurm-realistic
+export SLURM_CONF=$ETC/slurm.conf
+STATE=/var/lib/slurm-realistic
+SPOOL=/var/spool/slurm-realistic
+LOGS=/var/log/slurm-realistic
+RUN=/run/slurm-realistic
+CTLD_PORT=6917
+DBD_PORT=6919
+NODE_PORT=6920  # node N listens on NODE_PORT + N
+DB=slurm_realistic_acct
+NODES="node1 node2 node3 node4"
+USER_NAME=easyuser
+ACCOUNT=easyusers
+
+# Install only what is missing (apt's policy here starts no service: we start them below).
+if ! command -v slurmctld >/dev/null || ! command -v slurmd >/dev/null \
+        || ! command -v munged >/dev/null || ! command -v slurmdbd >/dev/null \
+        || ! command -v mariadbd >/dev/null \
+        || ! ls /usr/lib/*/slurm-wlm/accounting_storage_mysql.so >/dev/null 2>&1; then
+    apt-get update -q >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q slurm-wlm munge slurmdbd \
+        slurm-wlm-mysql-plugin mariadb-server >/dev/null
+fi
+
+# A daemon runs when its pid file names a live process.
+running() {
+    [ -s "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null
+}
+
+# Wait (bounded) until a command succeeds; else say what failed and where to look.
+wait_until() {
+    local what=$1 tries=$2
+    shift 2
+    for _ in $(seq 1 "$tries"); do
+        if "$@" >/dev/null 2>&1; then
+            return 0
+        fi
+        sleep 0.5
+    done
+    echo "cluster-up: $what did not come up; see $LOGS/" >&2
+    exit 1
+}
+
+mkdir -p "$ETC" "$STATE/ctld" "$LOGS" "$RUN" "$ETC/gpus"
+for node in $NODES; do
+    mkdir -p "$SPOOL/$node"
+done
+
+# The node names resolve to this machine.
+if ! grep -q -E '^127\.0\.0\.1[[:space:]].*\bnode1\b' /etc/hosts; then
+    echo "127.0.0.1 node1 node2 node3 node4" >> /etc/hosts
+fi
+
+# munge: shared with the other cluster; started only if no munged answers.
+if ! munge -n 2>/dev/null | unmunge >/dev/null 2>&1; then
+    if [ ! -s /etc/munge/munge.key ]; then
+        dd if=/dev/urandom bs=1 count=1024 of=/etc/munge/munge.key status=none
+    fi
+    chown munge:munge /etc/munge/munge.key
+    chmod 400 /etc/munge/munge.key
+    mkdir -p /run/munge
+    chown munge:munge /run/munge
+    su -s /bin/sh munge -c /usr/sbin/munged
+    wait_until munged 20 sh -c 'munge -n | unmunge'
+fi
+
+# MariaDB on its unix socket only, with a database user for slurmdbd.
+mkdir -p /run/mysqld
+chown mysql:mysql /run/mysqld
+if ! mariadb-admin ping >/dev/null 2>&1; then
+    mariadbd --user=mysql --skip-networking --pid-file=/run/mysqld/mysqld.pid \
+        >>"$LOGS/mariadb.log" 2>&1 &
+    wait_until MariaDB 60 mariadb-admin ping
+fi
+mariadb -e "CREATE USER IF NOT EXISTS 'slurm'@'localhost' IDENTIFIED BY 'easylaunch';
+            GRANT ALL ON $DB.* TO 'slurm'@'localhost';"
+
+# Fake GPUs: Slurm only looks at the device files.
+for n in 0 1; do
+    [ -c "$ETC/gpus/nvidia$n" ] || mknod "$ETC/gpus/nvidia$n" c 195 "$n"
+done
+
+cat > "$ETC/slurmdbd.conf" <<CONF
+AuthType=auth/munge
+DbdHost=localhost
+DbdPort=$DBD_PORT
+SlurmUser=root
+PidFile=$RUN/slurmdbd.pid
+LogFile=$LOGS/slurmdbd.log
+StorageType=accounting_storage/mysql
+StorageHost=localhost
+StorageUser=slurm
+StoragePass=easylaunch
+StorageLoc=$DB
+CONF
+chmod 600 "$ETC/slurmdbd.conf"  # (slurmdbd refuses it otherwise)
+
+cat > "$ETC/gres.conf" <<CONF
+AutoDetect=off
+NodeName=node[3-4] Name=gpu File=$ETC/gpus/nvidia[0-1]
+CONF
+
+# Short times so that tests wait little: finished jobs leave squeue after 10 s (sacct keeps
+# them), requeued jobs start again after about 30 s, kills follow signals after 5 s.
+host=$(hostname -s)
+cat > "$SLURM_CONF" <<CONF
+ClusterName=$NAME
+SlurmctldHost=$host
+SlurmctldPort=$CTLD_PORT
+SlurmUser=root
+AuthType=auth/munge
+AuthInfo=cred_expire=30
+StateSaveLocation=$STATE/ctld
+SlurmctldPidFile=$RUN/slurmctld.pid
+SlurmctldLogFile=$LOGS/slurmctld.log
+SlurmdSpoolDir=$SPOOL/%n
+SlurmdPidFile=$RUN/slurmd-%n.pid
+SlurmdLogFile=$LOGS/slurmd-%n.log
+SlurmdParameters=config_overrides
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core_Memory
+DefMemPerCPU=256
+GresTypes=gpu
+MpiDefault=none
+SchedulerParameters=sched_min_interval=0,batch_sched_delay=0,max_sched_time=1
+MinJobAge=10
+KillWait=5
+ReturnToService=2
+JobRequeue=1
+PreemptType=preempt/partition_prio
+PreemptMode=REQUEUE
+AccountingStorageType=accounting_storage/slurmdbd
+AccountingStorageHost=localhost
+AccountingStoragePort=$DBD_PORT
+AccountingStorageEnforce=associations,limits,qos
+AccountingStorageTRES=gres/gpu
+JobAcctGatherType=jobacct_gather/linux
+JobCompType=jobcomp/none
+NodeName=node1 NodeHostname=node1 NodeAddr=127.0.0.1 Port=$((NODE_PORT + 1)) CPUs=4 RealMemory=2000 State=UNKNOWN
+NodeName=node2 NodeHostname=node2 NodeAddr=127.0.0.1 Port=$((NODE_PORT + 2)) CPUs=4 RealMemory=2000 State=UNKNOWN
+NodeName=node3 NodeHostname=node3 NodeAddr=127.0.0.1 Port=$((NODE_PORT + 3)) CPUs=4 RealMemory=2000 Gres=gpu:2 State=UNKNOWN
+NodeName=node4 NodeHostname=node4 NodeAddr=127.0.0.1 Port=$((NODE_PORT + 4)) CPUs=4 RealMemory=2000 Gres=gpu:2 State=UNKNOWN
+PartitionName=cpu Nodes=node[1-4] Default=YES MaxTime=60 PriorityTier=10 State=UP
+PartitionName=gpu Nodes=node[3-4] MaxTime=60 PriorityTier=10 State=UP
+PartitionName=preempt Nodes=node[1-4] MaxTime=60 PriorityTier=1 PreemptMode=REQUEUE State=UP
+CONF
+
+# slurmdbd, then the cluster, account, user and QOS in its database.
+if ! running "$RUN/slurmdbd.pid"; then
+    slurmdbd
+fi
+wait_until slurmdbd 60 sacctmgr -n list cluster
+# (sacctmgr -i add of something that exists exits 1: add only what is missing)
+if [ -z "$(sacctmgr -n -P list cluster "$NAME" format=cluster)" ]; then
+    sacctmgr -i add cluster "$NAME" >/dev/null
+fi
+id -u "$USER_NAME" >/dev/null 2>&1 || useradd -m "$USER_NAME"
+if [ -z "$(sacctmgr -n -P list qos limited format=name)" ]; then
+    sacctmgr -i add qos limited MaxSubmitJobsPerUser=3 >/dev/null
+fi
+if [ -z "$(sacctmgr -n -P list account "$ACCOUNT" format=account)" ]; then
+    sacctmgr -i add account "$ACCOUNT" Cluster="$NAME" >/dev/null
+fi
+if [ -z "$(sacctmgr -n -P list assoc user="$USER_NAME" cluster="$NAME" format=user)" ]; then
+    sacctmgr -i add user "$USER_NAME" Account="$ACCOUNT" Cluster="$NAME" \
+        QOS=normal,limited DefaultQOS=normal >/dev/null
+fi
+
+# slurmctld, then each slurmd in a UTS namespace of its own (hostname says nodeN in jobs).
+if ! running "$RUN/slurmctld.pid"; then
+    slurmctld
+fi
+wait_until slurmctld 60 scontrol ping
+for node in $NODES; do
+    if ! running "$RUN/slurmd-$node.pid"; then
+        unshare --uts sh -c "hostname $node && exec slurmd -N $node"
+    fi
+done
+
+# The nodes answer when none is down or still unknown; resume any left down by an earlier stop.
+for _ in $(seq 1 60); do
+    states=$(sinfo -h -N -p cpu -o %T 2>/dev/null || true)
+    if [ "$(echo "$states" | grep -c -E '^(idle|mixed|allocated|completing)')" = 4 ]; then
+        echo "cluster-up: $NAME answers (4 nodes; export SLURM_CONF=$SLURM_CONF)"
+        exit 0
+    fi
+    for node in $(sinfo -h -N -p cpu -t down,drain,fail -o %N 2>/dev/null || true); do
+        scontrol update NodeName="$node" State=RESUME 2>/dev/null || true
+    done
+    sleep 0.5
+done
+echo "cluster-up: the nodes did not all come up: $(sinfo -h -N -p cpu -o '%N=%T' | xargs);" \
+    "see $LOGS/" >&2
+exit 1
