@@ -89,6 +89,27 @@ def slurm_cluster():
                     "run scripts/slurm-up.sh as root")
 
 
+REALISTIC_CONF = "/etc/slurm-realistic/slurm.conf"
+
+
+@pytest.fixture(scope="session")
+def realistic_cluster():
+    """The realistic four-node cluster's SLURM_CONF, once its nodes answer, else skip (run
+    scripts/cluster-up.sh as root). Starts nothing. Its tests are in one file, so pytest-xdist
+    runs them in one worker, in turn; they launch with SLURM_CONF set (monkeypatch.setenv)."""
+    if shutil.which("sinfo") is None or not Path(REALISTIC_CONF).exists():
+        pytest.skip("no realistic Slurm cluster: run scripts/cluster-up.sh as root")
+    out = subprocess.run(["sinfo", "-h", "-N", "-p", "cpu", "-o", "%T"], capture_output=True,
+                         text=True, env=dict(os.environ, SLURM_CONF=REALISTIC_CONF))
+    answering = [s for s in out.stdout.split() if s.rstrip("+") in ("idle", "mixed", "allocated",
+                                                                    "completing")]
+    if out.returncode != 0 or len(answering) < 4:
+        pytest.skip(f"the realistic cluster's nodes do not all answer "
+                    f"({out.stderr.strip() or out.stdout.split()}): run scripts/cluster-up.sh "
+                    "as root")
+    return REALISTIC_CONF
+
+
 @pytest.fixture(scope="session")
 def pbs_front_end(slurm_cluster):
     """PBS's qsub/qstat/qdel: Slurm's own front ends over the local cluster (Debian's

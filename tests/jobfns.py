@@ -252,3 +252,20 @@ def process_facts(doodad_config, variant):
             "stdin": sys.stdin.read(), "random": random.random(), "hash": hash("easylaunch"),
             "gpu": os.environ.get("CUDA_VISIBLE_DEVICES"),
             "pythonpath": os.environ.get("PYTHONPATH", ""), "argv": sys.argv}
+
+
+def node_facts(doodad_config, variant):
+    """Where this rank runs and what it was given: host, rank, world size, GPUs (printed as
+    one JSON line too, so that every rank's log says it)."""
+    import json
+
+    extra = doodad_config.extra_launch_info
+    facts = {"host": os.uname().nodename, "rank": extra["rank"],
+             "world_size": extra["world_size"], "gpu_id": doodad_config.gpu_id,
+             "physical_gpu_id": extra.get("physical_gpu_id"),
+             "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+             "slurm_job_gpus": os.environ.get("SLURM_JOB_GPUS"),
+             "slurm_nodelist": os.environ.get("SLURM_JOB_NODELIST")}
+    print(json.dumps(facts), flush=True)
+    time.sleep(variant.get("hold", 0))  # (keeps its GPU a while: the next run gets another)
+    return facts

@@ -1,0 +1,101 @@
+"""Runs on the realistic four-node cluster of scripts/cluster-up.sh (issue 49): several nodes,
+fake GPUs as GRES, accounting through slurmdbd (finished jobs leave squeue after 10 s)."""
+
+import json
+import subprocess
+import sys
+
+import jobfns
+import pytest
+from helpers import wait_for
+
+from easylaunch import JobState, run_experiment, run_sweep
+
+
+@pytest.fixture
+def real_cfg(cfg, realistic_cluster, monkeypatch):
+    """Settings for jobs on the realistic cluster; this process's Slurm commands (and so the
+    jobs' environment) talk to it."""
+    monkeypatch.setenv("SLURM_CONF", realistic_cluster)
+    return dict(cfg, SLURM_PYTHON=sys.executable, SLURM_SIGNAL_SECONDS=30,
+                SLURM_CONFIGS=dict(
+                    cpu=dict(partition="cpu", max_num_cores_per_node=4, time_in_mins=10),
+                    gpu=dict(partition="gpu", n_gpus=1, n_cpus_per_task=2,
+                             max_num_cores_per_node=4, time_in_mins=10)))
+
+
+def _rank_facts(job, rank: int) -> dict:
+    (line,) = [ln for ln in (job.log_dir / f"stdout.rank{rank}.log").read_text().splitlines()
+               if ln.startswith("{")]
+    return json.loads(line)
+
+
+def test_a_two_node_run_has_a_rank_on_each_node(real_cfg):
+    job = run_experiment(jobfns.node_facts, mode="slurm", n_nodes=2, config=real_cfg)
+    result = job.result(timeout=120)
+    ranks = [_rank_facts(job, rank) for rank in (0, 1)]
+    assert [(r["rank"], r["world_size"]) for r in ranks] == [(0, 2), (1, 2)]
+    hosts = [r["host"] for r in ranks]
+    assert len(set(hosts)) == 2 and all(h.startswith("node") for h in hosts), hosts
+    assert result["host"] == hosts[0] and result["rank"] == 0
+    assert job.status() is JobState.SUCCEEDED
+
+
+def test_gpu_runs_see_the_gpus_slurm_gave_them(real_cfg):
+    """Three runs at once on two nodes of two GPUs: one node holds two, each its own GPU."""
+    jobs = run_sweep(jobfns.node_facts, [dict(hold=3, n=i) for i in range(3)], mode="slurm",
+                     use_gpu=True, config=real_cfg)
+    seen = [job.result(timeout=120) for job in jobs]
+    for facts in seen:
+        assert facts["host"] in ("node3", "node4"), facts  # (the gpu partition's nodes)
+        assert facts["slurm_job_gpus"] in ("0", "1"), facts
+        assert facts["cuda_visible_devices"] == facts["slurm_job_gpus"], facts  # as Slurm set it
+        # doodad_config.gpu_id: the device's index among the visible ones
+        assert facts["cuda_visible_devices"].split(",")[facts["gpu_id"]] == \
+            facts["slurm_job_gpus"], facts
+    by_node = {}
+    for facts in seen:
+        by_node.setdefault(facts["host"], []).append(facts["slurm_job_gpus"])
+    assert sorted(len(set(gpus)) for gpus in by_node.values())[-1] == 2, by_node
+
+
+# How a run is ended from outside: scancel (the run's runner gets SIGTERM and records the
+# end itself), or SIGKILL to the batch shell and its children (nothing is recorded: only Slurm,
+# through sacct once squeue has forgotten the job, knows how it ended).
+ENDS = {"scancel": (["scancel"], "cancelled"),
+        "killed": (["scancel", "--batch", "--signal=KILL"], "failed")}
+
+
+@pytest.mark.parametrize("how", ENDS)
+def test_a_run_ended_from_outside_shows_its_end_after_squeue_forgot_it(real_cfg, tmp_path, how):
+    job = run_experiment(jobfns.sleep_a_while, variant={"seconds": 300}, mode="slurm",
+                         config=real_cfg)
+    slurm_id = job.launch_info["backend"]["slurm_job_id"]
+    command, end = ENDS[how]
+    try:
+        assert wait_for(lambda: job.recorded_state() is JobState.RUNNING, 60)
+        subprocess.run([*command, slurm_id], check=True)
+
+        def in_squeue() -> bool:
+            return bool(subprocess.run(["squeue", "-h", "--states=all", "-j", slurm_id,
+                                        "-o", "%T"], capture_output=True, text=True
+                                       ).stdout.strip())
+
+        # MinJobAge=10 s; slurmctld purges old jobs on its own clock (seen: 12-19 s).
+        # Nothing asks easylaunch before: the end comes from the run's record or from sacct.
+        assert wait_for(lambda: not in_squeue(), 90), "the job stayed in squeue"
+        if how == "killed":
+            assert job.recorded_state() is JobState.RUNNING  # (nobody recorded the end)
+        assert job.status() is JobState(end)
+        assert job.info()["state"] == end
+        if how == "killed":
+            assert f"Slurm reports job {slurm_id} as failed" in job.info()["error"]
+        settings = tmp_path / "settings.py"
+        settings.write_text(f"LOCAL_LOG_DIR = {real_cfg['LOCAL_LOG_DIR']!r}\n")
+        shown = subprocess.run([sys.executable, "-m", "easylaunch.cli", "--config",
+                                str(settings), "ls", "--json"],
+                               capture_output=True, text=True, check=True).stdout
+        (run,) = [r for r in json.loads(shown)["runs"] if r["id"] == job.id]
+        assert run["state"] == end, run
+    finally:
+        subprocess.run(["scancel", slurm_id])
