@@ -281,15 +281,16 @@ def run_bundle(bundle_dir: str, log_dir: str | None = None) -> int:
     status = _take_the_run(log_dir, policy)
     if status is None:
         return EXIT_NOT_STARTED
-    if meta.get("cloudpickle") != cloudpickle_version():
-        print(f"easylaunch runner: warning: the run was pickled with cloudpickle "
-              f"{meta.get('cloudpickle')}; this machine has {cloudpickle_version()}",
-              file=sys.stderr)
-    if status.get("restarts"):
-        last = status["restarts"][-1]
-        print(f"easylaunch runner: attempt {status['attempt']} of run {meta.get('run_id')} "
-              f"(the last one ended: {last['reason']})", file=sys.stderr)
-    try:
+    try:  # (a stop signal from here on ends the run as that stop: cancelled, not failed)
+        if meta.get("cloudpickle") != cloudpickle_version():
+            print(f"easylaunch runner: warning: the run was pickled with cloudpickle "
+                  f"{meta.get('cloudpickle')}; this machine has {cloudpickle_version()}",
+                  file=sys.stderr)
+        if status.get("restarts"):
+            last = status["restarts"][-1]
+            print(f"easylaunch runner: attempt {status['attempt']} of run "
+                  f"{meta.get('run_id')} (the last one ended: {last['reason']})",
+                  file=sys.stderr)
         fn, variant = _load_payload(bundle_dir)
     except ModuleNotFoundError as exc:
         if exc.name == "cloudpickle":
