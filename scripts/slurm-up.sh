@@ -52,8 +52,10 @@ NodeName=${host} CPUs=$(nproc) RealMemory=8000 State=UNKNOWN
 PartitionName=debug Nodes=${host} Default=YES MaxTime=INFINITE State=UP
 CONF
 
-pgrep -x slurmctld >/dev/null || slurmctld
-pgrep -x slurmd >/dev/null || slurmd
+# (found by pid file: the realistic cluster of cluster-up.sh runs daemons of the same names)
+alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+alive /run/slurmctld.pid || slurmctld
+alive /run/slurmd.pid || slurmd
 for _ in $(seq 1 60); do
     state=$(sinfo -h -o %T 2>/dev/null || true)
     if echo "$state" | grep -q -E 'idle|mix|alloc'; then

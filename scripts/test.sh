@@ -5,6 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 scripts/slurm-up.sh  # a real one-node Slurm cluster (and bubblewrap) for the Slurm tests
+scripts/cluster-up.sh  # a realistic four-node Slurm cluster beside it (accounting, GPUs as GRES, preemption)
 scripts/ssh-up.sh    # an OpenSSH server on 127.0.0.1 with a second user: the remote cluster side
 scripts/browser-up.sh  # Debian's chromium and chromedriver for the dashboard's browser tests
 scripts/pythons-up.sh  # researchers' Pythons (pyenv's, Debian's) the launches start from
