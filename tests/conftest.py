@@ -1,6 +1,7 @@
 import os
 import pwd
 import shutil
+import signal
 import subprocess
 import uuid
 from pathlib import Path
@@ -50,6 +51,13 @@ def _registries_closed():
 
 # The test cluster's services: a file that names one has tests that wait on the one Slurm node
 CLUSTER_FIXTURES = {"slurm_cluster", "pbs_front_end", "ssh_cluster"}
+
+
+def pytest_configure(config):
+    """A suite started in the background (where a shell ignores SIGINT for `cmd &`) still
+    tests Ctrl-C: the processes the tests start take SIGINT again, as from a terminal."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -134,7 +134,9 @@ def _htp_settings(pbs_cfg: dict, tmp_path: Path, ncpus: int) -> dict:
 
 
 def test_pbs_htp_packs_a_sweep_into_allocations_that_share_its_task_file(pbs_cfg, tmp_path):
-    jobs = run_sweep(jobfns.sleep_a_while, [{"seconds": 1}] * 4, mode="pbs_htp",
+    # (runs of 4 s: one allocation alone would take 16 s, so the other, started within them
+    # even on a busy machine, takes runs too)
+    jobs = run_sweep(jobfns.sleep_a_while, [{"seconds": 4}] * 4, mode="pbs_htp",
                      allocations=2, config=_htp_settings(pbs_cfg, tmp_path, ncpus=1))
     cluster = Path(copy_to_cluster(jobs[0]))
     script = (cluster / "htp.pbs").read_text()

@@ -5,8 +5,10 @@ the tests read the run folders they leave on the shared file system."""
 
 import json
 import os
+import shutil
 import signal
 import subprocess
+import tempfile
 from pathlib import Path
 
 import jobfns
@@ -30,18 +32,22 @@ CANARY = "canary-secret-" + os.urandom(8).hex()
 
 
 @pytest.fixture(scope="module")
-def ray(tmp_path_factory):
+def ray():
     if os.geteuid() != 0:
         pytest.skip("the Ray tests make a network namespace: run them as root (scripts/test.sh)")
     if not AZURITE.exists():
         pytest.skip(f"Azurite is not installed at {AZURITE}: run scripts/setup.sh")
-    cluster = RayCluster(f"el-ray-{os.getpid()}", tmp_path_factory.mktemp("ray"))
+    # (a short folder: Ray's socket paths under it must stay within AF_UNIX's 107 bytes, which
+    # pytest-xdist's tmp_path of a worker passes)
+    root = Path(tempfile.mkdtemp(prefix="el-ray-", dir="/tmp"))
+    cluster = RayCluster(f"el-ray-{os.getpid()}", root)
     try:
         cluster.start()
         wait_until_up(cluster)
         yield cluster
     finally:
         cluster.stop()
+        shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture
