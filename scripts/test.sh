@@ -14,5 +14,5 @@ scripts/pythons-up.sh  # researchers' Pythons (pyenv's, Debian's) the launches s
 NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet --site-dir site  # the docs (mkdocs.yml): a broken link, a missing page or a failing reference fails
 # the dashboard tests' screenshots (every page, zoomed and smoothed curves, 900 px) are kept here
 export EASYLAUNCH_ARTIFACTS=${EASYLAUNCH_ARTIFACTS:-$PWD/test-artifacts}
-# two workers (pytest-xdist): the tests on the one-node cluster in one, in turn; the rest beside
-exec .venv/bin/python -m pytest -n 2 --dist loadgroup "$@"
+# (in two workers: scripts/test.sh -n 2 --dist loadgroup; see docs/development/tests.md)
+exec .venv/bin/python -m pytest "$@"

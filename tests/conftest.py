@@ -61,11 +61,12 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
-    """With pytest-xdist (scripts/test.sh: -n 2 --dist loadgroup), the tests on the test
+    """With pytest-xdist (scripts/test.sh -n 2 --dist loadgroup), the tests on the test
     cluster run in one worker, in turn (they share its one node), and each file's other tests
     in one worker (its module fixtures start once)."""
     asking = {path for path in {item.path for item in items}  # (getfixturevalue: whole files)
-              if any(f'getfixturevalue("{name}")' in path.read_text() for name in CLUSTER_FIXTURES)}
+              if "getfixturevalue(" in (text := path.read_text())
+              and any(f'"{name}"' in text for name in CLUSTER_FIXTURES)}
     for item in items:
         on_cluster = item.path in asking or CLUSTER_FIXTURES & set(item.fixturenames)
         item.add_marker(pytest.mark.xdist_group("cluster" if on_cluster else item.path.name))
