@@ -65,18 +65,7 @@ if ! grep -q -E '^127\.0\.0\.1[[:space:]].*\bnode1\b' /etc/hosts; then
     echo "127.0.0.1 node1 node2 node3 node4" >> /etc/hosts
 fi
 
-# munge: shared with the other cluster; started only if no munged answers.
-if ! munge -n 2>/dev/null | unmunge >/dev/null 2>&1; then
-    if [ ! -s /etc/munge/munge.key ]; then
-        dd if=/dev/urandom bs=1 count=1024 of=/etc/munge/munge.key status=none
-    fi
-    chown munge:munge /etc/munge/munge.key
-    chmod 400 /etc/munge/munge.key
-    mkdir -p /run/munge
-    chown munge:munge /run/munge
-    su -s /bin/sh munge -c /usr/sbin/munged
-    wait_until munged 20 sh -c 'munge -n | unmunge'
-fi
+"$(dirname "$0")/munge-up.sh"  # munge: shared with the other cluster
 
 # MariaDB on its unix socket only, with a database user for slurmdbd.
 mkdir -p /run/mysqld

@@ -18,15 +18,7 @@ if sinfo -h -o %T 2>/dev/null | grep -q -E 'idle|mix|alloc'; then
     exit 0
 fi
 
-# munge: a key and its daemon, run as the munge user.
-if [ ! -s /etc/munge/munge.key ]; then
-    dd if=/dev/urandom bs=1 count=1024 of=/etc/munge/munge.key status=none
-fi
-chown munge:munge /etc/munge/munge.key
-chmod 400 /etc/munge/munge.key
-mkdir -p /run/munge
-chown munge:munge /run/munge
-pgrep -x munged >/dev/null || su -s /bin/sh munge -c /usr/sbin/munged
+"$(dirname "$0")/munge-up.sh"  # munge: a key and its daemon, run as the munge user
 
 host=$(hostname -s)
 mkdir -p /var/spool/slurmctld /var/spool/slurmd /var/log/slurm
