@@ -7,6 +7,5 @@ if [ "$(id -u)" != 0 ]; then
     exit 0
 fi
 if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then
-    apt-get update -q
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver
+    "$(dirname "$0")/apt-install.sh" chromium chromium-driver
 fi

@@ -31,9 +31,8 @@ if ! command -v slurmctld >/dev/null || ! command -v slurmd >/dev/null \
         || ! command -v munged >/dev/null || ! command -v slurmdbd >/dev/null \
         || ! command -v mariadbd >/dev/null \
         || ! ls /usr/lib/*/slurm-wlm/accounting_storage_mysql.so >/dev/null 2>&1; then
-    apt-get update -q >/dev/null
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q slurm-wlm munge slurmdbd \
-        slurm-wlm-mysql-plugin mariadb-server >/dev/null
+    "$(dirname "$0")/apt-install.sh" slurm-wlm munge slurmdbd slurm-wlm-mysql-plugin \
+        mariadb-server >/dev/null
 fi
 
 # A daemon runs when its pid file names a live process.

@@ -8,7 +8,7 @@ PYTHON=${PYTHON:-python3}
 say() { echo "easylaunch example: $*" >&2; }
 if ! command -v git >/dev/null; then
     say "installing git (GitPython needs it)"
-    apt-get update -q && apt-get install -y -q git
+    scripts/apt-install.sh git
 fi
 stamp=.venv/.easylaunch-installed
 wanted=$(sha256sum pyproject.toml | cut -c1-16)

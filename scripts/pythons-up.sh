@@ -10,8 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 if ! /usr/bin/python3 -c "import ensurepip" 2>/dev/null || ! dpkg -s python3-numpy >/dev/null 2>&1
 then
-    apt-get update -q
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q python3-venv python3-numpy
+    scripts/apt-install.sh python3-venv python3-numpy
 fi
 make() {  # make NAME INTERPRETER [venv options] [-- extra pip requirements]
     local name=$1 python=$2 venv=.tools/pythons/$1

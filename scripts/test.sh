@@ -1,18 +1,28 @@
 #!/usr/bin/env bash
 # Set up (if needed), start the test services, lint, and run the whole test suite.
-# With CI=true, a skipped test fails.
+# With CI=true, a skipped test fails. Arguments go to pytest: scripts/test.sh tests/test_api.py
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The services start beside the set-up: each script is idempotent, and their apt calls wait in turn.
+services=()
+(scripts/slurm-up.sh && scripts/cluster-up.sh) &  # a one-node Slurm cluster (and bubblewrap) and a realistic four-node one (accounting, GPUs as GRES, preemption)
+services+=($!)
+scripts/browser-up.sh &  # Debian's chromium and chromedriver for the dashboard's browser tests
+services+=($!)
 scripts/setup.sh
-scripts/slurm-up.sh  # a real one-node Slurm cluster (and bubblewrap) for the Slurm tests
-scripts/cluster-up.sh  # a realistic four-node Slurm cluster beside it (accounting, GPUs as GRES, preemption)
+# (after setup.sh: editable installs of this checkout share its egg-info, so they go one at a time)
+scripts/pythons-up.sh &  # researchers' Pythons (pyenv's, Debian's) the launches start from
+services+=($!)
 scripts/ssh-up.sh    # an OpenSSH server on 127.0.0.1 with a second user: the remote cluster side
-scripts/browser-up.sh  # Debian's chromium and chromedriver for the dashboard's browser tests
-scripts/pythons-up.sh  # researchers' Pythons (pyenv's, Debian's) the launches start from
 .venv/bin/ruff check .
-.venv/bin/mypy  # the type checker, as pyproject.toml's [tool.mypy] sets it: 0 errors
+# the type checker, as pyproject.toml's [tool.mypy] sets it: 0 errors (its cache outlives a clone)
+MYPY_CACHE_DIR=${MYPY_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/easylaunch/mypy} .venv/bin/mypy
 NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet --site-dir site  # the docs (mkdocs.yml): a broken link, a missing page or a failing reference fails
+for pid in "${services[@]}"; do
+    wait "$pid"  # (one that failed stops the script here)
+done
 # the dashboard tests' screenshots (every page, zoomed and smoothed curves, 900 px) are kept here
 export EASYLAUNCH_ARTIFACTS=${EASYLAUNCH_ARTIFACTS:-$PWD/test-artifacts}
-# (in two workers: scripts/test.sh -n 2 --dist loadgroup; see docs/development/tests.md)
-exec .venv/bin/python -m pytest "$@"
+# Three workers (pytest-xdist): most tests wait on a scheduler, a server or a process, so three
+# share two cores well. tests/conftest.py keeps a file with a module-wide service in one worker.
+exec .venv/bin/python -m pytest -n 3 --dist loadgroup "$@"

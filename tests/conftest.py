@@ -49,10 +49,6 @@ def _registries_closed():
             conn.close()
 
 
-# The test cluster's services: a file that names one has tests that wait on the one Slurm node
-CLUSTER_FIXTURES = {"slurm_cluster", "pbs_front_end", "ssh_cluster"}
-
-
 def pytest_configure(config):
     """A suite started in the background (where a shell ignores SIGINT for `cmd &`) still
     tests Ctrl-C: the processes the tests start take SIGINT again, as from a terminal."""
@@ -61,15 +57,14 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
-    """With pytest-xdist (scripts/test.sh -n 2 --dist loadgroup), the tests on the test
-    cluster run in one worker, in turn (they share its one node), and each file's other tests
-    in one worker (its module fixtures start once)."""
-    asking = {path for path in {item.path for item in items}  # (getfixturevalue: whole files)
-              if "getfixturevalue(" in (text := path.read_text())
-              and any(f'"{name}"' in text for name in CLUSTER_FIXTURES)}
-    for item in items:
-        on_cluster = item.path in asking or CLUSTER_FIXTURES & set(item.fixturenames)
-        item.add_marker(pytest.mark.xdist_group("cluster" if on_cluster else item.path.name))
+    """With pytest-xdist (scripts/test.sh runs the suite in workers), a file whose fixtures start
+    a service for the whole module (a stand-in, an emulator, a Ray cluster) runs in one worker,
+    so that each service starts once; every other test goes to whichever worker is free."""
+    for path in {item.path for item in items}:
+        if 'scope="module"' in path.read_text():
+            for item in items:
+                if item.path == path:
+                    item.add_marker(pytest.mark.xdist_group(path.name))
 
 
 def pytest_sessionfinish(session, exitstatus):

@@ -36,6 +36,14 @@ def wait_for(predicate, timeout: float = 30.0) -> bool:
     return False
 
 
+def node_cpus() -> int:
+    """The CPUs the one-node test cluster's node has (scripts/slurm-up.sh: more than this machine
+    has, so that the test workers' jobs run side by side)."""
+    out = subprocess.run(["sinfo", "-h", "-o", "%c"], capture_output=True, text=True, check=True,
+                         env={k: v for k, v in os.environ.items() if k != "SLURM_CONF"})
+    return int(out.stdout.split()[0])
+
+
 def run_pids(log_dir: Path) -> list[int]:
     """The pids a ``jobfns.sleep_with_child`` run wrote (the runner's and its child's)."""
     assert wait_for(lambda: (log_dir / "pids").exists()), "the run never started"

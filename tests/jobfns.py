@@ -60,9 +60,12 @@ def check_data(doodad_config, variant):
 
 
 def print_slowly(doodad_config, variant):
+    """Print lines 0.2 s apart; with ``hold``, then wait until the test lets the run finish."""
     for i in range(variant.get("lines", 5)):
         print(f"line {i}")
         time.sleep(0.2)
+    if variant.get("hold"):
+        _wait_for(Path(doodad_config.base_log_dir) / RELEASE, 60)
 
 
 class ShapeError(Exception):
@@ -131,12 +134,16 @@ def wait_for_release(doodad_config, variant):
     print("started", variant.get("tag"), flush=True)
     out = Path(doodad_config.base_log_dir)
     (out / "progress.txt").write_text("halfway\n")
-    deadline = time.time() + variant.get("limit", 60)
-    while not (out / RELEASE).exists():
+    _wait_for(out / RELEASE, variant.get("limit", 60))
+    return {"module_file": __file__, "tag": variant.get("tag"), "gpu": doodad_config.use_gpu}
+
+
+def _wait_for(release: Path, limit: float) -> None:
+    deadline = time.time() + limit
+    while not release.exists():
         if time.time() > deadline:
             raise TimeoutError("never released")
         time.sleep(0.05)
-    return {"module_file": __file__, "tag": variant.get("tag"), "gpu": doodad_config.use_gpu}
 
 
 def quick(doodad_config, variant):

@@ -2,7 +2,6 @@
 give is refused; why a queued run waits shows in ``ls``; cancelling every run an htp
 allocation holds ends the allocation. Real Slurm, its PBS front ends and sshd where they run."""
 
-import os
 import re
 import subprocess
 import sys
@@ -11,7 +10,7 @@ from pathlib import Path
 
 import jobfns
 import pytest
-from helpers import wait_for, write_settings
+from helpers import node_cpus, wait_for, write_settings
 
 from easylaunch import JobState, LaunchError, run_experiment, run_sweep
 from easylaunch.modes.hosts.transport import HostError, LocalTransport
@@ -134,10 +133,11 @@ def test_why_a_queued_job_waits_is_read_from_the_status_answers():
 # -- on the real cluster -----------------------------------------------------------------------
 
 def test_a_slurm_launch_asking_more_cpus_than_a_node_has_is_refused(slurm_cfg):
-    with pytest.raises(LaunchError, match=r"asks 6 CPUs on a node, but the nodes of partition "
-                                          r"'debug' have at most 2: lower n_cpus_per_task to "
-                                          r"2 or less"):
-        run_experiment(jobfns.train, mode="slurm", config=slurm_cfg, n_cpus_per_task=6)
+    cpus = node_cpus()
+    with pytest.raises(LaunchError, match=rf"asks {cpus + 4} CPUs on a node, but the nodes of "
+                                          rf"partition 'debug' have at most {cpus}: lower "
+                                          rf"n_cpus_per_task to {cpus} or less"):
+        run_experiment(jobfns.train, mode="slurm", config=slurm_cfg, n_cpus_per_task=cpus + 4)
     with pytest.raises(LaunchError, match=r"partition 'nope' does not exist on the cluster; "
                                           r"its partitions: debug"):
         run_experiment(jobfns.train, mode="slurm", config=slurm_cfg, partition="nope")
@@ -145,12 +145,13 @@ def test_a_slurm_launch_asking_more_cpus_than_a_node_has_is_refused(slurm_cfg):
 
 
 def test_over_ssh_the_same_request_is_refused(remote_cfg):
-    with pytest.raises(LaunchError, match=r"asks 6 CPUs on a node, .* at most 2: lower "
-                                          r"n_cpus_per_task"):
-        run_experiment(jobfns.train, mode="slurm", config=remote_cfg, n_cpus_per_task=6)
-    remote_cfg["SLURM_CONFIGS"]["cpu"]["max_num_cores_per_node"] = 8
-    with pytest.raises(LaunchError, match=r"asks 8 CPUs on a node, .* at most 2: lower "
-                                          r"max_num_cores_per_node \(or leave it out"):
+    cpus = node_cpus()
+    with pytest.raises(LaunchError, match=rf"asks {cpus + 4} CPUs on a node, .* at most {cpus}: "
+                                          r"lower n_cpus_per_task"):
+        run_experiment(jobfns.train, mode="slurm", config=remote_cfg, n_cpus_per_task=cpus + 4)
+    remote_cfg["SLURM_CONFIGS"]["cpu"]["max_num_cores_per_node"] = cpus + 2
+    with pytest.raises(LaunchError, match=rf"asks {cpus + 2} CPUs on a node, .* at most {cpus}: "
+                                          r"lower max_num_cores_per_node \(or leave it out"):
         run_sweep(jobfns.double, [{"x": 1}], mode="htp", config=remote_cfg)
 
 
@@ -168,13 +169,14 @@ def test_htp_takes_what_a_node_has_when_max_num_cores_per_node_is_not_set(htp_cf
     assert [j.result(timeout=120)["y"] for j in jobs] == [0, 2, 4, 6, 8, 10]
     script = Path(jobs[0].launch_info["backend"]["cluster_batch_dir"], "htp.sbatch")
     text = script.read_text()
-    assert "#SBATCH --cpus-per-task=2\n" in text and " --workers 2 " in text
+    cpus = min(node_cpus(), 6)  # (what the node has, up to one CPU a run)
+    assert f"#SBATCH --cpus-per-task={cpus}\n" in text and f" --workers {cpus} " in text
 
 
 @pytest.fixture
 def node_held(slurm_cluster):
     """A job holding every CPU of the test node, so what is submitted next waits."""
-    held = subprocess.run(["sbatch", "--parsable", f"--cpus-per-task={os.cpu_count()}",
+    held = subprocess.run(["sbatch", "--parsable", f"--cpus-per-task={node_cpus()}",
                            "--output=/dev/null", "--wrap=sleep 300"],
                           capture_output=True, text=True, check=True).stdout.strip()
     try:

@@ -268,7 +268,9 @@ def test_a_sweeps_results_sort_and_draw_and_a_run_draws_its_metrics(dashboard, b
 
 
 def test_states_logs_and_charts_follow_runs_without_reloading(dashboard, browser):
-    short, long = run_sweep(jobfns.print_slowly, [dict(lines=5), dict(lines=40)],
+    # (each run ends when the test lets it: a loaded machine cannot outrun the page)
+    short, long = run_sweep(jobfns.print_slowly, [dict(lines=5, hold=True),
+                                                  dict(lines=40, hold=True)],
                             exp_name="dash-follow", config=dashboard.config)
     assert wait_for(lambda: long.status() is JobState.RUNNING)
     open_page(browser, dashboard, "/?exp=dash-follow")
@@ -276,6 +278,7 @@ def test_states_logs_and_charts_follow_runs_without_reloading(dashboard, browser
     row = browser.find_element(By.CSS_SELECTOR, f'tr[data-run="{short.id}"]')
     assert row.get_attribute("data-open") == "1"
     state = row.find_element(By.CSS_SELECTOR, "[data-field=state]")
+    (short.log_dir / jobfns.RELEASE).touch()
     wait_until(browser, lambda d: state.text == "succeeded")
     assert browser.execute_script("return document.body.dataset.loadedOnce") == "1"
 
@@ -289,6 +292,8 @@ def test_states_logs_and_charts_follow_runs_without_reloading(dashboard, browser
     wait_until(browser, lambda d: "line 39" in stdout.text)
     assert stdout.text.splitlines() == [f"line {i}" for i in range(40)]
     state = browser.find_element(By.CSS_SELECTOR, "[data-field=state]")
+    assert state.text == "running"
+    (long.log_dir / jobfns.RELEASE).touch()
     wait_until(browser, lambda d: state.text == "succeeded")
     assert browser.execute_script("return document.body.dataset.loadedOnce") == "1"
 
@@ -676,7 +681,7 @@ def test_runs_picked_on_two_sweeps_are_overlaid(dashboard, browser, artifacts):
 
 
 def test_a_sweep_page_follows_its_runs_without_reloading(dashboard, browser):
-    jobs = run_sweep(jobfns.print_slowly, [dict(lines=3), dict(lines=30)],
+    jobs = run_sweep(jobfns.print_slowly, [dict(lines=3), dict(lines=30, hold=True)],
                      exp_name="dash-live", config=dashboard.config)
     assert wait_for(lambda: jobs[1].status() is JobState.RUNNING)
     open_page(browser, dashboard, f"/sweep/{sweep_of(jobs[0])}")
@@ -687,6 +692,7 @@ def test_a_sweep_page_follows_its_runs_without_reloading(dashboard, browser):
     assert wait_for_curve(browser, "loss")["data"][0] == [0, 1, 2]
     write_metrics(jobs[1], [{"step": s, "loss": 1 / (s + 1)} for s in range(6)])
     wait_until(browser, lambda d: curve(d, "loss")["data"][0] == [0, 1, 2, 3, 4, 5])
+    (jobs[1].log_dir / jobfns.RELEASE).touch()
     wait_until(browser, lambda d: counts.text == "2 succeeded", timeout=60)
     state = browser.find_element(By.CSS_SELECTOR, f'tr[data-run="{jobs[1].id}"] '
                                                   '[data-field=state]')

@@ -63,16 +63,13 @@ def test_an_element_cancelled_before_it_started_never_runs(pbs_cfg):
     assert jobs[1].status() is JobState.CANCELLED
 
 
-def test_qsub_refusing_leaves_nothing_submitted(pbs_cfg):
+def test_qsub_refusing_leaves_nothing_submitted(pbs_cfg, exp):
     pbs_cfg["PBS_CONFIGS"]["cpu"]["queue"] = "nosuchqueue"
-    def queued() -> set[str]:
-        return set(subprocess.run(["squeue", "-h", "-o", "%A"], capture_output=True,
-                                  text=True).stdout.split())
-
-    before = queued()
     with pytest.raises(LaunchError, match="(?s)qsub refused .*[Ii]nvalid partition"):
-        run_sweep(jobfns.train, [{}, {}], mode="pbs", config=pbs_cfg)
-    assert not queued() - before
+        run_sweep(jobfns.train, [{}, {}], exp_name=exp, mode="pbs", config=pbs_cfg)
+    names = subprocess.run(["squeue", "-h", "--states=all", "-o", "%j"], capture_output=True,
+                           text=True, check=True).stdout.split()
+    assert not [name for name in names if exp in name]  # (other tests' jobs run beside it)
 
 
 def test_walltime_is_recorded_as_timeout(cfg, pbs_front_end):

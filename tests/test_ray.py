@@ -276,6 +276,34 @@ def test_runs_come_back_through_azure_blob_storage(ray, ray_cfg, tmp_path):
     assert not [j for j in mine if "AccountKey" in json.dumps(j)]
 
 
+# A launch whose cluster then refuses its dashboard's connections for one poll.
+BLIP = """
+import json, sys, warnings
+import jobfns
+from easylaunch import run_experiment
+from easylaunch.modes.cloud import ray as ray_mode
+job = run_experiment(jobfns.double, variant=dict(x=4), exp_name="ray-blip", mode="ray",
+                     config=json.loads(sys.argv[1]))
+client = type(ray_mode.job_client(job.launch_info["backend"]["address"]))
+answering = client.get_job_info
+client.get_job_info = lambda self, name: (_ for _ in ()).throw(ConnectionRefusedError(111))
+with warnings.catch_warnings(record=True) as seen:
+    warnings.simplefilter("always")
+    first = job.status().value
+client.get_job_info = answering
+print(json.dumps([first, [str(w.message) for w in seen], job.result(timeout=120)]))
+"""
+
+
+def test_a_cluster_that_stops_answering_for_a_poll_leaves_its_runs_as_they_were(ray, ray_cfg):
+    first, warned, result = json.loads(ray.python(BLIP, json.dumps(ray_cfg)).splitlines()[-1])
+    assert first in ("queued", "running")  # not failed, and no traceback
+    assert any("the Ray cluster at http://127.0.0.1:8265 did not answer: "
+               "ConnectionRefusedError; its runs keep the states last heard until it answers"
+               in w for w in warned), warned
+    assert result == {"x": 4, "y": 8}
+
+
 def test_an_azure_path_without_its_account_names_the_fix(cfg, monkeypatch):
     monkeypatch.delenv("AZURE_STORAGE_CONNECTION_STRING", raising=False)
     with pytest.raises(LaunchError, match="an az:// RAY_STORAGE_PATH needs its account: set "

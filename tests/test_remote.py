@@ -102,6 +102,36 @@ def test_batch_modes_submit_over_ssh(remote_cfg, ssh_cluster, mode, tmp_path):
     assert (jobs[0].log_dir / "stdout.log").exists()
 
 
+def test_a_run_that_ended_there_is_not_failed_when_bringing_it_back_fails_once(
+        remote_cfg, monkeypatch):
+    """The queue says done and the record there says succeeded, but the copy back breaks (a
+    dropped connection): the run waits for the next poll's copy, never marked failed."""
+    from easylaunch.modes.hosts.ssh import SshTransport
+    from easylaunch.modes.hosts.transport import HostError
+
+    job = run_experiment(jobfns.double, variant={"x": 3}, mode="slurm", config=remote_cfg)
+    assert wait_for(lambda: _squeue_state(job) in ("", "COMPLETED"), 120)
+    real, broken = SshTransport.pull, []
+
+    def pull_breaking_once(self, remote_root, rels, local_root, exclude=()):
+        if not broken:
+            broken.append(rels)
+            raise HostError("the connection dropped")
+        return real(self, remote_root, rels, local_root, exclude)
+
+    monkeypatch.setattr(SshTransport, "pull", pull_breaking_once)
+    first = job.status()
+    assert broken  # (the first copy back broke)
+    assert first in (JobState.QUEUED, JobState.RUNNING), first
+    assert job.result(timeout=60) == {"x": 3, "y": 6}
+
+
+def _squeue_state(job) -> str:
+    return subprocess.run(["squeue", "-h", "-o", "%T", "-j",
+                           job.launch_info["backend"]["slurm_job_id"]], capture_output=True,
+                          text=True).stdout.strip()
+
+
 def test_htp_over_ssh_needs_nothing_but_the_cluster_entry(remote_cfg, ssh_cluster):
     settings = {k: v for k, v in remote_cfg.items() if not k.startswith("SSS_")}
     jobs = run_sweep(jobfns.double, [{"x": i} for i in range(3)], mode="htp", config=settings)

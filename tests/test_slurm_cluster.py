@@ -11,7 +11,7 @@ from pathlib import Path
 
 import jobfns
 import pytest
-from helpers import alive, copy_to_cluster, packers_on_one_node, run_pids, wait_for
+from helpers import alive, copy_to_cluster, node_cpus, packers_on_one_node, run_pids, wait_for
 
 from easylaunch import JobState, LaunchError, run_experiment, run_sweep, wait_all
 from easylaunch.modes.schedulers import slurm
@@ -47,7 +47,7 @@ def test_a_launch_sets_its_own_partition_memory_and_time(slurm_cfg):
 
 def test_status_says_why_a_queued_run_waits(slurm_cfg, tmp_path):
     blocker = subprocess.run(["sbatch", "--parsable", "--ntasks=1",
-                              f"--cpus-per-task={os.cpu_count()}", "--output=/dev/null",
+                              f"--cpus-per-task={node_cpus()}", "--output=/dev/null",
                               "--wrap=sleep 120"], capture_output=True, text=True,
                              check=True).stdout.strip()
     assert wait_for(lambda: subprocess.run(["squeue", "-h", "-o", "%T", "-j", blocker],

@@ -2,7 +2,6 @@
 and lost processes end an attempt; the run's element is submitted again with the same run id
 and folder and resumes from its checkpoint; a cancel while it waits ends it for good."""
 
-import os
 import signal
 import subprocess
 import sys
@@ -11,7 +10,13 @@ from pathlib import Path
 
 import jobfns
 import pytest
-from helpers import batch_runs_under_way, copy_to_cluster, packers_on_one_node, wait_for
+from helpers import (
+    batch_runs_under_way,
+    copy_to_cluster,
+    node_cpus,
+    packers_on_one_node,
+    wait_for,
+)
 from jobfns import steps_done
 
 from easylaunch import JobState, run_experiment, run_sweep
@@ -113,7 +118,7 @@ def test_cancel_while_the_next_attempt_waits_ends_the_run(slurm_cfg):
     job = run_experiment(jobfns.count_steps, variant={"steps": 400, "step_seconds": 0.2},
                          mode="slurm", max_restarts=3, config=slurm_cfg)
     first = _started(job)
-    blocker = _slurm("sbatch", "--parsable", "--ntasks=1", f"--cpus-per-task={os.cpu_count()}",
+    blocker = _slurm("sbatch", "--parsable", "--ntasks=1", f"--cpus-per-task={node_cpus()}",
                      "--output=/dev/null", "--wrap=sleep 120").stdout.strip()
     try:
         _slurm("scancel", "--full", "--signal=TERM", first)

@@ -81,13 +81,14 @@ def completed(answer: dict) -> subprocess.CompletedProcess:
 class BackendQuery(NamedTuple):
     """Far-side ops asking the backend about open jobs, and what to do with their answers
     (it reads them as the jobs stood when the ops were made, whatever their records say by
-    then)."""
+    then). ``settle`` also gets the ids of the runs whose record there said they ended: they
+    are left alone, even where bringing them back failed this time."""
 
     ops: list[dict]
-    settle: Callable[[list[dict]], None]
+    settle: Callable[[list[dict], set[str]], None]
 
 
-NO_QUERY = BackendQuery([], lambda answers: None)
+NO_QUERY = BackendQuery([], lambda answers, ended_there: None)
 
 
 class HostedMode(Mode):
@@ -261,7 +262,7 @@ class HostedMode(Mode):
                  if self._mirror(job, found[path])]
         self._bring_back(ended)
         if asked:
-            query.settle(answers[:-1])
+            query.settle(answers[:-1], {job.id for job in ended})
 
     def _mirror(self, job: RunRecord, record: dict | None) -> bool:
         """Copy the record read there into the local folder; True if it is terminal (its

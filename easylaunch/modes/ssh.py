@@ -155,13 +155,15 @@ class SshMode(HostedMode):
         return BackendQuery([{"op": "alive", "pids": [list(p) for p in packers]}],
                             functools.partial(self._settle, jobs, packers))
 
-    def _settle(self, jobs: list[RunRecord], packers: list[tuple], answers: list[dict]) -> None:
+    def _settle(self, jobs: list[RunRecord], packers: list[tuple], answers: list[dict],
+                ended_there: set[str]) -> None:
         """A run whose packer is gone without the run recording an outcome failed (the host
         rebooted, or the packer was killed)."""
         alive = dict(zip(packers, answers[0]["alive"], strict=True))
         for job in jobs:
             backend = job.launch_info["backend"]
-            if alive.get((backend.get("packer_pid"), backend.get("packer_started")), True):
+            if job.id in ended_there or alive.get(
+                    (backend.get("packer_pid"), backend.get("packer_started")), True):
                 continue
             if self.read_record(job).get("state") not in ("queued", "running"):
                 continue

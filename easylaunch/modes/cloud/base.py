@@ -17,6 +17,7 @@ import json
 import re
 import sys
 import time
+import warnings
 from abc import abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ from easylaunch.errors import LaunchError
 from easylaunch.modes.base import Mode
 from easylaunch.modes.cloud import relaunch
 from easylaunch.modes.cloud import transfer as cloud
+from easylaunch.modes.hosts.transport import HostError
 from easylaunch.runs.bundle import Run
 from easylaunch.runs.preview import Preview
 from easylaunch.runs.record import LaunchRequest, RunRecord
@@ -393,7 +395,12 @@ class CloudMode(Mode, Generic[TargetT]):
                 open_jobs.append((job, backend))
         if not open_jobs:
             return
-        states = self.instance_states([backend for _, backend in open_jobs])
+        try:
+            states = self.instance_states([backend for _, backend in open_jobs])
+        except HostError as exc:  # (a dropped connection, a head node restarting)
+            warnings.warn(f"{exc}; its runs keep the states last heard until it answers",
+                          stacklevel=2)
+            return
         again = [job for job, backend in open_jobs
                  if self._settle(job, backend, states.get(backend["instance_id"]))]
         if again:

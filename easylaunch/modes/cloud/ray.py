@@ -29,6 +29,7 @@ from typing import Any
 from easylaunch.errors import LaunchError, install_hint, needed
 from easylaunch.modes.cloud import transfer as cloud
 from easylaunch.modes.cloud.base import CloudMode, Fleet, InstanceState, Target
+from easylaunch.modes.hosts.transport import HostError
 from easylaunch.runs.record import LaunchRequest, RunRecord
 from easylaunch_job.cloud.platforms import (
     ENV_INDEX,
@@ -54,7 +55,7 @@ def job_client(address: str) -> Any:
     try:
         return sdk.JobSubmissionClient(address)
     except Exception as exc:  # ConnectionError, or RuntimeError from an old or odd server
-        raise LaunchError(
+        raise HostError(
             f"cannot reach the Ray cluster at {address} (RAY_ADDRESS): {exc}; start it "
             "('ray start --head'), or set RAY_ADDRESS (or the mode option address=) to its "
             "dashboard's address, http://HEAD:8265") from None
@@ -250,13 +251,17 @@ class RayMode(CloudMode[RayTarget]):
         states = {}
         for address, names in wanted.items():
             client = job_client(address)
-            if len(names) <= FEW_JOBS:
-                found = []
-                for name in names:
-                    with contextlib.suppress(RuntimeError):  # a job the cluster forgot
-                        found.append(client.get_job_info(name))
-            else:
-                found = [d for d in client.list_jobs() if d.submission_id in names]
+            try:
+                if len(names) <= FEW_JOBS:
+                    found = []
+                    for name in names:
+                        with contextlib.suppress(RuntimeError):  # a job the cluster forgot
+                            found.append(client.get_job_info(name))
+                else:
+                    found = [d for d in client.list_jobs() if d.submission_id in names]
+            except OSError as exc:  # (requests' ConnectionError is one)
+                raise HostError(f"the Ray cluster at {address} did not answer: "
+                                f"{type(exc).__name__}") from None
             for details in found:
                 status = str(getattr(details.status, "value", details.status))
                 reason = (details.message or "").strip().split("\n", 1)[0]

@@ -173,7 +173,7 @@ class ScheduledMode(HostedMode):
         return BackendQuery(ops, functools.partial(self._settle_all, by_id, backends, ops))
 
     def _settle_all(self, by_id: dict[str, list[RunRecord]], backends: list[dict], ops: list[dict],
-                    answers: list[dict]) -> None:
+                    answers: list[dict], ended_there: set[str]) -> None:
         answers = self.retried(ops, answers)
         said = [completed(a) for a in answers]
         states = self.scheduler.read_states(list(by_id), said, backends)
@@ -181,7 +181,8 @@ class ScheduledMode(HostedMode):
         for job_id, group in by_id.items():
             for job in group:
                 self._waits[job.id] = waits.get(job_id)
-                self._settle(job, job_id, states.get(job_id, "unknown"))
+                if job.id not in ended_there:  # (its end is on its way here)
+                    self._settle(job, job_id, states.get(job_id, "unknown"))
 
     def heard_wait(self, job: RunRecord) -> str | None:
         return self._waits.get(job.id)
