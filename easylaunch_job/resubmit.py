@@ -45,13 +45,18 @@ def _resubmission(script: str) -> tuple[list[str], Callable[[str], str]]:
     return sbatch_command(script, f"--array={index}"), element
 
 
+CLUSTER_VARIABLES = ("SLURM_CONF", "SLURM_CLUSTERS")  # which cluster, not what a job takes
+
+
 def submit_from_job(argv: list[str], cwd: str | None = None,
                     **env: str) -> tuple[str, str | None]:
     """Run a submit command (sbatch, qsub) from inside a job, with ``env`` added and without
-    this job's own scheduler values (they would bend the new job's resources): (its output,
+    this job's own scheduler values (they would bend the new job's resources), but with those
+    that name the cluster (SLURM_CONF: a site's or a second cluster's config): (its output,
     what went wrong or None)."""
     env = {**{k: v for k, v in os.environ.items()
-              if not k.startswith(("SLURM_", "SBATCH_", "PBS_")) and k != ENV_ENTRY}, **env}
+              if k in CLUSTER_VARIABLES or (
+                  not k.startswith(("SLURM_", "SBATCH_", "PBS_")) and k != ENV_ENTRY)}, **env}
     try:
         out = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60,
                              cwd=cwd)

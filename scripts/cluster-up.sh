@@ -103,9 +103,10 @@ NodeName=node[3-4] Name=gpu File=$ETC/gpus/nvidia[0-1]
 CONF
 
 # Short times so that tests wait little: finished jobs leave squeue after 10 s (sacct keeps
-# them), requeued jobs start again after about 30 s, kills follow signals after 5 s.
+# them), requeued jobs start again after about 30 s, kills follow signals after 5 s, and a
+# preempted job has 10 s after its SIGTERM to save (GraceTime).
 host=$(hostname -s)
-cat > "$SLURM_CONF" <<CONF
+cat > "$SLURM_CONF.new" <<CONF
 ClusterName=$NAME
 SlurmctldHost=$host
 SlurmctldPort=$CTLD_PORT
@@ -146,8 +147,15 @@ NodeName=node3 NodeHostname=node3 NodeAddr=127.0.0.1 Port=$((NODE_PORT + 3)) CPU
 NodeName=node4 NodeHostname=node4 NodeAddr=127.0.0.1 Port=$((NODE_PORT + 4)) CPUs=4 RealMemory=2000 Gres=gpu:2 State=UNKNOWN
 PartitionName=cpu Nodes=node[1-4] Default=YES MaxTime=60 PriorityTier=10 State=UP
 PartitionName=gpu Nodes=node[3-4] MaxTime=60 PriorityTier=10 State=UP
-PartitionName=preempt Nodes=node[1-4] MaxTime=60 PriorityTier=1 PreemptMode=REQUEUE State=UP
+PartitionName=preempt Nodes=node[1-4] MaxTime=60 PriorityTier=1 PreemptMode=REQUEUE GraceTime=10 State=UP
 CONF
+changed=false  # (a cluster of an older set-up reads the new file at "scontrol reconfigure")
+if ! cmp -s "$SLURM_CONF.new" "$SLURM_CONF"; then
+    mv "$SLURM_CONF.new" "$SLURM_CONF"
+    changed=true
+else
+    rm "$SLURM_CONF.new"
+fi
 
 # slurmdbd, then the cluster, account, user and QOS in its database.
 if ! running "$RUN/slurmdbd.pid"; then
@@ -173,6 +181,8 @@ fi
 # slurmctld, then each slurmd in a UTS namespace of its own (hostname says nodeN in jobs).
 if ! running "$RUN/slurmctld.pid"; then
     slurmctld
+elif $changed; then
+    scontrol reconfigure
 fi
 wait_until slurmctld 60 scontrol ping
 for node in $NODES; do

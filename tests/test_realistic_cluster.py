@@ -4,6 +4,7 @@ fake GPUs as GRES, accounting through slurmdbd (finished jobs leave squeue after
 import json
 import subprocess
 import sys
+import time
 
 import jobfns
 import pytest
@@ -99,3 +100,95 @@ def test_a_run_ended_from_outside_shows_its_end_after_squeue_forgot_it(real_cfg,
         assert run["state"] == end, run
     finally:
         subprocess.run(["scancel", slurm_id])
+
+
+def counting(folder, *commands: str) -> dict:
+    """An environment whose PATH puts, before each of ``commands``, a script that logs its call
+    in ``folder/calls`` and runs the real one."""
+    import os
+    import shutil
+
+    folder.mkdir()
+    for name in commands:
+        (folder / name).write_text(f"#!/bin/sh\necho {name} >> {folder}/calls\n"
+                                   f"exec {shutil.which(name)} \"$@\"\n")
+        (folder / name).chmod(0o755)
+    return dict(os.environ, PATH=f"{folder}:{os.environ['PATH']}")
+
+
+def test_a_sweep_the_queue_forgot_is_settled_by_one_sacct_call(real_cfg, tmp_path, exp):
+    """Twelve runs cancelled while they waited (held at submission): no run recorded an end, and
+    once squeue has forgotten them, one ls asks sacct once for the whole sweep."""
+    real_cfg["SLURM_CONFIGS"]["cpu"]["extra_flags"] = "--hold"
+    jobs = run_sweep(jobfns.train, [{"i": i} for i in range(12)], exp_name=exp, mode="slurm",
+                     config=real_cfg)
+    array = jobs[0].launch_info["backend"]["slurm_job_id"].split("_")[0]
+    subprocess.run(["scancel", array], check=True)
+
+    def in_squeue() -> bool:
+        return bool(subprocess.run(["squeue", "-h", "--states=all", "-j", array, "-o", "%T"],
+                                   capture_output=True, text=True).stdout.strip())
+
+    assert wait_for(lambda: not in_squeue(), 90), "the jobs stayed in squeue"
+    settings = tmp_path / "settings.py"
+    settings.write_text(f"LOCAL_LOG_DIR = {real_cfg['LOCAL_LOG_DIR']!r}\n")
+    env = counting(tmp_path / "bin", "squeue", "sacct")
+    shown = subprocess.run([sys.executable, "-m", "easylaunch.cli", "--config", str(settings),
+                            "ls", "--json", "--exp", exp], capture_output=True, text=True,
+                           check=True, env=env).stdout
+    assert (tmp_path / "bin" / "calls").read_text().split() == ["squeue", "sacct"]
+    runs = json.loads(shown)["runs"]
+    assert sorted(r["id"] for r in runs) == sorted(j.id for j in jobs)
+    assert {r["state"] for r in runs} == {"cancelled"}
+    for job in jobs:
+        assert job.recorded_state() is JobState.CANCELLED
+        assert f"Slurm reports job {job.launch_info['backend']['slurm_job_id']} as cancelled" \
+            in job.info()["error"], job.info()
+
+
+@pytest.mark.parametrize("change, said", [
+    ({"n_gpus": 3}, r"asks 3 GPUs on a node, but the nodes of partition 'gpu' have at most 2: "
+                    r"lower n_gpus to 2 or less"),
+    ({"time_in_mins": 120}, r"asks 120 minutes, but partition 'gpu' allows at most 60: lower "
+                            r"time_in_mins to 60 or less")])
+def test_what_the_gpu_partition_cannot_give_is_refused_at_launch(real_cfg, change, said):
+    """sinfo's GRES and time limits, read at launch: nothing is submitted or made."""
+    from pathlib import Path
+
+    from easylaunch.errors import LaunchError
+
+    real_cfg["SLURM_CONFIGS"]["gpu"].update(change)
+    with pytest.raises(LaunchError, match=said):
+        run_experiment(jobfns.train, mode="slurm", use_gpu=True, config=real_cfg)
+    assert not list(Path(real_cfg["LOCAL_LOG_DIR"]).glob("*/*/status.json"))
+
+
+def test_a_run_preempted_by_a_higher_priority_job_goes_on_from_its_checkpoint(real_cfg):
+    """A run in the low-priority partition holds node1's four CPUs; a job of the cpu partition
+    asks for them. Slurm sends the run SIGTERM (a stop notice: it saves), requeues it after its
+    GraceTime, and starts it again once node1 is free: it resumes from the save."""
+    from jobfns import steps_done
+
+    real_cfg["SLURM_CONFIGS"]["cpu"].update(partition="preempt", n_cpus_per_task=4,
+                                            extra_flags="--nodelist=node1")
+    job = run_experiment(jobfns.count_steps, variant={"steps": 160, "every": 1000,
+                                                      "step_seconds": 0.25},
+                         mode="slurm", max_restarts=2, config=real_cfg)
+    assert wait_for(lambda: len(steps_done(job.log_dir)) >= 3, 120)
+    sent = time.monotonic()
+    urgent = subprocess.run(["sbatch", "--parsable", "--partition=cpu", "--nodelist=node1",
+                             "--cpus-per-task=4", "--output=/dev/null", "--wrap=sleep 2"],
+                            capture_output=True, text=True, check=True).stdout.strip()
+    try:
+        assert wait_for(lambda: any(a == 2 for a, _ in steps_done(job.log_dir)), 150)
+        print(f"preempted run going on again {time.monotonic() - sent:.1f} s after the "
+              "urgent job's submission")
+        result = job.result(timeout=180)
+    finally:
+        subprocess.run(["scancel", urgent])
+    (restart,) = job.info()["restarts"]
+    assert restart["reason"] == "preempted", restart
+    stopped_at = max(s for a, s in steps_done(job.log_dir) if a == 1)
+    assert result["resumed_from"] == stopped_at  # saved at the notice: nothing redone
+    assert result["steps"] == 160 and result["attempt"] == 2
+    assert job.status() is JobState.SUCCEEDED

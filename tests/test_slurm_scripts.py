@@ -201,6 +201,11 @@ def test_parsing_slurm_output():
         "12_0": "running", "12_1": "queued", "13": "cancelled", "9": "succeeded"}
     assert slurm_queue.parse_sacct("12_0|TIMEOUT\n12_1|CANCELLED by 0\n14|OUT_OF_MEMORY\n") == {
         "12_0": "timeout", "12_1": "cancelled", "14": "failed"}
+    # (elements cancelled before they ran are one record of the whole array, which sacct finds
+    # only by the array's own id: seen on the realistic cluster)
+    assert slurm_queue.sacct_command(["92_1", "92_2", "95"])[-1] == "92,95"
+    assert slurm_queue.parse_sacct("92_0|COMPLETED\n92_[1-2]|CANCELLED by 0\n") == {
+        "92_0": "succeeded", "92_1": "cancelled", "92_2": "cancelled"}
 
 
 def test_a_whole_job_array_named_by_its_own_id_has_its_elements_state():

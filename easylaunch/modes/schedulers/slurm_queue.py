@@ -65,9 +65,12 @@ def parse_waits(stdout: str) -> dict[str, str]:
 
 
 def sacct_command(job_ids: Sequence[str]) -> list[str]:
-    """sacct for these jobs, one ``id|state`` a line, without the steps."""
+    """sacct for these jobs, one ``id|state`` a line, without the steps. An array element is
+    asked by its array's id: the elements cancelled before they ran are one record of the
+    whole array (``92_[0-11]``), which sacct never finds by an element's id."""
+    asked = dict.fromkeys(job_id.split("_")[0] for job_id in job_ids)
     return ["sacct", "--noheader", "--parsable2", "--allocations", "--format=JobID,State",
-            "--jobs", ",".join(job_ids)]
+            "--jobs", ",".join(asked)]
 
 
 def _array_ids(job_id: str) -> list[str]:
