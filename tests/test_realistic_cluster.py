@@ -2,12 +2,18 @@
 fake GPUs as GRES, accounting through slurmdbd (finished jobs leave squeue after 10 s)."""
 
 import json
+import shlex
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 import jobfns
 import pytest
+from conftest import REALISTIC_CONF as REALISTIC
+from conftest import TESTS_DIR
 from helpers import wait_for
 
 from easylaunch import JobState, run_experiment, run_sweep
@@ -192,3 +198,87 @@ def test_a_run_preempted_by_a_higher_priority_job_goes_on_from_its_checkpoint(re
     assert result["resumed_from"] == stopped_at  # saved at the notice: nothing redone
     assert result["steps"] == 160 and result["attempt"] == 2
     assert job.status() is JobState.SUCCEEDED
+
+
+# Each user's own Python: Debian's, with easylaunch (scripts/pythons-up.sh); root's pyenv build
+# is in /root, which other users cannot enter.
+USERS_PYTHON = TESTS_DIR.parent / ".tools" / "pythons" / "debian" / "bin" / "python"
+LAUNCH_AS_A = """
+import json, sys
+import jobfns
+from easylaunch import run_sweep
+jobs = run_sweep(jobfns.double, [{"x": 1}, {"x": 2}], exp_name=sys.argv[2], mode="slurm",
+                 config=sys.argv[1])
+print(json.dumps({"ids": [j.id for j in jobs], "sweep": jobs[0].launch_info["sweep_id"],
+                  "results": [j.result(timeout=120) for j in jobs]}))
+"""
+# What user B can open for reading under the shared log folder.
+READABLE_BY_B = """
+import json, os, sys
+readable = []
+for top, dirs, files in os.walk(sys.argv[1]):
+    for name in files:
+        path = os.path.join(top, name)
+        try:
+            with open(path, "rb"):
+                readable.append(os.path.relpath(path, sys.argv[1]))
+        except OSError:
+            pass
+print(json.dumps(readable))
+"""
+
+
+def as_user(user: str, *argv: str, check: bool = True) -> subprocess.CompletedProcess:
+    """Run ``argv`` as ``user`` (its own HOME) with the realistic cluster and the tests' code."""
+    env = f"SLURM_CONF={REALISTIC} PYTHONPATH={TESTS_DIR}"
+    out = subprocess.run(["su", user, "-s", "/bin/sh", "-c",
+                          f"cd /tmp && env {env} {shlex.join(argv)}"],
+                         capture_output=True, text=True, timeout=300)
+    if check and out.returncode != 0:
+        raise AssertionError(f"{argv} as {user} exited {out.returncode}:\n{out.stderr}")
+    return out
+
+
+@pytest.fixture
+def users_folder(realistic_cluster):
+    """A folder both test users can enter (pytest's own are root's alone)."""
+    folder = Path(tempfile.mkdtemp(prefix="el-users-", dir="/tmp"))
+    folder.chmod(0o755)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_two_users_on_one_cluster_and_one_shared_log_folder_see_only_their_own_runs(
+        users_folder, exp):
+    """User A (easyuser) launches a sweep on the cluster into a log folder both can write;
+    user B (easyremote) lists, asks, follows, cancels and loads with the same folder."""
+    shared = users_folder / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)  # (as a project's group folder: everyone writes, each their own)
+    settings = users_folder / "settings.py"
+    settings.write_text(f"LOCAL_LOG_DIR = {str(shared)!r}\nSLURM_PYTHON = {str(USERS_PYTHON)!r}\n"
+                        f"CODE_DIRS_TO_MOUNT = [{str(TESTS_DIR)!r}]\n"
+                        "SLURM_CONFIGS = {'cpu': {'partition': 'cpu', 'time_in_mins': 10}}\n")
+    settings.chmod(0o644)
+    a = json.loads(as_user("easyuser", str(USERS_PYTHON), "-c", LAUNCH_AS_A,
+                           str(settings), exp).stdout.splitlines()[-1])
+    assert a["results"] == [{"x": 1, "y": 2}, {"x": 2, "y": 4}]
+    cli = [str(USERS_PYTHON), "-m", "easylaunch.cli", "--config", str(settings)]
+    assert as_user("easyuser", *cli, "ls", "--exp", exp).stdout.count("\tsucceeded") == 2
+
+    listed = json.loads(as_user("easyremote", *cli, "ls", "--all", "--json").stdout)
+    assert not {run["id"] for run in listed["runs"]} & set(a["ids"])  # (B's own runs only)
+    assert "no runs match" in as_user("easyremote", *cli, "ls", "--exp", exp).stderr
+    for command in (["status"], ["logs"], ["cancel"]):
+        out = as_user("easyremote", *cli, *command, a["ids"][0], check=False)
+        assert out.returncode != 0, out  # (B's registry has no such run: its own runs only)
+        assert f"no run id starts or ends with {a['ids'][0]!r}" in out.stderr, out
+        assert "Traceback" not in out.stderr
+    loaded = as_user("easyremote", str(USERS_PYTHON), "-c",
+                     "import sys; from easylaunch import load_sweep; "
+                     "load_sweep(sys.argv[1], config=sys.argv[2])", a["sweep"], str(settings),
+                     check=False)
+    assert loaded.returncode != 0 and a["sweep"] in loaded.stderr, loaded.stderr
+    readable = json.loads(as_user("easyremote", str(USERS_PYTHON), "-c", READABLE_BY_B,
+                                  str(shared)).stdout)
+    assert readable == [], readable

@@ -33,7 +33,7 @@ from easylaunch.modes.jobscript import (
 from easylaunch.modes.scheduled.tracking import ClusterFacts, ScheduledMode
 from easylaunch.modes.schedulers import pbs, slurm
 from easylaunch.runs import envpack
-from easylaunch.runs.bundle import Run
+from easylaunch.runs.bundle import Run, make_store
 from easylaunch.runs.preview import Preview, op_line, resource_fields
 from easylaunch.runs.record import LaunchRequest, RunRecord
 from easylaunch_job.records import write_bytes_atomic
@@ -191,8 +191,8 @@ class ArrayMode(ScheduledMode):
                ) -> list[RunRecord]:
         if prepared.env is not None:
             envpack.pack_env(prepared.env.prefix, prepared.env.archive)
-        for array in prepared.arrays:
-            array.script.parent.mkdir(parents=True, exist_ok=True)
+        for array in prepared.arrays:  # (with the run folders' mode: another user reads none)
+            make_store(array.script.parent, self.settings.RUN_FOLDER_MODE)
             write_bytes_atomic(str(array.script), array.text.encode())
         root = prepared.facts.root
         answers = self.stage(
