@@ -28,10 +28,15 @@ def exp():
 
 @pytest.fixture(autouse=True)
 def _isolated_settings(tmp_path, monkeypatch):
-    """No test reads the developer's own settings files."""
+    """No test reads the developer's own settings files. Each pytest-xdist worker has its own
+    ssh connection sockets (XDG_RUNTIME_DIR): a test that ends or kills its connection to the
+    test host never cuts another worker's."""
     monkeypatch.delenv("EASYLAUNCH_CONFIG", raising=False)
     monkeypatch.delenv("XDG_DATA_HOME", raising=False)
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    runtime = Path(f"/tmp/el-run-{os.getuid()}-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}")
+    runtime.mkdir(mode=0o700, exist_ok=True)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
     monkeypatch.chdir(tmp_path)
 
 

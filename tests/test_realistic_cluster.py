@@ -248,6 +248,8 @@ def users_folder(realistic_cluster):
     shutil.rmtree(folder, ignore_errors=True)
 
 
+# (easyuser's tests run in one worker, in turn: its QOS counts the jobs of both)
+@pytest.mark.xdist_group("easyuser")
 def test_two_users_on_one_cluster_and_one_shared_log_folder_see_only_their_own_runs(
         users_folder, exp):
     """User A (easyuser) launches a sweep on the cluster into a log folder both can write;
@@ -282,3 +284,56 @@ def test_two_users_on_one_cluster_and_one_shared_log_folder_see_only_their_own_r
     readable = json.loads(as_user("easyremote", str(USERS_PYTHON), "-c", READABLE_BY_B,
                                   str(shared)).stdout)
     assert readable == [], readable
+
+
+def test_htp_on_two_nodes_runs_on_both(real_cfg):
+    """n_nodes=2: srun starts a packer on each node of the allocation (no test rewrite of the
+    script, as the one-node cluster needs); the runs' hosts are both nodes."""
+    real_cfg.update(SSS_SCRIPT_PATH=None)
+    real_cfg["SLURM_CONFIGS"]["cpu"]["max_num_cores_per_node"] = 1  # a worker a node
+    jobs = run_sweep(jobfns.node_facts, [{"hold": 1, "n": i} for i in range(6)], mode="htp",
+                     n_nodes=2, config=real_cfg)
+    hosts = [job.result(timeout=180)["host"] for job in jobs]
+    assert len(set(hosts)) == 2 and all(h.startswith("node") for h in hosts), hosts
+    assert {job.info()["host"] for job in jobs} == set(hosts)
+
+
+LAUNCH_UNDER_QOS = """
+import json, sys
+import jobfns
+from easylaunch import run_sweep
+from easylaunch.errors import LaunchError
+try:
+    jobs = run_sweep(jobfns.double, [{"x": i} for i in range(int(sys.argv[3]))],
+                     exp_name=sys.argv[2], mode="slurm", config=sys.argv[1])
+except LaunchError as exc:
+    print(json.dumps({"refused": str(exc)}))
+else:
+    print(json.dumps({"results": [j.result(timeout=120) for j in jobs]}))
+"""
+
+
+@pytest.mark.xdist_group("easyuser")
+def test_a_sweep_over_its_qos_limit_is_refused_before_anything_is_made(users_folder, exp):
+    """easyuser's QOS 'limited' allows 3 jobs at once (MaxSubmitJobsPerUser): a sweep of 5
+    (one job a run) is refused with the numbers and the fixes; a sweep of 2 runs."""
+    logs = users_folder / "logs"
+    settings = users_folder / "settings.py"
+    settings.write_text(f"LOCAL_LOG_DIR = {str(logs)!r}\nSLURM_PYTHON = {str(USERS_PYTHON)!r}\n"
+                        f"CODE_DIRS_TO_MOUNT = [{str(TESTS_DIR)!r}]\nSLURM_CONFIGS = {{'cpu': "
+                        "{'partition': 'cpu', 'time_in_mins': 10, 'qos': 'limited'}}\n")
+    settings.chmod(0o644)
+    logs.mkdir()
+    logs.chmod(0o1777)
+
+    def launch(runs: int) -> dict:
+        out = as_user("easyuser", str(USERS_PYTHON), "-c", LAUNCH_UNDER_QOS, str(settings), exp,
+                      str(runs))
+        return json.loads(out.stdout.splitlines()[-1])
+
+    refused = launch(5)["refused"]
+    assert "asks QOS 'limited', which lets a user have at most 3 jobs queued or running " \
+           "(MaxSubmitJobsPerUser); you have 0, and this launch would add 5" in refused
+    assert "launch at most 3 runs now, pack the runs into one job with mode='htp'" in refused
+    assert not (logs / exp).exists()  # nothing made
+    assert launch(2)["results"] == [{"x": 0, "y": 0}, {"x": 1, "y": 2}]

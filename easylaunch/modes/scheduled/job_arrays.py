@@ -114,7 +114,8 @@ class ArrayMode(ScheduledMode):
         return self.preflight(self.transport.log_dir or str(request.log_root),
                               None if self.container or self._env_prefix()
                               else self.cluster_python(), request,
-                              in_image=self.container is not None)
+                              in_image=self.container is not None,
+                              jobs=len(request.variants))  # (each element counts)
 
     def extra_launch_info(self, request: LaunchRequest) -> dict[str, str]:
         if self.container is None:

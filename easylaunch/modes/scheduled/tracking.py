@@ -71,12 +71,13 @@ class ScheduledMode(HostedMode):
         return self.scheduler.fit(res, self.nodes, self.packs_runs)
 
     def preflight(self, folder: str, runs_python: str | None, request: LaunchRequest,
-                  in_image: bool) -> ClusterFacts:
+                  in_image: bool, jobs: int | None = None) -> ClusterFacts:
         """Ask the cluster, in one round trip, whether it can take runs kept in ``folder``
         and started with ``runs_python`` (see :meth:`check_host`; a command's programs are
         looked up on its PATH unless the runs start ``in_image`` or PRE_CMDS set their PATH
         up), whether the submit command is there, what the scheduler says about array sizes,
-        and what its nodes can give (a request none can give is refused here)."""
+        what its nodes can give (a request none can give is refused here), and whether its
+        limits let this user submit ``jobs`` more jobs."""
         sched, t = self.scheduler, self.transport
         sched.check_folder(folder)  # before anything is made there
         tool = sched.SUBMIT_TOOL
@@ -93,7 +94,9 @@ class ScheduledMode(HostedMode):
                    else "is it the cluster's login node?"))
         max_array_len, details = sched.cluster_facts(answers, t.where)
         self.nodes = sched.read_nodes(answers)
-        self.resources(request)  # (refused here if no node can give it)
+        res = self.resources(request)  # (refused here if no node can give it)
+        if jobs is not None:
+            sched.check_room(res, jobs, answers)
         return ClusterFacts(root, max_array_len, details)
 
     def cluster_python(self) -> str:

@@ -58,6 +58,10 @@ class Scheduler(Protocol):
     def read_nodes(self, answers: list[dict]) -> list[Nodes]:
         """The cluster's nodes, from the answers to :meth:`preflight_ops` (none: unknown)."""
 
+    def check_room(self, res: Any, jobs: int, answers: list[dict]) -> None:
+        """Refuse ``jobs`` more jobs of ``res`` that a limit on the user's jobs would refuse
+        (the answers to :meth:`preflight_ops` say the limit and the jobs the user has)."""
+
     def fit(self, res: Any, nodes: Sequence[Nodes], packs: bool) -> Any:
         """``res``, refused (naming the numbers and the setting to change) where no node of
         ``nodes`` can give it; ``packs``: ``res`` sizes a packed allocation (htp), whose

@@ -320,6 +320,10 @@ def read_nodes(answers: list[dict]) -> list[cluster_nodes.Nodes]:
     return cluster_nodes.parse_pbsnodes(pbsnodes["out"]) if pbsnodes.get("rc") == 0 else []
 
 
+def check_room(_res: Resources, _jobs: int, _answers: list[dict]) -> None:
+    """Nothing: a PBS server's limits on queued jobs are not asked."""
+
+
 def fit(res: Resources, nodes: Sequence[cluster_nodes.Nodes], _packs: bool) -> Resources:
     """``res`` refused where no node of the server can give a chunk of it (ncpus, ngpus,
     mem) or there are fewer such nodes than ``select`` (a queue's walltime limit is not

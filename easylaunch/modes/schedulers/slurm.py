@@ -323,7 +323,32 @@ def every_rank(line: str, res: Resources) -> str:
 
 def preflight_ops() -> list[dict]:
     return [{"op": "run", "argv": ["scontrol", "show", "config"]},
-            {"op": "run", "argv": cluster_nodes.sinfo_command()}]
+            {"op": "run", "argv": cluster_nodes.sinfo_command()},
+            {"op": "run", "argv": ["sacctmgr", "--noheader", "--parsable2", "show", "qos",
+                                   "format=Name,MaxSubmitPU"]},
+            {"op": "run", "argv": ["squeue", "--me", "--noheader", "--array", "--format=%i"]}]
+
+
+def check_room(res: Resources, jobs: int, answers: list[dict]) -> None:
+    """Refuse ``jobs`` more jobs that the QOS the settings name would refuse: its
+    MaxSubmitJobsPerUser, less the jobs the user has queued or running now. (Nothing is
+    checked where sacctmgr or squeue did not answer: no accounting, an old Slurm.)"""
+    limits, mine = answers[2], answers[3]
+    if res.qos is None or limits.get("rc") != 0 or mine.get("rc") != 0:
+        return
+    limit = dict(line.split("|")[:2] for line in limits["out"].splitlines()
+                 if line.count("|") >= 1).get(res.qos)
+    if not limit:
+        return
+    have = len(mine["out"].split())
+    if have + jobs > int(limit):
+        room = max(0, int(limit) - have)
+        raise LaunchError(
+            f"SLURM_CONFIGS[{res.config_name!r}] asks QOS {res.qos!r}, which lets a user have "
+            f"at most {limit} jobs queued or running (MaxSubmitJobsPerUser); you have {have}, "
+            f"and this launch would add {jobs} (each run of an array is a job): "
+            + (f"launch at most {room} runs now" if room else "wait until some of yours end")
+            + ", pack the runs into one job with mode='htp', or pick another QOS")
 
 
 def cluster_facts(answers: list[dict], where: str) -> tuple[int, dict]:
