@@ -96,7 +96,8 @@ def test_a_run_ended_from_outside_shows_its_end_after_squeue_forgot_it(real_cfg,
         assert job.status() is JobState(end)
         assert job.info()["state"] == end
         if how == "killed":
-            assert f"Slurm reports job {slurm_id} as failed" in job.info()["error"]
+            assert f"Slurm reports job {slurm_id} as failed (killed by signal 9)" in \
+                job.info()["error"]
         settings = tmp_path / "settings.py"
         settings.write_text(f"LOCAL_LOG_DIR = {real_cfg['LOCAL_LOG_DIR']!r}\n")
         shown = subprocess.run([sys.executable, "-m", "easylaunch.cli", "--config",
@@ -337,3 +338,14 @@ def test_a_sweep_over_its_qos_limit_is_refused_before_anything_is_made(users_fol
     assert "launch at most 3 runs now, pack the runs into one job with mode='htp'" in refused
     assert not (logs / exp).exists()  # nothing made
     assert launch(2)["results"] == [{"x": 0, "y": 0}, {"x": 1, "y": 2}]
+
+
+def test_a_two_node_run_all_reduces_with_gloo_and_has_its_ranks_on_both(real_cfg):
+    """easylaunch.dist across two nodes: rank 0's host is the rendezvous (gloo on the CPU)."""
+    pytest.importorskip("torch")
+    job = run_experiment(jobfns.allreduce, mode="slurm", n_nodes=2, tasks_per_node=1,
+                         config=real_cfg)
+    assert job.result(timeout=300) == {"sum": 3.0, "world_size": 2, "backend": "gloo",
+                                       "ranks": (0, 0, 2)}
+    script = Path(job.launch_info["backend"]["script"]).read_text()
+    assert "#SBATCH --nodes=2" in script and "exec srun -u -N 2 -n 2" in script

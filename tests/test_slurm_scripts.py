@@ -204,6 +204,9 @@ def test_parsing_slurm_output():
     # (elements cancelled before they ran are one record of the whole array, which sacct finds
     # only by the array's own id: seen on the realistic cluster)
     assert slurm_queue.sacct_command(["92_1", "92_2", "95"])[-1] == "92,95"
+    assert slurm_queue.parse_exits("92_0|FAILED|0:9\n92_[1-2]|FAILED|4:0\n93|COMPLETED|0:0\n"
+                                   "94|CANCELLED by 0|0:0\n") == {
+        "92_0": "killed by signal 9", "92_1": "exit code 4", "92_2": "exit code 4"}
     assert slurm_queue.parse_sacct("92_0|COMPLETED\n92_[1-2]|CANCELLED by 0\n") == {
         "92_0": "succeeded", "92_1": "cancelled", "92_2": "cancelled"}
 

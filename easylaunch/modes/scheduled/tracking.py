@@ -181,18 +181,20 @@ class ScheduledMode(HostedMode):
         said = [completed(a) for a in answers]
         states = self.scheduler.read_states(list(by_id), said, backends)
         waits = self.scheduler.read_waits(list(by_id), said, backends)
+        exits = self.scheduler.read_exits(list(by_id), said, backends)
         for job_id, group in by_id.items():
             for job in group:
                 self._waits[job.id] = waits.get(job_id)
                 if job.id not in ended_there:  # (its end is on its way here)
-                    self._settle(job, job_id, states.get(job_id, "unknown"))
+                    self._settle(job, job_id, states.get(job_id, "unknown"), exits.get(job_id))
 
     def heard_wait(self, job: RunRecord) -> str | None:
         return self._waits.get(job.id)
 
-    def _settle(self, job: RunRecord, job_id: str, state: str | None) -> None:
+    def _settle(self, job: RunRecord, job_id: str, state: str | None,
+                ended: str | None = None) -> None:
         """Give a run the scheduler has finished with (or forgotten) the terminal state it
-        lacks."""
+        lacks (``ended``: how its job ended, in the scheduler's words, where it says)."""
         if state in ("queued", "running", "unknown"):
             return
         info = self.read_record(job)
@@ -209,7 +211,8 @@ class ScheduledMode(HostedMode):
             job.record_end("failed", f"{name} job {job_id} ended without the run recording "
                                      f"an outcome; {look}")
         else:
-            job.record_end(state, f"{name} reports job {job_id} as {state} before the run "
+            how = f" ({ended})" if ended else ""
+            job.record_end(state, f"{name} reports job {job_id} as {state}{how} before the run "
                                   f"recorded an outcome; {look}")
 
     def _where_to_look(self, job: RunRecord) -> str:

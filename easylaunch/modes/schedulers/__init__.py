@@ -114,6 +114,11 @@ class Scheduler(Protocol):
         """Why each of these jobs that is queued waits, where the answers to
         :meth:`status_commands` say (``{job id: reason}``)."""
 
+    def read_exits(self, job_ids: Sequence[str], answers: list[subprocess.CompletedProcess],
+                   backends: list[dict]) -> dict[str, str]:
+        """How each of these jobs that ended badly ended, in words (``exit code 1``), where
+        the answers to :meth:`status_commands` say."""
+
     def cancel_command(self, job_id: str) -> list[str]:
         """The command that stops one job or array element."""
 

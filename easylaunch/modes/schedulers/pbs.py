@@ -389,6 +389,7 @@ def status_commands(job_ids: Sequence[str], backends: list[dict]) -> list[list[s
 
 read_states = pbs_queue.read_states
 read_waits = pbs_queue.read_waits
+read_exits = pbs_queue.read_exits
 
 
 def reason_command(job_id: str) -> list[str] | None:

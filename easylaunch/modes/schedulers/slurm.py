@@ -462,6 +462,14 @@ def read_waits(job_ids: Sequence[str], answers: list[subprocess.CompletedProcess
     return {job_id: waits[job_id] for job_id in job_ids if job_id in waits}
 
 
+def read_exits(job_ids: Sequence[str], answers: list[subprocess.CompletedProcess],
+               _backends: list[dict]) -> dict[str, str]:
+    """How each of ``job_ids`` that sacct knows ended, in words (``killed by signal 9``)."""
+    sacct = answers[1]
+    exits = slurm_queue.parse_exits(sacct.stdout) if sacct.returncode == 0 else {}
+    return {job_id: exits[job_id] for job_id in job_ids if job_id in exits}
+
+
 def output_place(backend: dict) -> tuple[str, str] | None:
     output = backend.get("slurm_output")
     return (output, "Slurm's output {}") if output else None

@@ -69,8 +69,8 @@ def sacct_command(job_ids: Sequence[str]) -> list[str]:
     asked by its array's id: the elements cancelled before they ran are one record of the
     whole array (``92_[0-11]``), which sacct never finds by an element's id."""
     asked = dict.fromkeys(job_id.split("_")[0] for job_id in job_ids)
-    return ["sacct", "--noheader", "--parsable2", "--allocations", "--format=JobID,State",
-            "--jobs", ",".join(asked)]
+    return ["sacct", "--noheader", "--parsable2", "--allocations",
+            "--format=JobID,State,ExitCode", "--jobs", ",".join(asked)]
 
 
 def _array_ids(job_id: str) -> list[str]:
@@ -94,6 +94,20 @@ def parse_sacct(stdout: str) -> dict[str, str]:
             state = STATES.get(parts[1].split()[0].rstrip("+"), "unknown")
             states.update(dict.fromkeys(_array_ids(parts[0]), state))
     return states
+
+
+def parse_exits(stdout: str) -> dict[str, str]:
+    """``{job id: how its batch script ended, in words}`` from :func:`sacct_command` output:
+    ``exit code 1``, ``killed by signal 9`` (none for a job that ended well or never ran)."""
+    exits = {}
+    for line in stdout.splitlines():
+        parts = line.split("|")
+        code, _, signal = parts[2].partition(":") if len(parts) >= 3 else ("", "", "")
+        words = (f"killed by signal {signal}" if signal not in ("", "0")
+                 else f"exit code {code}" if code not in ("", "0") else None)
+        if words:
+            exits.update(dict.fromkeys(_array_ids(parts[0]), words))
+    return exits
 
 
 def reason_command(job_id: str) -> list[str] | None:
