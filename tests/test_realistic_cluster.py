@@ -1,9 +1,12 @@
 """Runs on the realistic four-node cluster of scripts/cluster-up.sh (issue 49): several nodes,
 fake GPUs as GRES, accounting through slurmdbd (finished jobs leave squeue after 10 s)."""
 
+import contextlib
 import json
+import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -17,6 +20,10 @@ from conftest import TESTS_DIR
 from helpers import wait_for
 
 from easylaunch import JobState, run_experiment, run_sweep
+
+# These tests run in one worker, in turn: one takes a node down, easyuser's QOS counts the jobs
+# of two, and one needs node1's every CPU.
+pytestmark = pytest.mark.xdist_group("realistic")
 
 
 @pytest.fixture
@@ -249,8 +256,6 @@ def users_folder(realistic_cluster):
     shutil.rmtree(folder, ignore_errors=True)
 
 
-# (easyuser's tests run in one worker, in turn: its QOS counts the jobs of both)
-@pytest.mark.xdist_group("easyuser")
 def test_two_users_on_one_cluster_and_one_shared_log_folder_see_only_their_own_runs(
         users_folder, exp):
     """User A (easyuser) launches a sweep on the cluster into a log folder both can write;
@@ -314,7 +319,6 @@ else:
 """
 
 
-@pytest.mark.xdist_group("easyuser")
 def test_a_sweep_over_its_qos_limit_is_refused_before_anything_is_made(users_folder, exp):
     """easyuser's QOS 'limited' allows 3 jobs at once (MaxSubmitJobsPerUser): a sweep of 5
     (one job a run) is refused with the numbers and the fixes; a sweep of 2 runs."""
@@ -349,3 +353,59 @@ def test_a_two_node_run_all_reduces_with_gloo_and_has_its_ranks_on_both(real_cfg
                                        "ranks": (0, 0, 2)}
     script = Path(job.launch_info["backend"]["script"]).read_text()
     assert "#SBATCH --nodes=2" in script and "exec srun -u -N 2 -n 2" in script
+
+
+def _process_tree(pid: int) -> list[int]:
+    """``pid`` and every process under it."""
+    children: dict[int, list[int]] = {}
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                parent = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(parent, []).append(int(proc.name))
+    tree, todo = [], [pid]
+    while todo:
+        tree.append(todo.pop())
+        todo += children.get(tree[-1], [])
+    return tree
+
+
+def _lose_node(node: str, runner_pid: int) -> None:
+    """What a node that dies does: its slurmd stops answering and the job steps on it die with
+    it (found from the run's runner up to its slurmstepd); then Slurm is told it is DOWN."""
+    os.kill(int(Path(f"/run/slurm-realistic/slurmd-{node}.pid").read_text()), signal.SIGKILL)
+    step = runner_pid
+    while not Path(f"/proc/{step}/cmdline").read_bytes().startswith(b"slurmstepd"):
+        step = int(Path(f"/proc/{step}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    for pid in _process_tree(step):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    subprocess.run(["scontrol", "update", f"NodeName={node}", "State=DOWN",
+                    "Reason=easylaunch test: node lost"], check=True)
+
+
+def test_a_run_on_a_node_that_dies_finishes_on_another_from_its_checkpoint(real_cfg):
+    """The node a run is on dies: Slurm requeues the job (NODE_FAIL), and the run goes on
+    elsewhere from its last save. (cluster-up.sh brings the node back afterwards.)"""
+    from jobfns import steps_done
+
+    job = run_experiment(jobfns.count_steps, variant={"steps": 60, "every": 5,
+                                                      "step_seconds": 0.25},
+                         mode="slurm", max_restarts=2, config=real_cfg)
+    assert wait_for(lambda: len(steps_done(job.log_dir)) >= 8, 120)
+    node = job.info()["host"]
+    try:
+        _lose_node(node, job.info()["pid"])
+        result = job.result(timeout=240)
+        assert job.info()["host"] != node
+    finally:
+        subprocess.run([str(TESTS_DIR.parent / "scripts" / "cluster-up.sh")], check=True,
+                       capture_output=True)
+    assert result["steps"] == 60 and result["attempt"] == 2
+    stopped_at = max(s for a, s in steps_done(job.log_dir) if a == 1)
+    assert stopped_at - 5 < result["resumed_from"] <= stopped_at  # (a save every 5 steps)
+    (restart,) = job.info()["restarts"]
+    assert restart["reason"] == "lost" and restart["host"] == node, restart
+    assert "ended without recording an outcome (node failure?)" in restart["error"]
