@@ -409,3 +409,22 @@ def test_a_run_on_a_node_that_dies_finishes_on_another_from_its_checkpoint(real_
     (restart,) = job.info()["restarts"]
     assert restart["reason"] == "lost" and restart["host"] == node, restart
     assert "ended without recording an outcome (node failure?)" in restart["error"]
+
+
+def test_a_run_on_two_nodes_requeues_at_its_time_limit_and_goes_on(real_cfg):
+    """--signal's time-limit notice reaches both ranks (one a node); the run saves, is
+    requeued, and goes on from its save until done. (Moved from the one-node cluster.)"""
+    from test_slurm_restarts import _assert_resumed
+
+    real_cfg["SLURM_CONFIGS"]["cpu"]["time_in_mins"] = 1
+    real_cfg["SLURM_SIGNAL_SECONDS"] = 50
+    job = run_experiment(jobfns.count_steps, variant={"steps": 45, "every": 5,
+                                                      "step_seconds": 1},
+                         mode="slurm", n_nodes=2, tasks_per_node=1, max_restarts=4,
+                         config=real_cfg)
+    result = job.result(timeout=400)
+    assert result["world_size"] == 2 and job.info()["restarts"]
+    assert {r["reason"] for r in job.info()["restarts"]} == {"time limit"}, job.info()
+    _assert_resumed(job, result, every=5)
+    assert (job.log_dir / "stderr.rank1.log").exists()
+    assert "#SBATCH --nodes=2" in Path(job.launch_info["backend"]["script"]).read_text()

@@ -59,18 +59,6 @@ def test_time_limits_requeue_each_array_element_until_it_succeeds(slurm_cfg):
         assert info["restarts"][0]["job_id"] == launched != info["job_id"]  # a new element
 
 
-def test_a_two_rank_run_requeues_at_its_time_limit(slurm_cfg):
-    slurm_cfg["SLURM_CONFIGS"]["cpu"]["time_in_mins"] = 1
-    slurm_cfg["SLURM_SIGNAL_SECONDS"] = 50
-    job = run_experiment(jobfns.count_steps, variant={"steps": 45, "every": 5,
-                                                      "step_seconds": 1},
-                         mode="slurm", tasks_per_node=2, max_restarts=4, config=slurm_cfg)
-    result = job.result(timeout=400)
-    assert result["world_size"] == 2 and job.info()["restarts"]
-    _assert_resumed(job, result, every=5)
-    assert (job.log_dir / "stderr.rank1.log").exists()
-
-
 @pytest.mark.parametrize("mode", ["slurm", "slurm_singularity"])
 def test_preemption_signal_saves_and_resumes_at_once(slurm_cfg, mode, request):
     config = slurm_cfg
