@@ -428,3 +428,12 @@ def test_a_run_on_two_nodes_requeues_at_its_time_limit_and_goes_on(real_cfg):
     _assert_resumed(job, result, every=5)
     assert (job.log_dir / "stderr.rank1.log").exists()
     assert "#SBATCH --nodes=2" in Path(job.launch_info["backend"]["script"]).read_text()
+
+
+def test_a_run_of_two_gpus_sees_both_as_slurm_granted_them(real_cfg):
+    real_cfg["SLURM_CONFIGS"]["gpu"]["n_gpus"] = 2
+    facts = run_experiment(jobfns.node_facts, mode="slurm", use_gpu=True,
+                           config=real_cfg).result(timeout=120)
+    assert facts["host"] in ("node3", "node4"), facts
+    assert facts["slurm_job_gpus"] == "0,1" and facts["cuda_visible_devices"] == "0,1", facts
+    assert facts["gpu_id"] == 0, facts  # (the first of the visible ones)
