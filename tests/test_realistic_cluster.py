@@ -437,3 +437,12 @@ def test_a_run_of_two_gpus_sees_both_as_slurm_granted_them(real_cfg):
     assert facts["host"] in ("node3", "node4"), facts
     assert facts["slurm_job_gpus"] == "0,1" and facts["cuda_visible_devices"] == "0,1", facts
     assert facts["gpu_id"] == 0, facts  # (the first of the visible ones)
+
+
+def test_slurms_pbs_front_ends_run_a_pbs_sweep_on_the_nodes(real_cfg, pbs_front_end):
+    config = dict(real_cfg, PBS_PYTHON=sys.executable,
+                  PBS_CONFIGS=dict(cpu=dict(select=1, ncpus=1, walltime=10)))
+    jobs = run_sweep(jobfns.node_facts, [{"n": i} for i in range(3)], mode="pbs",
+                     config=config)
+    hosts = [job.result(timeout=120)["host"] for job in jobs]
+    assert all(host.startswith("node") for host in hosts), hosts
