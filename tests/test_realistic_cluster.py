@@ -446,3 +446,15 @@ def test_slurms_pbs_front_ends_run_a_pbs_sweep_on_the_nodes(real_cfg, pbs_front_
                      config=config)
     hosts = [job.result(timeout=120)["host"] for job in jobs]
     assert all(host.startswith("node") for host in hosts), hosts
+
+
+def test_a_command_on_two_nodes_runs_once_on_each_with_its_rank(real_cfg):
+    from easylaunch import run_command
+
+    job = run_command(["sh", "-c", "echo rank=$RANK of $WORLD_SIZE on $(hostname)"],
+                      mode="slurm", n_nodes=2, config=real_cfg)
+    assert job.wait(timeout=120) is JobState.SUCCEEDED
+    said = sorted((job.log_dir / f"stdout.rank{rank}.log").read_text().strip()
+                  for rank in (0, 1))
+    assert [line.split(" on ")[0] for line in said] == ["rank=0 of 2", "rank=1 of 2"], said
+    assert len({line.split(" on ")[1] for line in said}) == 2, said  # two nodes
