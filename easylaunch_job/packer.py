@@ -387,7 +387,8 @@ def main(argv: list[str] | None = None) -> int:
                         "when a signal stops the allocation")
     parser.add_argument("--submit-with", choices=("sbatch", "qsub"), default="sbatch",
                         help="the scheduler's submit command for --resubmit")
-    parser.add_argument("--gpus", help="comma-separated GPU ids: worker i runs on GPU i")
+    parser.add_argument("--gpus", help="comma-separated GPU ids: worker i runs on GPU i "
+                        "('granted': those the scheduler gave this job, CUDA_VISIBLE_DEVICES)")
     parser.add_argument("--shared", action="store_true", help="several packers (a job array) "
                         "take tasks from this task file, each task claimed once")
     args = parser.parse_args(argv)
@@ -403,7 +404,7 @@ def main(argv: list[str] | None = None) -> int:
         if len(runs) != len(tasks):
             parser.error("--runs needs one line per task")
     packer = Packer(tasks, args.state_dir, args.workers or default_workers(), runs,
-                    args.gpus.split(",") if args.gpus else None, args.warm, args.resubmit,
+                    _gpus(args.gpus), args.warm, args.resubmit,
                     args.submit_with,
                     continuing=bool(os.environ.get(ENV_CONTINUE)),
                     only=_tasks_left(os.environ.get(ENV_CONTINUE)),
@@ -412,3 +413,11 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, packer.forward)
     signal.signal(signal.SIGUSR1, packer.forward)
     return packer.run()
+
+
+def _gpus(listed: str | None) -> list[str] | None:
+    """The GPUs the workers take one each: those listed, or those the scheduler granted the
+    job (``granted``: Slurm's CUDA_VISIBLE_DEVICES, as it set it)."""
+    if listed == "granted":
+        listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    return listed.split(",") if listed else None

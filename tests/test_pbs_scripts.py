@@ -293,7 +293,7 @@ exec /soft/conda/bin/python JOB_PYZ pack BATCH/tasks.txt --state-dir BATCH/task-
 
 @pytest.mark.parametrize(("changes", "problem"), [
     ({"use_gpu": True, "config": {"PBS_CONFIGS": {"gpu": dict(ncpus=8, ngpus=4)}}},
-     "packs CPU runs; use mode 'pbs' for GPUs"),
+     "packs GPU runs on Slurm with easylaunch's packer; use mode 'pbs' for GPUs"),
     ({"config": {"PBS_CONFIGS": {"cpu": dict(select=2, ncpus=8, walltime=10)}}},
      "packs one node per allocation; .* allocations=K"),
     ({"config": {"HTP_RUNNER": "ht_helper"}}, "ht_helper' is BRC's Slurm tool"),

@@ -458,3 +458,20 @@ def test_a_command_on_two_nodes_runs_once_on_each_with_its_rank(real_cfg):
                   for rank in (0, 1))
     assert [line.split(" on ")[0] for line in said] == ["rank=0 of 2", "rank=1 of 2"], said
     assert len({line.split(" on ")[1] for line in said}) == 2, said  # two nodes
+
+
+def test_packed_runs_in_a_gpu_allocation_get_one_granted_gpu_each(real_cfg):
+    """htp on the gpu partition: one allocation of two GPUs, a worker on each; every run sees
+    one of the GPUs Slurm granted the allocation, and the two run side by side."""
+    real_cfg.update(SSS_SCRIPT_PATH=None)
+    jobs = run_sweep(jobfns.node_facts, [{"hold": 2, "n": i} for i in range(4)], mode="htp",
+                     use_gpu=True, config=real_cfg)
+    seen = [job.result(timeout=180) for job in jobs]
+    assert len({facts["host"] for facts in seen}) == 1, seen  # (one allocation)
+    granted = seen[0]["slurm_job_gpus"].split(",")
+    assert len(granted) == 2, seen
+    assert all(facts["cuda_visible_devices"] in granted and facts["gpu_id"] == 0
+               for facts in seen), seen
+    assert {facts["cuda_visible_devices"] for facts in seen} == set(granted), seen
+    script = (Path(jobs[0].launch_info["backend"]["cluster_batch_dir"]) / "htp.sbatch")
+    assert "#SBATCH --gres=gpu:2\n" in script.read_text()

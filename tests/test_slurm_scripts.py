@@ -365,10 +365,19 @@ def test_batch_modes_refuse_incomplete_settings(tmp_path, mode, change, problem)
     assert not os.path.exists(tmp_path / "logs" / "default")
 
 
-def test_htp_refuses_gpus(tmp_path):
-    with pytest.raises(LaunchError, match="packs CPU runs"):
+def test_htp_packs_gpu_runs_a_granted_gpu_each_with_its_own_packer_only(tmp_path):
+    cfg = batch_settings(tmp_path, SSS_GPU_IMAGE=None, SSS_CPU_IMAGE=None)
+    jobs = run_sweep(jobfns.train, [{}] * 3, mode="htp", use_gpu=True, config=cfg)
+    script = (Path(jobs[0].launch_info["backend"]["batch_dir"]) / "htp.sbatch").read_text()
+    assert "#SBATCH --gres=gpu:3\n" in script  # (a GPU a worker, each run on one)
+    assert " --workers 3 " in script and script.rstrip().endswith(" --warm --gpus granted")
+    with pytest.raises(LaunchError, match="packs GPU runs on Slurm with easylaunch's packer"):
         run_sweep(jobfns.train, [{}], mode="htp", use_gpu=True,
-                  config=batch_settings(tmp_path))
+                  config=dict(cfg, HTP_RUNNER="ht_helper", TASKFILE_PATH_ON_BRC="/x"))
+    cfg["SLURM_CONFIGS"] = dict(CONFIGS, gpu=dict(CONFIGS["gpu"], n_gpus=2))
+    with pytest.raises(LaunchError, match="one GPU of the allocation; SLURM_CONFIGS\\['gpu'\\] "
+                                          "asks n_gpus=2 a run: set n_gpus=1"):
+        run_sweep(jobfns.train, [{}], mode="htp", use_gpu=True, config=cfg)
 
 
 def test_slurm_mode_off_a_login_node_says_what_to_do(tmp_path, monkeypatch):

@@ -78,6 +78,9 @@ class Scheduler(Protocol):
         """``res`` as an allocation of ``nodes`` nodes, each running a packer of ``workers``
         runs at once."""
 
+    def packed_gpus(self, res: Any) -> int:
+        """The GPUs a node of a packed allocation ``res`` has, one a worker (0: none)."""
+
     def packed_header(self, res: Any, job_name: str, folder: str, count: int,
                       settings: Settings) -> list[str]:
         """The header lines of a packers' script in ``folder``: one allocation, or an array of

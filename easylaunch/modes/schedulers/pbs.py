@@ -351,6 +351,11 @@ def packed(res: Resources, nodes: int, workers: int) -> Resources:
     return dataclasses.replace(res, nodes=nodes, ncpus=workers, ngpus=0, mpiprocs=1)
 
 
+def packed_gpus(_res: Resources) -> int:
+    """None: PBS allocations pack CPU runs."""
+    return 0
+
+
 def packed_header(res: Resources, job_name: str, folder: str, count: int,
                   settings: Settings) -> list[str]:
     """(PBS writes the job's output where it was submitted from: ``folder``.)"""

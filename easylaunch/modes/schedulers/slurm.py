@@ -408,9 +408,14 @@ def node_workers(res: Resources) -> int | None:
 
 
 def packed(res: Resources, nodes: int, workers: int) -> Resources:
-    """One task (a packer) a node, with the cores of its ``workers`` runs."""
-    return dataclasses.replace(res, nodes=nodes, tasks=nodes,
+    """One task (a packer) a node, with the cores (and GPUs) of its ``workers`` runs."""
+    return dataclasses.replace(res, nodes=nodes, tasks=nodes, n_gpus=workers * res.n_gpus,
                                cpus_per_task=workers * res.cpus_per_task)
+
+
+def packed_gpus(res: Resources) -> int:
+    """The GPUs a node of a packed allocation has for its runs."""
+    return res.n_gpus
 
 
 def packed_header(res: Resources, job_name: str, folder: str, count: int,
