@@ -24,5 +24,7 @@ done
 # the dashboard tests' screenshots (every page, zoomed and smoothed curves, 900 px) are kept here
 export EASYLAUNCH_ARTIFACTS=${EASYLAUNCH_ARTIFACTS:-$PWD/test-artifacts}
 # Three workers (pytest-xdist): most tests wait on a scheduler, a server or a process, so three
-# share two cores well. tests/conftest.py keeps a file with a module-wide service in one worker.
-exec .venv/bin/python -m pytest -n 3 --dist loadgroup "$@"
+# share two cores well. Each file runs in one worker (loadfile): its module-wide services start
+# once, and its tests never race each other. (loadgroup cannot do it: pytest-xdist 3.8 marks
+# groups in a field pytest 9.2 no longer reads, so it spreads them.)
+exec .venv/bin/python -m pytest -n 3 --dist loadfile "$@"

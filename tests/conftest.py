@@ -61,17 +61,6 @@ def pytest_configure(config):
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
-def pytest_collection_modifyitems(config, items):
-    """With pytest-xdist (scripts/test.sh runs the suite in workers), a file whose fixtures start
-    a service for the whole module (a stand-in, an emulator, a Ray cluster) runs in one worker,
-    so that each service starts once; every other test goes to whichever worker is free."""
-    for path in {item.path for item in items}:
-        if 'scope="module"' in path.read_text():
-            for item in items:
-                if item.path == path:
-                    item.add_marker(pytest.mark.xdist_group(path.name))
-
-
 def pytest_sessionfinish(session, exitstatus):
     """In CI (CI=true) a skipped test is a failure: every backend must have really run."""
     if os.environ.get("CI", "").lower() not in ("1", "true", "yes"):

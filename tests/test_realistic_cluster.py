@@ -21,9 +21,8 @@ from helpers import wait_for
 
 from easylaunch import JobState, run_experiment, run_sweep
 
-# These tests run in one worker, in turn: one takes a node down, easyuser's QOS counts the jobs
-# of two, and one needs node1's every CPU.
-pytestmark = pytest.mark.xdist_group("realistic")
+# (scripts/test.sh runs a file's tests in one worker, in turn: one of these takes a node down,
+# easyuser's QOS counts the jobs of two, and one needs node1's every CPU)
 
 
 @pytest.fixture
