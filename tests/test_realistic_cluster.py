@@ -4,6 +4,7 @@ fake GPUs as GRES, accounting through slurmdbd (finished jobs leave squeue after
 import contextlib
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -157,6 +158,27 @@ def test_a_sweep_the_queue_forgot_is_settled_by_one_sacct_call(real_cfg, tmp_pat
         assert job.recorded_state() is JobState.CANCELLED
         assert f"Slurm reports job {job.launch_info['backend']['slurm_job_id']} as cancelled" \
             in job.info()["error"], job.info()
+    from easylaunch import load_sweep
+
+    table = load_sweep(jobs[0].launch_info["sweep_id"], config=str(settings))
+    assert sorted(table["state"]) == ["cancelled"] * 12
+
+
+def test_ls_says_a_run_waits_for_its_arrays_throttle(real_cfg, tmp_path, exp):
+    """array_parallelism=1: the second run of the array waits with Slurm's reason."""
+    jobs = run_sweep(jobfns.sleep_a_while, [{"seconds": 5}] * 2, exp_name=exp, mode="slurm",
+                     array_parallelism=1, config=real_cfg)
+    settings = tmp_path / "settings.py"
+    settings.write_text(f"LOCAL_LOG_DIR = {real_cfg['LOCAL_LOG_DIR']!r}\n")
+
+    def listed() -> str:
+        return subprocess.run([sys.executable, "-m", "easylaunch.cli", "--config",
+                               str(settings), "ls", "--exp", exp], capture_output=True,
+                              text=True, check=True).stdout
+
+    assert wait_for(lambda: re.search(rf"^{jobs[1].id}\t.*\tqueued: JobArrayTaskLimit\t",
+                                      listed(), re.MULTILINE), 30), listed()
+    assert [job.wait(timeout=120) for job in jobs] == [JobState.SUCCEEDED] * 2
 
 
 @pytest.mark.parametrize("change, said", [
