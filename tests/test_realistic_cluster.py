@@ -364,6 +364,20 @@ def test_a_sweep_over_its_qos_limit_is_refused_before_anything_is_made(users_fol
     assert not (logs / exp).exists()  # nothing made
     assert launch(2)["results"] == [{"x": 0, "y": 0}, {"x": 1, "y": 2}]
 
+    # the settings name no QOS, and the user's default QOS is the limited one
+    settings.write_text(settings.read_text().replace(", 'qos': 'limited'", ""))
+    def default_qos(name: str) -> None:
+        subprocess.run(["sacctmgr", "-i", "modify", "user", "easyuser", "set",
+                        f"DefaultQOS={name}"], check=True, capture_output=True,
+                       env=dict(os.environ, SLURM_CONF=REALISTIC))
+
+    default_qos("limited")
+    try:
+        refused = launch(5)["refused"]
+    finally:
+        default_qos("normal")
+    assert "runs in your default QOS 'limited', which lets a user have at most 3 jobs" in refused
+
 
 def test_a_two_node_run_all_reduces_with_gloo_and_has_its_ranks_on_both(real_cfg):
     """easylaunch.dist across two nodes: rank 0's host is the rendezvous (gloo on the CPU)."""

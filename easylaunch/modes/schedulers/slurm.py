@@ -326,25 +326,31 @@ def preflight_ops() -> list[dict]:
             {"op": "run", "argv": cluster_nodes.sinfo_command()},
             {"op": "run", "argv": ["sacctmgr", "--noheader", "--parsable2", "show", "qos",
                                    "format=Name,MaxSubmitPU"]},
-            {"op": "run", "argv": ["squeue", "--me", "--noheader", "--array", "--format=%i"]}]
+            {"op": "run", "argv": ["squeue", "--me", "--noheader", "--array", "--format=%i"]},
+            {"op": "run", "argv": ["sh", "-c", 'sacctmgr --noheader --parsable2 show assoc '
+                                   'where user="$(id -un)" format=DefaultQOS']}]
 
 
 def check_room(res: Resources, jobs: int, answers: list[dict]) -> None:
-    """Refuse ``jobs`` more jobs that the QOS the settings name would refuse: its
-    MaxSubmitJobsPerUser, less the jobs the user has queued or running now. (Nothing is
-    checked where sacctmgr or squeue did not answer: no accounting, an old Slurm.)"""
-    limits, mine = answers[2], answers[3]
-    if res.qos is None or limits.get("rc") != 0 or mine.get("rc") != 0:
+    """Refuse ``jobs`` more jobs that their QOS (the settings', else the user's default)
+    would refuse: its MaxSubmitJobsPerUser, less the jobs the user has queued or running
+    now. (Nothing is checked where sacctmgr or squeue did not answer: no accounting, an
+    old Slurm.)"""
+    limits, mine, default = answers[2], answers[3], answers[4]
+    if limits.get("rc") != 0 or mine.get("rc") != 0:
         return
+    default_qos = next(iter(default["out"].split()), None) if default.get("rc") == 0 else None
+    qos = res.qos or default_qos
     limit = dict(line.split("|")[:2] for line in limits["out"].splitlines()
-                 if line.count("|") >= 1).get(res.qos)
+                 if line.count("|") >= 1).get(qos or "")
     if not limit:
         return
     have = len(mine["out"].split())
     if have + jobs > int(limit):
         room = max(0, int(limit) - have)
+        asks = f"asks QOS {qos!r}" if res.qos else f"runs in your default QOS {qos!r}"
         raise LaunchError(
-            f"SLURM_CONFIGS[{res.config_name!r}] asks QOS {res.qos!r}, which lets a user have "
+            f"SLURM_CONFIGS[{res.config_name!r}] {asks}, which lets a user have "
             f"at most {limit} jobs queued or running (MaxSubmitJobsPerUser); you have {have}, "
             f"and this launch would add {jobs} (each run of an array is a job): "
             + (f"launch at most {room} runs now" if room else "wait until some of yours end")
