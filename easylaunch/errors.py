@@ -8,8 +8,17 @@ import importlib
 import importlib.util
 import shlex
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from types import ModuleType
+
+
+def did_you_mean(name: object, names: Iterable[str], cutoff: float = 0.6) -> str:
+    """``; did you mean 'x'?`` for the one of ``names`` closest to ``name`` (difflib), or ""."""
+    import difflib  # (only when a name is wrong: the command's start stays light)
+
+    found = difflib.get_close_matches(str(name), list(names), n=1, cutoff=cutoff)
+    return f"; did you mean {found[0]!r}?" if found else ""
 
 
 class EasyLaunchError(Exception):

@@ -66,7 +66,7 @@ def test_a_function_holding_an_open_file_is_refused(cfg, tmp_path):
 
 def test_unknown_mode_lists_known_modes(cfg):
     with pytest.raises(LaunchError,
-                       match="unknown mode 'locl'.*here_no_doodad.*Did you mean 'local'"):
+                       match="unknown mode 'locl'; did you mean 'local'\\?; known modes: .*here_no_doodad"):
         run_experiment(jobfns.train, mode="locl", config=cfg)
 
 
@@ -116,7 +116,7 @@ def test_misspelled_setting_warns_with_the_closest_key(cfg):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         run_experiment(jobfns.train, config=cfg, mode="here_no_doodad")
-    assert any("unknown setting LOCAL_LOG_DIRR; did you mean LOCAL_LOG_DIR?" in str(w.message)
+    assert any("unknown setting LOCAL_LOG_DIRR; did you mean 'LOCAL_LOG_DIR'?" in str(w.message)
                for w in caught)
 
 

@@ -220,7 +220,7 @@ def test_doctor_exits_non_zero_on_errors_and_names_unknown_keys(tmp_path, capsys
     bad.write_text("SPOT_PRICE = 'cheap'\nSSS_LOG_DIRR = '/x'\n")
     assert cli(["doctor", str(bad)]) == 1
     out = capsys.readouterr().out
-    assert "SSS_LOG_DIRR: unknown setting, ignored; did you mean SSS_LOG_DIR?" in out
+    assert "SSS_LOG_DIRR: unknown setting, ignored; did you mean 'SSS_LOG_DIR'?" in out
     assert "error  " in out and "SPOT_PRICE (easylaunch's AWS_SPOT_PRICE) must be" in out
 
 

@@ -6,7 +6,6 @@ command exit non-zero.
 
 from __future__ import annotations
 
-import difflib
 import os
 import shutil
 import warnings
@@ -16,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from easylaunch import settings
-from easylaunch.errors import EasyLaunchError, MissingExtra, SettingsError, needed
+from easylaunch.errors import EasyLaunchError, MissingExtra, SettingsError, did_you_mean, needed
 from easylaunch.modes.schedulers import pbs, slurm
 from easylaunch.settings import doodad_names as doodad
 from easylaunch_job.environment import python_minor
@@ -91,9 +90,8 @@ def _meaning(key: str, value: Any) -> Finding:
         return Finding("info", f"{key}: not needed ({rule.why})")
     if key in settings.DEFAULTS:
         return Finding("ok", f"{key}")
-    close = difflib.get_close_matches(key, [*settings.DEFAULTS, *doodad.DOODAD_KEYS], n=1)
     return Finding("warn", f"{key}: unknown setting, ignored"
-                   + (f"; did you mean {close[0]}?" if close else ""))
+                   + did_you_mean(key, [*settings.DEFAULTS, *doodad.DOODAD_KEYS]))
 
 
 def _slurm_configs(s: settings.Settings) -> Iterator[Finding]:

@@ -12,10 +12,9 @@ where the job side's ``host_ops`` runs it."""
 
 from __future__ import annotations
 
-import difflib
 import importlib
 
-from easylaunch.errors import LaunchError
+from easylaunch.errors import LaunchError, did_you_mean
 
 TYPE_CHECKING = False  # (as typing's; this package's modules import it, base.py the settings)
 if TYPE_CHECKING:
@@ -45,9 +44,8 @@ def get_mode(name: str) -> ModeKind:
     """The Mode class (or entry) registered under ``name``; an unknown name lists the known
     ones."""
     if name not in MODES:
-        close = difflib.get_close_matches(str(name), list(MODES), n=1)
-        hint = f" Did you mean {close[0]!r}?" if close else ""
-        raise LaunchError(f"unknown mode {name!r}; known modes: {', '.join(MODES)}.{hint}")
+        raise LaunchError(f"unknown mode {name!r}{did_you_mean(name, MODES)}; known modes: "
+                          f"{', '.join(MODES)}")
     module, cls = MODES[name].split(":")
     return getattr(importlib.import_module(module), cls)
 

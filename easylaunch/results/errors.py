@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Sequence
 
 from easylaunch.errors import EasyLaunchError, MissingExtra
 
-__all__ = ["MissingExtra", "NoSuchKey", "NoSuchMetric", "choices", "closest", "named"]
+__all__ = ["MissingExtra", "NoSuchKey", "NoSuchMetric", "choices", "named"]
 
 
 class NoSuchMetric(EasyLaunchError, LookupError):
@@ -22,12 +21,6 @@ def choices(names: list[str], limit: int = 30) -> str:
     """``a, b, c`` (the first ``limit``, saying how many more), or "none"."""
     shown = ", ".join(names[:limit]) or "none"
     return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
-
-
-def closest(name: str, names: list[str]) -> str:
-    """``; did you mean 'x'?`` for the name closest to ``name``, or ""."""
-    found = difflib.get_close_matches(name, names, n=1, cutoff=0.5)
-    return f"; did you mean {found[0]!r}?" if found else ""
 
 
 def named(selection: str | Sequence[str]) -> str:

@@ -17,8 +17,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, NamedTuple
 
-from easylaunch.errors import EasyLaunchError, needed
-from easylaunch.results.errors import NoSuchKey, choices, closest
+from easylaunch.errors import EasyLaunchError, did_you_mean, needed
+from easylaunch.results.errors import NoSuchKey, choices
 from easylaunch.results.sweep import (
     CUT_SHORT,
     HISTORY_COLUMNS,
@@ -141,7 +141,7 @@ def plot_sweep(selection: Selection, metric: str, by: str | None = None, x: str 
     keys = [c for c in points.columns if c not in HISTORY_COLUMNS]
     if by is not None and by not in keys:
         raise NoSuchKey(f"by={by!r} is no variant key of these runs; keys: {choices(keys)}"
-                        + closest(by, keys))
+                        + did_you_mean(by, keys, cutoff=0.5))
     if x == "time" and points["time"].isna().all():
         raise EasyLaunchError(f"{metric} was logged without times (progress.csv records none): "
                               "plot it against step")

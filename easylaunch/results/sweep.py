@@ -15,8 +15,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from easylaunch.errors import EasyLaunchError, needed
-from easylaunch.results.errors import NoSuchMetric, choices, closest, named
+from easylaunch.errors import EasyLaunchError, did_you_mean, needed
+from easylaunch.results.errors import NoSuchMetric, choices, named
 from easylaunch.results.readers import PROGRESS_CSV, Metrics, last_values, read_run
 from easylaunch.runs.record import VARIANT_JSON
 from easylaunch.settings import load_settings
@@ -85,7 +85,7 @@ def _select_one(registry: Registry, part: str) -> list[Entry]:
         return in_exp
     raise NoSuchRun(f"{part!r} is no experiment, sweep or run ({as_run}); experiments: "
                     f"{choices(registry.experiments(), 10)}"
-                    + closest(part, registry.experiments()))
+                    + did_you_mean(part, registry.experiments(), cutoff=0.5))
 
 
 def metrics_folder(shown: Shown, fetch: bool) -> Path:
@@ -232,7 +232,8 @@ def load_histories(selection: Selection, *, metrics: Sequence[str] | None = None
     if missing:
         there = sorted(set(_points(runs)["metric"]))
         raise NoSuchMetric(f"no run of {named(selection)} logged {', '.join(missing)}; "
-                           f"metrics there: {choices(there)}" + closest(missing[0], there))
+                           f"metrics there: {choices(there)}"
+                           + did_you_mean(missing[0], there, cutoff=0.5))
     variants = _table([variant_of(r.shown.entry) for r in runs], "", HISTORY_COLUMNS)
     variants.insert(0, "run_id", [r.shown.entry.id for r in runs])
     variants.insert(1, "state", [r.shown.state.split(" ", 1)[0] for r in runs])

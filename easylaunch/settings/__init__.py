@@ -7,7 +7,6 @@ annotations, so the template is the single source of truth.
 
 from __future__ import annotations
 
-import difflib
 import functools
 import hashlib
 import json
@@ -23,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Union, get_args, get_origin
 
-from easylaunch.errors import SettingsError
+from easylaunch.errors import SettingsError, did_you_mean
 from easylaunch.settings import entries, template
 from easylaunch.settings.doodad_names import DOODAD_KEYS, translate_settings
 from easylaunch_job.records import write_bytes_atomic
@@ -274,8 +273,7 @@ def check_values(values: Mapping[str, Any], source: str) -> dict[str, Any]:
     for key, value in translated.items():
         name = f"{written[key]} (easylaunch's {key})" if key in written else key
         if key not in DEFAULTS:
-            close = difflib.get_close_matches(key, [*DEFAULTS, *DOODAD_KEYS], n=1)
-            hint = f"; did you mean {close[0]}?" if close else ""
+            hint = did_you_mean(key, [*DEFAULTS, *DOODAD_KEYS])
             warnings.warn(f"{source}: unknown setting {key}{hint}", UserWarning, stacklevel=3)
             continue
         if key in ARGUMENT_STRINGS and isinstance(value, (list, tuple)) \

@@ -7,12 +7,11 @@ check speaks easylaunch's names while messages still name the key the user wrote
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from easylaunch.errors import LaunchError, SettingsError
+from easylaunch.errors import LaunchError, SettingsError, did_you_mean
 
 PLACEHOLDER = "TODO"  # doodad's template value for "not set yet"
 
@@ -136,8 +135,7 @@ def _spread(key: str, spread: Spread, value: Any) -> dict[str, Any]:
         if field in spread.targets:
             out[spread.targets[field]] = field_value
         elif field not in spread.not_needed:
-            close = difflib.get_close_matches(field, list(spread.targets), n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
+            hint = did_you_mean(field, spread.targets)
             raise SettingsError(f"{key}: unknown field {field!r}{hint} (known: "
                                 f"{', '.join(spread.targets)})")
     return out
@@ -244,8 +242,7 @@ def split_call_keywords(mode: str, keywords: Mapping[str, Any], accepted: Mappin
             ignored.append(name)
         else:
             known = sorted(set(accepted) | DOODAD_KEYWORDS | set(parameters))
-            close = difflib.get_close_matches(name, known, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
+            hint = did_you_mean(name, known)
             raise LaunchError(f"mode {mode!r} does not take the option {name!r}{hint} (it "
                               f"takes: {', '.join(sorted(accepted)) or 'none'})")
     return settings, options, ignored

@@ -8,13 +8,12 @@ launch, where a launch's own options (``partition=``, ``time_in_mins=``) have jo
 
 from __future__ import annotations
 
-import difflib
 import json
 import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from easylaunch.errors import LaunchError, SettingsError
+from easylaunch.errors import LaunchError, SettingsError, did_you_mean
 from easylaunch.settings.doodad_names import is_placeholder
 
 Check = tuple[Callable[[Any], bool], str]  # (test, what the value must be)
@@ -155,11 +154,9 @@ def filled(key: str, configs: Mapping[str, Mapping], defaults: Mapping[str, Mapp
         where = f"{key}[{json.dumps(name)}]"
         for field, value in entry.items():
             if field not in checks:
-                close = difflib.get_close_matches(field, list(checks), n=1)
                 raise SettingsError(
                     f"{where} in {source}: unknown field {field!r}"
-                    + (f"; did you mean {close[0]!r}?" if close else "")
-                    + f" (fields: {', '.join(checks)})")
+                    + did_you_mean(field, checks) + f" (fields: {', '.join(checks)})")
             test, must = checks[field]
             if not is_placeholder(value) and not test(value):
                 raise SettingsError(f"{where}[{json.dumps(field)}] = {value!r} in {source}: "

@@ -13,14 +13,13 @@ at the end through the Compute API with their metadata server's token.
 from __future__ import annotations
 
 import contextlib
-import difflib
 import functools
 import os
 import time
 from dataclasses import dataclass
 from typing import Any
 
-from easylaunch.errors import LaunchError, needed
+from easylaunch.errors import LaunchError, did_you_mean, needed
 from easylaunch.modes.base import Composed
 from easylaunch.modes.cloud import transfer as cloud
 from easylaunch.modes.cloud.base import (
@@ -330,8 +329,7 @@ def _with_gcp_kwargs(settings: Settings, kwargs: Any) -> Settings:
                           f"preemptible=True), got {type(kwargs).__name__}")
     for key in kwargs:
         if key not in names:
-            close = difflib.get_close_matches(str(key), list(names), n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
-            raise LaunchError(f"gcp_kwargs: unknown key {key!r}{hint} (keys are the GCP_ "
+            raise LaunchError(f"gcp_kwargs: unknown key {key!r}{did_you_mean(key, names)} "
+                              "(keys are the GCP_ "
                               f"settings in lowercase: {', '.join(sorted(names))})")
     return override(settings, {names[k]: v for k, v in kwargs.items()}, "gcp_kwargs")

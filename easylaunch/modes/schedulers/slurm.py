@@ -324,42 +324,18 @@ def every_rank(line: str, res: Resources) -> str:
 def preflight_ops() -> list[dict]:
     return [{"op": "run", "argv": ["scontrol", "show", "config"]},
             {"op": "run", "argv": cluster_nodes.sinfo_command()},
-            {"op": "run", "argv": ["sacctmgr", "--noheader", "--parsable2", "show", "qos",
-                                   "format=Name,MaxSubmitPU"]},
-            {"op": "run", "argv": ["squeue", "--me", "--noheader", "--array", "--format=%i"]},
-            {"op": "run", "argv": ["sh", "-c", 'sacctmgr --noheader --parsable2 show assoc '
-                                   'where user="$(id -un)" format=DefaultQOS']}]
-
-
-def check_room(res: Resources, jobs: int, answers: list[dict]) -> None:
-    """Refuse ``jobs`` more jobs that their QOS (the settings', else the user's default)
-    would refuse: its MaxSubmitJobsPerUser, less the jobs the user has queued or running
-    now. (Nothing is checked where sacctmgr or squeue did not answer: no accounting, an
-    old Slurm.)"""
-    limits, mine, default = answers[2], answers[3], answers[4]
-    if limits.get("rc") != 0 or mine.get("rc") != 0:
-        return
-    default_qos = next(iter(default["out"].split()), None) if default.get("rc") == 0 else None
-    qos = res.qos or default_qos
-    limit = dict(line.split("|")[:2] for line in limits["out"].splitlines()
-                 if line.count("|") >= 1).get(qos or "")
-    if not limit:
-        return
-    have = len(mine["out"].split())
-    if have + jobs > int(limit):
-        room = max(0, int(limit) - have)
-        asks = f"asks QOS {qos!r}" if res.qos else f"runs in your default QOS {qos!r}"
-        raise LaunchError(
-            f"SLURM_CONFIGS[{res.config_name!r}] {asks}, which lets a user have "
-            f"at most {limit} jobs queued or running (MaxSubmitJobsPerUser); you have {have}, "
-            f"and this launch would add {jobs} (each run of an array is a job): "
-            + (f"launch at most {room} runs now" if room else "wait until some of yours end")
-            + ", pack the runs into one job with mode='htp', or pick another QOS")
+            *slurm_queue.ROOM_OPS]
 
 
 def cluster_facts(answers: list[dict], where: str) -> tuple[int, dict]:
     """MaxArraySize (array indices stay below it)."""
     return max(1, max_array_size(answers[0]["out"]) - 1), {}
+
+
+def check_room(res: Resources, jobs: int, answers: list[dict]) -> None:
+    """Refuse ``jobs`` more jobs that their QOS would refuse (:func:`.slurm_queue.check_room`
+    reads the answers after sinfo's)."""
+    slurm_queue.check_room(res.config_name, res.qos, jobs, answers[2:])
 
 
 def read_nodes(answers: list[dict]) -> list[cluster_nodes.Nodes]:
@@ -473,12 +449,7 @@ def read_waits(job_ids: Sequence[str], answers: list[subprocess.CompletedProcess
     return {job_id: waits[job_id] for job_id in job_ids if job_id in waits}
 
 
-def read_exits(job_ids: Sequence[str], answers: list[subprocess.CompletedProcess],
-               _backends: list[dict]) -> dict[str, str]:
-    """How each of ``job_ids`` that sacct knows ended, in words (``killed by signal 9``)."""
-    sacct = answers[1]
-    exits = slurm_queue.parse_exits(sacct.stdout) if sacct.returncode == 0 else {}
-    return {job_id: exits[job_id] for job_id in job_ids if job_id in exits}
+read_exits = slurm_queue.read_exits
 
 
 def output_place(backend: dict) -> tuple[str, str] | None:

@@ -11,6 +11,8 @@ import re
 import subprocess
 from collections.abc import Callable, Sequence
 
+from easylaunch.errors import LaunchError
+
 # squeue/sacct states -> easylaunch states (JobState values).
 STATES = {
     "PENDING": "queued", "CONFIGURING": "queued", "REQUEUED": "queued", "REQUEUE_HOLD": "queued",
@@ -108,6 +110,51 @@ def parse_exits(stdout: str) -> dict[str, str]:
         if words:
             exits.update(dict.fromkeys(_array_ids(parts[0]), words))
     return exits
+
+
+def read_exits(job_ids: Sequence[str], answers: list[subprocess.CompletedProcess],
+               _backends: list[dict]) -> dict[str, str]:
+    """How each of ``job_ids`` that sacct knows ended, in words (``killed by signal 9``), from
+    the answers to squeue and sacct."""
+    sacct = answers[1]
+    exits = parse_exits(sacct.stdout) if sacct.returncode == 0 else {}
+    return {job_id: exits[job_id] for job_id in job_ids if job_id in exits}
+
+
+# A launch's questions about the user's room on the cluster: the QOS limits, the user's jobs,
+# and the user's default QOS (asked with the preflight's other questions, in its round trip).
+ROOM_OPS = [
+    {"op": "run", "argv": ["sacctmgr", "--noheader", "--parsable2", "show", "qos",
+                           "format=Name,MaxSubmitPU"]},
+    {"op": "run", "argv": ["squeue", "--me", "--noheader", "--array", "--format=%i"]},
+    {"op": "run", "argv": ["sh", "-c", 'sacctmgr --noheader --parsable2 show assoc '
+                           'where user="$(id -un)" format=DefaultQOS']}]
+
+
+def check_room(config_name: str, asked_qos: str | None, jobs: int, answers: list[dict]) -> None:
+    """Refuse ``jobs`` more jobs that their QOS (``asked_qos``, else the user's default)
+    would refuse: its MaxSubmitJobsPerUser, less the jobs the user has queued or running
+    now, from the answers to :data:`ROOM_OPS`. (Nothing is checked where sacctmgr or squeue
+    did not answer: no accounting, an old Slurm.)"""
+    limits, mine, default = answers
+    if limits.get("rc") != 0 or mine.get("rc") != 0:
+        return
+    default_qos = next(iter(default["out"].split()), None) if default.get("rc") == 0 else None
+    qos = asked_qos or default_qos
+    limit = dict(line.split("|")[:2] for line in limits["out"].splitlines()
+                 if line.count("|") >= 1).get(qos or "")
+    if not limit:
+        return
+    have = len(mine["out"].split())
+    if have + jobs > int(limit):
+        room = max(0, int(limit) - have)
+        asks = f"asks QOS {qos!r}" if asked_qos else f"runs in your default QOS {qos!r}"
+        raise LaunchError(
+            f"SLURM_CONFIGS[{config_name!r}] {asks}, which lets a user have "
+            f"at most {limit} jobs queued or running (MaxSubmitJobsPerUser); you have {have}, "
+            f"and this launch would add {jobs} (each run of an array is a job): "
+            + (f"launch at most {room} runs now" if room else "wait until some of yours end")
+            + ", pack the runs into one job with mode='htp', or pick another QOS")
 
 
 def reason_command(job_id: str) -> list[str] | None:
