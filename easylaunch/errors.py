@@ -21,6 +21,17 @@ def did_you_mean(name: object, names: Iterable[str], cutoff: float = 0.6) -> str
     return f"; did you mean {found[0]!r}?" if found else ""
 
 
+def is_count(value: object) -> bool:
+    """True for a whole number of at least 1 (True and False are not counts)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def check_count(name: str, value: object) -> None:
+    """Refuse a ``value`` of option ``name`` that is not a whole number of at least 1."""
+    if not is_count(value):
+        raise LaunchError(f"{name} must be a positive integer, got {value!r}")
+
+
 class EasyLaunchError(Exception):
     """Base class of easylaunch's own errors."""
 

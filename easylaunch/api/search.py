@@ -41,7 +41,7 @@ from easylaunch.api.search_driver import (
     storage,
 )
 from easylaunch.api.search_space import Space, import_optuna, make_pruner, make_sampler, search_key
-from easylaunch.errors import EasyLaunchError, LaunchError
+from easylaunch.errors import EasyLaunchError, LaunchError, check_count
 from easylaunch.modes import get_mode
 from easylaunch.modes.console import line
 from easylaunch.modes.display import html_table
@@ -190,8 +190,7 @@ def run_search(fn: Callable[..., Any], space: Mapping[str, Any], objective: str,
     if direction not in ("minimize", "maximize"):
         raise LaunchError(f"direction must be 'minimize' or 'maximize', got {direction!r}")
     for label, number in (("n_trials", n_trials), ("max_parallel", max_parallel)):
-        if not isinstance(number, int) or isinstance(number, bool) or number < 1:
-            raise LaunchError(f"{label} must be a whole number of at least 1, got {number!r}")
+        check_count(label, number)
     if not isinstance(objective, str) or not objective:
         raise LaunchError("objective must name a key of the dict the function returns, or a "
                           f"metric it logs with log_metrics; got {objective!r}")

@@ -16,7 +16,7 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from easylaunch.errors import EasyLaunchError, LaunchError
+from easylaunch.errors import EasyLaunchError, LaunchError, check_count
 from easylaunch.modes.base import shell_in
 from easylaunch.modes.hosted import NO_QUERY, BackendQuery, HostedMode, completed
 from easylaunch.modes.jobscript import StartLine, bundle_pythonpath, start_line, task_line
@@ -75,8 +75,8 @@ class SshMode(HostedMode):
     def check_packer(self, request: LaunchRequest) -> HostFacts:
         """Whether the host can take the launch: its folder, Python and GPUs."""
         cap = self.opts["max_parallel"]
-        if cap is not None and (not isinstance(cap, int) or isinstance(cap, bool) or cap < 1):
-            raise LaunchError(f"max_parallel must be a positive integer, got {cap!r}")
+        if cap is not None:
+            check_count("max_parallel", cap)
         root, info, (gpus,) = self.check_host(
             self.transport.log_dir or str(request.log_root), self.transport.python,
             {"op": "run", "argv": GPU_QUERY}, programs=programs_to_find(request))

@@ -15,7 +15,7 @@ import shutil
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from easylaunch.errors import LaunchError
+from easylaunch.errors import LaunchError, check_count
 from easylaunch.runs.record import LaunchRequest
 from easylaunch_job.command import Command, argv_for
 
@@ -127,8 +127,8 @@ def multi_process_options(mode: str, accepted: Mapping[str, Any], n: int | None,
             "(with use_gpu, on one GPU); counts work in the scheduler modes (slurm, "
             "slurm_singularity, pbs); here start several processes from the command itself "
             "(torchrun --nproc-per-node=N train.py)")
-    if n is not None and (not isinstance(n, int) or isinstance(n, bool) or n < 1):
-        raise LaunchError(f"the process (GPU) count must be a positive integer, got {n!r}")
+    if n is not None:
+        check_count("the process (GPU) count", n)
     if n is not None and not use_gpu and not multi_process:
         raise LaunchError(f"-n {n} without GPUs asks for {n} processes: add --multi-process "
                           "(or --gpu for GPUs)")

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Generic, NamedTuple, TypeVar
 
-from easylaunch.errors import LaunchError
+from easylaunch.errors import LaunchError, is_count
 from easylaunch.modes.base import Mode
 from easylaunch.modes.cloud import relaunch
 from easylaunch.modes.cloud import transfer as cloud
@@ -191,7 +191,7 @@ class CloudMode(Mode, Generic[TargetT]):
         if not isinstance(self.opts.get("confirm", False), bool):
             problems.append(f"confirm must be True or False, got {self.opts['confirm']!r}")
         n = self.per_instance()
-        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        if not is_count(n):
             problems.append(f"num_exps_per_instance / {self.settings_prefix}_NUM_EXPS_PER_"
                             f"INSTANCE must be a positive integer, got {n!r}")
         problems += self.value_problems()

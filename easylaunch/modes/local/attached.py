@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from easylaunch.errors import LaunchError, notice
+from easylaunch.errors import LaunchError, check_count, notice
 from easylaunch.modes import console, launchers
 from easylaunch.modes.base import Composed, Mode, process_environment, shell_in
 from easylaunch.modes.containers import DOCKER, SINGULARITY, Container
@@ -287,8 +287,8 @@ class LocalMode(Mode):
 
     def check(self, request: LaunchRequest) -> None:
         cap = self.opts["max_parallel"]
-        if cap is not None and (not isinstance(cap, int) or isinstance(cap, bool) or cap < 1):
-            raise LaunchError(f"max_parallel must be a positive integer, got {cap!r}")
+        if cap is not None:
+            check_count("max_parallel", cap)
         if request.use_gpu:
             gpus = self._gpus
             if not gpus:

@@ -20,7 +20,7 @@ import shlex
 import sys
 import warnings
 
-from easylaunch.errors import EasyLaunchError, LaunchError
+from easylaunch.errors import EasyLaunchError, LaunchError, check_count
 from easylaunch.modes import launchers
 from easylaunch.modes.base import Composed
 from easylaunch.modes.hosted import completed
@@ -83,8 +83,7 @@ def check(mode: BatchMode, request: LaunchRequest) -> None:
     allocations = mode.opts["allocations"]
     if allocations is None:
         return
-    if not isinstance(allocations, int) or isinstance(allocations, bool) or allocations < 1:
-        raise LaunchError(f"allocations must be a positive integer, got {allocations!r}")
+    check_count("allocations", allocations)
     if allocations > 1 and s.HTP_RUNNER == "ht_helper":
         raise LaunchError("allocations > 1 spreads runs over easylaunch's packers: use "
                           "HTP_RUNNER='packer', or one allocation")

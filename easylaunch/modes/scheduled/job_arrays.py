@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from easylaunch.errors import LaunchError
+from easylaunch.errors import LaunchError, check_count
 from easylaunch.modes import launchers
 from easylaunch.modes.base import Composed
 from easylaunch.modes.containers import SINGULARITY, Singularity
@@ -109,8 +109,8 @@ class ArrayMode(ScheduledMode):
             self.container.check(self.settings, request.use_gpu, self.name, here=False)
         self.scheduler.check(self.settings, self.resources(request))
         cap = self.opts["array_parallelism"]
-        if cap is not None and (not isinstance(cap, int) or isinstance(cap, bool) or cap < 1):
-            raise LaunchError(f"array_parallelism must be a positive integer, got {cap!r}")
+        if cap is not None:
+            check_count("array_parallelism", cap)
         return self.preflight(self.transport.log_dir or str(request.log_root),
                               None if self.container or self._env_prefix()
                               else self.cluster_python(), request,

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from easylaunch.errors import LaunchError
+from easylaunch.errors import LaunchError, check_count
 from easylaunch.modes import launchers
 from easylaunch.modes.schedulers import nodes as cluster_nodes
 from easylaunch.modes.schedulers import slurm_queue
@@ -282,8 +282,7 @@ def resources(settings: Settings, opts: dict, request: LaunchRequest) -> Resourc
         raise LaunchError(f"{exc} (with this launch's " + ", ".join(
             f"{option}={value!r}" for option, (_, value) in given.items()) + ")") from None
     per_node = opts.get("tasks_per_node") or res.n_gpus or 1
-    if not isinstance(per_node, int) or isinstance(per_node, bool) or per_node < 1:
-        raise LaunchError(f"tasks_per_node must be a positive integer, got {per_node!r}")
+    check_count("tasks_per_node", per_node)
     if overrides.get("n_nodes") or per_node > 1:
         res = resolve_resources(configs, name, request.use_gpu, n_tasks=res.nodes * per_node)
     return res
