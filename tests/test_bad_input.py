@@ -65,8 +65,8 @@ def test_a_function_holding_an_open_file_is_refused(cfg, tmp_path):
 
 
 def test_unknown_mode_lists_known_modes(cfg):
-    with pytest.raises(LaunchError,
-                       match="unknown mode 'locl'; did you mean 'local'\\?; known modes: .*here_no_doodad"):
+    with pytest.raises(LaunchError, match="unknown mode 'locl'; did you mean 'local'\\?; "
+                                          "known modes: .*here_no_doodad"):
         run_experiment(jobfns.train, mode="locl", config=cfg)
 
 
