@@ -406,7 +406,17 @@ def test_runs_are_copied_while_the_launch_makes_them(remote_cfg, ssh_cluster, mo
         monkeypatch.setattr(SshTransport, "untar_argv", lambda self, folder: [
             "ssh", *self.ssh_options(), "--", self.destination, "no-such-tar -x"])
     arrived, uploads = [], []
-    finish, upload = staging.RunStream.finish, staging.upload
+    finish, upload, made = staging.RunStream.finish, staging.upload, staging.RunStream.made
+
+    made_runs = []
+
+    def made_tenth_once_ready(self, run):  # (40 runs can be made before the preflight's round
+        made_runs.append(run)              # trip ends: the tenth waits for it, so some stream)
+        if len(made_runs) == 10:
+            wait_for(self.ready, 10)
+        made(self, run)
+
+    monkeypatch.setattr(staging.RunStream, "made", made_tenth_once_ready)
     monkeypatch.setattr(staging.RunStream, "finish",
                         lambda self: arrived.append(finish(self)) or arrived[-1])
     monkeypatch.setattr(staging, "upload", lambda *a, **k: uploads.append(upload(*a, **k))
