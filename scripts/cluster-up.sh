@@ -179,12 +179,17 @@ if [ -z "$(sacctmgr -n -P list assoc user="$USER_NAME" cluster="$NAME" format=us
 fi
 
 # slurmctld, then each slurmd in a UTS namespace of its own (hostname says nodeN in jobs).
+fresh=false
 if ! running "$RUN/slurmctld.pid"; then
     slurmctld
+    fresh=true
 elif $changed; then
     scontrol reconfigure
 fi
 wait_until slurmctld 60 scontrol ping
+if $fresh; then  # the jobs of an earlier boot are no test's: they would run again and hold nodes
+    squeue -h -o %A | xargs -r scancel
+fi
 for node in $NODES; do
     if ! running "$RUN/slurmd-$node.pid"; then
         unshare --uts sh -c "hostname $node && exec slurmd -N $node"

@@ -58,15 +58,20 @@ fi
 
 mkdir -p /var/spool/slurmctld /var/spool/slurmd /var/log/slurm
 echo "$wanted" > /etc/slurm/slurm.conf
-alive /run/slurmctld.pid || slurmctld
+# A controller started afresh forgets the jobs of an earlier boot (-c): they are no test's, and
+# they would run again or hold the node "completing".
+alive /run/slurmctld.pid || slurmctld -c
 alive /run/slurmd.pid || slurmd
-for _ in $(seq 1 60); do
+for i in $(seq 1 60); do
     state=$(sinfo -h -o %T 2>/dev/null || true)
     if echo "$state" | grep -q -E 'idle|mix|alloc'; then
         exit 0
     fi
     if echo "$state" | grep -q -E 'down|drain|fail'; then  # left so by an earlier unclean stop
         scontrol update NodeName="${host}" State=RESUME 2>/dev/null || true
+    fi
+    if [ "$i" = 20 ] && echo "$state" | grep -q completing; then  # a job that will not end: end it
+        scontrol update NodeName="${host}" State=DOWN Reason="completing at slurm-up" 2>/dev/null || true
     fi
     sleep 0.5
 done
