@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Start a realistic Slurm cluster on this one machine, for the tests (issue 49).
 # Four nodes (node1..node4, each slurmd in its own UTS namespace), accounting through slurmdbd
-# on MariaDB, fake GPUs on node3 and node4, a preemptible partition, an ordinary user and a QOS.
+# on MariaDB, fake GPUs on node3 and node4, a preemptible partition, an ordinary user and a QOS,
+# and node-local scratch (a tmpfs each node has alone).
 # It lives beside the one-node cluster of scripts/slurm-up.sh: its own config, ports, state,
 # logs and pid files. Clients find it through SLURM_CONF=/etc/slurm-realistic/slurm.conf.
 # Needs root; idempotent: daemons that run (by their pid files) are left running.
@@ -18,6 +19,7 @@ STATE=/var/lib/slurm-realistic
 SPOOL=/var/spool/slurm-realistic
 LOGS=/var/log/slurm-realistic
 RUN=/run/slurm-realistic
+SCRATCH=/var/tmp/slurm-realistic-scratch  # each node's own, in its jobs (empty out of them)
 CTLD_PORT=6917
 DBD_PORT=6919
 NODE_PORT=6920  # node N listens on NODE_PORT + N
@@ -54,7 +56,7 @@ wait_until() {
     exit 1
 }
 
-mkdir -p "$ETC" "$STATE/ctld" "$LOGS" "$RUN" "$ETC/gpus"
+mkdir -p "$ETC" "$STATE/ctld" "$LOGS" "$RUN" "$ETC/gpus" "$SCRATCH"
 for node in $NODES; do
     mkdir -p "$SPOOL/$node"
 done
@@ -178,7 +180,8 @@ if [ -z "$(sacctmgr -n -P list assoc user="$USER_NAME" cluster="$NAME" format=us
         QOS=normal,limited DefaultQOS=normal >/dev/null
 fi
 
-# slurmctld, then each slurmd in a UTS namespace of its own (hostname says nodeN in jobs).
+# slurmctld, then each slurmd in UTS and mount namespaces of its own: hostname says nodeN in
+# jobs, and SCRATCH is a tmpfs each node has alone (node-local storage, as for ENV_BROADCAST_DIR).
 fresh=false
 if ! running "$RUN/slurmctld.pid"; then
     slurmctld
@@ -192,7 +195,8 @@ if $fresh; then  # the jobs of an earlier boot are no test's: they would run aga
 fi
 for node in $NODES; do
     if ! running "$RUN/slurmd-$node.pid"; then
-        unshare --uts sh -c "hostname $node && exec slurmd -N $node"
+        unshare --uts --mount --propagation private \
+            sh -c "hostname $node && mount -t tmpfs -o size=1g scratch $SCRATCH && exec slurmd -N $node"
     fi
 done
 

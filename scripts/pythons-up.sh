@@ -31,5 +31,6 @@ make() {  # make NAME INTERPRETER [venv options] [-- extra pip requirements]
     "$venv/bin/python" -c "$wanted"
 }
 make pyenv "$(command -v python3)" -- numpy
-make debian /usr/bin/python3 -- numpy pandas  # (pandas: another user's load_sweep, in the tests)
+# (pandas: another user's load_sweep in the tests; starlette, jinja2, httpx: their dashboard)
+make debian /usr/bin/python3 -- numpy pandas starlette jinja2 httpx
 make debian-system /usr/bin/python3 --system-site-packages

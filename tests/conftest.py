@@ -3,6 +3,7 @@ import pwd
 import shutil
 import signal
 import subprocess
+import sys
 import uuid
 from pathlib import Path
 
@@ -226,3 +227,16 @@ def azurite(azure_tls, tmp_path_factory):
     yield url
     proc.terminate()
     proc.wait(10)
+
+
+@pytest.fixture(scope="session")
+def small_venv(tmp_path_factory):
+    """A small virtualenv with only cloudpickle (the runner's one dependency)."""
+    venv = tmp_path_factory.mktemp("small") / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    import cloudpickle
+
+    site = next(venv.glob("lib/python*/site-packages"))
+    subprocess.run(["cp", "-r", str(Path(cloudpickle.__file__).parent), str(site)], check=True)
+    (site / f"cloudpickle-{cloudpickle.__version__}.dist-info").mkdir()
+    return venv

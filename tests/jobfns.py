@@ -267,7 +267,7 @@ def node_facts(doodad_config, variant):
     import json
 
     extra = doodad_config.extra_launch_info
-    facts = {"host": os.uname().nodename, "rank": extra["rank"],
+    facts = {"host": os.uname().nodename, "prefix": sys.prefix, "rank": extra["rank"],
              "world_size": extra["world_size"], "gpu_id": doodad_config.gpu_id,
              "physical_gpu_id": extra.get("physical_gpu_id"),
              "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),

@@ -1,7 +1,5 @@
 """Multi-process runs and environment broadcast on the local Slurm cluster."""
 
-import subprocess
-import sys
 from pathlib import Path
 
 import jobfns
@@ -22,19 +20,6 @@ def test_a_two_rank_run_all_reduces_with_gloo(slurm_cfg):
         assert (job.log_dir / f"stdout.rank{rank}.log").exists()
         assert (job.log_dir / f"stderr.rank{rank}.log").exists()
     assert job.info()["state"] == "succeeded"
-
-
-@pytest.fixture(scope="module")
-def small_venv(tmp_path_factory):
-    """A small virtualenv with only cloudpickle (the runner's one dependency)."""
-    venv = tmp_path_factory.mktemp("small") / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    import cloudpickle
-
-    site = next(venv.glob("lib/python*/site-packages"))
-    subprocess.run(["cp", "-r", str(Path(cloudpickle.__file__).parent), str(site)], check=True)
-    (site / f"cloudpickle-{cloudpickle.__version__}.dist-info").mkdir()
-    return venv
 
 
 def test_env_broadcast_runs_from_node_local_storage(slurm_cfg, small_venv, tmp_path):

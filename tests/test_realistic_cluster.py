@@ -255,6 +255,23 @@ for top, dirs, files in os.walk(sys.argv[1]):
             pass
 print(json.dumps(readable))
 """
+# What user B's dashboard (`easylaunch ui`, over B's registry) answers for A's run and sweep:
+# each path's status and text.
+DASHBOARD_OF_B = """
+import asyncio, json, sys
+import httpx
+from easylaunch.dashboard.app import create_app
+config, run, sweep = sys.argv[1:]
+async def main():
+    app = create_app(config, "t", 1, None)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://127.0.0.1:1",
+                                 cookies={"easylaunch-ui-1": "t"}) as client:
+        paths = ["/", f"/api/states?ids={run}", f"/run/{run}", f"/sweep/{sweep}",
+                 f"/api/runs/{run}/log", f"/api/curves?runs={run}"]
+        return {path: [(answer := await client.get(path)).status_code, answer.text]
+                for path in paths}
+print(json.dumps(asyncio.run(main())))
+"""
 
 
 def as_user(user: str, *argv: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -308,6 +325,13 @@ def test_two_users_on_one_cluster_and_one_shared_log_folder_see_only_their_own_r
                      "load_sweep(sys.argv[1], config=sys.argv[2])", a["sweep"], str(settings),
                      check=False)
     assert loaded.returncode != 0 and a["sweep"] in loaded.stderr, loaded.stderr
+    shown = json.loads(as_user("easyremote", str(USERS_PYTHON), "-c", DASHBOARD_OF_B,
+                               str(settings), a["ids"][0], a["sweep"]).stdout)
+    for page in ("/", f"/api/states?ids={a['ids'][0]}"):  # (B's runs: A's are not among them)
+        status, text = shown.pop(page)
+        assert status == 200 and a["ids"][0] not in text, text
+    for page, (status, text) in shown.items():  # (A's run and sweep: B's registry has neither)
+        assert status in (400, 404) and re.search(r"no (run|sweep)", text), (page, text)
     readable = json.loads(as_user("easyremote", str(USERS_PYTHON), "-c", READABLE_BY_B,
                                   str(shared)).stdout)
     assert readable == [], readable
@@ -510,3 +534,20 @@ def test_packed_runs_in_a_gpu_allocation_get_one_granted_gpu_each(real_cfg):
     assert {facts["cuda_visible_devices"] for facts in seen} == set(granted), seen
     script = (Path(jobs[0].launch_info["backend"]["cluster_batch_dir"]) / "htp.sbatch")
     assert "#SBATCH --gres=gpu:2\n" in script.read_text()
+
+
+SCRATCH = "/var/tmp/slurm-realistic-scratch"  # (scripts/cluster-up.sh: each node's own tmpfs)
+
+
+def test_a_packed_environment_reaches_every_node_of_a_two_node_run(real_cfg, small_venv):
+    """sbcast copies the packed venv to each node's own scratch; each rank runs its Python."""
+    pytest.importorskip("venv_pack")
+    real_cfg["ENV_BROADCAST_DIR"] = SCRATCH
+    job = run_experiment(jobfns.node_facts, mode="slurm", n_nodes=2, env_pack=str(small_venv),
+                         config=real_cfg)
+    job.result(timeout=180)
+    ranks = [_rank_facts(job, rank) for rank in (0, 1)]
+    assert len({r["host"] for r in ranks}) == 2, ranks
+    (prefix,) = {r["prefix"] for r in ranks}
+    assert prefix.startswith(f"{SCRATCH}/easylaunch-env-"), prefix
+    assert not list(Path(SCRATCH).iterdir())  # (here, off the nodes, the scratch is empty)
