@@ -76,6 +76,9 @@ def main() -> None:
           + f" (deepest {max(depths.values())}; goal <= 3)")
     entries = root_entries()
     print(f"entries at the package root: {len(entries)} (goal <= 12): {', '.join(entries)}")
+    linked = (REPO / "easylaunch" / "settings" / "template.py").resolve()
+    print(f"config_template.py at the top level: {(REPO / 'config_template.py').is_file()}; "
+          f"settings/template.py is it: {linked == REPO / 'config_template.py'}")
     small = small_modules()
     print(f"modules under 40 lines that are not a face: {len(small)} (goal 0)"
           + "".join(f"\n  {name} {count}" for count, name in small))

@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import textwrap
+import zipfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -239,3 +240,25 @@ def test_an_optional_import_at_module_level_is_found(tmp_path):
     assert [str(i) for i in found] == [
         "m (line 3) imports matplotlib at its top; matplotlib comes with the extra 'results': "
         "import it where it is used, with easylaunch.errors.needed"]
+
+
+def test_a_wheels_init_writes_from_the_top_levels_config_template(core, env, tmp_path):
+    """config_template.py at the checkout's top level is the one template: a wheel built from
+    the checkout holds it (settings/template.py links to it), and that install's
+    ``easylaunch init`` writes its keys, pointing at the copy the wheel holds."""
+    built = subprocess.run([REPO_DIR / ".venv" / "bin" / "python", "-m", "pip", "wheel", "-q",
+                            "--no-deps", "--no-build-isolation", "-w", tmp_path / "wheel",
+                            REPO_DIR], capture_output=True, text=True, timeout=300)
+    assert built.returncode == 0, built.stderr
+    (wheel,) = (tmp_path / "wheel").glob("easylaunch-*.whl")
+    unpacked = tmp_path / "installed"
+    zipfile.ZipFile(wheel).extractall(unpacked)
+    held = unpacked / "easylaunch" / "settings" / "template.py"
+    assert not held.is_symlink() and held.read_text() == \
+        (REPO_DIR / "config_template.py").read_text()
+    env = {**env, "PYTHONPATH": str(unpacked)}  # (before the editable install: the wheel's)
+    done = run([PYTHON, "-m", "easylaunch.cli", "init", tmp_path / "mine.py"], env, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    written = (tmp_path / "mine.py").read_text()
+    assert "CODE_DIRS_TO_MOUNT: list = []" in written and "SLURM_CONFIGS" in written
+    assert str(held) in written  # (where every other key is: the wheel's own copy)

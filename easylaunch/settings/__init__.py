@@ -1,6 +1,7 @@
 """Settings: find the user's config file, fill in defaults, check every value.
 
-A settings file is Python with UPPERCASE names, like doodad's config. ``settings/template.py``
+A settings file is Python with UPPERCASE names, like doodad's config. ``config_template.py``
+(at the checkout's top level; ``settings/template.py`` links to it, and a wheel holds it there)
 holds every key with its default and its type annotation; user values are checked against those
 annotations, so the template is the single source of truth.
 """
@@ -31,8 +32,8 @@ from easylaunch_job.trackers import TRACKER_NAMES
 ENV_CONFIG = "EASYLAUNCH_CONFIG"
 LOCAL_CONFIG_NAME = "easylaunch_config.py"
 USER_CONFIG_PATH = Path("~/.config/easylaunch/config.py")
-TEMPLATE_PATH = Path(template.__file__)
-DEFAULT_SOURCE = "default (settings/template.py)"
+TEMPLATE_PATH = Path(template.__file__).resolve()  # (in a checkout: ../../config_template.py)
+DEFAULT_SOURCE = "default (config_template.py)"
 MAPPING_SOURCE = "config= argument"
 
 ConfigArg = str | os.PathLike | Mapping[str, Any] | None
@@ -283,7 +284,7 @@ def check_values(values: Mapping[str, Any], source: str) -> dict[str, Any]:
         if annotation is not None and not _type_ok(value, annotation):
             raise SettingsError(
                 f"{source}: {name} must be {_type_name(annotation)}, got "
-                f"{type(value).__name__} {value!r} (see settings/template.py for its meaning)")
+                f"{type(value).__name__} {value!r} (see config_template.py for its meaning)")
         if isinstance(value, os.PathLike):
             value = os.fspath(value)
         test, must = CONSTRAINTS.get(key, (None, ""))
@@ -322,7 +323,7 @@ def read_settings_file(path: Path) -> dict[str, Any]:
 
 
 def load_settings(config: ConfigArg = None) -> Settings:
-    """Load the effective settings (see settings/template.py for the lookup order)."""
+    """Load the effective settings (see config_template.py for the lookup order)."""
     if isinstance(config, Mapping):
         values = check_values(config, MAPPING_SOURCE)
         sources = {k: MAPPING_SOURCE for k in values}
