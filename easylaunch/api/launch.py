@@ -158,9 +158,11 @@ def run_sweep(
     registry), so two at once never launch the same variant twice.
     """
     return launch_variants(method_call, variants, LaunchOptions(
-        exp_name, mode, prepend_date_to_exp_name, use_gpu, gpu_id, base_log_dir,
-        slurm_config_name, config, max_restarts, restart_on_error, dry_run, mode_options,
-        sweep, resume, trackers), sweep_id=None)
+        exp_name=exp_name, mode=mode, prepend_date_to_exp_name=prepend_date_to_exp_name,
+        use_gpu=use_gpu, gpu_id=gpu_id, base_log_dir=base_log_dir,
+        slurm_config_name=slurm_config_name, config=config, max_restarts=max_restarts,
+        restart_on_error=restart_on_error, dry_run=dry_run, mode_options=mode_options,
+        sweep=sweep, resume=resume, trackers=trackers), sweep_id=None)
 
 
 def _payloads(mode_obj: Mode, method_call: Callable[..., Any], variants: list[dict],
@@ -403,9 +405,11 @@ def run_experiment(
     variant again only if there is none. The sweep is the one named (``sweep=``), else the one
     the process's first call found: the newest this script launched with this function."""
     launched = launch_variants(method_call, [variant], LaunchOptions(
-        exp_name, mode, prepend_date_to_exp_name, use_gpu, gpu_id, base_log_dir,
-        slurm_config_name, config, max_restarts, restart_on_error, dry_run, mode_options,
-        sweep, resume, trackers), sweep_id="script")
+        exp_name=exp_name, mode=mode, prepend_date_to_exp_name=prepend_date_to_exp_name,
+        use_gpu=use_gpu, gpu_id=gpu_id, base_log_dir=base_log_dir,
+        slurm_config_name=slurm_config_name, config=config, max_restarts=max_restarts,
+        restart_on_error=restart_on_error, dry_run=dry_run, mode_options=mode_options,
+        sweep=sweep, resume=resume, trackers=trackers), sweep_id="script")
     return launched if isinstance(launched, Preview) else launched[0]
 
 

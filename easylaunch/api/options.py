@@ -56,9 +56,10 @@ def registry_of(settings: Settings) -> Registry:
     return open_registry(settings.REGISTRY_PATH)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LaunchOptions:
-    """A launch's keywords besides the function and its variants (:func:`run_sweep`'s)."""
+    """A launch's keywords besides the function and its variants (:func:`run_sweep`'s), given
+    by name: a new option is one field here, and what builds one names what it sets."""
 
     exp_name: str = "default"
     mode: str = "local"
