@@ -6,13 +6,8 @@ import argparse
 
 from easylaunch.cli.doctor import diagnose
 from easylaunch.cli.shared import AddCommand
-from easylaunch.settings import (
-    DEFAULTS,
-    USER_CONFIG_PATH,
-    load_settings,
-    where_found,
-    write_template,
-)
+from easylaunch.settings import DEFAULTS, USER_CONFIG_PATH, load_settings
+from easylaunch.settings.starter import where_found, write_template
 
 
 def init(args: argparse.Namespace) -> int:

@@ -124,7 +124,7 @@ def status(args: argparse.Namespace) -> int:
     registry = registry_of(args)
     entry = registry.find(args.id)
     job = job_for(registry, entry)
-    job.mode.sync_logs(job.record)
+    job.mode.bring_logs(job.record)
     info, launch = job.info(), job.launch_info
     queued = info.get("state") == "queued"
     if args.json:
@@ -234,7 +234,7 @@ def _restarts(restarts: list[dict]) -> str | None:
 def logs(args: argparse.Namespace) -> int:
     registry = registry_of(args)
     job = job_for(registry, registry.find(args.id))
-    job.mode.sync_logs(job.record)
+    job.mode.bring_logs(job.record)
     path, other = (job.stderr_path, "stdout: without --stderr") if args.stderr else \
         (job.stdout_path, "stderr: --stderr")
     if sys.stderr.isatty():  # (a pipe gets the log alone)
@@ -270,7 +270,7 @@ def follow_logs(job: Job, logs: list[tuple[Path, TextIO]], offsets: list[int] | 
     try:
         while True:
             finished = job.status().terminal
-            job.mode.sync_logs(job.record)
+            job.mode.bring_logs(job.record)
             for i, (path, out) in enumerate(logs):
                 offsets[i] += _copy_new(path, offsets[i], out)
             if finished:

@@ -21,12 +21,12 @@ class Aligned:
     """Curves on one step axis: ``x``, and for each run its values there (None: no value at
     that step), each point the mean of ``per_point`` steps on average (1: every point)."""
 
-    x: list[float | None]  # (as _short gives them: an infinite step is None)
+    x: list[float | None]  # (as _rounded gives them: an infinite step is None)
     ys: list[list[float | None]]
     per_point: float
 
 
-def _short(values: np.ndarray) -> list[float | None]:
+def _rounded(values: np.ndarray) -> list[float | None]:
     """Values for JSON: DIGITS significant digits; NaN and infinities as None (a gap)."""
     return [float(f"{v:.{DIGITS}g}") if math.isfinite(v) else None for v in values.tolist()]
 
@@ -67,8 +67,8 @@ def align(curves: Sequence[Series | None], lo: float | None = None, hi: float | 
             y = np.full(len(steps), np.nan)
             if k is not None:
                 y[np.searchsorted(steps, k[0])] = k[1]  # (of repeated steps, the last)
-            ys.append(_short(y))
-        return Aligned(_short(steps), ys, 1.0)
+            ys.append(_rounded(y))
+        return Aligned(_rounded(steps), ys, 1.0)
     edges = np.linspace(steps[0], steps[-1], buckets + 1)
 
     def bucket_of(s: np.ndarray) -> np.ndarray:
@@ -88,5 +88,5 @@ def align(curves: Sequence[Series | None], lo: float | None = None, hi: float | 
         n = np.bincount(at, minlength=buckets)
         total = np.bincount(at, weights=k[1][finite], minlength=buckets)
         with np.errstate(invalid="ignore", divide="ignore"):
-            ys.append(_short((total / n)[used]))
-    return Aligned(_short(x), ys, len(steps) / int(used.sum()))
+            ys.append(_rounded((total / n)[used]))
+    return Aligned(_rounded(x), ys, len(steps) / int(used.sum()))

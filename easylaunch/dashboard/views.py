@@ -327,8 +327,8 @@ def log_chunk(registry: Registry, run_id: str, stream: str, offset: int) -> LogC
     still = True
     with contextlib.suppress(DamagedRecordError):
         still = not job.recorded_state().terminal
-    job.mode.sync_logs(job.record)
-    text, offset = read_log(job.mode.log_file(job.record, LOG_STREAMS[stream]), offset)
+    job.mode.bring_logs(job.record)
+    text, offset = read_log(job.mode.readable_log(job.record, LOG_STREAMS[stream]), offset)
     return LogChunk(text, offset, still)
 
 

@@ -212,17 +212,18 @@ class Mode(ABC):
         """Where the run writes its logs when that is not its local folder (for the registry)."""
         return None
 
-    def log_file(self, job: RunRecord, name: str) -> Path:
-        """Where this run's log file ``name`` can be read from this machine."""
+    def readable_log(self, job: RunRecord, name: str) -> Path:
+        """Where this run's log file ``name`` can be read from this machine (a mode whose runs
+        write it elsewhere may bring it here first)."""
         return job.log_dir / name
 
     def readable_folder(self, job: RunRecord) -> Path:
         """The folder this run's files (metrics, event files) are read from on this machine."""
         return job.log_dir
 
-    def sync_logs(self, job: RunRecord) -> None:
-        """Bring the run's logs up to date here, where it writes them elsewhere (default: it
-        writes them here)."""
+    def bring_logs(self, job: RunRecord) -> None:
+        """Bring the run's logs up to date here, where it writes them elsewhere, those
+        :meth:`readable_log` does not bring itself (default: it writes them here)."""
 
     def bring_metrics(self, jobs: Sequence[RunRecord]) -> None:
         """Bring the open runs' ``metrics.jsonl`` up to date in :meth:`readable_folder`,

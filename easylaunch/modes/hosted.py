@@ -207,7 +207,7 @@ class HostedMode(Mode):
             return None
         return self.transport.remote(there)
 
-    def log_file(self, job: RunRecord, name: str) -> Path:
+    def readable_log(self, job: RunRecord, name: str) -> Path:
         """The log where the job writes it when that is readable here, else the local copy."""
         there = self.readable_folder(job) / name
         return there if there.exists() else job.log_dir / name
@@ -344,7 +344,7 @@ class HostedMode(Mode):
         return (f"brought {self.transport.remote(str(there))} into {job.log_dir} "
                 f"({sent} bytes over the wire)")
 
-    def sync_logs(self, job: RunRecord) -> None:
+    def bring_logs(self, job: RunRecord) -> None:
         if not self.transport.is_local:
             there = self._job_log_dir(job)
             with contextlib.suppress(HostError):

@@ -103,7 +103,7 @@ def metrics_folder(shown: Shown, fetch: bool) -> Path:
             job.fetch()
             return here
         for name in (METRICS_JSONL, PROGRESS_CSV):
-            job.mode.log_file(job.record, name)  # (a cloud run's: copied here from the bucket)
+            job.mode.readable_log(job.record, name)  # (a cloud run's: copied here from the bucket)
         return job.mode.readable_folder(job.record)
     except (EasyLaunchError, OSError) as exc:
         warnings.warn(f"run {shown.entry.id}: its metrics could not be brought here ({exc}); "

@@ -216,9 +216,9 @@ class Job:
     @property
     def stdout_path(self) -> Path:
         """The run's stdout log, where it can be read from here."""
-        return self.mode.log_file(self.record, STDOUT_LOG)
+        return self.mode.readable_log(self.record, STDOUT_LOG)
 
     @property
     def stderr_path(self) -> Path:
         """The run's stderr log, where it can be read from here."""
-        return self.mode.log_file(self.record, STDERR_LOG)
+        return self.mode.readable_log(self.record, STDERR_LOG)

@@ -1,4 +1,5 @@
-"""What the cloud modes (``ec2``, ``gcp``) share: one path from launch to fetch.
+"""What the cloud modes (``ec2``, ``gcp``, ``azure``, ``aml``, ``ray``) share: one path from
+launch to fetch.
 
 A launch uploads what the bucket does not hold yet (code snapshots and bundles are named by
 content, so a sweep uploads each snapshot once), one manifest per fleet of instances and the
@@ -472,7 +473,7 @@ class CloudMode(Mode, Generic[TargetT]):
     def remote_log_dir(self, run: Run) -> str | None:
         return run.launch["backend"].get("log_url")
 
-    def log_file(self, job: RunRecord, name: str) -> Path:
+    def readable_log(self, job: RunRecord, name: str) -> Path:
         """The run's log as last synced to the bucket (copied into the local folder first)."""
         backend = job.launch_info.get("backend", {})
         if "instance_id" in backend:
@@ -481,9 +482,9 @@ class CloudMode(Mode, Generic[TargetT]):
                 write_bytes_atomic(str(job.log_dir / name), data)
         return job.log_dir / name
 
-    def sync_logs(self, job: RunRecord) -> None:
+    def bring_logs(self, job: RunRecord) -> None:
         """The run's other logs (each rank's, the instance's) as last synced to the bucket
-        (its stdout and stderr come as they are read: ``log_file``)."""
+        (its stdout and stderr come as they are read: ``readable_log``)."""
         backend = job.launch_info.get("backend", {})
         if "instance_id" in backend:
             cloud.download_prefix(self.store_of(backend), backend["log_prefix"], job.log_dir,
@@ -493,7 +494,7 @@ class CloudMode(Mode, Generic[TargetT]):
         """The runs' metrics.jsonl as the agents last synced them to the bucket (each sync
         interval)."""
         for job in jobs:
-            self.log_file(job, METRICS_JSONL)
+            self.readable_log(job, METRICS_JSONL)
 
     def fetch(self, job: RunRecord) -> str:
         backend = self._backend(job)

@@ -100,7 +100,7 @@ class _Slots:
 
 _slots: dict[tuple, _Slots] = {}
 _live: dict[str, _LocalRun] = {}
-_registry_lock = threading.Lock()
+_runs_lock = threading.Lock()
 
 
 class _LocalRun:
@@ -135,7 +135,7 @@ class _LocalRun:
                                      error=f"could not start the run: {exc!r}")
         finally:
             self.slots.release(gpu)
-            with _registry_lock:
+            with _runs_lock:
                 _live.pop(self.run.run_id, None)
             self.done.set()
 
@@ -176,7 +176,7 @@ def _recorded_end(log_dir: str) -> bool:
 
 def _interrupt_note() -> str:
     """What a Ctrl-C does to this process's local runs, in the line that says it."""
-    with _registry_lock:
+    with _runs_lock:
         live = len(_live)
     return f"cancelling {live} local run{'s' * (live != 1)}" if live else ""
 
@@ -184,7 +184,7 @@ def _interrupt_note() -> str:
 def _wait_at_exit() -> None:
     """Let the launching script's runs finish; on Ctrl-C (now or before), cancel them (a
     Ctrl-C here also ends the process as interrupted: 130 in a shell)."""
-    with _registry_lock:  # (supervisor threads remove runs as they end)
+    with _runs_lock:  # (supervisor threads remove runs as they end)
         live = list(_live.values())
     pending = [lr for lr in live if not lr.done.is_set() and not _recorded_end(lr.log_dir)]
     if not pending:
@@ -208,7 +208,7 @@ def _wait_at_exit() -> None:
 
 def _cancel_all(pending: list[_LocalRun]) -> None:
     """Cancel every live local run; wait for those in ``pending`` to end."""
-    with _registry_lock:
+    with _runs_lock:
         live = list(_live.values())
     for lr in live:
         lr.cancel()
@@ -354,7 +354,7 @@ class LocalMode(Mode):
             _link_data_mount(mount)
         gpus = self._gpus if request.use_gpu else []
         cap = self._cap(gpus)
-        with _registry_lock:
+        with _runs_lock:
             slots = _slots.setdefault((cap, tuple(gpus)), _Slots(cap, gpus))
         pinned = str(request.gpu_id) if request.use_gpu and request.gpu_id is not None else None
         _install_exit_hooks()
@@ -362,7 +362,7 @@ class LocalMode(Mode):
         for run, command in zip(runs, prepared, strict=True):
             local_run = _LocalRun(run, command, slots, pinned,
                                   float(self.settings.LOCAL_CANCEL_GRACE_SECONDS))
-            with _registry_lock:
+            with _runs_lock:
                 _live[run.run_id] = local_run
             started.append(local_run)
             threading.Thread(target=local_run.supervise, daemon=True,

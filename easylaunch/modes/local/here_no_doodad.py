@@ -84,14 +84,14 @@ class HereNoDoodadMode(Mode):
             log_dir = str(run.log_dir)
             config = make_doodad_config(run.meta, log_dir)
             try:
-                with _tee_output(self.log_file(job, STDOUT_LOG), self.log_file(job, STDERR_LOG)):
+                with _tee_output(run.log_dir / STDOUT_LOG, run.log_dir / STDERR_LOG):
                     code, value = call_and_record(request.method_call, config, run.variant,
                                                   log_dir, reraise=True,
                                                   trackers=run.meta.get("trackers"))
             except BaseException as exc:
                 # (the caller shows the error, Jupyter as the run's own frames; the log keeps it)
                 shows_as(exc, own_traceback(exc))
-                with open(self.log_file(job, STDERR_LOG), "a") as log:
+                with open(run.log_dir / STDERR_LOG, "a") as log:
                     log.write(job.info().get("error") or "")
                 for later in runs[index + 1:]:
                     update_status(str(later.log_dir), state="cancelled", ended_at=time.time(),

@@ -218,7 +218,7 @@ class ScheduledMode(HostedMode):
     def _where_to_look(self, job: RunRecord) -> str:
         """Point at the log that says why a job ended: the run's stderr.log where it exists,
         else the scheduler's own output, else say that neither was written."""
-        stderr = self.log_file(job, STDERR_LOG)
+        stderr = self.readable_log(job, STDERR_LOG)
         if stderr.exists() and stderr.stat().st_size:
             return f"see {stderr}"
         output = self.scheduler_output(job)
