@@ -27,10 +27,10 @@ ENV_JOB_ID = "EASYLAUNCH_JOB_ID"  # the scheduler's id of the job running this a
 # Seconds between looks at the run's record for a cancel request, for jobs the scheduler's
 # cancel command cannot name (array elements behind some PBS front ends).
 ENV_WATCH_CANCEL = "EASYLAUNCH_WATCH_CANCEL"
-# A job script's own path: an attempt that ends to restart submits it again for its entry, with
-# ENV_RESUBMIT_WITH's tool ("sbatch", the default, or "qsub").
+# A job script's own path: an attempt that ends to restart submits it again for its entry, as
+# ENV_SCHEDULER's scheduler does (schedulers.py: "slurm", the default, or "pbs").
 ENV_RESUBMIT_SCRIPT = "EASYLAUNCH_RESUBMIT_SCRIPT"
-ENV_RESUBMIT_WITH = "EASYLAUNCH_RESUBMIT_WITH"
+ENV_SCHEDULER = "EASYLAUNCH_SCHEDULER"
 # The entry (from 0) of a job script a job runs, where no array index says it (a PBS restart).
 ENV_ENTRY = "EASYLAUNCH_ENTRY"
 # Shared by the runner and the checkpoint helpers through the environment, so they agree even

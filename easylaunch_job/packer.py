@@ -2,7 +2,7 @@
 remote machine; detached local runs' supervisor).
 
 ``python job.pyz pack TASKFILE --state-dir DIR [--workers N] [--runs RUNS.tsv [--warm]
-[--resubmit SCRIPT [--submit-with qsub]]] [--gpus 0,1] [--shared]``
+[--resubmit SCRIPT [--scheduler pbs]]] [--gpus 0,1] [--shared]``
 
 Each worker takes the next task, runs its line with bash, and records ``task-<i>.json``
 (state, exit code, times) plus ``task-<i>.out``/``.err`` in the state folder. A failing task
@@ -17,7 +17,7 @@ runs a task again when its run ended queued for another attempt (easylaunch's re
 ``--warm`` (a task line does nothing but start the run), each worker is a warm Python that has
 loaded the job side and cloudpickle once and forks a child per run (``job.pyz serve``), instead
 of paying a new interpreter per task. With ``--resubmit SCRIPT``, an allocation stopped by a
-signal (its time limit, a preemption) submits SCRIPT again (``--submit-with``: sbatch, or qsub)
+signal (its time limit, a preemption) submits SCRIPT again (``--scheduler``: slurm, or pbs)
 for the runs left, which go on in the new allocation (only those: ``EASYLAUNCH_CONTINUE`` is
 set there).
 
@@ -60,7 +60,7 @@ from easylaunch_job.records import (
 )
 from easylaunch_job.resubmit import submit_from_job
 from easylaunch_job.run import EXIT_RESTART
-from easylaunch_job.submission import qsub_command, qsub_job_id, sbatch_command, sbatch_job_id
+from easylaunch_job.schedulers import SCHEDULERS, SLURM_SIDE, JobSide, scheduler_named
 from easylaunch_job.supervisor import end_of_job
 from easylaunch_job.warm import WarmWorker, WorkerDied
 
@@ -82,7 +82,7 @@ class Packer:
 
     def __init__(self, tasks: list[str], state_dir: str, workers: int,
                  runs: list[tuple[str, str]] | None = None, gpus: list[str] | None = None,
-                 warm: bool = False, resubmit: str | None = None, submit_with: str = "sbatch",
+                 warm: bool = False, resubmit: str | None = None, scheduler: JobSide = SLURM_SIDE,
                  continuing: bool = False, claims: str | None = None,
                  only: frozenset[int] | None = None, peer: tuple[int, int] = (0, 1)) -> None:
         self.tasks = tasks
@@ -92,7 +92,7 @@ class Packer:
         self.gpus = gpus or []
         self.warm = warm and runs is not None
         self.resubmit = resubmit
-        self.submit_with = submit_with
+        self.scheduler = scheduler  # (whose submit command --resubmit uses)
         self.continuing = continuing  # take up only the runs a stopped allocation left
         self.claims = claims  # (shared) the folder where tasks are claimed for this submission
         self.only = only  # (continuing a shared allocation) the tasks it left
@@ -324,8 +324,7 @@ class Packer:
         if self.runs is None:  # (--resubmit comes with --runs)
             return
         assert self.resubmit is not None  # (called with --resubmit alone)
-        qsub = self.submit_with == "qsub"
-        argv = (qsub_command if qsub else sbatch_command)(self.resubmit)
+        argv = self.scheduler.command(self.resubmit)
         going_on = "1"  # (shared: the tasks this allocation leaves, for the next to take)
         if self.claims is not None:
             going_on = os.path.join(self.state_dir,
@@ -334,7 +333,7 @@ class Packer:
         # (PBS writes the job's output where it is submitted from)
         out, problem = submit_from_job(argv, cwd=os.path.dirname(self.resubmit) or None,
                                        **{ENV_CONTINUE: going_on})
-        job = (qsub_job_id if qsub else sbatch_job_id)(out)
+        job = self.scheduler.job_id(out)
         if problem is None and not job:
             problem = f"{argv[0]} printed no job id: {out.strip()!r}"
         for index in left:
@@ -385,8 +384,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="fork the runs in warm workers instead of running the lines")
     parser.add_argument("--resubmit", help="the job script to submit again for the runs left "
                         "when a signal stops the allocation")
-    parser.add_argument("--submit-with", choices=("sbatch", "qsub"), default="sbatch",
-                        help="the scheduler's submit command for --resubmit")
+    parser.add_argument("--scheduler", choices=sorted(SCHEDULERS), default=SLURM_SIDE.name,
+                        help="whose submit command --resubmit uses")
     parser.add_argument("--gpus", help="comma-separated GPU ids: worker i runs on GPU i "
                         "('granted': those the scheduler gave this job, CUDA_VISIBLE_DEVICES)")
     parser.add_argument("--shared", action="store_true", help="several packers (a job array) "
@@ -405,7 +404,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.error("--runs needs one line per task")
     packer = Packer(tasks, args.state_dir, args.workers or default_workers(), runs,
                     _gpus(args.gpus), args.warm, args.resubmit,
-                    args.submit_with,
+                    scheduler_named(args.scheduler),
                     continuing=bool(os.environ.get(ENV_CONTINUE)),
                     only=_tasks_left(os.environ.get(ENV_CONTINUE)),
                     claims=os.path.join(args.state_dir, f"claims-{submission_id()}")

@@ -4,48 +4,17 @@ stopped allocation left (the packer). Only the scheduler's own commands are used
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
-from collections.abc import Callable
 
 from easylaunch_job.attempts import give_up_restart
-from easylaunch_job.environment import ENV_ENTRY, ENV_RESUBMIT_SCRIPT, ENV_RESUBMIT_WITH
-from easylaunch_job.records import update_status, write_bytes_atomic
-from easylaunch_job.submission import qsub_command, qsub_job_id, sbatch_command, sbatch_job_id
+from easylaunch_job.environment import ENV_ENTRY, ENV_RESUBMIT_SCRIPT
+from easylaunch_job.records import update_status
+from easylaunch_job.schedulers import SCHEDULERS, this_jobs
 
-
-def _without_array(script: str) -> str:
-    """A copy of a PBS job script without its array directive, next to it: PBS cannot submit
-    one element of an array (every resubmission of the array's elements shares it)."""
-    root, ext = os.path.splitext(script)
-    single = f"{root}.single{ext}"
-    if not os.path.exists(single):
-        with open(script) as f:
-            lines = [ln for ln in f if not re.match(r"#PBS\s+-J\b", ln)]
-        write_bytes_atomic(single, "".join(lines).encode())
-        os.chmod(single, os.stat(script).st_mode & 0o777)
-    return single
-
-
-def _resubmission(script: str) -> tuple[list[str], Callable[[str], str]]:
-    """The command that submits ``script`` again for this job's entry, and the function that
-    reads the new job's id from its output ("" when it printed none)."""
-    if os.environ.get(ENV_RESUBMIT_WITH) == "qsub":  # a plain job told its entry
-        entry = os.environ.get(ENV_ENTRY) or "0"
-        # (-V: the job's environment, as sbatch passes it on by default)
-        return (qsub_command(_without_array(script), "-V", "-v", f"{ENV_ENTRY}={entry}"),
-                qsub_job_id)
-    index = os.environ.get("SLURM_ARRAY_TASK_ID") or "0"  # the same element of a new array
-
-    def element(out: str) -> str:
-        job = sbatch_job_id(out)
-        return f"{job}_{index}" if job else ""
-
-    return sbatch_command(script, f"--array={index}"), element
-
-
-CLUSTER_VARIABLES = ("SLURM_CONF", "SLURM_CLUSTERS")  # which cluster, not what a job takes
+# A job's own scheduler variables (any scheduler's), and those that name the cluster
+OWN_PREFIXES = tuple(p for side in SCHEDULERS.values() for p in side.own_prefixes)
+CLUSTER_VARIABLES = tuple(v for side in SCHEDULERS.values() for v in side.cluster_variables)
 
 
 def submit_from_job(argv: list[str], cwd: str | None = None,
@@ -56,7 +25,7 @@ def submit_from_job(argv: list[str], cwd: str | None = None,
     what went wrong or None)."""
     env = {**{k: v for k, v in os.environ.items()
               if k in CLUSTER_VARIABLES or (
-                  not k.startswith(("SLURM_", "SBATCH_", "PBS_")) and k != ENV_ENTRY)}, **env}
+                  not k.startswith(OWN_PREFIXES) and k != ENV_ENTRY)}, **env}
     try:
         out = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60,
                              cwd=cwd)
@@ -79,7 +48,7 @@ def resubmit_self(log_dir: str) -> None:
     argv = [script]
     problem: str | None
     try:
-        argv, job_of = _resubmission(script)
+        argv, job_of = this_jobs().resubmission(script)
     except OSError as exc:  # (the PBS script's copy could not be written)
         out, problem = "", repr(exc)
     else:  # (PBS writes the job's output where it is submitted from)

@@ -130,3 +130,34 @@ def test_placing_uploaded_runs_moves_each_new_run_whole_and_never_overwrites(tmp
     assert "r2/status.json exists already" in placed["error"]
     assert (root / "exp" / "r2" / "status.json").read_text() == "earlier"  # left as it was
     assert not (incoming / "exp" / "r1").exists()
+
+
+def test_each_job_script_names_its_scheduler_and_the_job_side_takes_that_table(monkeypatch,
+                                                                             tmp_path):
+    """The job side picks a scheduler's table (submit command, job id, resubmission) by the
+    name the job script exports, never by a tool's file name."""
+    import re
+    import types
+
+    from easylaunch.modes.schedulers import pbs, slurm
+    from easylaunch_job.environment import ENV_SCHEDULER
+    from easylaunch_job.schedulers import SCHEDULERS, this_jobs
+
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/bash\n#PBS -J 0-3\n#SBATCH --array=0-3\ntrue\n")
+    for sched in (slurm, pbs):
+        assert SCHEDULERS[sched.SIDE.name] is sched.SIDE
+        res = types.SimpleNamespace(walltime_seconds=60)  # (what the exports read of one)
+        (name,) = re.findall(rf"\b{ENV_SCHEDULER}=(\S+)", sched.job_exports(res, str(script)))
+        monkeypatch.setenv(ENV_SCHEDULER, name)
+        assert this_jobs() is sched.SIDE
+        argv, _ = this_jobs().resubmission(str(script))
+        assert argv[0] == sched.SIDE.tool, argv
+
+
+def test_job_pyz_submit_refuses_a_scheduler_it_does_not_know(tmp_path):
+    done = subprocess.run([sys.executable, str(_write_archive(tmp_path)), "submit", "lsf",
+                           str(tmp_path / "ids.txt"), "r1", "true"], capture_output=True,
+                          text=True)
+    assert done.returncode == 2 and "usage: job.pyz submit {slurm,pbs}" in done.stderr
+    assert not (tmp_path / "ids.txt").exists()

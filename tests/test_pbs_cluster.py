@@ -157,7 +157,7 @@ def test_a_stopped_pbs_htp_allocation_goes_on_in_a_new_one(pbs_cfg, tmp_path):
                      mode="pbs_htp", max_restarts=2,
                      config=_htp_settings(pbs_cfg, tmp_path, ncpus=2))
     cluster = Path(copy_to_cluster(jobs[0]))
-    assert "--resubmit " f"{cluster}/htp.pbs --submit-with qsub" in (
+    assert "--resubmit " f"{cluster}/htp.pbs --scheduler pbs" in (
         cluster / "htp.pbs").read_text()
     subprocess.run(["bash", f"{cluster}/submit.sh"], check=True, capture_output=True)
     batch_runs_under_way(jobs)

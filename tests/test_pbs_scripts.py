@@ -285,7 +285,7 @@ def test_pbs_htp_packer_script_golden(tmp_path):
 export EASYLAUNCH_TIME_LIMIT_AT=$(( $(date +%s) + 7200 )) \
 EASYLAUNCH_JOB_ID="${PBS_JOBID:-${SLURM_JOB_ID:-}}" EASYLAUNCH_WATCH_CANCEL=3
 exec /soft/conda/bin/python JOB_PYZ pack BATCH/tasks.txt --state-dir BATCH/task-state \
---workers 25 --runs BATCH/runs.tsv --warm --resubmit BATCH/htp.pbs --submit-with qsub --shared
+--workers 25 --runs BATCH/runs.tsv --warm --resubmit BATCH/htp.pbs --scheduler pbs --shared
 """
     submit = Path(backend["batch_dir"], "submit.sh").read_text().splitlines()[-1]
     assert submit.startswith("submit ") and submit.endswith(" qsub htp.pbs")

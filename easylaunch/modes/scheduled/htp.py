@@ -117,7 +117,7 @@ def plan(mode: BatchMode, request: LaunchRequest, runs: list[Run], layout: Layou
     if s.HTP_RUNNER == "ht_helper":
         command = ht_helper_command(s, res, workers)
         files[SUBMIT] = submit_script(
-            shlex.quote(python), [([r.run_id for r in runs], command)],
+            sched.SIDE, shlex.quote(python), [([r.run_id for r in runs], command)],
             first=" (copy tasks.txt to TASKFILE_PATH_ON_BRC first)")
         then = (f"copy {layout.cluster_dir}/{TASKS} to {s.TASKFILE_PATH_ON_BRC}"
                 f", then: bash {shlex.quote(layout.cluster_dir + '/' + SUBMIT)}")
@@ -143,7 +143,7 @@ def plan(mode: BatchMode, request: LaunchRequest, runs: list[Run], layout: Layou
         argv += ["--runs", f"{layout.cluster_dir}/{RUNS}", *(["--warm"] * warm)]
     if restarts:
         argv += ["--resubmit", f"{layout.cluster_dir}/{script}",
-                 "--submit-with", sched.SUBMIT_TOOL]
+                 "--scheduler", sched.SIDE.name]
     if allocations > 1 or nodes > 1:  # (each element an allocation, each node a packer;
         argv.append("--shared")       # they share the task file)
     gpus = sched.packed_gpus(packed)  # (a GPU a worker, of those the allocation was given)
@@ -158,9 +158,9 @@ def plan(mode: BatchMode, request: LaunchRequest, runs: list[Run], layout: Layou
                      + (f", one on each of the {nodes} nodes" if nodes > 1 else "") + ".\n"
                      f"export {sched.job_exports(packed, None)}\n"
                      f"exec {shlex.join(argv)}\n")
-    files[SUBMIT] = submit_script(shlex.quote(python), [
-        ([r.run_id for r in runs], shlex.join(sched.submit_argv(script)))])
-    seed = [f"cd {shlex.quote(layout.cluster_dir)} && {shlex.join(sched.submit_argv(script))}"]
+    files[SUBMIT] = submit_script(sched.SIDE, shlex.quote(python), [
+        ([r.run_id for r in runs], shlex.join(sched.SIDE.command(script)))])
+    seed = [f"cd {shlex.quote(layout.cluster_dir)} && {shlex.join(sched.SIDE.command(script))}"]
     return BatchPlan(layout, files, seed, shlex.join(["bash", f"{layout.cluster_dir}/{SUBMIT}"]))
 
 

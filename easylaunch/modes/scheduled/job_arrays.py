@@ -225,7 +225,7 @@ class ArrayMode(ScheduledMode):
             try:
                 if answer.get("rc") != 0:
                     said = (answer.get("err", "") or answer.get("out", "")).strip()
-                    raise LaunchError(f"{self.scheduler.SUBMIT_TOOL} refused "
+                    raise LaunchError(f"{self.scheduler.SIDE.tool} refused "
                                       f"{array.script_there} on {self.transport.where}: {said}")
                 job_ids.append(self.scheduler.parse_submit(answer["out"]))
             except LaunchError as exc:

@@ -23,7 +23,7 @@ from easylaunch.modes.scheduled.batch import (
 from easylaunch.modes.schedulers import slurm
 from easylaunch.runs.bundle import Run
 from easylaunch.runs.record import LaunchRequest
-from easylaunch_job.submission import sbatch_command
+from easylaunch_job.schedulers import SLURM_SIDE
 
 if TYPE_CHECKING:
     from easylaunch.errors import EasyLaunchError
@@ -56,9 +56,9 @@ def plan(mode: BatchMode, request: LaunchRequest, runs: list[Run], layout: Layou
         files[script] = job_script(header, [(bundle, log_dir)], settled_outside(
             line, python, f"{layout.cluster_dir}/{script}")
             if s.MAX_RESTARTS else line, index=slurm.INDEX, exports=slurm.EXPORTS)
-        entries.append(([run.run_id], shlex.join(sbatch_command(script))))
+        entries.append(([run.run_id], shlex.join(SLURM_SIDE.command(script))))
         seed.append(shlex.join(["sbatch", f"{layout.cluster_dir}/{script}"]))
-    files[SUBMIT] = submit_script(python, entries)
+    files[SUBMIT] = submit_script(SLURM_SIDE, python, entries)
     return BatchPlan(layout, files, seed, shlex.join(["bash", f"{layout.cluster_dir}/{SUBMIT}"]))
 
 

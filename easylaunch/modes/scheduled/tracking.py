@@ -80,7 +80,7 @@ class ScheduledMode(HostedMode):
         limits let this user submit ``jobs`` more jobs."""
         sched, t = self.scheduler, self.transport
         sched.check_folder(folder)  # before anything is made there
-        tool = sched.SUBMIT_TOOL
+        tool = sched.SIDE.tool
         programs = [] if in_image or self.runs_pre_cmds() \
             else programs_to_find(request)
         root, _, (which, *answers) = self.check_host(

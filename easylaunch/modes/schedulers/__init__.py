@@ -13,13 +13,14 @@ if TYPE_CHECKING:
     from easylaunch.modes.schedulers.nodes import Nodes
     from easylaunch.runs.record import LaunchRequest
     from easylaunch.settings import Settings
+    from easylaunch_job.schedulers import JobSide
 
 
 class Scheduler(Protocol):
     """What a scheduler module provides (``Resources`` is its own resource request)."""
 
     NAME: str  # how messages name it: "Slurm", "PBS"
-    SUBMIT_TOOL: str  # the command that submits: "sbatch", "qsub"
+    SIDE: JobSide  # the job side's table of it: its submit command, job ids, resubmission
     JOB_ID_KEY: str  # launch.json's backend key for a run's job (or element) id
     OTHER_WAYS: str  # what else a user without the submit command can do
     OPTIONS: dict[str, Any]  # launch options that shape a job's resources
@@ -85,9 +86,6 @@ class Scheduler(Protocol):
                       settings: Settings) -> list[str]:
         """The header lines of a packers' script in ``folder``: one allocation, or an array of
         ``count``."""
-
-    def submit_argv(self, script: str) -> list[str]:
-        """The submit command of a job script (run in its folder)."""
 
     def job_exports(self, res: Any, resubmit: str | None) -> str:
         """A job's ``NAME=value`` words for the job side; ``resubmit``: the script an

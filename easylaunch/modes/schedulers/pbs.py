@@ -26,11 +26,11 @@ from easylaunch_job.environment import (
     ENV_ENTRY,
     ENV_JOB_ID,
     ENV_RESUBMIT_SCRIPT,
-    ENV_RESUBMIT_WITH,
+    ENV_SCHEDULER,
     ENV_TIME_LIMIT_AT,
     ENV_WATCH_CANCEL,
 )
-from easylaunch_job.submission import qsub_command, qsub_job_id
+from easylaunch_job.schedulers import PBS_SIDE, qsub_job_id
 
 if TYPE_CHECKING:
     from easylaunch.runs.record import LaunchRequest
@@ -227,7 +227,7 @@ def interactive_job(res: Resources, inner: list[str]) -> list[str]:
 # -- the Scheduler the modes use ----------------------------------------------------------------
 
 NAME = "PBS"
-SUBMIT_TOOL = "qsub"
+SIDE = PBS_SIDE
 JOB_ID_KEY = "pbs_job_id"
 OTHER_WAYS = ""
 SCRIPT_DIR = ".pbs"
@@ -362,9 +362,6 @@ def packed_header(res: Resources, job_name: str, folder: str, count: int,
     return pbs_header(res, job_name, array_spec(count, None) if count > 1 else None)
 
 
-submit_argv = qsub_command
-
-
 def job_exports(res: Resources, resubmit: str | None) -> str:
     """When the walltime comes, the job's id and how soon a cancel is read; with
     ``resubmit``, the script an attempt that ends to restart submits again with qsub (a plain
@@ -373,13 +370,13 @@ def job_exports(res: Resources, resubmit: str | None) -> str:
                f'{ENV_JOB_ID}="{JOB_ID}" {ENV_WATCH_CANCEL}={WATCH_CANCEL}')
     if resubmit is not None:
         exports += (f" {ENV_RESUBMIT_SCRIPT}={shlex.quote(resubmit)} "
-                    f'{ENV_RESUBMIT_WITH}=qsub {ENV_ENTRY}="$i"')
+                    f'{ENV_SCHEDULER}={SIDE.name} {ENV_ENTRY}="$i"')
     return exports
 
 
 def submit_op(script: str) -> dict:
     # run in the script's folder: PBS writes the job's own output file there
-    return {"op": "run", "argv": qsub_command(script), "cwd": posixpath.dirname(script)}
+    return {"op": "run", "argv": SIDE.command(script), "cwd": posixpath.dirname(script)}
 
 
 def element_fields(job_id: str, index: int, count: int, script: str, details: dict) -> dict:

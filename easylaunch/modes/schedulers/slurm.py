@@ -22,8 +22,13 @@ from easylaunch.modes import launchers
 from easylaunch.modes.schedulers import nodes as cluster_nodes
 from easylaunch.modes.schedulers import slurm_queue
 from easylaunch.settings.entries import GPU_STRING_PATTERN, MEM_PATTERN, time_minutes
-from easylaunch_job.environment import ENV_RESUBMIT_SCRIPT, ENV_TIMEOUT_SIGNAL, TIMEOUT_SIGNAL
-from easylaunch_job.submission import sbatch_command, sbatch_job_id
+from easylaunch_job.environment import (
+    ENV_RESUBMIT_SCRIPT,
+    ENV_SCHEDULER,
+    ENV_TIMEOUT_SIGNAL,
+    TIMEOUT_SIGNAL,
+)
+from easylaunch_job.schedulers import SLURM_SIDE, sbatch_job_id
 
 if TYPE_CHECKING:
     from easylaunch.runs.record import LaunchRequest
@@ -244,7 +249,7 @@ def allocation_argv(res: Resources, inner: list[str]) -> list[str]:
 # -- the Scheduler the modes use ----------------------------------------------------------------
 
 NAME = "Slurm"
-SUBMIT_TOOL = "sbatch"
+SIDE = SLURM_SIDE
 JOB_ID_KEY = "slurm_job_id"
 OTHER_WAYS = ", or use mode='sss' to write job scripts to copy"
 SCRIPT_DIR = ".slurm"
@@ -408,19 +413,16 @@ def packed_header(res: Resources, job_name: str, folder: str, count: int,
                          array=array_spec(count, None) if count > 1 else None)
 
 
-submit_argv = sbatch_command
-
-
 def job_exports(res: Resources, resubmit: str | None) -> str:
     """The time-limit signal's name; with ``resubmit``, the script an attempt that ends to
     restart submits again for its element (the job side does)."""
     if resubmit is None:
         return EXPORTS
-    return f"{EXPORTS} {ENV_RESUBMIT_SCRIPT}={shlex.quote(resubmit)}"
+    return f"{EXPORTS} {ENV_RESUBMIT_SCRIPT}={shlex.quote(resubmit)} {ENV_SCHEDULER}={SIDE.name}"
 
 
 def submit_op(script: str) -> dict:
-    return {"op": "run", "argv": sbatch_command(script)}
+    return {"op": "run", "argv": SIDE.command(script)}
 
 
 def element_fields(job_id: str, index: int, count: int, script: str, details: dict) -> dict:

@@ -1,0 +1,120 @@
+"""What the job side knows of each batch scheduler, one table each, chosen by its name (a job
+script exports it as EASYLAUNCH_SCHEDULER; the packer takes ``--scheduler``), never by a tool's
+file name: its submit command and the job id that command prints, how an attempt submits its
+job script again, and which variables of a job's own a job it submits must not inherit.
+
+A new scheduler's job side is one more table here (and :data:`SCHEDULERS`)."""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from easylaunch_job.environment import ENV_ENTRY, ENV_SCHEDULER
+from easylaunch_job.records import write_bytes_atomic
+
+if TYPE_CHECKING:  # (annotations only: the job side runs on Python 3.8)
+    from collections.abc import Callable
+
+    ReadJobId = Callable[[str], str]  # the submit command's output -> the job id ("" if none)
+
+
+@dataclass(frozen=True)
+class JobSide:
+    """One scheduler, as the job side uses it."""
+
+    name: str  # EASYLAUNCH_SCHEDULER's value: "slurm", "pbs"
+    label: str  # how messages name it: "Slurm", "PBS"
+    tool: str  # the submit command: "sbatch", "qsub"
+    always: tuple[str, ...]  # options every submit gives ("--parsable")
+    job_id: ReadJobId
+    # resubmission(script): the command that submits the job script again for this job's
+    # entry, and what reads the new job's id (an array element's, where it is one)
+    resubmission: Callable[[str], tuple[list, ReadJobId]]
+    own_prefixes: tuple[str, ...]  # a job's own variables: a job it submits must not take them
+    cluster_variables: tuple[str, ...] = ()  # ... but these, which name the cluster
+
+    def command(self, script: str, *options: str) -> list:
+        """The submit command of ``script`` (run it in the script's folder: PBS writes the
+        job's output file where it is submitted from)."""
+        return [self.tool, *self.always, *options, script]
+
+
+# What ``sbatch --parsable`` prints (``123`` or ``123;cluster``), and what plain ``sbatch``
+# prints (``Submitted batch job 123``, as the seed's ht_helper command is submitted).
+_SBATCH_ID = re.compile(r"(?:Submitted batch job )?(\d+)(?:;\S*)?")
+# What qsub prints: ``123.server`` for a job, ``123[].server`` for an array, ``123`` from front
+# ends that print only the number.
+_QSUB_ID = re.compile(r"\d+(?:\[\])?(?:\.[\w.-]+)?")
+
+
+def _printed_last(out: str) -> str:
+    lines = out.strip().splitlines()
+    return lines[-1].strip() if lines else ""
+
+
+def sbatch_job_id(out: str) -> str:
+    """The job id sbatch printed on its last line; "" when it printed none."""
+    found = _SBATCH_ID.fullmatch(_printed_last(out))
+    return found.group(1) if found else ""
+
+
+def qsub_job_id(out: str) -> str:
+    """The job id qsub printed on its last line; "" when it printed none."""
+    last = _printed_last(out)
+    return last if _QSUB_ID.fullmatch(last) else ""
+
+
+def _slurm_again(script: str) -> tuple[list, ReadJobId]:
+    """The same element of a new array, and its id ``<job>_<index>``."""
+    index = os.environ.get("SLURM_ARRAY_TASK_ID") or "0"
+
+    def element(out: str) -> str:
+        job = sbatch_job_id(out)
+        return f"{job}_{index}" if job else ""
+
+    return SLURM_SIDE.command(script, f"--array={index}"), element
+
+
+def _pbs_again(script: str) -> tuple[list, ReadJobId]:
+    """A plain job of the script without its array line, told its entry (``-V``: the job's
+    environment, as sbatch passes it on by default)."""
+    entry = os.environ.get(ENV_ENTRY) or "0"
+    return PBS_SIDE.command(_without_array(script), "-V", "-v", f"{ENV_ENTRY}={entry}"), qsub_job_id
+
+
+def _without_array(script: str) -> str:
+    """A copy of a PBS job script without its array directive, next to it: PBS cannot submit
+    one element of an array (every resubmission of the array's elements shares it)."""
+    root, ext = os.path.splitext(script)
+    single = f"{root}.single{ext}"
+    if not os.path.exists(single):
+        with open(script) as f:
+            lines = [ln for ln in f if not re.match(r"#PBS\s+-J\b", ln)]
+        write_bytes_atomic(single, "".join(lines).encode())
+        os.chmod(single, os.stat(script).st_mode & 0o777)
+    return single
+
+
+SLURM_SIDE = JobSide("slurm", "Slurm", "sbatch", ("--parsable",), sbatch_job_id, _slurm_again,
+                own_prefixes=("SLURM_", "SBATCH_"),
+                cluster_variables=("SLURM_CONF", "SLURM_CLUSTERS"))
+PBS_SIDE = JobSide("pbs", "PBS", "qsub", (), qsub_job_id, _pbs_again, own_prefixes=("PBS_",))
+SCHEDULERS = {side.name: side for side in (SLURM_SIDE, PBS_SIDE)}
+
+
+def scheduler_named(name: str) -> JobSide:
+    """The scheduler called ``name``; refused, naming the known ones, if there is none."""
+    try:
+        return SCHEDULERS[name]
+    except KeyError:
+        raise ValueError(f"no scheduler {name!r} on the job side; known: "
+                         f"{', '.join(SCHEDULERS)}") from None
+
+
+def this_jobs() -> JobSide:
+    """The scheduler of the job this process runs in, as its job script said (Slurm where it
+    said none)."""
+    return scheduler_named(os.environ.get(ENV_SCHEDULER) or SLURM_SIDE.name)
