@@ -23,7 +23,7 @@ from easylaunch import __version__
 from easylaunch.dashboard import searches, sweeps, views
 from easylaunch.dashboard.security import TOKEN_HEADER, Guard
 from easylaunch.errors import EasyLaunchError
-from easylaunch.modes import MODES
+from easylaunch.modes import all_modes
 from easylaunch.settings import ConfigArg, load_settings
 from easylaunch.tracking.registry import NoSuchRun, open_registry
 
@@ -74,7 +74,7 @@ class Pages:
                          shown=sum(len(g.rows) for g in groups), total=total, page_no=page_no,
                          pages=pages, page_url=page_url, reason_url=reason_url,
                          reasons=reasons, per_page=views.PER_PAGE, filters=filters,
-                         error=error, modes=list(MODES), states=views.STATES,
+                         error=error, modes=list(all_modes()), states=views.STATES,
                          experiments=self.registry.experiments())
 
     def run(self, request: Request) -> Response:

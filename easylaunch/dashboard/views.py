@@ -17,7 +17,7 @@ from typing import BinaryIO
 
 from easylaunch.api.resubmission import resubmit
 from easylaunch.errors import EasyLaunchError
-from easylaunch.modes import MODES
+from easylaunch.modes import all_modes
 from easylaunch.results.readers import last_values
 from easylaunch.results.sweep import metrics_folder, variant_of
 from easylaunch.runs import bundle
@@ -64,8 +64,8 @@ class Filters:
         what is allowed."""
         if self.state is not None and self.state not in STATES:
             raise EasyLaunchError(f"state {self.state!r}: states are {', '.join(STATES)}")
-        if self.mode is not None and self.mode not in MODES:
-            raise EasyLaunchError(f"mode {self.mode!r}: modes are {', '.join(MODES)}")
+        if self.mode is not None and self.mode not in (known := all_modes()):
+            raise EasyLaunchError(f"mode {self.mode!r}: modes are {', '.join(known)}")
         try:
             since = listing.parse_since(self.since) if self.since else None
         except EasyLaunchError as exc:

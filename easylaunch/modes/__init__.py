@@ -40,20 +40,37 @@ MODES: dict[str, str] = {
 }
 
 
+PLUGIN_GROUP = "easylaunch.modes"  # the entry point group where other packages add modes
+
+
+def all_modes() -> dict[str, str]:
+    """:data:`MODES` and the modes that installed packages add through the entry point group
+    ``easylaunch.modes`` (``name = "module:attribute"``, a Mode class or a ``Composed`` entry
+    with a scheduler of its own); a built-in name wins."""
+    from importlib.metadata import entry_points
+
+    added = {e.name: e.value for e in entry_points(group=PLUGIN_GROUP) if e.name not in MODES}
+    return {**MODES, **added}
+
+
 def get_mode(name: str) -> ModeKind:
     """The Mode class (or entry) registered under ``name``; an unknown name lists the known
-    ones."""
-    if name not in MODES:
-        raise LaunchError(f"unknown mode {name!r}{did_you_mean(name, MODES)}; known modes: "
-                          f"{', '.join(MODES)}")
-    module, cls = MODES[name].split(":")
+    ones. (Installed packages' modes are looked for only when the name is no built-in one.)"""
+    where = MODES.get(name)
+    if where is None:
+        known = all_modes()
+        if name not in known:
+            raise LaunchError(f"unknown mode {name!r}{did_you_mean(name, known)}; known modes: "
+                              f"{', '.join(known)}")
+        where = known[name]
+    module, cls = where.split(":")
     return getattr(importlib.import_module(module), cls)
 
 
 def restarting_modes() -> list[str]:
     """The modes that start runs again (``Mode.restarts``), of those importable here."""
     names = []
-    for name in MODES:
+    for name in all_modes():
         try:
             if get_mode(name).restarts:
                 names.append(name)
