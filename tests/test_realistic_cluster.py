@@ -39,8 +39,16 @@ def real_cfg(cfg, realistic_cluster, monkeypatch):
 
 
 def _rank_facts(job, rank: int) -> dict:
-    (line,) = [ln for ln in (job.log_dir / f"stdout.rank{rank}.log").read_text().splitlines()
-               if ln.startswith("{")]
+    """What rank ``rank`` printed (rank 0 records the run's end: another rank's process may
+    start on its node after that, seen once with nothing to wait for)."""
+    log = job.log_dir / f"stdout.rank{rank}.log"
+
+    def printed() -> list[str]:
+        return [ln for ln in log.read_text().splitlines() if ln.startswith("{")] \
+            if log.exists() else []
+
+    assert wait_for(lambda: printed(), 30), f"rank {rank} printed nothing in {log}"
+    (line,) = printed()
     return json.loads(line)
 
 
