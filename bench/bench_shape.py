@@ -76,6 +76,14 @@ def main() -> None:
           + f" (deepest {max(depths.values())}; goal <= 3)")
     entries = root_entries()
     print(f"entries at the package root: {len(entries)} (goal <= 12): {', '.join(entries)}")
+    from easylaunch.modes.schedulers import Broadcast, Packing, Scheduler, Shells
+
+    core = sorted(Scheduler.__abstractmethods__) + ["NAME", "SIDE", "OPTIONS"]
+    optional = [n for n in vars(Scheduler) if not n.startswith("_") and n not in core
+                and n not in ("OTHER_WAYS", "SCRIPT_SUFFIX")] + ["OTHER_WAYS", "SCRIPT_SUFFIX"]
+    capabilities = {c.__name__: len(c.__abstractmethods__) for c in (Shells, Packing, Broadcast)}
+    print(f"members a scheduler must define: {len(core)} (goal <= 10); with defaults: "
+          f"{len(optional)}; capabilities: {capabilities}")
     linked = (REPO / "easylaunch" / "settings" / "template.py").resolve()
     print(f"config_template.py at the top level: {(REPO / 'config_template.py').is_file()}; "
           f"settings/template.py is it: {linked == REPO / 'config_template.py'}")

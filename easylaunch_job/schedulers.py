@@ -33,6 +33,7 @@ class JobSide:
     # resubmission(script): the command that submits the job script again for this job's
     # entry, and what reads the new job's id (an array element's, where it is one)
     resubmission: Callable[[str], tuple[list, ReadJobId]]
+    index: str  # shell word in a job script: the entry (from 0) this job or array element runs
     own_prefixes: tuple[str, ...]  # a job's own variables: a job it submits must not take them
     cluster_variables: tuple[str, ...] = ()  # ... but these, which name the cluster
 
@@ -99,9 +100,13 @@ def _without_array(script: str) -> str:
 
 
 SLURM_SIDE = JobSide("slurm", "Slurm", "sbatch", ("--parsable",), sbatch_job_id, _slurm_again,
-                own_prefixes=("SLURM_", "SBATCH_"),
-                cluster_variables=("SLURM_CONF", "SLURM_CLUSTERS"))
-PBS_SIDE = JobSide("pbs", "PBS", "qsub", (), qsub_job_id, _pbs_again, own_prefixes=("PBS_",))
+                    index="${SLURM_ARRAY_TASK_ID:-0}", own_prefixes=("SLURM_", "SBATCH_"),
+                    cluster_variables=("SLURM_CONF", "SLURM_CLUSTERS"))
+# A PBS run's entry: the one a restart was submitted for, else the array index (PBS Pro numbers
+# elements from 1; Slurm's PBS front ends set SLURM_ARRAY_TASK_ID instead of PBS_ARRAY_INDEX).
+_PBS_INDEX = "$(( ${PBS_ARRAY_INDEX:-${SLURM_ARRAY_TASK_ID:-1}} - 1 ))"
+PBS_SIDE = JobSide("pbs", "PBS", "qsub", (), qsub_job_id, _pbs_again,
+                  index=f"${{{ENV_ENTRY}:-{_PBS_INDEX}}}", own_prefixes=("PBS_",))
 SCHEDULERS = {side.name: side for side in (SLURM_SIDE, PBS_SIDE)}
 
 

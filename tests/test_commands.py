@@ -186,24 +186,24 @@ def test_the_scheduler_shell_and_allocation_lines():
                      'cd -- "$1" || exit 1; shift; exec bash -i', "easylaunch-shell",
                      "/runs/a b"]
     line = "JobId=1836 ArrayJobId=1834 ArrayTaskId=1 JobState=RUNNING NodeList=n01"
-    assert slurm.shell_argv(line, "1834_1", ["bash"]) == \
+    assert slurm.SCHEDULER.shell_argv(line, "1834_1", ["bash"]) == \
         ["srun", "--jobid=1836", "--overlap", "-N1", "-n1", "--pty", "bash"]
     with pytest.raises(LaunchError, match="Slurm job 7 is PENDING, not running"):
-        slurm.shell_argv("JobId=7 JobState=PENDING", "7", ["bash"])
+        slurm.SCHEDULER.shell_argv("JobId=7 JobState=PENDING", "7", ["bash"])
     qstat = "Job Id: 12.pbs01\n    job_state = R\n    exec_host = x1001c0s0b0n0/0*64+x1002/0\n"
-    assert pbs.shell_argv(qstat, "12.pbs01", inner) == \
+    assert pbs.SCHEDULER.shell_argv(qstat, "12.pbs01", inner) == \
         ["ssh", "-t", "x1001c0s0b0n0", shlex.join(inner)]
     with pytest.raises(LaunchError, match="PBS job 12 is not running .*job_state Q"):
-        pbs.shell_argv("    job_state = Q\n", "12", ["bash"])
+        pbs.SCHEDULER.shell_argv("    job_state = Q\n", "12", ["bash"])
     res = slurm.resolve_resources({"gpu": {"partition": "g2", "n_gpus": 1, "time_in_mins": 60,
                                            "n_cpus_per_task": 4,
                                            "max_num_cores_per_node": 8}}, "gpu", True)
-    assert slurm.interactive_argv(res, ["bash", "-i"]) == [
+    assert slurm.SCHEDULER.interactive_argv(res, ["bash", "-i"]) == [
         "salloc", "--job-name=interactive", "--time=60", "--nodes=1", "--cpus-per-task=4",
         "--partition=g2", "--gres=gpu:1", "srun", "--overlap", "-N1", "-n1", "--pty",
         "bash", "-i"]
     res = pbs.resolve_resources({"cpu": {"select": 2, "ncpus": 8, "walltime": 30,
                                          "queue": "debug", "project": "p1"}}, "cpu", False)
-    assert pbs.interactive_argv(res, ["bash", "-i"]) == [
+    assert pbs.SCHEDULER.interactive_argv(res, ["bash", "-i"]) == [
         "qsub", "-I", "-N", "interactive", "-l", "select=2:ncpus=8:mpiprocs=1",
         "-l", "walltime=00:30:00", "-q", "debug", "-A", "p1", "--", "bash", "-i"]

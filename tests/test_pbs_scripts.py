@@ -203,7 +203,7 @@ def _answer(rc, out="", err=""):
 
 def _states(job_ids, answer, json_output):
     """The states qstat's ``answer`` gives runs whose records say whether it has JSON."""
-    return pbs.read_states(job_ids, [answer], [{"qstat_json": json_output}])
+    return pbs.SCHEDULER.read_states(job_ids, [answer], [{"qstat_json": json_output}])
 
 
 def test_states_from_recorded_json():

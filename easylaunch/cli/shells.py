@@ -13,6 +13,7 @@ from easylaunch.cli.shared import AddCommand, count, registry_of
 from easylaunch.errors import EasyLaunchError
 from easylaunch.modes import get_mode
 from easylaunch.modes.scheduled.tracking import ScheduledMode
+from easylaunch.modes.schedulers import shells
 from easylaunch.runs.record import LaunchRequest
 from easylaunch.settings import load_settings
 from easylaunch.tracking.refresh import job_for
@@ -68,7 +69,8 @@ def interactive(args: argparse.Namespace) -> int:
                             log_root=Path(settings.LOCAL_LOG_DIR),
                             slurm_config_name=args.config_name, script_name="")
     res = mode.resources(request)
-    argv = mode.transport.terminal_argv(mode.scheduler.interactive_argv(res, ["bash", "-i"]))
+    inside = shells(mode.scheduler, "easylaunch interactive")
+    argv = mode.transport.terminal_argv(inside.interactive_argv(res, ["bash", "-i"]))
     print(f"easylaunch: asking {mode.transport.where} for an allocation; exit or Ctrl-D ends "
           "it", file=sys.stderr)
     return _exec(argv, None)

@@ -336,7 +336,7 @@ class BatchMode(ByHand, ScheduledMode):
         else:
             assert prepared.facts is not None  # (a batch it submits: the check asked the cluster)
             job_ids = self._submit_there(layout, prepared.facts)
-            fields = {run.run_id: {self.scheduler.JOB_ID_KEY: job_ids[run.run_id],
+            fields = {run.run_id: {self.scheduler.job_id_key: job_ids[run.run_id],
                                    **prepared.facts.details} for run in runs}
         for index, run in enumerate(runs, start=len(earlier)):
             run.record_backend(**self.backend(layout, index), **fields[run.run_id])
@@ -351,9 +351,9 @@ class BatchMode(ByHand, ScheduledMode):
 
     def launched(self, runs: list[Run]) -> str:
         backend = runs[0].launch["backend"]
-        if not backend.get(self.scheduler.JOB_ID_KEY):
+        if not backend.get(self.scheduler.job_id_key):
             return f"written to the batch {backend['batch_dir']}, not submitted"
-        return (f"submitted as {self.scheduler.NAME} job {backend[self.scheduler.JOB_ID_KEY]} "
+        return (f"submitted as {self.scheduler.NAME} job {backend[self.scheduler.job_id_key]} "
                 f"on {self.transport.where} from {backend['cluster_batch_dir']}")
 
     def waiting_reason(self, job: RunRecord) -> str | None:

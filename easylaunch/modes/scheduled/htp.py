@@ -27,7 +27,7 @@ from easylaunch.modes.hosted import completed
 from easylaunch.modes.hosts.transport import HostError
 from easylaunch.modes.jobscript import StartLine, bundle_pythonpath, start_line, task_line
 from easylaunch.modes.scheduled.batch import SUBMIT, BatchMode, BatchPlan, Layout, submit_script
-from easylaunch.modes.schedulers import pbs, slurm
+from easylaunch.modes.schedulers import packing, pbs, slurm
 from easylaunch.runs.bundle import BLOB_STORE, Run, blob_name
 from easylaunch.runs.jobpack import job_archive
 from easylaunch.runs.record import LaunchRequest, RunRecord
@@ -48,10 +48,12 @@ def ansi_c_quote(text: str) -> str:
 
 def check(mode: BatchMode, request: LaunchRequest) -> None:
     s, sched = mode.settings, mode.scheduler
-    if request.use_gpu and (sched is pbs or s.HTP_RUNNER == "ht_helper"):
+    packs = packing(sched, f"mode {mode.name!r}")
+    on_pbs = sched is pbs.SCHEDULER
+    if request.use_gpu and (on_pbs or s.HTP_RUNNER == "ht_helper"):
         raise LaunchError(f"mode {mode.name!r} packs GPU runs on Slurm with easylaunch's "
-                          f"packer; use mode {'pbs' if sched is pbs else 'sss'!r} for GPUs")
-    if s.HTP_RUNNER == "ht_helper" and sched is not slurm:
+                          f"packer; use mode {'pbs' if on_pbs else 'sss'!r} for GPUs")
+    if s.HTP_RUNNER == "ht_helper" and sched is not slurm.SCHEDULER:
         raise LaunchError(f"HTP_RUNNER='ht_helper' is BRC's Slurm tool; mode {mode.name!r} "
                           "runs easylaunch's packer: set HTP_RUNNER='packer'")
     if s.HTP_RUNNER == "ht_helper" and not mode.grows_batches():
@@ -69,14 +71,14 @@ def check(mode: BatchMode, request: LaunchRequest) -> None:
         raise LaunchError(f"mode 'htp' gives each packed run one GPU of the allocation; "
                           f"SLURM_CONFIGS[{res.config_name!r}] asks n_gpus={res.n_gpus} a run: "
                           "set n_gpus=1, or use mode 'slurm' for runs of several GPUs")
-    if not sched.node_workers(res) and mode.grows_batches():  # (else the cluster is asked)
+    if not packs.node_workers(res) and mode.grows_batches():  # (else the cluster is asked)
         raise LaunchError(f"mode 'htp' sizes its allocation from max_num_cores_per_node, and "
                           "a batch copied by hand cannot ask the cluster what a node has; "
                           f"set it in SLURM_CONFIGS[{res.config_name!r}]")
     if res.nodes > 1 and s.HTP_RUNNER == "ht_helper":
         raise LaunchError("BRC's ht_helper.sh packs one node: use HTP_RUNNER='packer' for "
                           f"n_nodes={res.nodes}, or one node")
-    if res.nodes > 1 and not sched.PACKERS_PER_NODE:
+    if res.nodes > 1 and not packs.PACKERS_PER_NODE:
         raise LaunchError(f"mode {mode.name!r} packs one node per allocation; for more than "
                           f"one node, spread the sweep with allocations=K (now {res.nodes} "
                           "nodes in the PBS config or n_nodes)")
@@ -95,6 +97,7 @@ def runs_outside(mode: BatchMode, request: LaunchRequest) -> bool:
 
 def plan(mode: BatchMode, request: LaunchRequest, runs: list[Run], layout: Layout) -> BatchPlan:
     c, s, sched = mode.container, mode.settings, mode.scheduler
+    packs = packing(sched, f"mode {mode.name!r}")
     res = mode.resources(request)
     image = mode.image(request)
     python = mode.batch_python(request)  # (outside any image: the packer, submit.sh)
@@ -108,7 +111,7 @@ def plan(mode: BatchMode, request: LaunchRequest, runs: list[Run], layout: Layou
                     for b, lg in zip(layout.bundles, layout.log_dirs, strict=True))
     allocations = min(mode.opts["allocations"] or 1, len(runs))
     nodes = min(res.nodes, -(-len(runs) // allocations))  # (a packer per node)
-    most = sched.node_workers(res)
+    most = packs.node_workers(res)
     if most is None:
         raise LaunchError(f"{sched.NAME} did not say what a node of the cluster has; set "
                           f"max_num_cores_per_node in SLURM_CONFIGS[{res.config_name!r}]")
@@ -122,8 +125,8 @@ def plan(mode: BatchMode, request: LaunchRequest, runs: list[Run], layout: Layou
         then = (f"copy {layout.cluster_dir}/{TASKS} to {s.TASKFILE_PATH_ON_BRC}"
                 f", then: bash {shlex.quote(layout.cluster_dir + '/' + SUBMIT)}")
         return BatchPlan(layout, files, [command], then)
-    packed = sched.packed(res, nodes, workers)
-    header = sched.packed_header(packed, f"{request.exp_name}-htp", layout.cluster_dir,
+    packed = packs.packed(res, nodes, workers)
+    header = packs.packed_header(packed, f"{request.exp_name}-htp", layout.cluster_dir,
                                  allocations, s)
     script = PACKER_SCRIPT + sched.SCRIPT_SUFFIX
     # the packer is the job side the bundles link to, in the batch's blob store
@@ -146,7 +149,7 @@ def plan(mode: BatchMode, request: LaunchRequest, runs: list[Run], layout: Layou
                  "--scheduler", sched.SIDE.name]
     if allocations > 1 or nodes > 1:  # (each element an allocation, each node a packer;
         argv.append("--shared")       # they share the task file)
-    gpus = sched.packed_gpus(packed)  # (a GPU a worker, of those the allocation was given)
+    gpus = packs.packed_gpus(packed)  # (a GPU a worker, of those the allocation was given)
     if gpus:
         argv += ["--gpus", "granted"]
     if nodes > 1:
@@ -249,11 +252,11 @@ def end_idle_allocations(mode: BatchMode, jobs: list[RunRecord]) -> None:
 
 HTP = Composed("htp", BatchMode, {**dict.fromkeys(slurm.RESOURCE_OPTIONS), "cluster": None,
                                   "allocations": None, "n_nodes": None, "submit": None},
-               restarts=True, parts={"scheduler": slurm, "packing": sys.modules[__name__],
+               restarts=True, parts={"scheduler": slurm.SCHEDULER, "packing": sys.modules[__name__],
                                      "packs_runs": True})
 # (one process a run: no n_gpus, tasks_per_node; n_nodes: nodes per allocation)
 PBS_HTP = Composed("pbs_htp", BatchMode, {"pbs_config_name": None, "time_in_mins": None,
                                           "queue": None, "project": None, "cluster": None,
                                           "allocations": None, "submit": None},
-                   restarts=True, parts={"scheduler": pbs, "packing": sys.modules[__name__],
-                                         "packs_runs": True})
+                   restarts=True, parts={"scheduler": pbs.SCHEDULER,
+                                         "packing": sys.modules[__name__], "packs_runs": True})

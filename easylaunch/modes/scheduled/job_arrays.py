@@ -31,7 +31,7 @@ from easylaunch.modes.jobscript import (
     start_line,
 )
 from easylaunch.modes.scheduled.tracking import ClusterFacts, ScheduledMode
-from easylaunch.modes.schedulers import pbs, slurm
+from easylaunch.modes.schedulers import broadcasting, pbs, slurm
 from easylaunch.runs import envpack
 from easylaunch.runs.bundle import Run, make_store
 from easylaunch.runs.preview import Preview, op_line, resource_fields
@@ -148,7 +148,7 @@ class ArrayMode(ScheduledMode):
             line = settled_outside(line, shlex.quote(self.cluster_python()), script)
             restarts = False
         exports = sched.job_exports(res, script if restarts else None)
-        return job_script(header, entries, line, index=sched.INDEX, exports=exports)
+        return job_script(header, entries, line, index=sched.SIDE.index, exports=exports)
 
     def prepare(self, request: LaunchRequest, runs: list[Run], facts: ClusterFacts
                 ) -> ArrayPlan:
@@ -168,8 +168,9 @@ class ArrayMode(ScheduledMode):
                                          res)
         if env is not None:
             line = (broadcast_env(there(env.archive), self.settings.ENV_BROADCAST_DIR,
-                                  self.scheduler.broadcast) + "\n" + line)
-        script_dir = runs[0].log_dir.parent / self.scheduler.SCRIPT_DIR
+                                  broadcasting(self.scheduler, "env_pack").broadcast)
+                    + "\n" + line)
+        script_dir = runs[0].log_dir.parent / self.scheduler.script_dir
         arrays = []
         for chunk in array_chunks(len(runs), facts.max_array_len):
             members = runs[chunk.start:chunk.stop]
@@ -240,8 +241,9 @@ class ArrayMode(ScheduledMode):
 
 ARRAY_OPTIONS = {"cluster": None, "array_parallelism": None}
 SLURM = Composed("slurm", ArrayMode, {**slurm.OPTIONS, **ARRAY_OPTIONS, "env_pack": None},
-                 restarts=True, parts={"scheduler": slurm})
+                 restarts=True, parts={"scheduler": slurm.SCHEDULER})
 SLURM_SINGULARITY = Composed("slurm_singularity", ArrayMode, {**slurm.OPTIONS, **ARRAY_OPTIONS},
-                             restarts=True, parts={"scheduler": slurm, "container": SINGULARITY})
+                             restarts=True,
+                             parts={"scheduler": slurm.SCHEDULER, "container": SINGULARITY})
 PBS = Composed("pbs", ArrayMode, {**pbs.OPTIONS, **ARRAY_OPTIONS, "env_pack": None},
-               restarts=True, parts={"scheduler": pbs})
+               restarts=True, parts={"scheduler": pbs.SCHEDULER})

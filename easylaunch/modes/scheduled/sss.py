@@ -55,7 +55,7 @@ def plan(mode: BatchMode, request: LaunchRequest, runs: list[Run], layout: Layou
         script = f"{run.run_id}.sbatch"
         files[script] = job_script(header, [(bundle, log_dir)], settled_outside(
             line, python, f"{layout.cluster_dir}/{script}")
-            if s.MAX_RESTARTS else line, index=slurm.INDEX, exports=slurm.EXPORTS)
+            if s.MAX_RESTARTS else line, index=slurm.SIDE.index, exports=slurm.EXPORTS)
         entries.append(([run.run_id], shlex.join(SLURM_SIDE.command(script))))
         seed.append(shlex.join(["sbatch", f"{layout.cluster_dir}/{script}"]))
     files[SUBMIT] = submit_script(SLURM_SIDE, python, entries)
@@ -76,4 +76,5 @@ def cancel(mode: BatchMode, jobs: list[RunRecord]
 
 
 SSS = Composed("sss", BatchMode, {**slurm.OPTIONS, "cluster": None, "submit": None},
-               restarts=True, parts={"scheduler": slurm, "packing": sys.modules[__name__]})
+               restarts=True,
+               parts={"scheduler": slurm.SCHEDULER, "packing": sys.modules[__name__]})

@@ -21,7 +21,7 @@ from typing import Any
 from easylaunch.errors import LaunchError
 from easylaunch.modes.base import shell_in
 from easylaunch.modes.hosted import NO_QUERY, BackendQuery, HostedMode, completed
-from easylaunch.modes.schedulers import Scheduler
+from easylaunch.modes.schedulers import Scheduler, shells
 from easylaunch.modes.schedulers.nodes import Nodes
 from easylaunch.runs.commands import programs_to_find
 from easylaunch.runs.record import LaunchRequest, RunRecord
@@ -106,7 +106,7 @@ class ScheduledMode(HostedMode):
         return self.far_path(self.scheduler.python(self.settings) or self.transport.python)
 
     def python_setting(self) -> str:
-        key = self.scheduler.PYTHON_KEY
+        key = self.scheduler.python_key
         if self.scheduler.python(self.settings) or self.transport.is_local:
             return key
         return f"{super().python_setting()} (or {key})"
@@ -134,15 +134,15 @@ class ScheduledMode(HostedMode):
     def shell(self, job: RunRecord) -> tuple[list[str], dict[str, str] | None]:
         """bash in the run's folder on its job's node (through the scheduler), over the
         cluster's SSH connection with a terminal when the cluster is remote."""
-        job_id = self.job_id(job)
+        job_id, inside = self.job_id(job), shells(self.scheduler, "easylaunch shell")
         if job_id is None:
             raise LaunchError(f"run {job.id} has no {self.scheduler.NAME} job id yet")
-        op = {"op": "run", "argv": self.scheduler.shell_lookup(job_id)}
+        op = {"op": "run", "argv": inside.shell_lookup(job_id)}
         found = completed(self.retried([op], self.transport.run_ops([op]))[0])
         folder = self._job_log_dir(job)
         inner = shell_in(folder, run_variables(job.id, folder))
         return self.transport.terminal_argv(
-            self.scheduler.shell_argv(found.stdout, job_id, inner)), None
+            inside.shell_argv(found.stdout, job_id, inner)), None
 
     # -- tracking -------------------------------------------------------------------------------
 
@@ -156,7 +156,7 @@ class ScheduledMode(HostedMode):
 
     def submitted_job_id(self, job: RunRecord) -> str | None:
         """The scheduler's id of the job submitted at launch, if known."""
-        return job.launch_info["backend"].get(self.scheduler.JOB_ID_KEY)
+        return job.launch_info["backend"].get(self.scheduler.job_id_key)
 
     def _open_ids(self, jobs: list[RunRecord]) -> dict[str, list[RunRecord]]:
         by_id: dict[str, list[RunRecord]] = {}  # htp runs share one allocation's id

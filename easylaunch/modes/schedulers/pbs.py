@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING
 
 from easylaunch.errors import LaunchError
 from easylaunch.modes import launchers
+from easylaunch.modes.schedulers import Broadcast, Packing, Scheduler, Shells, pbs_queue
 from easylaunch.modes.schedulers import nodes as cluster_nodes
-from easylaunch.modes.schedulers import pbs_queue
 from easylaunch.settings.entries import WORD, walltime_seconds
 from easylaunch_job.environment import (
     ENV_ENTRY,
@@ -202,11 +202,12 @@ def exec_host_command(job_id: str) -> list[str]:
     return ["qstat", "-f", job_id]
 
 
-def node_shell(qstat_out: str, job_id: str, inner: list[str]) -> list[str]:
+def node_shell(lookup_out: str, job_id: str, inner: list[str]) -> list[str]:
     """``ssh -t NODE INNER``: a terminal on the first node of the running job (PBS has no
-    step into a job; sites let a job's user ssh to its nodes)."""
-    state = re.search(r"^\s*job_state = (\w)", qstat_out, re.MULTILINE)
-    host = re.search(r"^\s*exec_host = ([^/+\s]+)", qstat_out, re.MULTILINE)
+    step into a job; sites let a job's user ssh to its nodes). ``lookup_out``: what qstat -f
+    said of the job."""
+    state = re.search(r"^\s*job_state = (\w)", lookup_out, re.MULTILINE)
+    host = re.search(r"^\s*exec_host = ([^/+\s]+)", lookup_out, re.MULTILINE)
     if not state or state.group(1) != "R" or not host:
         raise LaunchError(f"PBS job {job_id} is not running (qstat says job_state "
                           f"{state.group(1) if state else 'nothing'}): there is no node to "
@@ -226,19 +227,9 @@ def interactive_job(res: Resources, inner: list[str]) -> list[str]:
 
 # -- the Scheduler the modes use ----------------------------------------------------------------
 
-NAME = "PBS"
 SIDE = PBS_SIDE
-JOB_ID_KEY = "pbs_job_id"
-OTHER_WAYS = ""
-SCRIPT_DIR = ".pbs"
-SCRIPT_SUFFIX = ".pbs"
-# The run's entry: the one a restart was submitted for, else the array index (PBS Pro numbers
-# elements from 1; Slurm's PBS front ends set SLURM_ARRAY_TASK_ID instead of PBS_ARRAY_INDEX,
-# and SLURM_JOB_ID instead of PBS_JOBID).
-INDEX = (f"${{{ENV_ENTRY}:-"
-         "$(( ${PBS_ARRAY_INDEX:-${SLURM_ARRAY_TASK_ID:-1}} - 1 ))}")
+# The job's id (Slurm's PBS front ends set SLURM_JOB_ID instead of PBS_JOBID).
 JOB_ID = "${PBS_JOBID:-${SLURM_JOB_ID:-}}"
-PACKERS_PER_NODE = False  # (an allocation's packer runs on its first node)
 WATCH_CANCEL = 3  # seconds: how soon a run stops when its record asks (see stops_by_record)
 # Options of one launch that replace a PBS_CONFIGS field (option -> field).
 OVERRIDES = {"n_nodes": "select", "n_gpus": "ngpus", "tasks_per_node": "mpiprocs",
@@ -259,26 +250,6 @@ def resources(settings: Settings, opts: dict, request: LaunchRequest) -> Resourc
     return resolve_resources(configs, name, request.use_gpu)
 
 
-def check(settings: Settings, res: Resources) -> None:
-    """(PBS warns no one before the walltime: the job script tells the job side when it is.)"""
-
-
-PYTHON_KEY = "PBS_PYTHON"
-
-
-def python(settings: Settings) -> str | None:
-    return settings[PYTHON_KEY]
-
-
-def pre_cmds(settings: Settings) -> tuple[str, ...]:
-    return tuple(settings.PBS_PRE_CMDS)
-
-
-shell_lookup = exec_host_command
-shell_argv = node_shell
-interactive_argv = interactive_job
-
-
 def every_rank(line: str, res: Resources) -> str:
     """``line`` as is for one process, or once per rank through mpiexec on the job's hosts
     (``$PBS_NODEFILE``), each rank logging to its own files."""
@@ -289,10 +260,6 @@ def every_rank(line: str, res: Resources) -> str:
                 f'2>>"$LOG_DIR"/stderr.rank{MPI_RANK}.log; {line}')
     return (f'exec {shlex.join(mpiexec)} --hostfile "$PBS_NODEFILE" '
             f"bash -c {shlex.quote(per_rank)}")
-
-
-def check_folder(folder: str) -> None:
-    """(PBS takes any folder.)"""
 
 
 def preflight_ops() -> list[dict]:
@@ -320,11 +287,7 @@ def read_nodes(answers: list[dict]) -> list[cluster_nodes.Nodes]:
     return cluster_nodes.parse_pbsnodes(pbsnodes["out"]) if pbsnodes.get("rc") == 0 else []
 
 
-def check_room(_res: Resources, _jobs: int, _answers: list[dict]) -> None:
-    """Nothing: a PBS server's limits on queued jobs are not asked."""
-
-
-def fit(res: Resources, nodes: Sequence[cluster_nodes.Nodes], _packs: bool) -> Resources:
+def fit(res: Resources, nodes: Sequence[cluster_nodes.Nodes], packs: bool) -> Resources:
     """``res`` refused where no node of the server can give a chunk of it (ncpus, ngpus,
     mem) or there are fewer such nodes than ``select`` (a queue's walltime limit is not
     checked: queues name no nodes in pbsnodes' output). Packed or not, ncpus is what an
@@ -351,7 +314,7 @@ def packed(res: Resources, nodes: int, workers: int) -> Resources:
     return dataclasses.replace(res, nodes=nodes, ncpus=workers, ngpus=0, mpiprocs=1)
 
 
-def packed_gpus(_res: Resources) -> int:
+def packed_gpus(res: Resources) -> int:
     """None: PBS allocations pack CPU runs."""
     return 0
 
@@ -374,11 +337,6 @@ def job_exports(res: Resources, resubmit: str | None) -> str:
     return exports
 
 
-def submit_op(script: str) -> dict:
-    # run in the script's folder: PBS writes the job's own output file there
-    return {"op": "run", "argv": SIDE.command(script), "cwd": posixpath.dirname(script)}
-
-
 def element_fields(job_id: str, index: int, count: int, script: str, details: dict) -> dict:
     element = job_id if count == 1 else element_id(job_id, index + 1)
     return {"pbs_job_id": element, "array_job_id": job_id, "array_index": index + 1,
@@ -389,19 +347,6 @@ def status_commands(job_ids: Sequence[str], backends: list[dict]) -> list[list[s
     return [pbs_queue.qstat_command(job_ids, pbs_queue.with_json(backends))]
 
 
-read_states = pbs_queue.read_states
-read_waits = pbs_queue.read_waits
-read_exits = pbs_queue.read_exits
-
-
-def reason_command(job_id: str) -> list[str] | None:
-    return None
-
-
-def parse_reason(stdout: str) -> str | None:
-    return None
-
-
 def output_place(backend: dict) -> tuple[str, str] | None:
     folder = posixpath.dirname(backend.get("script", ""))
     return (folder, "PBS's output files (NAME.oID) in {}") if folder else None
@@ -410,7 +355,7 @@ def output_place(backend: dict) -> tuple[str, str] | None:
 def stops_by_record(backend: dict) -> bool:
     """Front ends without JSON output may not name array elements (Slurm's cannot: their qdel
     would end the whole array): there an element is stopped by its record alone."""
-    return "[" in backend[JOB_ID_KEY] and not backend.get("qstat_json")
+    return "[" in backend["pbs_job_id"] and not backend.get("qstat_json")
 
 
 def broadcast(archive: str, target: str, unpack: str, fail: str) -> list[str]:
@@ -419,3 +364,41 @@ def broadcast(archive: str, target: str, unpack: str, fail: str) -> list[str]:
             + shlex.quote(f"cp {shlex.quote(archive)} {shlex.quote(target + '.tar.gz')} "
                           f"&& {unpack}"))
     return [f"{copy} || {{ {fail.format(what='copying the environment')}; }}"]
+
+
+class Pbs(Scheduler, Shells, Packing, Broadcast):
+    """PBS as the modes use it: the functions above (PBS warns no one before the walltime: the
+    job script tells the job side when it is, :func:`job_exports`)."""
+
+    NAME = "PBS"
+    SIDE = SIDE
+    OPTIONS = OPTIONS
+    SCRIPT_SUFFIX = ".pbs"
+    PACKERS_PER_NODE = False  # (an allocation's packer runs on its first node)
+    resources = staticmethod(resources)
+    every_rank = staticmethod(every_rank)
+    preflight_ops = staticmethod(preflight_ops)
+    cluster_facts = staticmethod(cluster_facts)
+    read_nodes = staticmethod(read_nodes)
+    fit = staticmethod(fit)
+    array_header = staticmethod(array_header)
+    node_workers = staticmethod(node_workers)
+    packed = staticmethod(packed)
+    packed_gpus = staticmethod(packed_gpus)
+    packed_header = staticmethod(packed_header)
+    job_exports = staticmethod(job_exports)
+    parse_submit = staticmethod(parse_submit)
+    element_fields = staticmethod(element_fields)
+    status_commands = staticmethod(status_commands)
+    read_states = staticmethod(pbs_queue.read_states)
+    read_waits = staticmethod(pbs_queue.read_waits)
+    output_place = staticmethod(output_place)
+    stops_by_record = staticmethod(stops_by_record)
+    cancel_command = staticmethod(cancel_command)
+    shell_lookup = staticmethod(exec_host_command)
+    shell_argv = staticmethod(node_shell)
+    interactive_argv = staticmethod(interactive_job)
+    broadcast = staticmethod(broadcast)
+
+
+SCHEDULER = Pbs()

@@ -130,9 +130,3 @@ def read_waits(job_ids: Sequence[str], answers: list[subprocess.CompletedProcess
             if STATES.get(attrs.get("job_state", "")[:1]) == "queued":
                 comments[short_id(block.split(None, 1)[0])] = attrs.get("comment", "")
     return {j: comments[short_id(j)] for j in job_ids if comments.get(short_id(j))}
-
-
-def read_exits(_job_ids: Sequence[str], _answers: list[subprocess.CompletedProcess],
-               _backends: list[dict]) -> dict[str, str]:
-    """None: the exit statuses are not read from qstat's answer."""
-    return {}

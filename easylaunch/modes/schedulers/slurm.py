@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 from easylaunch.errors import LaunchError, check_count
 from easylaunch.modes import launchers
+from easylaunch.modes.schedulers import Broadcast, Packing, Scheduler, Shells, slurm_queue
 from easylaunch.modes.schedulers import nodes as cluster_nodes
-from easylaunch.modes.schedulers import slurm_queue
 from easylaunch.settings.entries import GPU_STRING_PATTERN, MEM_PATTERN, time_minutes
 from easylaunch_job.environment import (
     ENV_RESUBMIT_SCRIPT,
@@ -218,10 +218,11 @@ def job_command(job_id: str) -> list[str]:
     return ["scontrol", "show", "job", "--oneliner", job_id]
 
 
-def step_into(scontrol_out: str, job_id: str, inner: list[str]) -> list[str]:
+def step_into(lookup_out: str, job_id: str, inner: list[str]) -> list[str]:
     """``srun --jobid=J --overlap --pty INNER``: one task on the first node of the running
-    job ``job_id`` (an array task by the job id of its own, which srun needs)."""
-    fields = dict(re.findall(r"(\w+)=(\S*)", scontrol_out))
+    job ``job_id`` (an array task by the job id of its own, which srun needs). ``lookup_out``:
+    what scontrol said of the job."""
+    fields = dict(re.findall(r"(\w+)=(\S*)", lookup_out))
     state = fields.get("JobState") or "unknown to scontrol"
     if state != "RUNNING":
         raise LaunchError(f"Slurm job {job_id} is {state}, not running: there is no node to "
@@ -248,14 +249,7 @@ def allocation_argv(res: Resources, inner: list[str]) -> list[str]:
 
 # -- the Scheduler the modes use ----------------------------------------------------------------
 
-NAME = "Slurm"
 SIDE = SLURM_SIDE
-JOB_ID_KEY = "slurm_job_id"
-OTHER_WAYS = ", or use mode='sss' to write job scripts to copy"
-SCRIPT_DIR = ".slurm"
-SCRIPT_SUFFIX = ".sbatch"
-INDEX = "${SLURM_ARRAY_TASK_ID:-0}"
-PACKERS_PER_NODE = True  # (srun starts one on each node)
 EXPORTS = f"{ENV_TIMEOUT_SIGNAL}={TIMEOUT_SIGNAL}"  # Slurm warns with --signal
 # Options of one launch that replace a SLURM_CONFIGS field (option -> field).
 RESOURCE_OPTIONS = {"time_in_mins": "time_in_mins", "partition": "partition", "mem": "mem",
@@ -263,7 +257,6 @@ RESOURCE_OPTIONS = {"time_in_mins": "time_in_mins", "partition": "partition", "m
                     "n_cpus_per_task": "n_cpus_per_task"}
 OPTIONS = {"n_nodes": None, "n_gpus": None, "tasks_per_node": None,
            **dict.fromkeys(RESOURCE_OPTIONS)}
-check_folder = check_log_folder
 
 
 def resources(settings: Settings, opts: dict, request: LaunchRequest) -> Resources:
@@ -300,17 +293,6 @@ def check(settings: Settings, res: Resources) -> None:
             f"SLURM_SIGNAL_SECONDS={settings.SLURM_SIGNAL_SECONDS} is not shorter than the "
             f"time limit ({res.time_minutes} min): the time-limit warning would come at once; "
             "lower it (0 turns the warning off) or raise time_in_mins")
-
-
-PYTHON_KEY = "SLURM_PYTHON"
-
-
-def python(settings: Settings) -> str | None:
-    return settings[PYTHON_KEY]
-
-
-def pre_cmds(settings: Settings) -> tuple[str, ...]:
-    return tuple(settings.SLURM_PRE_CMDS)
 
 
 def every_rank(line: str, res: Resources) -> str:
@@ -443,7 +425,7 @@ def read_states(job_ids: Sequence[str], answers: list[subprocess.CompletedProces
 
 
 def read_waits(job_ids: Sequence[str], answers: list[subprocess.CompletedProcess],
-               _backends: list[dict]) -> dict[str, str]:
+               backends: list[dict]) -> dict[str, str]:
     """Why each of ``job_ids`` that is queued waits (squeue's answer has the same form
     whatever the jobs' records say)."""
     waits = slurm_queue.parse_waits(answers[0].stdout)
@@ -458,16 +440,6 @@ def output_place(backend: dict) -> tuple[str, str] | None:
     return (output, "Slurm's output {}") if output else None
 
 
-def stops_by_record(backend: dict) -> bool:
-    return False  # scancel names array elements
-
-
-reason_command = slurm_queue.reason_command
-parse_reason = slurm_queue.parse_reason
-cancel_command = slurm_queue.cancel_command
-shell_lookup = job_command
-shell_argv = step_into
-interactive_argv = allocation_argv
 
 
 def broadcast(archive: str, target: str, unpack: str, fail: str) -> list[str]:
@@ -477,3 +449,47 @@ def broadcast(archive: str, target: str, unpack: str, fail: str) -> list[str]:
                 f'-n "$SLURM_JOB_NUM_NODES" bash -c {shlex.quote(unpack)}')
     return [f"{sbcast} || {{ {fail.format(what='sbcast of the packed environment')}; }}",
             f"{per_node} || {{ {fail.format(what='unpacking the environment')}; }}"]
+
+
+class Slurm(Scheduler, Shells, Packing, Broadcast):
+    """Slurm as the modes use it: the functions above."""
+
+    NAME = "Slurm"
+    SIDE = SIDE
+    OPTIONS = OPTIONS
+    OTHER_WAYS = ", or use mode='sss' to write job scripts to copy"
+    SCRIPT_SUFFIX = ".sbatch"
+    PACKERS_PER_NODE = True  # (srun starts one on each node)
+    resources = staticmethod(resources)
+    check = staticmethod(check)
+    check_folder = staticmethod(check_log_folder)
+    every_rank = staticmethod(every_rank)
+    preflight_ops = staticmethod(preflight_ops)
+    cluster_facts = staticmethod(cluster_facts)
+    check_room = staticmethod(check_room)
+    read_nodes = staticmethod(read_nodes)
+    fit = staticmethod(fit)
+    array_header = staticmethod(array_header)
+    node_workers = staticmethod(node_workers)
+    packed = staticmethod(packed)
+    packed_gpus = staticmethod(packed_gpus)
+    packed_header = staticmethod(packed_header)
+    job_exports = staticmethod(job_exports)
+    submit_op = staticmethod(submit_op)
+    parse_submit = staticmethod(parse_submit)
+    element_fields = staticmethod(element_fields)
+    status_commands = staticmethod(status_commands)
+    read_states = staticmethod(read_states)
+    read_waits = staticmethod(read_waits)
+    read_exits = staticmethod(read_exits)
+    output_place = staticmethod(output_place)
+    reason_command = staticmethod(slurm_queue.reason_command)
+    parse_reason = staticmethod(slurm_queue.parse_reason)
+    cancel_command = staticmethod(slurm_queue.cancel_command)
+    shell_lookup = staticmethod(job_command)
+    shell_argv = staticmethod(step_into)
+    interactive_argv = staticmethod(allocation_argv)
+    broadcast = staticmethod(broadcast)
+
+
+SCHEDULER = Slurm()

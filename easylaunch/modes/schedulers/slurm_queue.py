@@ -113,7 +113,7 @@ def parse_exits(stdout: str) -> dict[str, str]:
 
 
 def read_exits(job_ids: Sequence[str], answers: list[subprocess.CompletedProcess],
-               _backends: list[dict]) -> dict[str, str]:
+               backends: list[dict]) -> dict[str, str]:
     """How each of ``job_ids`` that sacct knows ended, in words (``killed by signal 9``), from
     the answers to squeue and sacct."""
     sacct = answers[1]

@@ -1,0 +1,115 @@
+"""A scheduler as a maintainer adds one: the core of ten members (an LSF-like scheduler here,
+``bsub`` arrays) is enough for a mode to write and submit a sweep's array script, and what it
+does not declare (shells, packing, broadcast) is refused by name."""
+
+import os
+import posixpath
+import re
+from dataclasses import dataclass
+
+import jobfns
+import pytest
+
+from easylaunch import run_sweep
+from easylaunch.errors import LaunchError
+from easylaunch.modes import MODES
+from easylaunch.modes.base import Composed
+from easylaunch.modes.scheduled.job_arrays import ARRAY_OPTIONS, ArrayMode
+from easylaunch.modes.schedulers import (
+    Scheduler,
+    broadcasting,
+    packing,
+    shells,
+    slurm,
+)
+from easylaunch_job.schedulers import JobSide
+
+
+@dataclass(frozen=True)
+class LsfResources:
+    queue: str
+
+
+def _no_resubmission(script):
+    raise NotImplementedError("(restarts=False: never asked)")
+
+
+LSF_SIDE = JobSide("lsf", "LSF", "bsub", (),
+                   lambda out: (re.findall(r"Job <(\d+)>", out) or [""])[-1], _no_resubmission,
+                   index="$(( ${LSB_JOBINDEX:-1} - 1 ))", own_prefixes=("LSB_",))
+
+
+class Lsf(Scheduler):
+    """The core alone."""
+
+    NAME = "LSF"
+    SIDE = LSF_SIDE
+    OPTIONS = {"queue": None}
+
+    def resources(self, settings, opts, request):
+        return LsfResources(opts.get("queue") or "normal")
+
+    def array_header(self, res, job_name, script, count, parallelism, settings):
+        return [f"#BSUB -J {job_name}[1-{count}]", f"#BSUB -q {res.queue}",
+                f"#BSUB -o {posixpath.dirname(script)}/lsf-%J_%I.out"]
+
+    def job_exports(self, res, resubmit):
+        return ""
+
+    def element_fields(self, job_id, index, count, script, details):
+        return {"lsf_job_id": f"{job_id}[{index + 1}]", "script": script}
+
+    def status_commands(self, job_ids, backends):
+        return [["bjobs", "-noheader", "-o", "jobid stat", *job_ids]]
+
+    def read_states(self, job_ids, answers, backends):
+        said = dict(line.split() for line in answers[0].stdout.splitlines() if line.strip())
+        states = {"PEND": "queued", "RUN": "running", "DONE": "succeeded", "EXIT": "failed"}
+        return {j: states.get(said.get(j, ""), "unknown") for j in job_ids}
+
+    def cancel_command(self, job_id):
+        return ["bkill", job_id]
+
+
+LSF = Composed("lsf", ArrayMode, {**Lsf.OPTIONS, **ARRAY_OPTIONS}, restarts=False,
+               parts={"scheduler": Lsf()})
+
+
+def test_a_scheduler_defines_ten_members_and_the_rest_has_defaults():
+    assert sorted(Scheduler.__abstractmethods__) == [
+        "array_header", "cancel_command", "element_fields", "job_exports", "read_states",
+        "resources", "status_commands"]  # (and NAME, SIDE, OPTIONS)
+    sched = Lsf()
+    assert (sched.job_id_key, sched.script_dir, sched.python_key) == \
+        ("lsf_job_id", ".lsf", "LSF_PYTHON")
+    assert sched.parse_submit("Job <42> is submitted to queue <normal>.\n") == "42"
+    with pytest.raises(LaunchError, match="bsub printed no job id"):
+        sched.parse_submit("Request aborted by esub.\n")
+
+
+def test_a_scheduler_of_the_core_alone_writes_a_sweeps_array_script(cfg, tmp_path,
+                                                                     monkeypatch):
+    monkeypatch.setitem(MODES, "lsf", f"{__name__}:LSF")
+    bin_dir = tmp_path / "bin"  # (a dry run asks whether bsub is there, and never runs it)
+    bin_dir.mkdir()
+    (bin_dir / "bsub").write_text("#!/bin/sh\necho 'a dry run submitted' >&2\nexit 1\n")
+    (bin_dir / "bsub").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    shown = run_sweep(jobfns.train, [{}, {}, {}], exp_name="lsf-sweep", mode="lsf",
+                      queue="short", config=cfg, dry_run=True)
+    ((path, script),) = shown.files.items()
+    assert "/lsf-sweep/.lsf/" in path and path.endswith(".sh")
+    assert "#BSUB -J lsf-sweep[1-3]\n#BSUB -q short\n" in script
+    assert "i=$(( ${LSB_JOBINDEX:-1} - 1 ))" in script  # (the entry this element runs)
+    assert shown.commands == [f"cd {posixpath.dirname(path)} && bsub {path}"]
+
+
+@pytest.mark.parametrize("ask, what, has", [
+    (shells, "easylaunch shell", "Shells (interactive_argv, shell_argv, shell_lookup)"),
+    (packing, "mode 'lsf_htp'", "Packing (node_workers, packed, packed_gpus, packed_header)"),
+    (broadcasting, "env_pack", "Broadcast (broadcast)")])
+def test_what_a_scheduler_does_not_declare_is_refused_by_name(ask, what, has):
+    with pytest.raises(LaunchError) as refused:
+        ask(Lsf(), what)
+    assert str(refused.value) == f"{what} is not on LSF: its scheduler module has no {has}"
+    assert ask(slurm.SCHEDULER, what) is slurm.SCHEDULER  # (Slurm declares all three)
