@@ -7,6 +7,7 @@ no PBS Pro server can run here.
 """
 
 import os
+import re
 import subprocess
 from pathlib import Path
 from types import SimpleNamespace
@@ -18,6 +19,9 @@ from easylaunch.modes import get_mode
 from easylaunch.modes.jobscript import StartLine, start_line
 from easylaunch.modes.schedulers import pbs, pbs_queue
 from easylaunch.settings import load_settings
+from easylaunch.settings.entries import LAUNCH_SOURCE
+
+IN_LAUNCH = f"in {LAUNCH_SOURCE}: must be"  # (how a launch's bad entry value is told)
 
 POLARIS = dict(select=2, ncpus=64, ngpus=4, mpiprocs=4, walltime="01:00:00", queue="debug",
                project="MyProject", filesystems="home:eagle", place="scatter")
@@ -101,23 +105,25 @@ def test_one_process_runs_without_mpiexec():
     assert "#PBS -J 1-2\n" in text
 
 
+# (the message a settings file's bad value gets, with the launch's options as its source)
 @pytest.mark.parametrize("cfg, problem", [
-    (dict(walltime=0), "walltime must be a positive number of minutes or a PBS walltime"),
-    (dict(walltime="1h"), "walltime must be a positive number"),
-    (dict(select=0), "select must be an integer of at least 1"),
-    (dict(ngpus="4"), "ngpus must be an integer"),
-    (dict(gpus=1), "unknown field\\(s\\) gpus"),
-    (dict(queue="debug; rm -rf ~"), "queue must be one word"),
-    (dict(project="my project"), "project must be one word"),
-    (dict(filesystems="home:eagle\n#PBS -q prod"), "filesystems must be one word"),
-    (dict(directives="-m n"), "directives must be a list of qsub options"),
-    (dict(directives=["m n"]), "directives must be a list of qsub options"),
-    (dict(directives=["-m n\n-q x"]), "directives must be a list of qsub options"),
+    (dict(walltime=0), '["walltime"] = 0 IN_LAUNCH a positive number of minutes or a PBS'),
+    (dict(walltime="1h"), """["walltime"] = '1h' IN_LAUNCH a positive number"""),
+    (dict(select=0), '["select"] = 0 IN_LAUNCH a whole number, 1 or more'),
+    (dict(ngpus="4"), """["ngpus"] = '4' IN_LAUNCH a whole number, 0 or more"""),
+    (dict(gpus=1), "unknown field 'gpus'; did you mean 'ngpus'?"),
+    (dict(queue="debug; rm -rf ~"), """["queue"] = 'debug; rm -rf ~' IN_LAUNCH one word"""),
+    (dict(project="my project"), """["project"] = 'my project' IN_LAUNCH one word"""),
+    (dict(filesystems="home:eagle\n#PBS -q prod"), "IN_LAUNCH one word"),
+    (dict(directives="-m n"), "IN_LAUNCH a list of qsub options"),
+    (dict(directives=["m n"]), "IN_LAUNCH a list of qsub options"),
+    (dict(directives=["-m n\n-q x"]), "IN_LAUNCH a list of qsub options"),
 ])
 def test_bad_pbs_configs_are_refused_with_the_key_named(cfg, problem):
-    with pytest.raises(LaunchError, match=problem) as caught:
+    problem = problem.replace("IN_LAUNCH", IN_LAUNCH)
+    with pytest.raises(LaunchError, match=re.escape(problem)) as caught:
         pbs.resolve_resources({"x": cfg}, "x", False)
-    assert "PBS_CONFIGS['x']" in str(caught.value)
+    assert str(caught.value).startswith('PBS_CONFIGS["x"]')
 
 
 def test_unknown_config_and_gpu_mismatch():

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from easylaunch import SettingsError
+from easylaunch import LaunchError, SettingsError
 from easylaunch.settings import DEFAULTS, TEMPLATE_PATH, load_settings
 
 
@@ -219,9 +219,16 @@ def test_a_bad_config_value_names_the_entry_and_field_as_written(tmp_path, key, 
     assert str(caught.value).startswith(problem.format(file=settings)), caught.value
 
 
-def test_the_config_checks_know_every_field_the_schedulers_read():
-    from easylaunch.modes.schedulers import pbs, slurm
-    from easylaunch.settings.entries import CHECKS
+def test_a_bad_config_value_gets_one_message_from_the_settings_file_and_from_a_launch(tmp_path):
+    """One place checks a scheduler entry's fields: a settings file's value and the same value
+    given at launch are refused alike, only the source differs."""
+    from easylaunch.modes.schedulers import slurm
+    from easylaunch.settings.entries import LAUNCH_SOURCE
 
-    assert set(CHECKS["SLURM_CONFIGS"]()) == set(slurm.CONFIG_FIELDS)
-    assert set(CHECKS["PBS_CONFIGS"]()) == set(pbs.CONFIG_FIELDS)
+    file = tmp_path / "settings.py"
+    file.write_text("SLURM_CONFIGS = {'cpu': {'mem': 'lots'}}\n")
+    with pytest.raises(SettingsError) as from_file:
+        load_settings(str(file))
+    with pytest.raises(LaunchError) as at_launch:
+        slurm.resolve_resources({"cpu": {"mem": "lots"}}, "cpu", False)
+    assert str(from_file.value) == str(at_launch.value).replace(LAUNCH_SOURCE, str(file))

@@ -2,6 +2,7 @@
 
 import copy
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -21,7 +22,10 @@ from easylaunch.modes.jobscript import (
 from easylaunch.modes.scheduled.htp import ansi_c_quote
 from easylaunch.modes.schedulers import slurm, slurm_queue
 from easylaunch.modes.schedulers.nodes import Nodes
+from easylaunch.settings.entries import LAUNCH_SOURCE
 from easylaunch_job.schedulers import sbatch_job_id
+
+IN_LAUNCH = f"in {LAUNCH_SOURCE}: must be"  # (how a launch's bad entry value is told)
 
 CONFIGS = dict(
     cpu=dict(account_name="co_rail", partition="savio", n_gpus=0, max_num_cores_per_node=20,
@@ -43,18 +47,23 @@ def test_bad_resource_choices(name, use_gpu, problem):
         slurm.resolve_resources(CONFIGS, name, use_gpu)
 
 
+# (the message a settings file's bad value gets, with the launch's options as its source)
 @pytest.mark.parametrize("cfg, problem", [
-    (dict(time_in_mins=0), "time_in_mins must be a positive number"),
-    (dict(time_in_mins=-3), "time_in_mins must be a positive number"),
+    (dict(time_in_mins=0), '["time_in_mins"] = 0 IN_LAUNCH a positive number of minutes'),
+    (dict(time_in_mins=-3), '["time_in_mins"] = -3 IN_LAUNCH a positive number of minutes'),
     (dict(time_in_mins=5, n_gpus=1, n_cpus_per_task=2), "names no partition"),
-    (dict(time_in_mins=5, gpus=1), "unknown field\\(s\\) gpus"),
-    (dict(time_in_mins="5h"), "time_in_mins must be a positive number of minutes or a Slurm"),
-    (dict(time_in_mins=5, mem="lots"), "mem must be an amount sbatch reads"),
-    (dict(time_in_mins=5, gpu_string="TITAN; rm -rf"), "gpu_string must name a GPU type"),
+    (dict(time_in_mins=5, gpus=1), "unknown field 'gpus'; did you mean 'n_gpus'?"),
+    (dict(time_in_mins="5h"), """["time_in_mins"] = '5h' IN_LAUNCH a positive number"""),
+    (dict(time_in_mins=5, mem="lots"), """["mem"] = 'lots' IN_LAUNCH an amount sbatch reads"""),
+    (dict(time_in_mins=5, gpu_string="TITAN; rm -rf"), "IN_LAUNCH a GPU type as doodad's"),
+    (dict(time_in_mins=5, partition="TODO"), "'TODO' in the settings with this launch's options: "
+                                             "doodad's placeholder: set it"),
 ])
 def test_bad_resource_values(cfg, problem):
-    with pytest.raises(LaunchError, match=problem):
+    problem = problem.replace("IN_LAUNCH", IN_LAUNCH)
+    with pytest.raises(LaunchError, match=re.escape(problem)) as caught:
         slurm.resolve_resources({"x": cfg}, "x", False)
+    assert str(caught.value).startswith("SLURM_CONFIGS[")  # (the entry named first)
 
 
 def test_nodes_follow_the_cores_asked_for():
@@ -435,15 +444,15 @@ def test_one_launch_replaces_the_configs_resources(tmp_path):
 
 
 @pytest.mark.parametrize("option, problem", [
-    (dict(mem="lots"), "mem must be an amount sbatch reads"),
-    (dict(account=["lab"]), "account_name must be a string"),
-    (dict(qos=3), "qos must be a string"),
-    (dict(n_cpus_per_task=0), "n_cpus_per_task must be at least 1"),
-    (dict(time_in_mins="soon"), "time_in_mins must be a positive number"),
+    (dict(mem="lots"), """["mem"] = 'lots' IN_LAUNCH an amount sbatch reads"""),
+    (dict(account=["lab"]), """["account_name"] = ['lab'] IN_LAUNCH a string"""),
+    (dict(qos=3), '["qos"] = 3 IN_LAUNCH a string'),
+    (dict(n_cpus_per_task=0), '["n_cpus_per_task"] = 0 IN_LAUNCH a whole number, 1 or more'),
+    (dict(time_in_mins="soon"), """["time_in_mins"] = 'soon' IN_LAUNCH a positive number"""),
 ])
 def test_a_launchs_bad_resource_is_refused_before_anything_is_made(tmp_path, option, problem):
     cfg = batch_settings(tmp_path)
-    with pytest.raises(LaunchError, match=problem):
+    with pytest.raises(LaunchError, match=re.escape(problem.replace("IN_LAUNCH", IN_LAUNCH))):
         run_sweep(jobfns.train, [{}], mode="sss", config=cfg, **option)
     assert not (tmp_path / "logs").exists()
 

@@ -13,10 +13,11 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from easylaunch.errors import LaunchError, SettingsError, did_you_mean
+from easylaunch.errors import LaunchError, SettingsError, did_you_mean, is_count
 from easylaunch.settings.doodad_names import is_placeholder
 
 Check = tuple[Callable[[Any], bool], str]  # (test, what the value must be)
+LAUNCH_SOURCE = "the settings with this launch's options"  # (where a launch's entry comes from)
 GPU_FIELDS = {"SLURM_CONFIGS": "n_gpus", "PBS_CONFIGS": "ngpus"}
 
 
@@ -76,8 +77,9 @@ def walltime_seconds(value: object, what: str) -> int:
     return seconds
 
 
-def _whole(least: int) -> Callable[[Any], bool]:
-    return lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= least
+def _none_or_more(value: Any) -> bool:
+    """A whole number of 0 or more (as :func:`~easylaunch.errors.is_count`, with 0)."""
+    return is_count(value) or (type(value) is int and value == 0)
 
 
 def _or_none(check: Check) -> Check:
@@ -101,11 +103,11 @@ def _parses(parse: Callable[[Any, str], int]) -> Callable[[Any], bool]:
 
 
 def _slurm_checks() -> dict[str, Check]:
-    count = (_whole(1), "a whole number, 1 or more")
+    count = (is_count, "a whole number, 1 or more")
     return {
         "account_name": _or_none((_text, "a string")), "partition": _or_none((_text, "a string")),
         "qos": _or_none((_text, "a string")), "constraint": _or_none((_text, "a string")),
-        "n_gpus": (_whole(0), "a whole number, 0 or more"), "n_cpus_per_task": count,
+        "n_gpus": (_none_or_more, "a whole number, 0 or more"), "n_cpus_per_task": count,
         "max_num_cores_per_node": _or_none(count), "n_nodes": _or_none(count),
         "time_in_mins": _or_none((_parses(time_minutes), "a positive number of minutes "
                                   "or a Slurm time such as \"1:30:00\" or \"2-00:00:00\"")),
@@ -118,11 +120,11 @@ def _slurm_checks() -> dict[str, Check]:
 
 
 def _pbs_checks() -> dict[str, Check]:
-    count = (_whole(1), "a whole number, 1 or more")
+    count = (is_count, "a whole number, 1 or more")
     word = _or_none((lambda v: _text(v) and bool(WORD.fullmatch(v)),
                      "one word of letters, digits and _.:@/+=,- (it goes into a #PBS line)"))
     return {
-        "select": count, "ncpus": count, "ngpus": (_whole(0), "a whole number, 0 or more"),
+        "select": count, "ncpus": count, "ngpus": (_none_or_more, "a whole number, 0 or more"),
         "mpiprocs": count, "depth": count, "cpu_bind": word, "mem": word, "queue": word,
         "project": word, "filesystems": word, "place": word,
         "walltime": (_parses(walltime_seconds), "a positive number of minutes or a PBS "
@@ -144,22 +146,34 @@ def _template_entry(key: str, name: str, entry: Mapping, defaults: Mapping) -> M
     return defaults["gpu" if isinstance(gpus, int) and gpus > 0 else "cpu"]
 
 
+def check_entry(key: str, name: str, entry: Mapping, source: str,
+                at_launch: bool = False) -> None:
+    """Each field ``entry`` writes (``key``'s entry ``name``, as ``source`` has it): an
+    unknown field, or a value of the wrong form, refused, naming the entry, the field and what
+    it must be. The one place a scheduler entry's fields are checked: as the settings file
+    loads (SettingsError; doodad's "TODO" passes, for ``doctor`` to point at), and at launch
+    with the launch's own options joined (LaunchError; "TODO" is refused)."""
+    checks = CHECKS[key]()
+    where = f"{key}[{json.dumps(name)}]"
+    error = LaunchError if at_launch else SettingsError
+    for field, value in entry.items():
+        if field not in checks:
+            raise error(f"{where} in {source}: unknown field {field!r}"
+                        + did_you_mean(field, checks) + f" (fields: {', '.join(checks)})")
+        test, must = checks[field]
+        if is_placeholder(value) and at_launch:
+            raise error(f"{where}[{json.dumps(field)}] = {value!r} in {source}: doodad's "
+                        "placeholder: set it, or leave the field out")
+        if not test(value) and not is_placeholder(value):
+            raise error(f"{where}[{json.dumps(field)}] = {value!r} in {source}: must be {must}")
+
+
 def filled(key: str, configs: Mapping[str, Mapping], defaults: Mapping[str, Mapping],
            source: str) -> dict[str, dict]:
     """``configs`` (SLURM_CONFIGS or PBS_CONFIGS as written in ``source``) with each entry's
     written fields checked and the fields it leaves out taken from the template's entry."""
-    checks = CHECKS[key]()
     out = {}
     for name, entry in configs.items():
-        where = f"{key}[{json.dumps(name)}]"
-        for field, value in entry.items():
-            if field not in checks:
-                raise SettingsError(
-                    f"{where} in {source}: unknown field {field!r}"
-                    + did_you_mean(field, checks) + f" (fields: {', '.join(checks)})")
-            test, must = checks[field]
-            if not is_placeholder(value) and not test(value):
-                raise SettingsError(f"{where}[{json.dumps(field)}] = {value!r} in {source}: "
-                                    f"must be {must}")
+        check_entry(key, name, entry, source)
         out[name] = {**_template_entry(key, name, entry, defaults), **entry}
     return out

@@ -21,7 +21,7 @@ from easylaunch.errors import LaunchError
 from easylaunch.modes import launchers
 from easylaunch.modes.schedulers import Broadcast, Packing, Scheduler, Shells, pbs_queue
 from easylaunch.modes.schedulers import nodes as cluster_nodes
-from easylaunch.settings.entries import WORD, walltime_seconds
+from easylaunch.settings.entries import LAUNCH_SOURCE, check_entry, walltime_seconds
 from easylaunch_job.environment import (
     ENV_ENTRY,
     ENV_JOB_ID,
@@ -36,10 +36,7 @@ if TYPE_CHECKING:
     from easylaunch.runs.record import LaunchRequest
     from easylaunch.settings import Settings
 
-CONFIG_FIELDS = ("select", "ncpus", "ngpus", "mpiprocs", "depth", "cpu_bind", "mem", "walltime",
-                 "queue", "project", "filesystems", "place", "directives")
 DEFAULT_MAX_ARRAY_SIZE = 10000  # PBS Pro's default max_array_size
-# Words that go into #PBS lines as they are (qsub reads directives like a command line).
 
 
 @dataclass(frozen=True)
@@ -71,24 +68,6 @@ def format_walltime(seconds: int) -> str:
     return f"{seconds // 3600:02d}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
 
 
-def _count(cfg: dict, key: str, default: int, where: str, least: int) -> int:
-    value = cfg.get(key, default)
-    if not isinstance(value, int) or isinstance(value, bool) or value < least:
-        raise LaunchError(f"{where}: {key} must be an integer of at least {least}, got "
-                          f"{value!r}")
-    return value
-
-
-def _word(cfg: dict, key: str, where: str) -> str | None:
-    value = cfg.get(key)
-    if value is None:
-        return None
-    if not isinstance(value, str) or not WORD.fullmatch(value):
-        raise LaunchError(f"{where}: {key} must be one word of letters, digits and _.:@/+=,- "
-                          f"(it goes into a #PBS line as it is), got {value!r}")
-    return value
-
-
 def resolve_resources(configs: dict, name: str | None, use_gpu: bool) -> Resources:
     """Pick and check one of PBS_CONFIGS (``name``, else "gpu"/"cpu" by use_gpu)."""
     name = name or ("gpu" if use_gpu else "cpu")
@@ -96,32 +75,19 @@ def resolve_resources(configs: dict, name: str | None, use_gpu: bool) -> Resourc
         raise LaunchError(f"pbs_config_name={name!r} is not in PBS_CONFIGS; known: "
                           f"{', '.join(sorted(configs)) or 'none'}")
     cfg, where = configs[name], f"PBS_CONFIGS[{name!r}]"
-    unknown = sorted(set(cfg) - set(CONFIG_FIELDS))
-    if unknown:
-        raise LaunchError(f"{where} has unknown field(s) {', '.join(unknown)}; known fields: "
-                          f"{', '.join(CONFIG_FIELDS)}")
-    nodes = _count(cfg, "select", 1, where, 1)
-    ncpus = _count(cfg, "ncpus", 1, where, 1)
-    ngpus = _count(cfg, "ngpus", 0, where, 0)
-    mpiprocs = _count(cfg, "mpiprocs", ngpus or 1, where, 1)
-    depth = _count(cfg, "depth", max(1, ncpus // mpiprocs), where, 1)
+    check_entry("PBS_CONFIGS", name, cfg, LAUNCH_SOURCE, at_launch=True)
+    nodes, ncpus, ngpus = cfg.get("select", 1), cfg.get("ncpus", 1), cfg.get("ngpus", 0)
+    mpiprocs = cfg.get("mpiprocs", ngpus or 1)
+    depth = cfg.get("depth", max(1, ncpus // mpiprocs))
     if use_gpu and not ngpus:
         raise LaunchError(f"use_gpu=True but {where} asks for ngpus=0; pick a GPU config with "
                           "pbs_config_name or set ngpus")
-    directives = cfg.get("directives") or []
-    if not isinstance(directives, list | tuple) or not all(
-            isinstance(d, str) and d.strip().startswith("-") and "\n" not in d
-            for d in directives):
-        raise LaunchError(f"{where}: directives must be a list of qsub options, one per #PBS "
-                          f"line (e.g. [\"-m n\"]), got {directives!r}")
     return Resources(
         config_name=name, nodes=nodes, ncpus=ncpus, ngpus=ngpus, mpiprocs=mpiprocs,
-        depth=depth, cpu_bind=_word({"cpu_bind": "depth", **cfg}, "cpu_bind", where),
-        mem=_word(cfg, "mem", where),
+        depth=depth, cpu_bind=cfg.get("cpu_bind", "depth"), mem=cfg.get("mem"),
         walltime_seconds=walltime_seconds(cfg.get("walltime", 60), f"{where}: walltime"),
-        queue=_word(cfg, "queue", where), project=_word(cfg, "project", where),
-        filesystems=_word(cfg, "filesystems", where), place=_word(cfg, "place", where),
-        directives=tuple(d.strip() for d in directives))
+        queue=cfg.get("queue"), project=cfg.get("project"), filesystems=cfg.get("filesystems"),
+        place=cfg.get("place"), directives=tuple(d.strip() for d in cfg.get("directives") or ()))
 
 
 def job_name(text: str) -> str:

@@ -21,7 +21,7 @@ from easylaunch.errors import LaunchError, check_count
 from easylaunch.modes import launchers
 from easylaunch.modes.schedulers import Broadcast, Packing, Scheduler, Shells, slurm_queue
 from easylaunch.modes.schedulers import nodes as cluster_nodes
-from easylaunch.settings.entries import GPU_STRING_PATTERN, MEM_PATTERN, time_minutes
+from easylaunch.settings.entries import LAUNCH_SOURCE, MEM_PATTERN, check_entry, time_minutes
 from easylaunch_job.environment import (
     ENV_RESUBMIT_SCRIPT,
     ENV_SCHEDULER,
@@ -34,9 +34,6 @@ if TYPE_CHECKING:
     from easylaunch.runs.record import LaunchRequest
     from easylaunch.settings import Settings
 
-CONFIG_FIELDS = ("account_name", "partition", "n_gpus", "max_num_cores_per_node",
-                 "n_cpus_per_task", "time_in_mins", "n_nodes", "extra_flags", "gpu_string", "mem",
-                 "qos", "constraint")
 DEFAULT_MAX_ARRAY_SIZE = 1001
 
 
@@ -72,21 +69,12 @@ def resolve_resources(configs: dict, name: str | None, use_gpu: bool,
                           f"{', '.join(sorted(configs)) or 'none'}")
     cfg = configs[name]
     where = f"SLURM_CONFIGS[{name!r}]"
-    unknown = sorted(set(cfg) - set(CONFIG_FIELDS))
-    if unknown:
-        raise LaunchError(f"{where} has unknown field(s) {', '.join(unknown)}; known fields: "
-                          f"{', '.join(CONFIG_FIELDS)}")
-    # (config values: n_gpus and n_cpus_per_task ints, the others ints or None)
+    check_entry("SLURM_CONFIGS", name, cfg, LAUNCH_SOURCE, at_launch=True)
     ints: dict[str, Any] = {
         "time_in_mins": time_minutes(cfg.get("time_in_mins"), f"{where}: time_in_mins")}
     for key, default in (("n_gpus", 0), ("n_cpus_per_task", 1),
                          ("max_num_cores_per_node", None), ("n_nodes", None)):
-        value = cfg.get(key, default)
-        if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
-            raise LaunchError(f"{where}: {key} must be an integer, got {value!r}")
-        ints[key] = value
-    if ints["n_cpus_per_task"] < 1:
-        raise LaunchError(f"{where}: n_cpus_per_task must be at least 1")
+        ints[key] = cfg.get(key, default)
     if ints["n_gpus"] > 0 and not cfg.get("partition"):
         raise LaunchError(f"{where} asks for n_gpus={ints['n_gpus']} but names no partition; "
                           "GPU jobs need a GPU partition: set partition")
@@ -104,24 +92,12 @@ def resolve_resources(configs: dict, name: str | None, use_gpu: bool,
     elif nodes is None:
         nodes = max(1, math.ceil(n_tasks * ints["n_cpus_per_task"]
                                  / ints["max_num_cores_per_node"]))
-    extra = cfg.get("extra_flags") or ""
-    if not isinstance(extra, str):
-        raise LaunchError(f"{where}: extra_flags must be a string of sbatch options")
-    gpu_string = cfg.get("gpu_string") or ""
-    if not isinstance(gpu_string, str) or not re.fullmatch(GPU_STRING_PATTERN, gpu_string):
-        raise LaunchError(f"{where}: gpu_string must name a GPU type as doodad's did "
-                          f"(\":TITAN\" asks for --gres=gpu:TITAN:N), got {gpu_string!r}")
+    extra, gpu_string = cfg.get("extra_flags") or "", cfg.get("gpu_string") or ""
     mem = cfg.get("mem")
-    amount = re.fullmatch(MEM_PATTERN, str(mem))
-    if mem is not None and not amount:
-        raise LaunchError(f"{where}: mem must be an amount sbatch reads (16000, \"16G\"), "
-                          f"got {mem!r}")
-    words = {}
-    for key in ("account_name", "partition", "qos", "constraint"):
-        value = cfg.get(key) or None  # ('' as doodad's configs write it: not set)
-        if value is not None and not isinstance(value, str):
-            raise LaunchError(f"{where}: {key} must be a string, got {value!r}")
-        words[key] = value
+    amount = None if mem is None else re.fullmatch(MEM_PATTERN, str(mem))
+    # ('' as doodad's configs write it: not set)
+    words = {key: cfg.get(key) or None for key in ("account_name", "partition", "qos",
+                                                    "constraint")}
     return Resources(name, words["account_name"], words["partition"], ints["n_gpus"],
                      ints["n_cpus_per_task"], ints["time_in_mins"], nodes, n_tasks, extra,
                      ints["max_num_cores_per_node"], gpu_string.lstrip(":"),
