@@ -18,15 +18,16 @@ import shutil
 import subprocess
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from easylaunch_job.environment import cloudpickle_version, is_alive, process_start_time
 from easylaunch_job.records import update_status
 
 READ_LIMIT = 1 << 20  # a status.json or job id file is far smaller
 
-Op = dict[str, Any]  # an operation: its ``op`` name and arguments, as JSON
-Answer = dict[str, Any]  # one op's answer, as JSON
+if TYPE_CHECKING:  # (annotations only: dict[...] is no value on Python 3.8, the floor)
+    Op = dict[str, Any]  # an operation: its ``op`` name and arguments, as JSON
+    Answer = dict[str, Any]  # one op's answer, as JSON
 
 
 def _path(path: str) -> str:

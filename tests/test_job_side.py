@@ -2,6 +2,7 @@
 
 import ast
 import collections
+import os
 import subprocess
 import sys
 import zipfile
@@ -29,6 +30,30 @@ def test_the_job_side_needs_no_newer_python_than_its_floor():
     proc = subprocess.run([str(vermin), f"-t={floor}-", "--no-tips",
                            "--violations", str(JOB_SIDE)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+FLOOR_CHECK = """
+import importlib, pkgutil, sys
+sys.path.insert(0, sys.argv[1])
+import easylaunch_job
+from easylaunch_job.host_ops import answer
+for module in pkgutil.walk_packages(easylaunch_job.__path__, "easylaunch_job."):
+    importlib.import_module(module.name)
+print(answer([{"op": "info"}])[0]["python"][:2])
+"""
+
+
+def test_every_job_side_module_imports_and_answers_on_the_floor_python(tmp_path):
+    """vermin reads the syntax; this runs the archive on the floor's own interpreter (pyenv's,
+    on this machine), where a value such as dict[str, Any] fails at import."""
+    floor = "{}.{}".format(*easylaunch_job.PYTHON_FLOOR)
+    root = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv"))
+    found = sorted(root.glob(f"versions/{floor}.*/bin/python{floor}"))
+    assert found, f"no Python {floor} under {root}/versions: pyenv install {floor}"
+    proc = subprocess.run([str(found[-1]), "-c", FLOOR_CHECK, str(_write_archive(tmp_path))],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == str(list(easylaunch_job.PYTHON_FLOOR))  # (it ran there)
 
 
 def test_an_older_python_than_the_floor_is_told_so(tmp_path):
