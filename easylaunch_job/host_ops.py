@@ -25,27 +25,102 @@ from easylaunch_job.records import update_status
 
 READ_LIMIT = 1 << 20  # a status.json or job id file is far smaller
 
-if TYPE_CHECKING:  # (annotations only: dict[...] is no value on Python 3.8, the floor)
-    Op = dict[str, Any]  # an operation: its ``op`` name and arguments, as JSON
+if TYPE_CHECKING:  # (annotations only, checked by mypy: dict[...] is no value on Python 3.8)
+    from collections.abc import Callable, Sequence
+    from typing import Literal, TypedDict
+
     Answer = dict[str, Any]  # one op's answer, as JSON
+
+    # The operations, each as JSON: its ``op`` name and arguments.
+    class InfoOp(TypedDict):
+        op: Literal["info"]
+
+    class WhichOp(TypedDict):
+        op: Literal["which"]
+        names: Sequence[str]
+
+    class PrepareDirOp(TypedDict):
+        op: Literal["prepare_dir"]
+        path: str
+
+    class ExistsOp(TypedDict):
+        op: Literal["exists"]
+        paths: Sequence[str]
+
+    class _ReadOp(TypedDict):
+        op: Literal["read"]
+        paths: Sequence[str]
+
+    class ReadOp(_ReadOp, total=False):
+        limit: int
+
+    class _RunOp(TypedDict):
+        op: Literal["run"]
+        argv: Sequence[str]
+
+    class RunOp(_RunOp, total=False):
+        cwd: str
+        timeout: float
+
+    class _DetachOp(TypedDict):
+        op: Literal["detach"]
+        argv: Sequence[str]
+        log: str
+
+    class DetachOp(_DetachOp, total=False):
+        cwd: str
+
+    class AliveOp(TypedDict):
+        op: Literal["alive"]
+        pids: Sequence[Sequence[Any]]  # [pid, start time] pairs
+
+    class TouchOp(TypedDict):
+        op: Literal["touch"]
+        paths: Sequence[str]
+
+    class UpdateStatusOp(TypedDict):
+        op: Literal["update_status"]
+        folders: Sequence[str]
+        fields: dict[str, Any]
+
+    class UnpackOp(TypedDict):
+        op: Literal["unpack"]
+        root: str
+        tar: str  # base64 of a tar.gz
+
+    class PlaceOp(TypedDict):
+        op: Literal["place"]
+        incoming: str
+        store: str
+        root: str
+        shared: Sequence[str]
+        plain: Sequence[str]
+
+    class OpenTasksOp(TypedDict):
+        op: Literal["open_tasks"]
+        taskfile: str
+        state_dir: str
+
+    Op = (InfoOp | WhichOp | PrepareDirOp | ExistsOp | ReadOp | RunOp | DetachOp | AliveOp
+          | TouchOp | UpdateStatusOp | UnpackOp | PlaceOp | OpenTasksOp)
 
 
 def _path(path: str) -> str:
     return os.path.abspath(os.path.expanduser(path))
 
 
-def _info(op: Op) -> Answer:
+def _info(op: InfoOp) -> Answer:
     """The far side's Python, cloudpickle and home folder."""
     return {"python": list(sys.version_info[:3]), "executable": sys.executable,
             "cloudpickle": cloudpickle_version(), "home": os.path.expanduser("~"),
             "host": os.uname().nodename, "cpus": os.cpu_count()}
 
 
-def _which(op: Op) -> Answer:
+def _which(op: WhichOp) -> Answer:
     return {"found": {name: shutil.which(name) for name in op["names"]}}
 
 
-def _prepare_dir(op: Op) -> Answer:
+def _prepare_dir(op: PrepareDirOp) -> Answer:
     """Make a folder (and its parents), prove it writable, say how much room it has."""
     path = _path(op["path"])
     try:
@@ -61,11 +136,11 @@ def _prepare_dir(op: Op) -> Answer:
     return {"path": path, "free": stat.f_bavail * stat.f_frsize}
 
 
-def _exists(op: Op) -> Answer:
+def _exists(op: ExistsOp) -> Answer:
     return {"exists": [os.path.lexists(_path(p)) for p in op["paths"]]}
 
 
-def _read(op: Op) -> Answer:
+def _read(op: ReadOp) -> Answer:
     """Text of each file (None where missing), with its size and modification time."""
     files: dict[str, dict[str, Any] | None] = {}
     for name in op["paths"]:
@@ -79,7 +154,7 @@ def _read(op: Op) -> Answer:
     return {"files": files}
 
 
-def _run(op: Op) -> Answer:
+def _run(op: RunOp) -> Answer:
     argv = [os.path.expanduser(a) if a.startswith("~/") else a for a in op["argv"]]
     try:
         out = subprocess.run(argv, capture_output=True, text=True, timeout=op.get("timeout", 60),
@@ -92,7 +167,7 @@ def _run(op: Op) -> Answer:
     return {"rc": out.returncode, "out": out.stdout, "err": out.stderr}
 
 
-def _detach(op: Op) -> Answer:
+def _detach(op: DetachOp) -> Answer:
     """Start a command that outlives this connection (its own session, output to a log)."""
     log = _path(op["log"])
     os.makedirs(os.path.dirname(log), exist_ok=True)
@@ -103,12 +178,12 @@ def _detach(op: Op) -> Answer:
     return {"pid": proc.pid, "started": process_start_time(proc.pid)}
 
 
-def _alive(op: Op) -> Answer:
+def _alive(op: AliveOp) -> Answer:
     """Whether each [pid, start time] is still the same running process."""
     return {"alive": [is_alive(pid, started) for pid, started in op["pids"]]}
 
 
-def _touch(op: Op) -> Answer:
+def _touch(op: TouchOp) -> Answer:
     """Make empty files (and their own folder, whose parent must exist)."""
     for name in op["paths"]:
         path = _path(name)
@@ -120,7 +195,7 @@ def _touch(op: Op) -> Answer:
     return {}
 
 
-def _update_status(op: Op) -> Answer:
+def _update_status(op: UpdateStatusOp) -> Answer:
     """Merge fields into run folders' status.json (under its lock)."""
     for folder in op["folders"]:
         if os.path.isdir(_path(folder)):
@@ -128,7 +203,7 @@ def _update_status(op: Op) -> Answer:
     return {}
 
 
-def _unpack(op: Op) -> Answer:
+def _unpack(op: UnpackOp) -> Answer:
     """Unpack files sent inline (a base64 gzipped tar) under ``root``."""
     import base64
     import io
@@ -150,7 +225,7 @@ def _link_tree(source: str, dest: str) -> None:
     os.rename(tmp, dest)
 
 
-def _place(op: Op) -> Answer:
+def _place(op: PlaceOp) -> Answer:
     """Move uploaded items from the incoming folder into place.
 
     ``shared`` items are content-addressed: kept once in ``store`` (a later upload of the
@@ -191,7 +266,7 @@ def _place(op: Op) -> Answer:
                 return {"error": f"{dest} exists already; it is left as it is"}
             os.makedirs(os.path.dirname(dest), exist_ok=True)
             os.rename(source, dest)
-    for rel in op["shared"] + op["plain"]:  # the folders that held them, now empty
+    for rel in [*op["shared"], *op["plain"]]:  # the folders that held them, now empty
         parent = os.path.dirname(os.path.join(incoming, rel))
         while parent != incoming:
             if os.path.isdir(parent):
@@ -209,7 +284,7 @@ def _link_file(source: str, dest: str) -> None:
         shutil.copy2(source, dest)
 
 
-def _open_tasks(op: Op) -> Answer:
+def _open_tasks(op: OpenTasksOp) -> Answer:
     """The tasks of a packer's task file that may still run (see packer.open_tasks)."""
     from easylaunch_job.packer import open_tasks
 
@@ -223,10 +298,12 @@ def _remove(path: str) -> None:
         os.remove(path)
 
 
-OPS = {"info": _info, "which": _which, "prepare_dir": _prepare_dir, "exists": _exists,
-       "read": _read, "run": _run, "detach": _detach, "alive": _alive,
-       "touch": _touch, "update_status": _update_status, "unpack": _unpack,
-       "place": _place, "open_tasks": _open_tasks}
+# (each takes its own kind of op: the dispatch reads the "op" name)
+OPS: dict[str, Callable[[Any], Answer]] = {
+    "info": _info, "which": _which, "prepare_dir": _prepare_dir, "exists": _exists,
+    "read": _read, "run": _run, "detach": _detach, "alive": _alive, "touch": _touch,
+    "update_status": _update_status, "unpack": _unpack, "place": _place,
+    "open_tasks": _open_tasks}
 
 
 def answer(ops: list[Op]) -> list[Answer]:

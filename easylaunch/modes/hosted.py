@@ -47,6 +47,7 @@ from easylaunch_job.states import TERMINAL_STATES
 
 if TYPE_CHECKING:
     from easylaunch.runs.record import LaunchRequest
+    from easylaunch_job.host_ops import Answer, Op
 
 MIRRORED = (STATUS_JSON, RESULT_PKL)
 KEPT_HERE = (BUNDLE_DIR, LAUNCH_JSON)  # sent there, never brought back (launch.json grows here)
@@ -84,8 +85,8 @@ class BackendQuery(NamedTuple):
     then). ``settle`` also gets the ids of the runs whose record there said they ended: they
     are left alone, even where bringing them back failed this time."""
 
-    ops: list[dict]
-    settle: Callable[[list[dict], set[str]], None]
+    ops: Sequence[Op]
+    settle: Callable[[list[Answer], set[str]], None]
 
 
 NO_QUERY = BackendQuery([], lambda answers, ended_there: None)
@@ -116,8 +117,8 @@ class HostedMode(Mode):
     def checks_while_runs_are_made(self) -> bool:
         return not self.transport.is_local  # (the transport is made here, not in the check)
 
-    def check_host(self, folder: str, runs_python: str | None, *ops: dict,
-                   programs: Sequence[str] = ()) -> tuple[str, dict, list[dict]]:
+    def check_host(self, folder: str, runs_python: str | None, *ops: Op,
+                   programs: Sequence[str] = ()) -> tuple[str, Answer, list[Answer]]:
         """Ask the far side, in one round trip, whether it can take this launch: ``folder``
         writable there (made if missing); ``runs_python`` (the Python runs start with there;
         None: they start in an image) one that can load what this machine pickles; ``programs``
@@ -180,8 +181,8 @@ class HostedMode(Mode):
                                          self.transport.log_dir, ready)
         return self._stream
 
-    def stage(self, request: LaunchRequest, runs: list[Run], root: str, then: list[dict],
-              shared: list[str], plain: list[str]) -> list[dict]:
+    def stage(self, request: LaunchRequest, runs: list[Run], root: str, then: Sequence[Op],
+              shared: list[str], plain: list[str]) -> list[Answer]:
         """Make the runs' bundles and this launch's files (``shared``: stored once per content,
         ``plain``: this launch's own; paths relative to the log root) present in ``root``
         there, then run the far-side ops ``then`` in the same round trip; their answers.
@@ -302,7 +303,7 @@ class HostedMode(Mode):
                               []).append(job)
         return groups
 
-    def request_cancel(self, jobs: list[RunRecord], *then: dict) -> list[dict]:
+    def request_cancel(self, jobs: list[RunRecord], *then: Op) -> list[Answer]:
         """Note the cancel in the runs' records, here and where the jobs write them, then run
         the far-side ops ``then`` in the same round trip; their answers."""
         for job in jobs:

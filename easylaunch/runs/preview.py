@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import shlex
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, NoReturn
@@ -49,7 +49,7 @@ def resource_fields(resources: Any) -> dict[str, Any]:
             if (value := getattr(resources, f.name)) not in (None, "")}
 
 
-def op_line(op: dict) -> str:
+def op_line(op: Mapping[str, Any]) -> str:
     """A far-side ``run`` op as the command line it runs (in its folder, if it names one)."""
     line = shlex.join(op["argv"])
     return f"cd {shlex.quote(op['cwd'])} && {line}" if op.get("cwd") else line

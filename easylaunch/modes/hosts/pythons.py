@@ -12,11 +12,15 @@ import json
 import shlex
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import cloudpickle
 
 from easylaunch.errors import LaunchError
 from easylaunch_job.run import python_versions, wanted_python
+
+if TYPE_CHECKING:
+    from easylaunch_job.host_ops import RunOp
 
 # What a Python says of itself: the shape of the ``info`` op's answer (easylaunch_job.host_ops).
 _PROBE = ("import json, sys\n"
@@ -25,7 +29,7 @@ _PROBE = ("import json, sys\n"
           "print(json.dumps({'python': list(sys.version_info[:3]), 'cloudpickle': pickler}))\n")
 
 
-def probe_op(python: str, pre_cmds: Sequence[str]) -> dict:
+def probe_op(python: str, pre_cmds: Sequence[str]) -> RunOp:
     """The far-side op that asks ``python`` (started after ``pre_cmds``, as runs start) for
     its Python and cloudpickle versions."""
     argv = [python, "-c", _PROBE]

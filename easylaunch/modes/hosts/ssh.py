@@ -20,10 +20,15 @@ import shlex
 import subprocess
 import tempfile
 import threading
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from easylaunch.modes.hosts.transport import HostError, Transport
 from easylaunch.runs.jobpack import job_archive
+
+if TYPE_CHECKING:
+    from easylaunch_job.host_ops import Answer, Op
 
 CONTROL_PERSIST_SECONDS = 60  # a later command within a minute reuses the connection
 CONNECT_TIMEOUT_SECONDS = 15
@@ -69,7 +74,7 @@ class _FarSide:
         self.lock = threading.Lock()
         self.proc: subprocess.Popen[str] | None = None
 
-    def ask(self, ops: list[dict]) -> tuple[str | None, int | None, str]:
+    def ask(self, ops: Sequence[Op]) -> tuple[str | None, int | None, str]:
         """(answer line or None, exit code, stderr) for one request."""
         with self.lock:
             if self.proc is not None and self.proc.poll() is not None:
@@ -188,7 +193,7 @@ class SshTransport(Transport):
                 f"{remote_word(self.python)} -c {shlex.quote(_START)}"]
         return _far_sides.setdefault(tuple(argv), _FarSide(argv))
 
-    def run_ops(self, ops: list[dict]) -> list[dict]:
+    def run_ops(self, ops: Sequence[Op]) -> list[Answer]:
         answer, code, stderr = self.far_side.ask(ops)
         if answer is not None:
             return json.loads(answer)

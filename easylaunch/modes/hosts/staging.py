@@ -21,15 +21,18 @@ import subprocess
 import tarfile
 import threading
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from easylaunch.modes.hosts.transport import HostError, Transport, checked
 from easylaunch.runs.bundle import CODE_DIR, Run
 from easylaunch.runs.record import VARIANT_JSON
 from easylaunch_job.records import BUNDLE_DIR, STATUS_JSON
+
+if TYPE_CHECKING:
+    from easylaunch_job.host_ops import Op
 
 INCOMING = ".incoming"
 INLINE_BYTES = 4 << 20  # up to this much goes inline with the far side's answer, not by rsync
@@ -168,7 +171,7 @@ class Uploaded(NamedTuple):
     answers: list[dict]
 
 
-def upload(transport: Transport, up: Upload, then: list[dict] | None = None) -> Uploaded:
+def upload(transport: Transport, up: Upload, then: Sequence[Op] = ()) -> Uploaded:
     """Copy what is missing there, place it, then run the far-side ops ``then`` in the same
     round trip."""
     incoming = f"{up.store}/{INCOMING}"
@@ -184,7 +187,7 @@ def upload(transport: Transport, up: Upload, then: list[dict] | None = None) -> 
         raise HostError(f"{transport.where} has {free / 1e6:.1f} MB free in {incoming}, and "
                         f"this launch copies {need / 1e6:.1f} MB: free space there or choose "
                         "another log_dir; nothing was copied or submitted")
-    inline: list[dict] = []
+    inline: list[Op] = []
     sent = up.streamed_bytes
     if sending and need <= INLINE_BYTES:  # small: in the same round trip as placing them
         packed = _packed(up.local_root, sending)

@@ -14,9 +14,13 @@ import subprocess
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from easylaunch.errors import LaunchError
 from easylaunch_job import host_ops
+
+if TYPE_CHECKING:
+    from easylaunch_job.host_ops import Answer, Op
 
 # (--recursive again: --files-from turns off the recursion --archive implies)
 RSYNC_FLAGS = ("--archive", "--recursive", "--partial", "--protect-args", "--stats")
@@ -49,7 +53,7 @@ class Transport(ABC):
     log_dir: str | None = None  # where runs go there (None: where the launch says, here)
 
     @abstractmethod
-    def run_ops(self, ops: list[dict]) -> list[dict]:
+    def run_ops(self, ops: Sequence[Op]) -> list[Answer]:
         """Run far-side operations in order, in one round trip; one answer each."""
 
     @abstractmethod
@@ -124,7 +128,7 @@ class LocalTransport(Transport):
     def is_local(self) -> bool:
         return True
 
-    def run_ops(self, ops: list[dict]) -> list[dict]:
+    def run_ops(self, ops: Sequence[Op]) -> list[Answer]:
         return json.loads(json.dumps(host_ops.answer(json.loads(json.dumps(ops)))))
 
     def rsync_argv(self) -> list[str]:

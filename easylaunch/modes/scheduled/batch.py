@@ -29,7 +29,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from easylaunch.errors import EasyLaunchError, LaunchError
 from easylaunch.modes.containers import SSS_SINGULARITY, SingularityImage
@@ -46,6 +46,9 @@ from easylaunch.runs.session import SESSION
 from easylaunch.settings import Mount
 from easylaunch_job.records import BUNDLE_DIR, JOB_PYZ, SNAPSHOT_STORE, write_bytes_atomic
 from easylaunch_job.schedulers import JobSide
+
+if TYPE_CHECKING:
+    from easylaunch_job.host_ops import Op
 
 JOB_IDS = "job_ids.txt"
 SUBMIT = "submit.sh"
@@ -373,8 +376,8 @@ class BatchMode(ByHand, ScheduledMode):
         has the jobs it did submit cancelled: all or nothing."""
         local, t = layout.local_dir, self.transport
         ids_file = f"{layout.cluster_dir}/{JOB_IDS}"
-        then = [{"op": "run", "argv": ["bash", f"{layout.cluster_dir}/{SUBMIT}"]},
-                {"op": "read", "paths": [ids_file]}]
+        then: list[Op] = [{"op": "run", "argv": ["bash", f"{layout.cluster_dir}/{SUBMIT}"]},
+                          {"op": "read", "paths": [ids_file]}]
         if t.is_local and str(local) == layout.cluster_dir:  # written in place
             out, ids = checked(t.run_ops(then), t.where)
         else:

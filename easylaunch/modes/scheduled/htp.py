@@ -19,6 +19,7 @@ from __future__ import annotations
 import shlex
 import sys
 import warnings
+from typing import TYPE_CHECKING
 
 from easylaunch.errors import EasyLaunchError, LaunchError, check_count
 from easylaunch.modes import launchers
@@ -33,6 +34,9 @@ from easylaunch.runs.jobpack import job_archive
 from easylaunch.runs.record import LaunchRequest, RunRecord
 from easylaunch.settings import Settings
 from easylaunch_job.records import JOB_PYZ
+
+if TYPE_CHECKING:
+    from easylaunch_job.host_ops import Op
 
 TASKS = "tasks.txt"
 RUNS = "runs.tsv"
@@ -236,10 +240,11 @@ def end_idle_allocations(mode: BatchMode, jobs: list[RunRecord]) -> None:
         return
     sched, ids = mode.scheduler, sorted(set().union(*batches.values()))
     backends = [job.launch_info["backend"] for job in jobs]
-    asks = [{"op": "run", "argv": argv} for argv in sched.status_commands(ids, backends)]
-    answers = mode.transport.run_ops([
-        *({"op": "open_tasks", "taskfile": f"{folder}/{TASKS}",
-           "state_dir": f"{folder}/{TASK_STATE}"} for folder in batches), *asks])
+    asks: list[Op] = [{"op": "run", "argv": argv}
+                      for argv in sched.status_commands(ids, backends)]
+    opens: list[Op] = [{"op": "open_tasks", "taskfile": f"{folder}/{TASKS}",
+                        "state_dir": f"{folder}/{TASK_STATE}"} for folder in batches]
+    answers = mode.transport.run_ops([*opens, *asks])
     opened, asked = answers[:len(batches)], answers[len(batches):]
     said = [completed(a) for a in mode.retried(asks, asked)]
     states = sched.read_states(ids, said, backends)

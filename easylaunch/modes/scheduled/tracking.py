@@ -16,7 +16,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from easylaunch.errors import LaunchError
 from easylaunch.modes.base import shell_in
@@ -28,6 +28,9 @@ from easylaunch.runs.record import LaunchRequest, RunRecord
 from easylaunch_job.command import run_variables
 from easylaunch_job.records import STATUS_JSON, STDERR_LOG, update_status
 from easylaunch_job.states import TERMINAL_STATES
+
+if TYPE_CHECKING:
+    from easylaunch_job.host_ops import Answer, Op, RunOp
 
 
 @dataclass(frozen=True)
@@ -127,7 +130,7 @@ class ScheduledMode(HostedMode):
         argv = None if job_id is None else self.scheduler.reason_command(job_id)
         if argv is None:
             return None
-        op = {"op": "run", "argv": argv}
+        op: RunOp = {"op": "run", "argv": argv}
         out = completed(self.retried([op], self.transport.run_ops([op]))[0])
         return self.scheduler.parse_reason(out.stdout) if out.returncode == 0 else None
 
@@ -137,7 +140,7 @@ class ScheduledMode(HostedMode):
         job_id, inside = self.job_id(job), shells(self.scheduler, "easylaunch shell")
         if job_id is None:
             raise LaunchError(f"run {job.id} has no {self.scheduler.NAME} job id yet")
-        op = {"op": "run", "argv": inside.shell_lookup(job_id)}
+        op: RunOp = {"op": "run", "argv": inside.shell_lookup(job_id)}
         found = completed(self.retried([op], self.transport.run_ops([op]))[0])
         folder = self._job_log_dir(job)
         inner = shell_in(folder, run_variables(job.id, folder))
@@ -171,12 +174,12 @@ class ScheduledMode(HostedMode):
         if not by_id:
             return NO_QUERY
         backends = [job.launch_info["backend"] for group in by_id.values() for job in group]
-        ops = [{"op": "run", "argv": argv}
-               for argv in self.scheduler.status_commands(list(by_id), backends)]
+        ops: list[Op] = [{"op": "run", "argv": argv}
+                         for argv in self.scheduler.status_commands(list(by_id), backends)]
         return BackendQuery(ops, functools.partial(self._settle_all, by_id, backends, ops))
 
-    def _settle_all(self, by_id: dict[str, list[RunRecord]], backends: list[dict], ops: list[dict],
-                    answers: list[dict], ended_there: set[str]) -> None:
+    def _settle_all(self, by_id: dict[str, list[RunRecord]], backends: list[dict],
+                    ops: Sequence[Op], answers: list[Answer], ended_there: set[str]) -> None:
         answers = self.retried(ops, answers)
         said = [completed(a) for a in answers]
         states = self.scheduler.read_states(list(by_id), said, backends)
@@ -235,7 +238,7 @@ class ScheduledMode(HostedMode):
                               f"machine; cancel it on the cluster")
         self._stop(job, job_id)
 
-    def retried(self, ops: list[dict], answers: list[dict]) -> list[dict]:
+    def retried(self, ops: Sequence[Op], answers: list[Answer]) -> list[Answer]:
         """``answers`` to ``ops`` (scheduler commands, asked once already), with those that
         failed for a passing reason (the controller busy or out of reach) asked again, after
         RETRY_DELAYS. Never used for submitting, which must not happen twice."""
@@ -266,7 +269,7 @@ class ScheduledMode(HostedMode):
             job.record_end("cancelled", "cancelled before it started")
             return
         argv = self.scheduler.cancel_command(job_id)
-        op = {"op": "run", "argv": argv}
+        op: RunOp = {"op": "run", "argv": argv}
         out = completed(self.retried([op], self.request_cancel([job], op))[0])
         if out.returncode != 0:
             raise LaunchError(f"{shlex.join(argv)} failed on {self.transport.where}: "

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from easylaunch.modes.schedulers.nodes import Nodes
     from easylaunch.runs.record import LaunchRequest
     from easylaunch.settings import Settings
+    from easylaunch_job.host_ops import Op, RunOp
     from easylaunch_job.schedulers import JobSide
 
 UNLIMITED = 2**31 - 1  # array entries where a scheduler says no limit
@@ -106,7 +107,7 @@ class Scheduler(ABC):
         """``line`` as is for one process, or started on every rank of the job."""
         return line
 
-    def submit_op(self, script: str) -> dict:
+    def submit_op(self, script: str) -> RunOp:
         """The far-side op that submits the script at ``script`` (a path there), from its
         folder."""
         return {"op": "run", "argv": self.SIDE.command(script), "cwd": posixpath.dirname(script)}
@@ -118,7 +119,7 @@ class Scheduler(ABC):
             raise LaunchError(f"{self.SIDE.tool} printed no job id: {stdout.strip()!r}")
         return job_id
 
-    def preflight_ops(self) -> list[dict]:
+    def preflight_ops(self) -> list[Op]:
         """Far-side ops asking the cluster what a launch needs to know (in the preflight's
         round trip; default: none)."""
         return []

@@ -35,6 +35,7 @@ from easylaunch_job.schedulers import PBS_SIDE, qsub_job_id
 if TYPE_CHECKING:
     from easylaunch.runs.record import LaunchRequest
     from easylaunch.settings import Settings
+    from easylaunch_job.host_ops import Op
 
 DEFAULT_MAX_ARRAY_SIZE = 10000  # PBS Pro's default max_array_size
 
@@ -228,7 +229,7 @@ def every_rank(line: str, res: Resources) -> str:
             f"bash -c {shlex.quote(per_rank)}")
 
 
-def preflight_ops() -> list[dict]:
+def preflight_ops() -> list[Op]:
     return [{"op": "which", "names": ["qstat", "qdel"]},
             {"op": "run", "argv": ["qstat", "--version"]},
             {"op": "run", "argv": ["qstat", "-B", "-f", "-F", "json"]},

@@ -33,6 +33,7 @@ from easylaunch_job.schedulers import SLURM_SIDE, sbatch_job_id
 if TYPE_CHECKING:
     from easylaunch.runs.record import LaunchRequest
     from easylaunch.settings import Settings
+    from easylaunch_job.host_ops import Op, RunOp
 
 DEFAULT_MAX_ARRAY_SIZE = 1001
 
@@ -283,7 +284,7 @@ def every_rank(line: str, res: Resources) -> str:
             f"bash -c {shlex.quote(line)}")
 
 
-def preflight_ops() -> list[dict]:
+def preflight_ops() -> list[Op]:
     return [{"op": "run", "argv": ["scontrol", "show", "config"]},
             {"op": "run", "argv": cluster_nodes.sinfo_command()},
             *slurm_queue.ROOM_OPS]
@@ -379,7 +380,7 @@ def job_exports(res: Resources, resubmit: str | None) -> str:
     return f"{EXPORTS} {ENV_RESUBMIT_SCRIPT}={shlex.quote(resubmit)} {ENV_SCHEDULER}={SIDE.name}"
 
 
-def submit_op(script: str) -> dict:
+def submit_op(script: str) -> RunOp:
     return {"op": "run", "argv": SIDE.command(script)}
 
 

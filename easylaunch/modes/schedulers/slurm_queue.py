@@ -10,8 +10,12 @@ from __future__ import annotations
 import re
 import subprocess
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from easylaunch.errors import LaunchError
+
+if TYPE_CHECKING:
+    from easylaunch_job.host_ops import Op
 
 # squeue/sacct states -> easylaunch states (JobState values).
 STATES = {
@@ -123,7 +127,7 @@ def read_exits(job_ids: Sequence[str], answers: list[subprocess.CompletedProcess
 
 # A launch's questions about the user's room on the cluster: the QOS limits, the user's jobs,
 # and the user's default QOS (asked with the preflight's other questions, in its round trip).
-ROOM_OPS = [
+ROOM_OPS: list[Op] = [
     {"op": "run", "argv": ["sacctmgr", "--noheader", "--parsable2", "show", "qos",
                            "format=Name,MaxSubmitPU"]},
     {"op": "run", "argv": ["squeue", "--me", "--noheader", "--array", "--format=%i"]},
