@@ -6,8 +6,9 @@ squeue, touch a cancel marker, move uploaded folders into place) and gets every 
 one round trip. Over SSH the whole job package travels (held in memory there, nothing is
 installed) and this module answers on the far side's own Python.
 
-Each op is a dict with an ``op`` name; each answer is a dict, with ``error`` when that op
-failed (the others still run). Paths may start with ``~``.
+Each op is a dict with an ``op`` name, typed for mypy by its own TypedDict below (``RunOp``:
+``{"op": "run", "argv": [...]}``); each answer is a dict, with ``error`` when that op failed
+(the others still run). Paths may start with ``~``.
 """
 
 from __future__ import annotations
