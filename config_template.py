@@ -202,8 +202,9 @@ SLURM_CONFIGS: dict = dict(
     ),
 )
 
-# Seconds before the time limit that Slurm sends SIGUSR1 (--signal), so a run records "timeout"
-# instead of dying silently.
+# Seconds before the time limit that Slurm sends SIGUSR1 (--signal), so a run can save and
+# records "timeout" instead of dying silently (0: no warning; the limit's SIGTERM still reads as
+# a timeout).
 SLURM_SIGNAL_SECONDS: int = 120
 
 # ``slurm`` mode (submits right away; the launching machine is a login node, LOCAL_LOG_DIR is on

@@ -146,6 +146,8 @@ def call_and_record(fn: Any, config: DoodadConfig, variant: Any, log_dir: str,
             return (EXIT_RESTART if restarting else 128 + stop.signum), None
         command = isinstance(exc, CommandFailed)  # (its own exit code and stderr, no traceback)
         tb_text = str(exc) if command else user_traceback(exc)
+        if not reraise:  # (in the log before the record says the run failed: a reader of both
+            print(tb_text, file=sys.stderr, end="", flush=True)  # never finds the log empty)
         save_error(log_dir, exc, tb_text)
         restarting = finish_attempt(log_dir, policy, "error" if policy.on_error else None,
                                     state="failed", error=tb_text,
@@ -153,7 +155,6 @@ def call_and_record(fn: Any, config: DoodadConfig, variant: Any, log_dir: str,
                                     else EXIT_FAILED)
         if reraise:
             raise
-        print(tb_text, file=sys.stderr, end="")
         return (EXIT_RESTART if restarting else EXIT_FAILED), None
     problem, recorded = save_result(log_dir, value)
     if problem:

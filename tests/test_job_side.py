@@ -172,7 +172,7 @@ def test_each_job_script_names_its_scheduler_and_the_job_side_takes_that_table(m
     script.write_text("#!/bin/bash\n#PBS -J 0-3\n#SBATCH --array=0-3\ntrue\n")
     for sched in (slurm, pbs):
         assert SCHEDULERS[sched.SIDE.name] is sched.SIDE
-        res = types.SimpleNamespace(walltime_seconds=60)  # (what the exports read of one)
+        res = types.SimpleNamespace(walltime_seconds=60, time_minutes=1)  # (what exports read)
         (name,) = re.findall(rf"\b{ENV_SCHEDULER}=(\S+)", sched.job_exports(res, str(script)))
         monkeypatch.setenv(ENV_SCHEDULER, name)
         assert this_jobs() is sched.SIDE

@@ -166,6 +166,18 @@ def test_time_limit_is_recorded_as_timeout(slurm_cfg):
     assert "time limit" in job.info()["error"]
 
 
+def test_a_time_limit_without_a_warning_is_a_timeout_not_a_cancel(slurm_cfg):
+    """Slurm ends a job at its limit with SIGTERM, as scancel does. With no warning signal
+    (SLURM_SIGNAL_SECONDS=0) the job script's EASYLAUNCH_TIME_LIMIT_AT tells them apart; the
+    run was recorded "cancelled" before (seen on the realistic cluster)."""
+    slurm_cfg["SLURM_CONFIGS"]["cpu"]["time_in_mins"] = 1
+    slurm_cfg["SLURM_SIGNAL_SECONDS"] = 0
+    job = run_experiment(jobfns.sleep_a_while, variant={"seconds": 300}, mode="slurm",
+                         config=slurm_cfg)
+    assert job.wait(timeout=150) is JobState.TIMEOUT
+    assert "the time limit is reached" in job.info()["error"]
+
+
 def test_sbatch_rejection_shows_sbatchs_own_message(slurm_cfg):
     slurm_cfg["SLURM_CONFIGS"]["cpu"]["extra_flags"] = "--no-such-option"
     with pytest.raises(LaunchError, match="sbatch refused .*unrecognized option"):

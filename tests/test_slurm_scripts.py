@@ -179,6 +179,15 @@ exec true
 """
 
 
+def test_job_exports_golden_say_when_the_time_limit_comes():
+    res = slurm.resolve_resources({"x": dict(time_in_mins=5)}, "x", False)
+    limit = "EASYLAUNCH_TIME_LIMIT_AT=$(( $(date +%s) + 300 ))"
+    assert slurm.job_exports(res, None) == f"EASYLAUNCH_TIMEOUT_SIGNAL=USR1 {limit}"
+    assert slurm.job_exports(res, "/b/it's.sbatch") == (
+        f"EASYLAUNCH_TIMEOUT_SIGNAL=USR1 {limit} "
+        "EASYLAUNCH_RESUBMIT_SCRIPT='/b/it'\"'\"'s.sbatch' EASYLAUNCH_SCHEDULER=slurm")
+
+
 def test_hostile_paths_reach_the_shell_as_data(tmp_path):
     weird = tmp_path / "it's a $(touch pwned) dir"
     script = job_script([], [(str(weird / "b"), str(weird / "l"))],

@@ -46,7 +46,7 @@ def plan(mode: BatchMode, request: LaunchRequest, runs: list[Run], layout: Layou
         pythonpath=mode.container_pythonpath(),
         container=mode.in_image(request, layout, runs))), res)
     python = shlex.quote(mode.batch_python(request))  # (outside the image)
-    files, entries, seed = {}, [], []
+    files, entries, seed, exports = {}, [], [], slurm.job_exports(res, None)
     for run, bundle, log_dir in zip(runs, layout.bundles, layout.log_dirs, strict=True):
         header = slurm.sbatch_header(res, job_name=f"{run.exp_name}-{run.run_id}",
                                      output=slurm.output_path(layout.cluster_dir,
@@ -55,7 +55,7 @@ def plan(mode: BatchMode, request: LaunchRequest, runs: list[Run], layout: Layou
         script = f"{run.run_id}.sbatch"
         files[script] = job_script(header, [(bundle, log_dir)], settled_outside(
             line, python, f"{layout.cluster_dir}/{script}")
-            if s.MAX_RESTARTS else line, index=slurm.SIDE.index, exports=slurm.EXPORTS)
+            if s.MAX_RESTARTS else line, index=slurm.SIDE.index, exports=exports)
         entries.append(([run.run_id], shlex.join(SLURM_SIDE.command(script))))
         seed.append(shlex.join(["sbatch", f"{layout.cluster_dir}/{script}"]))
     files[SUBMIT] = submit_script(SLURM_SIDE, python, entries)

@@ -25,6 +25,7 @@ from easylaunch.settings.entries import LAUNCH_SOURCE, MEM_PATTERN, check_entry,
 from easylaunch_job.environment import (
     ENV_RESUBMIT_SCRIPT,
     ENV_SCHEDULER,
+    ENV_TIME_LIMIT_AT,
     ENV_TIMEOUT_SIGNAL,
     TIMEOUT_SIGNAL,
 )
@@ -373,11 +374,15 @@ def packed_header(res: Resources, job_name: str, folder: str, count: int,
 
 
 def job_exports(res: Resources, resubmit: str | None) -> str:
-    """The time-limit signal's name; with ``resubmit``, the script an attempt that ends to
-    restart submits again for its element (the job side does)."""
+    """The time-limit signal's name, and when the time limit comes: Slurm ends a job at its
+    limit with SIGTERM, as scancel does, so a SIGTERM from then on is a timeout (without a
+    warning signal, SLURM_SIGNAL_SECONDS=0, nothing else tells them apart). With ``resubmit``,
+    the script an attempt that ends to restart submits again for its element."""
+    exports = (f"{EXPORTS} "
+               f"{ENV_TIME_LIMIT_AT}=$(( $(date +%s) + {res.time_minutes * 60} ))")
     if resubmit is None:
-        return EXPORTS
-    return f"{EXPORTS} {ENV_RESUBMIT_SCRIPT}={shlex.quote(resubmit)} {ENV_SCHEDULER}={SIDE.name}"
+        return exports
+    return f"{exports} {ENV_RESUBMIT_SCRIPT}={shlex.quote(resubmit)} {ENV_SCHEDULER}={SIDE.name}"
 
 
 def submit_op(script: str) -> RunOp:
