@@ -15,6 +15,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import functools
+import math
 import os
 import shlex
 import shutil
@@ -170,6 +171,19 @@ class _LocalRun:
                          args=(self.proc.pid, self.started, self.grace), daemon=True).start()
 
 
+def _until_done(run: _LocalRun, timeout: float) -> bool:
+    """Whether ``run`` ended within ``timeout`` seconds. Polled, not ``Event.wait``: a Ctrl-C
+    may raise KeyboardInterrupt in the main thread just after it took the event's lock (CPython
+    does not guard a ``with`` block's entry), and the supervisor's ``set()`` then waits for
+    ever; seen as a Ctrl-C that hung after "cancelling 2 local runs"."""
+    deadline = time.monotonic() + timeout
+    while not run.done.is_set():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
 def _recorded_end(log_dir: str) -> bool:
     return recorded_state(log_dir) in TERMINAL_STATES
 
@@ -197,8 +211,7 @@ def _wait_at_exit() -> None:
               "(Ctrl-C cancels them)", file=sys.stderr)
         with console.bar(len(pending), "waiting for local runs") as advance:
             for lr in pending:
-                while not lr.done.wait(0.5):
-                    pass
+                _until_done(lr, math.inf)
                 advance(1)
     except KeyboardInterrupt:
         console.say()
@@ -213,7 +226,7 @@ def _cancel_all(pending: list[_LocalRun]) -> None:
     for lr in live:
         lr.cancel()
     for lr in pending:
-        lr.done.wait(lr.grace + 5)
+        _until_done(lr, lr.grace + 5)
 
 
 _exit_hooks_installed = False
@@ -375,7 +388,7 @@ class LocalMode(Mode):
             blocking = True
         if blocking:
             for local_run in started:
-                local_run.done.wait()
+                _until_done(local_run, math.inf)
         return jobs
 
     def refresh(self, job: RunRecord) -> None:
@@ -426,7 +439,7 @@ class LocalMode(Mode):
     def wait_for_change(self, job: RunRecord, timeout: float) -> None:
         local_run = _live.get(job.id)
         if local_run is not None:
-            local_run.done.wait(timeout)
+            _until_done(local_run, timeout)
         else:
             time.sleep(timeout)
 
