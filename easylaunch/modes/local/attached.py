@@ -176,11 +176,13 @@ def _until_done(run: _LocalRun, timeout: float) -> bool:
     may raise KeyboardInterrupt in the main thread just after it took the event's lock (CPython
     does not guard a ``with`` block's entry), and the supervisor's ``set()`` then waits for
     ever; seen as a Ctrl-C that hung after "cancelling 2 local runs"."""
-    deadline = time.monotonic() + timeout
-    while not run.done.is_set():
-        if time.monotonic() >= deadline:
+    deadline, pause = time.monotonic() + timeout, 0.001  # (short first: a run's end is
+    while not run.done.is_set():                          # awaited on job.result()'s path)
+        left = deadline - time.monotonic()
+        if left <= 0:
             return False
-        time.sleep(0.05)
+        time.sleep(min(pause, left))
+        pause = min(pause * 2, 0.05)
     return True
 
 
