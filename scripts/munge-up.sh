@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Start munge (Slurm's authentication) if no munged answers: a key, then the daemon as the munge
-# user. Shared by slurm-up.sh and cluster-up.sh, whose clusters use the same munged.
+# user. Called by slurm-up.sh.
 set -euo pipefail
 if munge -n 2>/dev/null | unmunge >/dev/null 2>&1; then
     exit 0

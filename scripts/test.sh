@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # The services start beside the set-up: each script is idempotent, and their apt calls wait in turn.
 services=()
-(scripts/slurm-up.sh && scripts/cluster-up.sh) &  # a one-node Slurm cluster (and bubblewrap) and a realistic four-node one (accounting, GPUs as GRES, preemption)
+scripts/slurm-up.sh &  # a four-node Slurm cluster (accounting, GPUs as GRES, preemption), its PBS front ends, bubblewrap, tmux
 services+=($!)
 scripts/browser-up.sh &  # Debian's chromium and chromedriver for the dashboard's browser tests
 services+=($!)

@@ -76,39 +76,20 @@ def pytest_sessionfinish(session, exitstatus):
 
 @pytest.fixture(scope="session")
 def slurm_cluster():
-    """A Slurm cluster that answers here (scripts/slurm-up.sh starts one), else skip."""
-    import shutil
-    import subprocess
-
+    """The tests' four-node Slurm cluster, once its nodes answer, else skip (run
+    scripts/slurm-up.sh as root). Starts nothing. Slurm's commands find it by its default
+    config, /etc/slurm/slurm.conf. (Another worker's job that is ending shows its node
+    "completing": it still answers.)"""
     if shutil.which("sinfo") is None:
         pytest.skip("Slurm is not installed: run scripts/slurm-up.sh as root")
-    # (another worker's job that is ending shows the node "completing": it still answers)
-    out = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True)
-    answering = {"idle", "mixed", "allocated", "completing"}
-    if out.returncode != 0 or not answering & {s.rstrip("+") for s in out.stdout.split()}:
-        pytest.skip(f"no Slurm node answers ({out.stderr.strip() or out.stdout.strip()}): "
-                    "run scripts/slurm-up.sh as root")
-
-
-REALISTIC_CONF = "/etc/slurm-realistic/slurm.conf"
-
-
-@pytest.fixture(scope="session")
-def realistic_cluster():
-    """The realistic four-node cluster's SLURM_CONF, once its nodes answer, else skip (run
-    scripts/cluster-up.sh as root). Starts nothing. Its tests are in one file, so pytest-xdist
-    runs them in one worker, in turn; they launch with SLURM_CONF set (monkeypatch.setenv)."""
-    if shutil.which("sinfo") is None or not Path(REALISTIC_CONF).exists():
-        pytest.skip("no realistic Slurm cluster: run scripts/cluster-up.sh as root")
     out = subprocess.run(["sinfo", "-h", "-N", "-p", "cpu", "-o", "%T"], capture_output=True,
-                         text=True, env=dict(os.environ, SLURM_CONF=REALISTIC_CONF))
+                         text=True)
     answering = [s for s in out.stdout.split() if s.rstrip("+") in ("idle", "mixed", "allocated",
                                                                     "completing")]
     if out.returncode != 0 or len(answering) < 4:
-        pytest.skip(f"the realistic cluster's nodes do not all answer "
-                    f"({out.stderr.strip() or out.stdout.split()}): run scripts/cluster-up.sh "
+        pytest.skip(f"the test cluster's nodes do not all answer "
+                    f"({out.stderr.strip() or out.stdout.split()}): run scripts/slurm-up.sh "
                     "as root")
-    return REALISTIC_CONF
 
 
 @pytest.fixture(scope="session")
@@ -136,7 +117,7 @@ def pbs_cfg(cfg, pbs_front_end):
 
 @pytest.fixture
 def slurm_cfg(cfg, slurm_cluster):
-    """Settings for jobs on the local one-node cluster."""
+    """Settings for jobs in the test cluster's default partition (debug: node1 and node2)."""
     import sys
 
     return dict(cfg, SLURM_PYTHON=sys.executable, SLURM_SIGNAL_SECONDS=30,

@@ -37,11 +37,19 @@ def wait_for(predicate, timeout: float = 30.0) -> bool:
 
 
 def node_cpus() -> int:
-    """The CPUs the one-node test cluster's node has (scripts/slurm-up.sh: more than this machine
-    has, so that the test workers' jobs run side by side)."""
-    out = subprocess.run(["sinfo", "-h", "-o", "%c"], capture_output=True, text=True, check=True,
-                         env={k: v for k, v in os.environ.items() if k != "SLURM_CONF"})
+    """The CPUs a node of the test cluster's default partition has (scripts/slurm-up.sh: debug,
+    node1 and node2, each more than this machine has, so that the test workers' jobs run side by
+    side)."""
+    out = subprocess.run(["sinfo", "-h", "-p", "debug", "-o", "%c"], capture_output=True,
+                         text=True, check=True)
     return int(out.stdout.split()[0])
+
+
+def holding_the_default_partition(seconds: int) -> list[str]:
+    """The sbatch argv of a job that holds every CPU of the default partition (both its nodes)
+    for ``seconds``: what is submitted there next waits."""
+    return ["sbatch", "--parsable", "--partition=debug", "--nodes=2", "--ntasks-per-node=1",
+            f"--cpus-per-task={node_cpus()}", "--output=/dev/null", f"--wrap=sleep {seconds}"]
 
 
 def run_pids(log_dir: Path) -> list[int]:
@@ -185,14 +193,6 @@ def batch_runs_under_way(jobs: list, count: int = 2, steps: int = 3) -> list[Pat
     assert wait_for(lambda: sum(len(jobfns.steps_done(d)) >= steps for d in log_dirs) == count,
                     timeout=120)
     return log_dirs
-
-
-def packers_on_one_node(cluster: Path, nodes: int) -> None:
-    """Rewrite an htp batch's script of ``nodes`` nodes to start its packers on the test
-    cluster's one node (its srun line otherwise as generated)."""
-    script = cluster / "htp.sbatch"
-    script.write_text(script.read_text().replace(f"--nodes={nodes}", "--nodes=1").replace(
-        f"-N {nodes} -n {nodes} --ntasks-per-node=1", f"-N 1 -n {nodes} --ntasks-per-node={nodes}"))
 
 
 # A launcher that exits once its run is launched: what happens next needs no launching process.

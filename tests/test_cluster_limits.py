@@ -10,7 +10,7 @@ from pathlib import Path
 
 import jobfns
 import pytest
-from helpers import node_cpus, wait_for, write_settings
+from helpers import holding_the_default_partition, node_cpus, wait_for, write_settings
 
 from easylaunch import JobState, LaunchError, run_experiment, run_sweep
 from easylaunch.modes.hosts.transport import HostError, LocalTransport
@@ -20,7 +20,7 @@ from easylaunch.settings import load_settings
 from easylaunch.tracking.refresh import cancel_entries
 from easylaunch.tracking.registry import open_registry
 
-# sinfo_command()'s output on this machine's one-node cluster (scripts/slurm-up.sh).
+# sinfo_command()'s output on a one-node cluster.
 SINFO_HERE = "debug*|2|8000|(null)|infinite|1\n"
 # A site's partitions: a default CPU one, two kinds of GPU node, a big-memory node.
 SINFO_SITE = """\
@@ -139,7 +139,7 @@ def test_a_slurm_launch_asking_more_cpus_than_a_node_has_is_refused(slurm_cfg):
                                           rf"n_cpus_per_task to {cpus} or less"):
         run_experiment(jobfns.train, mode="slurm", config=slurm_cfg, n_cpus_per_task=cpus + 4)
     with pytest.raises(LaunchError, match=r"partition 'nope' does not exist on the cluster; "
-                                          r"its partitions: debug"):
+                                          r"its partitions: cpu, debug, gpu, preempt"):
         run_experiment(jobfns.train, mode="slurm", config=slurm_cfg, partition="nope")
     assert not list(Path(slurm_cfg["LOCAL_LOG_DIR"]).glob("*/*/status.json"))  # nothing made
 
@@ -175,10 +175,9 @@ def test_htp_takes_what_a_node_has_when_max_num_cores_per_node_is_not_set(htp_cf
 
 @pytest.fixture
 def node_held(slurm_cluster):
-    """A job holding every CPU of the test node, so what is submitted next waits."""
-    held = subprocess.run(["sbatch", "--parsable", f"--cpus-per-task={node_cpus()}",
-                           "--output=/dev/null", "--wrap=sleep 300"],
-                          capture_output=True, text=True, check=True).stdout.strip()
+    """A job holding every CPU of the default partition, so what is submitted next waits."""
+    held = subprocess.run(holding_the_default_partition(300), capture_output=True, text=True,
+                          check=True).stdout.strip()
     try:
         assert wait_for(lambda: _squeue(held) == "RUNNING", 60)
         yield held

@@ -337,7 +337,7 @@ def test_doodads_htp_example_runs_on_slurm_as_one_allocation(tmp_path, stand_in,
         SSS_CODE_DIRS_TO_MOUNT=[], SSS_NON_CODE_DIRS_TO_MOUNT=[],
         SSS_DIR_AND_MOUNT_POINT_MAPPINGS=[], SLURM_SIGNAL_SECONDS=30,
         SLURM_CONFIGS=dict(cpu=dict(n_gpus=0, max_num_cores_per_node=os.cpu_count(),
-                                    time_in_mins=720)))
+                                    time_in_mins=60)))  # (the partitions allow an hour)
     env = dict(os.environ, EASYLAUNCH_CONFIG=str(config))
     proc = subprocess.run([sys.executable, str(FIXTURES / "htp_mode.py")], env=env,
                           capture_output=True, text=True, timeout=120)

@@ -29,9 +29,11 @@ class Notebook:
     def __init__(self, folder: Path, env: dict) -> None:
         self.path = folder / "research.ipynb"
         self.nb = nbformat.v4.new_notebook()
+        # (nbclient waits 4 s after a cell's reply for its output, then drops what is late
+        # without a word; under CI load a print came later. Wait longer, and fail if it is late.)
         self.client = nbclient.NotebookClient(
-            self.nb, kernel_name="python3", timeout=240,
-            resources={"metadata": {"path": str(folder)}})
+            self.nb, kernel_name="python3", timeout=240, iopub_timeout=60,
+            raise_on_iopub_timeout=True, resources={"metadata": {"path": str(folder)}})
         self.env = env
 
     def run(self, source: str, error: bool = False) -> str:

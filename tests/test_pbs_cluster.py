@@ -1,5 +1,5 @@
 """The pbs mode's job scripts run end to end through qsub/qstat/qdel: Slurm's PBS front ends
-(Debian's slurm-wlm-torque) over the local one-node cluster. No PBS Pro server can run here;
+(Debian's slurm-wlm-torque) over the test cluster. No PBS Pro server can run here;
 what those front ends lack (qstat -x -F json, PBS_ARRAY_INDEX, PBS_NODEFILE, max_array_size,
 mpiexec's PALS options) is covered by tests/test_pbs_scripts.py only. (Cancelling one element
 of a running array: test_slurm_cluster.py, for both modes.)"""

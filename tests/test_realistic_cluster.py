@@ -1,5 +1,6 @@
-"""Runs on the realistic four-node cluster of scripts/cluster-up.sh (issue 49): several nodes,
-fake GPUs as GRES, accounting through slurmdbd (finished jobs leave squeue after 10 s)."""
+"""What needs the test cluster's several nodes (scripts/slurm-up.sh, issue 49): runs across
+nodes, fake GPUs as GRES, accounting through slurmdbd (finished jobs leave squeue after 10 s),
+preemption, lost nodes, QOS limits and a second user."""
 
 import contextlib
 import json
@@ -16,21 +17,21 @@ from pathlib import Path
 
 import jobfns
 import pytest
-from conftest import REALISTIC_CONF as REALISTIC
 from conftest import TESTS_DIR
 from helpers import wait_for
 
 from easylaunch import JobState, run_experiment, run_sweep
 
 # (scripts/test.sh runs a file's tests in one worker, in turn: one of these takes a node down,
-# easyuser's QOS counts the jobs of two, and one needs node1's every CPU)
+# easyuser's QOS counts the jobs of two, and one needs node4's every CPU. The tests of other
+# files run in the default partition, debug: node1 and node2. So what takes a node down or holds
+# a whole node stays on node3 and node4.)
 
 
 @pytest.fixture
-def real_cfg(cfg, realistic_cluster, monkeypatch):
-    """Settings for jobs on the realistic cluster; this process's Slurm commands (and so the
-    jobs' environment) talk to it."""
-    monkeypatch.setenv("SLURM_CONF", realistic_cluster)
+def real_cfg(cfg, slurm_cluster):
+    """Settings for jobs in the test cluster's partitions of four nodes (cpu) and of its GPU
+    nodes (gpu)."""
     return dict(cfg, SLURM_PYTHON=sys.executable, SLURM_SIGNAL_SECONDS=30,
                 SLURM_CONFIGS=dict(
                     cpu=dict(partition="cpu", max_num_cores_per_node=4, time_in_mins=10),
@@ -207,19 +208,19 @@ def test_what_the_gpu_partition_cannot_give_is_refused_at_launch(real_cfg, chang
 
 
 def test_a_run_preempted_by_a_higher_priority_job_goes_on_from_its_checkpoint(real_cfg):
-    """A run in the low-priority partition holds node1's four CPUs; a job of the cpu partition
+    """A run in the low-priority partition holds node4's four CPUs; a job of the cpu partition
     asks for them. Slurm sends the run SIGTERM (a stop notice: it saves), requeues it after its
-    GraceTime, and starts it again once node1 is free: it resumes from the save."""
+    GraceTime, and starts it again once node4 is free: it resumes from the save."""
     from jobfns import steps_done
 
     real_cfg["SLURM_CONFIGS"]["cpu"].update(partition="preempt", n_cpus_per_task=4,
-                                            extra_flags="--nodelist=node1")
+                                            extra_flags="--nodelist=node4")
     job = run_experiment(jobfns.count_steps, variant={"steps": 160, "every": 1000,
                                                       "step_seconds": 0.25},
                          mode="slurm", max_restarts=2, config=real_cfg)
     assert wait_for(lambda: len(steps_done(job.log_dir)) >= 3, 120)
     sent = time.monotonic()
-    urgent = subprocess.run(["sbatch", "--parsable", "--partition=cpu", "--nodelist=node1",
+    urgent = subprocess.run(["sbatch", "--parsable", "--partition=cpu", "--nodelist=node4",
                              "--cpus-per-task=4", "--output=/dev/null", "--wrap=sleep 2"],
                             capture_output=True, text=True, check=True).stdout.strip()
     try:
@@ -283,10 +284,9 @@ print(json.dumps(asyncio.run(main())))
 
 
 def as_user(user: str, *argv: str, check: bool = True) -> subprocess.CompletedProcess:
-    """Run ``argv`` as ``user`` (its own HOME) with the realistic cluster and the tests' code."""
-    env = f"SLURM_CONF={REALISTIC} PYTHONPATH={TESTS_DIR}"
+    """Run ``argv`` as ``user`` (its own HOME) with the tests' code."""
     out = subprocess.run(["su", user, "-s", "/bin/sh", "-c",
-                          f"cd /tmp && env {env} {shlex.join(argv)}"],
+                          f"cd /tmp && env PYTHONPATH={TESTS_DIR} {shlex.join(argv)}"],
                          capture_output=True, text=True, timeout=300)
     if check and out.returncode != 0:
         raise AssertionError(f"{argv} as {user} exited {out.returncode}:\n{out.stderr}")
@@ -294,7 +294,7 @@ def as_user(user: str, *argv: str, check: bool = True) -> subprocess.CompletedPr
 
 
 @pytest.fixture
-def users_folder(realistic_cluster):
+def users_folder(slurm_cluster):
     """A folder both test users can enter (pytest's own are root's alone)."""
     folder = Path(tempfile.mkdtemp(prefix="el-users-", dir="/tmp"))
     folder.chmod(0o755)
@@ -346,8 +346,8 @@ def test_two_users_on_one_cluster_and_one_shared_log_folder_see_only_their_own_r
 
 
 def test_htp_on_two_nodes_runs_on_both(real_cfg):
-    """n_nodes=2: srun starts a packer on each node of the allocation (no test rewrite of the
-    script, as the one-node cluster needs); the runs' hosts are both nodes."""
+    """n_nodes=2: srun starts a packer on each node of the allocation; the runs' hosts are both
+    nodes."""
     real_cfg.update(SSS_SCRIPT_PATH=None)
     real_cfg["SLURM_CONFIGS"]["cpu"]["max_num_cores_per_node"] = 1  # a worker a node
     jobs = run_sweep(jobfns.node_facts, [{"hold": 1, "n": i} for i in range(6)], mode="htp",
@@ -400,8 +400,7 @@ def test_a_sweep_over_its_qos_limit_is_refused_before_anything_is_made(users_fol
     settings.write_text(settings.read_text().replace(", 'qos': 'limited'", ""))
     def default_qos(name: str) -> None:
         subprocess.run(["sacctmgr", "-i", "modify", "user", "easyuser", "set",
-                        f"DefaultQOS={name}"], check=True, capture_output=True,
-                       env=dict(os.environ, SLURM_CONF=REALISTIC))
+                        f"DefaultQOS={name}"], check=True, capture_output=True)
 
     default_qos("limited")
     try:
@@ -455,9 +454,11 @@ def _lose_node(node: str, runner_pid: int) -> None:
 
 def test_a_run_on_a_node_that_dies_finishes_on_another_from_its_checkpoint(real_cfg):
     """The node a run is on dies: Slurm requeues the job (NODE_FAIL), and the run goes on
-    elsewhere from its last save. (cluster-up.sh brings the node back afterwards.)"""
+    elsewhere from its last save. (slurm-up.sh brings the node back afterwards.) It runs on
+    node3 or node4: the other files' jobs on node1 and node2 go on."""
     from jobfns import steps_done
 
+    real_cfg["SLURM_CONFIGS"]["cpu"]["extra_flags"] = "--exclude=node[1-2]"
     job = run_experiment(jobfns.count_steps, variant={"steps": 60, "every": 5,
                                                       "step_seconds": 0.25},
                          mode="slurm", max_restarts=2, config=real_cfg)
@@ -468,7 +469,7 @@ def test_a_run_on_a_node_that_dies_finishes_on_another_from_its_checkpoint(real_
         result = job.result(timeout=240)
         assert job.info()["host"] != node
     finally:
-        subprocess.run([str(TESTS_DIR.parent / "scripts" / "cluster-up.sh")], check=True,
+        subprocess.run([str(TESTS_DIR.parent / "scripts" / "slurm-up.sh")], check=True,
                        capture_output=True)
     assert result["steps"] == 60 and result["attempt"] == 2
     stopped_at = max(s for a, s in steps_done(job.log_dir) if a == 1)
@@ -480,7 +481,7 @@ def test_a_run_on_a_node_that_dies_finishes_on_another_from_its_checkpoint(real_
 
 def test_a_run_on_two_nodes_requeues_at_its_time_limit_and_goes_on(real_cfg):
     """--signal's time-limit notice reaches both ranks (one a node); the run saves, is
-    requeued, and goes on from its save until done. (Moved from the one-node cluster.)"""
+    requeued, and goes on from its save until done."""
     from test_slurm_restarts import _assert_resumed
 
     real_cfg["SLURM_CONFIGS"]["cpu"]["time_in_mins"] = 1
@@ -544,7 +545,7 @@ def test_packed_runs_in_a_gpu_allocation_get_one_granted_gpu_each(real_cfg):
     assert "#SBATCH --gres=gpu:2\n" in script.read_text()
 
 
-SCRATCH = "/var/tmp/slurm-realistic-scratch"  # (scripts/cluster-up.sh: each node's own tmpfs)
+SCRATCH = "/var/tmp/slurm-realistic-scratch"  # (scripts/slurm-up.sh: each node's own tmpfs)
 
 
 def test_a_packed_environment_reaches_every_node_of_a_two_node_run(real_cfg, small_venv):

@@ -1,5 +1,5 @@
 """load_sweep, load_histories and plot_sweep (and ``easylaunch plot``) on real sweeps: local,
-the one-node Slurm cluster, and EC2 against moto with the instance played here."""
+the test Slurm cluster, and EC2 against moto with the instance played here."""
 
 import json
 import math

@@ -1,4 +1,4 @@
-"""``easylaunch.run_search`` where the trials run elsewhere than the driver: on the one-node
+"""``easylaunch.run_search`` where the trials run elsewhere than the driver: on the test
 Slurm cluster from its login node (each trial a Slurm job, its metrics read from the shared
 folder), and over SSH on a machine without a scheduler (the metrics brought over at the mode's
 pace). The objective is tests/searchfns.py's (see test_search.py)."""

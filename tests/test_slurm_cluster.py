@@ -1,4 +1,4 @@
-"""Real jobs on the local one-node Slurm cluster (started by scripts/slurm-up.sh)."""
+"""Real jobs in the test cluster's default partition (scripts/slurm-up.sh)."""
 
 import json
 import os
@@ -11,7 +11,13 @@ from pathlib import Path
 
 import jobfns
 import pytest
-from helpers import alive, copy_to_cluster, node_cpus, packers_on_one_node, run_pids, wait_for
+from helpers import (
+    alive,
+    copy_to_cluster,
+    holding_the_default_partition,
+    run_pids,
+    wait_for,
+)
 
 from easylaunch import JobState, LaunchError, run_experiment, run_sweep, wait_all
 from easylaunch.modes.schedulers import slurm
@@ -46,9 +52,7 @@ def test_a_launch_sets_its_own_partition_memory_and_time(slurm_cfg):
 
 
 def test_status_says_why_a_queued_run_waits(slurm_cfg, tmp_path):
-    blocker = subprocess.run(["sbatch", "--parsable", "--ntasks=1",
-                              f"--cpus-per-task={node_cpus()}", "--output=/dev/null",
-                              "--wrap=sleep 120"], capture_output=True, text=True,
+    blocker = subprocess.run(holding_the_default_partition(120), capture_output=True, text=True,
                              check=True).stdout.strip()
     assert wait_for(lambda: subprocess.run(["squeue", "-h", "-o", "%T", "-j", blocker],
                                            capture_output=True, text=True).stdout.strip()
@@ -288,8 +292,8 @@ def test_htp_spreads_a_sweep_over_allocations_that_share_its_tasks(batch_cfg):
 
 
 def test_htp_starts_a_packer_on_each_node_of_an_allocation(batch_cfg):
-    """n_nodes=2: srun starts a packer per node and they share the task file. The test cluster
-    has one node, so the script's own srun line is run with both packers on it."""
+    """n_nodes=2: srun starts a packer on each node (node1 and node2), and they share the task
+    file."""
     batch_cfg["SSS_CPU_IMAGE"] = None
     batch_cfg["SLURM_CONFIGS"]["cpu"]["max_num_cores_per_node"] = 1  # a worker each
     jobs = run_sweep(jobfns.sleep_a_while, [{"seconds": 1}] * 6, mode="htp", n_nodes=2,
@@ -300,9 +304,9 @@ def test_htp_starts_a_packer_on_each_node_of_an_allocation(batch_cfg):
     packer = script.splitlines()[-1]
     assert packer.startswith("exec srun -u -N 2 -n 2 --ntasks-per-node=1 --cpus-per-task=1 ")
     assert packer.endswith(" --workers 1 --runs " + f"{cluster}/runs.tsv --warm --shared")
-    packers_on_one_node(cluster, 2)
     subprocess.run(["bash", f"{cluster}/submit.sh"], check=True, capture_output=True)
     assert [j.wait(timeout=180) for j in jobs] == [JobState.SUCCEEDED] * 6
+    assert {j.info()["host"] for j in jobs} == {"node1", "node2"}
     assert len(list((cluster / "task-state").glob("claims-*/task-*"))) == 6  # each taken once
     spans = sorted((r["started"], r["ended"]) for r in (
         json.loads((cluster / "task-state" / f"task-{i}.json").read_text()) for i in range(6)))

@@ -13,8 +13,7 @@ import pytest
 from helpers import (
     batch_runs_under_way,
     copy_to_cluster,
-    node_cpus,
-    packers_on_one_node,
+    holding_the_default_partition,
     wait_for,
 )
 from jobfns import steps_done
@@ -109,8 +108,7 @@ def test_cancel_while_the_next_attempt_waits_ends_the_run(slurm_cfg):
     job = run_experiment(jobfns.count_steps, variant={"steps": 400, "step_seconds": 0.2},
                          mode="slurm", max_restarts=3, config=slurm_cfg)
     first = _started(job)
-    blocker = _slurm("sbatch", "--parsable", "--ntasks=1", f"--cpus-per-task={node_cpus()}",
-                     "--output=/dev/null", "--wrap=sleep 120").stdout.strip()
+    blocker = _slurm(*holding_the_default_partition(120)).stdout.strip()
     try:
         _slurm("scancel", "--full", "--signal=TERM", first)
         assert wait_for(lambda: job.info().get("next_job_id"), timeout=60), job.info()
@@ -210,7 +208,7 @@ def test_a_stopped_allocation_of_several_goes_on_with_its_runs_and_those_left(ba
 
 
 def test_a_stopped_allocation_of_two_nodes_goes_on_as_one_new_allocation(batch_cfg):
-    """n_nodes=2 (both packers on the test cluster's one node), one worker each, three runs:
+    """n_nodes=2 (a packer on node1, one on node2), one worker each, three runs:
     at the warning the two running save; packer 0 waits for the other and submits the
     allocation once for both and the run never started, which all end there."""
     batch_cfg["SSS_CPU_IMAGE"] = None
@@ -218,7 +216,6 @@ def test_a_stopped_allocation_of_two_nodes_goes_on_as_one_new_allocation(batch_c
     jobs = run_sweep(jobfns.count_steps, [{"steps": 30, "every": 5, "step_seconds": 0.2}] * 3,
                      mode="htp", max_restarts=2, n_nodes=2, config=batch_cfg)
     cluster = Path(copy_to_cluster(jobs[0]))
-    packers_on_one_node(cluster, 2)
     subprocess.run(["bash", f"{cluster}/submit.sh"], check=True, capture_output=True)
     log_dirs = batch_runs_under_way(jobs)
     allocation = jobs[0].info()["job_id"]

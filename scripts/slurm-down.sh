@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Stop the realistic Slurm cluster of scripts/cluster-up.sh: its daemons, found by their pid
-# files (the one-node cluster of scripts/slurm-up.sh is left alone), then its MariaDB.
+# Stop the tests' Slurm cluster of scripts/slurm-up.sh: its daemons, found by their pid files,
+# then its MariaDB.
 # --wipe also forgets its state: jobs, accounting database, logs (the next start is a first one).
 set -uo pipefail
 if [ "$(id -u)" != 0 ]; then
-    echo "cluster-down: needs root; skipping" >&2
+    echo "slurm-down: needs root; skipping" >&2
     exit 0
 fi
 RUN=/run/slurm-realistic
