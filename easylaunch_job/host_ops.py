@@ -102,8 +102,14 @@ if TYPE_CHECKING:  # (annotations only, checked by mypy: dict[...] is no value o
         taskfile: str
         state_dir: str
 
+    class PoolAddOp(TypedDict):
+        op: Literal["pool_add"]
+        folder: str
+        tasks: Sequence[str]
+        runs: Sequence[str]  # bundle<TAB>log dir, one per task
+
     Op = (InfoOp | WhichOp | PrepareDirOp | ExistsOp | ReadOp | RunOp | DetachOp | AliveOp
-          | TouchOp | UpdateStatusOp | UnpackOp | PlaceOp | OpenTasksOp)
+          | TouchOp | UpdateStatusOp | UnpackOp | PlaceOp | OpenTasksOp | PoolAddOp)
 
 
 def _path(path: str) -> str:
@@ -300,11 +306,22 @@ def _remove(path: str) -> None:
 
 
 # (each takes its own kind of op: the dispatch reads the "op" name)
+def _pool_add(op: PoolAddOp) -> Answer:
+    """Add runs to a warm pool (see pool.add_runs): the first one's task index and the pool's
+    record; an error naming why where the pool has ended."""
+    from easylaunch_job.pool import PoolEnded, add_runs
+
+    try:
+        return add_runs(_path(op["folder"]), op["tasks"], op["runs"])
+    except PoolEnded as exc:
+        return {"error": f"the pool has ended: {exc}", "ended": True}
+
+
 OPS: dict[str, Callable[[Any], Answer]] = {
     "info": _info, "which": _which, "prepare_dir": _prepare_dir, "exists": _exists,
     "read": _read, "run": _run, "detach": _detach, "alive": _alive, "touch": _touch,
     "update_status": _update_status, "unpack": _unpack, "place": _place,
-    "open_tasks": _open_tasks}
+    "open_tasks": _open_tasks, "pool_add": _pool_add}
 
 
 def answer(ops: list[Op]) -> list[Answer]:

@@ -40,6 +40,7 @@ import threading
 import time
 from typing import cast
 
+from easylaunch_job import pool as pools
 from easylaunch_job.attempts import RestartPolicy, give_up_restart
 from easylaunch_job.environment import (
     ENV_CONTINUE,
@@ -84,7 +85,8 @@ class Packer:
                  runs: list[tuple[str, str]] | None = None, gpus: list[str] | None = None,
                  warm: bool = False, resubmit: str | None = None, scheduler: JobSide = SLURM_SIDE,
                  continuing: bool = False, claims: str | None = None,
-                 only: frozenset[int] | None = None, peer: tuple[int, int] = (0, 1)) -> None:
+                 only: frozenset[int] | None = None, peer: tuple[int, int] = (0, 1),
+                 preload: list[str] | None = None) -> None:
         self.tasks = tasks
         self.state_dir = state_dir
         self.workers = workers
@@ -105,6 +107,8 @@ class Packer:
         self.lock = threading.Lock()
         self.running: dict[int, tuple[int, float]] = {}  # task -> (pid, when SIGTERM was sent)
         self.stopping = False
+        self.preload = preload or []  # modules each warm worker imports before its first fork
+        self.pool: pools.Watcher | None = None  # (a pool's packer: its task file grows)
 
     def _path(self, index: int, suffix: str) -> str:
         return os.path.join(self.state_dir, f"task-{index}.{suffix}")
@@ -120,19 +124,28 @@ class Packer:
             return None
 
     def _take(self) -> int | None:
+        """The next task to run; None when there is none (a pool's packer: once it ends)."""
         with self.lock:
-            if self.again and not self.stopping:
-                return self.again.pop(0)
-            while self.next < len(self.tasks) and not self.stopping:
-                index = self.next
-                self.next += 1
-                if self.only is not None and index not in self.only:
-                    continue
-                state = self._state(index)
-                if (state in LEFT if self.continuing else state != "succeeded") \
-                        and self._claim(index):
+            while True:
+                index = self._next()
+                if index is not None or self.pool is None or self.pool.closed or self.stopping:
                     return index
-            return None
+                self.pool.grown.wait()
+
+    def _next(self) -> int | None:
+        """(under self.lock) The next task this packer takes, if any is there now."""
+        if self.again and not self.stopping:
+            return self.again.pop(0)
+        while self.next < len(self.tasks) and not self.stopping:
+            index = self.next
+            self.next += 1
+            if self.only is not None and index not in self.only:
+                continue
+            state = self._state(index)
+            if (state in LEFT if self.continuing else state != "succeeded") \
+                    and self._claim(index):
+                return index
+        return None
 
     def _claim(self, index: int) -> bool:
         """Whether this packer takes task ``index`` (shared: whether it claimed it first)."""
@@ -198,6 +211,8 @@ class Packer:
             finally:
                 with self.lock:
                     self.running.pop(index, None)
+                    if self.pool is not None:
+                        self.pool.busy_until = time.monotonic()
         cancelled = self.cancelled(index)
         restarting = not cancelled and self._settle(index, code)
         state = "succeeded" if code == 0 else "cancelled" if cancelled else \
@@ -213,7 +228,7 @@ class Packer:
         env = dict(os.environ)
         if self.gpus:  # worker i runs its tasks on GPU i (round robin past the last)
             env["CUDA_VISIBLE_DEVICES"] = self.gpus[slot % len(self.gpus)]
-        worker = WarmWorker(env) if self.warm else None
+        worker = WarmWorker(env, self.preload) if self.warm else None
         try:
             while True:
                 index = self._take()
@@ -258,6 +273,8 @@ class Packer:
         threading.Thread(target=self._watch_cancels, args=(done,), daemon=True).start()
         threads = [threading.Thread(target=self._worker, args=(slot,))
                    for slot in range(self.workers)]
+        if self.pool is not None:
+            threads.append(threading.Thread(target=self.pool.watch))
         for t in threads:
             t.start()
         for t in threads:
@@ -390,12 +407,19 @@ def main(argv: list[str] | None = None) -> int:
                         "('granted': those the scheduler gave this job, CUDA_VISIBLE_DEVICES)")
     parser.add_argument("--shared", action="store_true", help="several packers (a job array) "
                         "take tasks from this task file, each task claimed once")
+    parser.add_argument("--pool-idle", type=float, help="a pool's packer (the task file's "
+                        "folder is the pool's): take runs as they are added; end after this "
+                        "many seconds without one")
+    parser.add_argument("--preload", help="comma-separated modules each warm worker imports "
+                        "before it forks its first run")
     args = parser.parse_args(argv)
+    if args.pool_idle is not None and not (args.runs and args.warm):
+        parser.error("--pool-idle needs --runs and --warm")
     rank, _, world = rank_info()  # (srun's, a packer on each node: the packer's place;
     forget_rank()                  # not the runs' rank)
-    tasks = read_tasks(args.taskfile)
-    runs = None
-    if args.runs:
+    tasks = [] if args.pool_idle is not None else read_tasks(args.taskfile)
+    runs: list[tuple[str, str]] | None = [] if args.pool_idle is not None else None
+    if args.runs and runs is None:
         with open(args.runs) as f:
             # (two fields a line, as the launching side writes them)
             runs = [cast("tuple[str, str]", tuple(line.rstrip("\n").split("\t")))
@@ -408,7 +432,11 @@ def main(argv: list[str] | None = None) -> int:
                     continuing=bool(os.environ.get(ENV_CONTINUE)),
                     only=_tasks_left(os.environ.get(ENV_CONTINUE)),
                     claims=os.path.join(args.state_dir, f"claims-{submission_id()}")
-                    if args.shared else None, peer=(rank, world))
+                    if args.shared else None, peer=(rank, world),
+                    preload=args.preload.split(",") if args.preload else None)
+    if args.pool_idle is not None:  # (it reads the task file as it grows)
+        packer.pool = pools.Watcher(os.path.dirname(os.path.abspath(args.taskfile)),
+                                    args.pool_idle, packer)
     signal.signal(signal.SIGTERM, packer.forward)
     signal.signal(signal.SIGUSR1, packer.forward)
     return packer.run()

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import subprocess
 import sys
@@ -22,9 +23,10 @@ class WorkerDied(Exception):
 class WarmWorker:
     """A Python with the job side loaded that forks one child per run (``serve``)."""
 
-    def __init__(self, env: dict[str, str]) -> None:
+    def __init__(self, env: dict[str, str], preload: list[str] | None = None) -> None:
         self.proc = subprocess.Popen(
-            [*self_command(), "serve"], env=env,
+            [*self_command(), "serve", *(["--preload", ",".join(preload)] if preload else [])],
+            env=env,
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, universal_newlines=True, bufsize=1)
 
     def _answer(self) -> int:
@@ -54,13 +56,22 @@ class WarmWorker:
 
 
 def serve(argv: list[str] | None = None) -> int:
-    """Worker loop: for each ``bundle<TAB>log dir<TAB>rerun`` on stdin, fork a child to run it."""
+    """Worker loop: for each ``bundle<TAB>log dir<TAB>rerun`` on stdin, fork a child to run it.
+    ``--preload a,b``: modules imported once here, before the first fork (a pool's heavy
+    libraries); the runs' own code is loaded in each child."""
     try:
         import cloudpickle  # noqa: F401 - loaded once here, inherited by every child
     except ImportError:
         print(f"packer: cloudpickle is not installed for {sys.executable}; install it there "
               "(pip install cloudpickle)", file=sys.stderr)
         return 1
+    args = argv or []
+    for name in args[args.index("--preload") + 1].split(",") if "--preload" in args else []:
+        try:
+            importlib.import_module(name)
+        except Exception as exc:  # (a run that needs it says so itself)
+            print(f"packer: could not preload {name}: {type(exc).__name__}: {exc}",
+                  file=sys.stderr)
     for line in sys.stdin:
         bundle, log_dir, rerun = line.rstrip("\n").split("\t")
         pid = os.fork()

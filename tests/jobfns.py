@@ -182,6 +182,13 @@ def which_code(doodad_config, variant):
             "slurm_job_id": doodad_config.extra_launch_info.get("slurm-job-id")}
 
 
+def loaded(doodad_config, variant):
+    """Which of ``modules`` were imported when the run started."""
+    import sys
+
+    return {name: name in sys.modules for name in variant["modules"]}
+
+
 def double(doodad_config, variant):
     print("doubling", variant["x"])
     return {"x": variant["x"], "y": 2 * variant["x"]}

@@ -31,7 +31,7 @@ COMMAND_MODULES = {
     "fetch": "actions",
     "init": "configure", "config": "configure", "preview": "views", "plot": "views",
     "ui": "views", "shell": "shells", "interactive": "shells", "doctor": "configure",
-    "dist": "dist"}
+    "pool": "pools", "dist": "dist"}
 # (as their modules add them)
 COMMAND_ALIASES = {"abort": "cancel", "q": "status", "rm": "forget"}
 

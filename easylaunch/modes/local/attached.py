@@ -272,8 +272,9 @@ class LocalMode(Mode):
 
     name = "local"
     restarts = True  # the supervising thread starts the run's next attempt
-    # skip_wait=False: doodad's blocking; detach=True: runs outlive the launcher (LOCAL_DETACH)
-    options = {"max_parallel": None, "skip_wait": None, "detach": None}
+    # skip_wait=False: doodad's blocking; detach=True: runs outlive the launcher (LOCAL_DETACH);
+    # pool="NAME": runs a warm pool takes (easylaunch.pools)
+    options = {"max_parallel": None, "skip_wait": None, "detach": None, "pool": None}
     container: Container | None = None
 
     @classmethod
@@ -287,6 +288,9 @@ class LocalMode(Mode):
         if detach and kind is not None:
             raise LaunchError(f"mode {kind.name!r} cannot detach its runs; detach=True works "
                               "in mode 'local'")
+        if mode_options.get("pool") is not None and kind is not None:
+            raise LaunchError(f"mode {kind.name!r} cannot run in a pool; pool= works in mode "
+                              "'local'")
         return cls(settings, mode_options, kind)
 
     @functools.cached_property
@@ -467,6 +471,13 @@ class LocalOrDetached:
     def create(settings: Settings, mode_options: dict[str, Any]) -> Mode:
         attached = LocalMode.create(settings, mode_options)  # (detach checked there)
         detach = mode_options.get("detach")
+        if mode_options.get("pool") is not None:
+            if detach is False:
+                raise LaunchError("a pool's runs outlive the launching script: leave "
+                                  "detach=False out with pool=")
+            from easylaunch.modes.local.pooled import PooledMode
+
+            return PooledMode(settings, mode_options, attached)
         if not (settings.LOCAL_DETACH if detach is None else detach):
             return attached
         # (late: detached runs bring the SSH mode's modules, which attached runs do without)

@@ -1,0 +1,67 @@
+"""``pool start``, ``pool ls``, ``pool stop``: warm pools (:mod:`easylaunch.pools`)."""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from easylaunch import pools
+from easylaunch.cli import examples
+from easylaunch.cli.shared import AddCommand
+
+
+def _start(args: argparse.Namespace) -> int:
+    pool = pools.start_pool(args.name, workers=args.workers, idle=args.idle, config=args.config,
+                            preload=[m for m in (args.preload or "").split(",") if m])
+    print(f"pool {pool.name}: {pool.workers} workers"
+          + (f", {', '.join(pool.preload)} preloaded" if pool.preload else "")
+          + f"; it ends after {args.idle} with no run. Launch into it: "
+          f"run_sweep(..., mode='local', pool={pool.name!r})")
+    return 0
+
+
+def _ls(args: argparse.Namespace) -> int:
+    found = pools.list_pools(args.config, everything=args.all)
+    if not found:
+        print("no pools run" + ("" if args.all else " (--all: those that ended too)"))
+        return 0
+    print("NAME\tWORKERS\tBUSY\tQUEUED\tDONE\tUP\tSTATE")
+    for p in found:
+        up = time.time() - p.started_at
+        print(f"{p.name}\t{p.workers}\t{p.busy}\t{p.queued}\t{p.done}\t{up / 60:.0f} min\t"
+              + ("running" if p.ended is None else f"ended: {p.ended}"))
+    return 0
+
+
+def _stop(args: argparse.Namespace) -> int:
+    pool = pools.stop_pool(args.name, args.config)
+    print(f"pool {pool.name} stopped; {pool.done} runs had ended")
+    return 0
+
+
+def add_pool(command: AddCommand) -> None:
+    parser = command("pool", help="warm pools: workers held on this machine that take sweeps "
+                     "in milliseconds")
+    commands = parser.add_subparsers(dest="pool_command", required=True, metavar="COMMAND")
+
+    def sub(name: str, text: str) -> argparse.ArgumentParser:
+        parser = commands.add_parser(name, help=text, epilog=examples.epilog(f"pool {name}"),
+                                     formatter_class=examples.HelpFormatter)
+        parser.add_argument("--config", default=argparse.SUPPRESS,
+                            help="settings file to read instead of the usual lookup")
+        return parser
+
+    start = sub("start", "start a pool")
+    start.add_argument("name")
+    start.add_argument("--workers", type=int, help="runs at once (default: one per CPU)")
+    start.add_argument("--preload", help="comma-separated modules each worker imports once "
+                       "(e.g. torch,numpy)")
+    start.add_argument("--idle", default="20m", help="end after this long with no run "
+                       "(default: 20m)")
+    start.set_defaults(func=_start)
+    listing = sub("ls", "the pools that run: workers busy, runs queued")
+    listing.add_argument("--all", action="store_true", help="those that ended too")
+    listing.set_defaults(func=_ls)
+    stop = sub("stop", "stop a pool; its runs are cancelled")
+    stop.add_argument("name")
+    stop.set_defaults(func=_stop)

@@ -1,0 +1,195 @@
+"""Warm pools: workers held on this machine that take sweeps as they come.
+
+```python
+from easylaunch import run_sweep
+from easylaunch.pools import start_pool
+
+start_pool("quick", workers=4, preload=["torch"], idle="20m")
+jobs = run_sweep(train, variants, mode="local", pool="quick")  # starts in milliseconds
+```
+
+A pool is a packer that stays (``easylaunch_job.pool``): its warm workers have imported the
+``preload`` modules once, and fork a child per run, which loads the run's own code afresh. A
+launch into the pool adds its runs to the pool's task file and wakes it: no process starts. The
+pool ends after ``idle`` with no run, or at ``stop_pool``. Its runs are ``local`` runs with
+``detach=True``: tracked, followed and cancelled as those are.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from easylaunch.errors import LaunchError, check_count, did_you_mean
+from easylaunch.settings import ConfigArg, Settings, load_settings
+from easylaunch_job import pool as layout
+from easylaunch_job.environment import is_alive
+from easylaunch_job.host_ops import answer
+from easylaunch_job.records import DamagedRecord, read_json, write_bytes_atomic
+
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([smhd]?)")
+UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+@dataclass(frozen=True)
+class PoolState:
+    """A pool as ``pool ls`` shows it."""
+
+    name: str
+    folder: Path
+    workers: int
+    preload: list[str]
+    idle_seconds: float
+    started_at: float
+    ended: str | None  # why it ended; None while it takes runs
+    busy: int  # runs running now
+    queued: int  # runs added and not started yet
+    done: int  # runs ended
+
+
+def seconds(value: str | float, what: str) -> float:
+    """A duration as ``20m``, ``8h``, ``90s`` or a number of seconds."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+        return float(value)
+    found = DURATION.fullmatch(str(value).strip())
+    if not found or float(found[1]) <= 0:
+        raise LaunchError(f"{what}={value!r}: give a duration such as '20m', '8h' or '90s'")
+    return float(found[1]) * UNITS[found[2]]
+
+
+def pools_root(settings: Settings) -> Path:
+    return Path(os.path.expanduser(os.fspath(settings.LOCAL_LOG_DIR))) / layout.POOLS
+
+
+def _latest(settings: Settings, name: str) -> Path | None:
+    """The folder of the pool's last start (each start has its own: a later pool never
+    mistakes an earlier one's runs for its own)."""
+    starts = sorted((pools_root(settings) / name).glob("*/" + layout.POOL_JSON))
+    return starts[-1].parent if starts else None
+
+
+def _alive(folder: Path) -> bool:
+    try:
+        meta = read_json(str(folder / layout.POOL_JSON))
+    except (OSError, DamagedRecord):
+        return False
+    return layout.ended_why(str(folder)) is None and is_alive(meta["pid"], meta["started"])
+
+
+def live_pool(settings: Settings, name: str) -> Path:
+    """The folder of the running pool ``name``; refused, with what to do, where there is
+    none."""
+    folder = _latest(settings, name)
+    if folder is None:
+        known = sorted(p.name for p in pools_root(settings).glob("*") if p.is_dir())
+        raise LaunchError(f"no pool named {name!r}{did_you_mean(name, known)}; start one: "
+                          f"easylaunch pool start {name}")
+    why = layout.ended_why(str(folder))
+    if why is None and not _alive(folder):
+        why = "its packer is gone (was the machine restarted?)"
+    if why is not None:
+        raise LaunchError(f"pool {name!r} has ended: {why}; start it again: easylaunch pool "
+                          f"start {name}")
+    return folder
+
+
+def start_pool(name: str, *, workers: int | None = None, preload: list[str] | None = None,
+               idle: str | float = "20m", config: ConfigArg = None) -> PoolState:
+    """Start pool ``name`` on this machine: ``workers`` runs at once (default: one per CPU),
+    each worker with the ``preload`` modules imported; it ends after ``idle`` with no run."""
+    settings = load_settings(config)
+    if not NAME.fullmatch(name):
+        raise LaunchError(f"pool name {name!r}: use letters, digits and _.- (64 at most)")
+    if workers is not None:
+        check_count("workers", workers)
+    idle_seconds = seconds(idle, "idle")
+    modules = list(preload or [])
+    for module in modules:
+        if not re.fullmatch(r"[A-Za-z_][\w.]*", module):
+            raise LaunchError(f"preload={module!r} is no module name (as 'torch' or 'numpy')")
+    running = _latest(settings, name)
+    if running is not None and _alive(running):
+        raise LaunchError(f"pool {name!r} is running already ({running}); stop it first: "
+                          f"easylaunch pool stop {name}")
+    from easylaunch.runs.jobpack import job_archive  # (late: the CLI's other commands skip it)
+
+    folder = pools_root(settings) / name / datetime.now().strftime("%Y-%m-%d_%H-%M-%S_%f")
+    folder.mkdir(parents=True)
+    for empty in (layout.TASKS, layout.RUNS):
+        (folder / empty).touch()
+    write_bytes_atomic(str(folder / "job.pyz"), job_archive())
+    count = workers or os.cpu_count() or 1
+    argv = [settings.LOCAL_PYTHON or sys.executable, str(folder / "job.pyz"), "pack",
+            str(folder / layout.TASKS), "--state-dir", str(folder / layout.TASK_STATE),
+            "--workers", str(count), "--runs", str(folder / layout.RUNS), "--warm",
+            "--pool-idle", str(idle_seconds), *(["--preload", ",".join(modules)] * bool(modules))]
+    (started,) = answer([{"op": "detach", "argv": argv, "log": str(folder / layout.LOG)}])
+    meta = {"name": name, "workers": count, "preload": modules, "idle_seconds": idle_seconds,
+            "started_at": time.time(), "pid": started["pid"], "started": started["started"]}
+    write_bytes_atomic(str(folder / layout.POOL_JSON), json.dumps(meta, indent=1).encode())
+    return _state(folder)
+
+
+def _state(folder: Path) -> PoolState:
+    meta = read_json(str(folder / layout.POOL_JSON))
+    ended = layout.ended_why(str(folder))
+    if ended is None and not is_alive(meta["pid"], meta["started"]):
+        ended = "its packer is gone"
+    states = []
+    for record in (folder / layout.TASK_STATE).glob("task-*.json"):
+        try:
+            states.append(read_json(str(record)).get("state"))
+        except (OSError, DamagedRecord):
+            continue
+    with open(folder / layout.TASKS) as f:
+        added = sum(1 for _ in f)
+    running = states.count("running")
+    return PoolState(meta["name"], folder, meta["workers"], meta["preload"],
+                     meta["idle_seconds"], meta["started_at"], ended, running,
+                     added - len(states) + states.count("queued"),
+                     len(states) - running - states.count("queued"))
+
+
+def list_pools(config: ConfigArg = None, everything: bool = False) -> list[PoolState]:
+    """The pools started from this machine's log folder: the running ones (``everything``:
+    each name's last start, ended too)."""
+    settings = load_settings(config)
+    found = [_state(folder) for name in sorted(p.name for p in pools_root(settings).glob("*"))
+             if (folder := _latest(settings, name)) is not None]
+    return [p for p in found if everything or p.ended is None]
+
+
+def stop_pool(name: str, config: ConfigArg = None) -> PoolState:
+    """Stop pool ``name``: its runs are cancelled (the running ones get SIGTERM, a stop
+    notice), and it takes no more."""
+    settings = load_settings(config)
+    folder = live_pool(settings, name)
+    meta = read_json(str(folder / layout.POOL_JSON))
+    with layout.pool_lock(str(folder)):  # (a launch meanwhile is refused, never lost)
+        (folder / layout.ENDED).write_text("stopped by easylaunch pool stop\n")
+    with open(folder / layout.RUNS) as f:
+        log_dirs = [line.rstrip("\n").split("\t")[1] for line in f if line.strip()]
+    from easylaunch_job.records import update_status
+
+    for index, log_dir in enumerate(log_dirs):
+        record = folder / layout.TASK_STATE / f"task-{index}.json"
+        try:
+            ended = read_json(str(record)).get("state") in ("succeeded", "failed", "cancelled")
+        except (OSError, DamagedRecord):
+            ended = False
+        if not ended:
+            update_status(log_dir, cancel_requested=True)
+            (folder / layout.TASK_STATE).mkdir(exist_ok=True)
+            (folder / layout.TASK_STATE / f"task-{index}.cancel").touch()
+    if is_alive(meta["pid"], meta["started"]):
+        os.kill(meta["pid"], signal.SIGTERM)
+    return _state(folder)
+

@@ -1,0 +1,200 @@
+"""A warm pool's folder, as the launching side and the pool's packer share it.
+
+A pool is a packer that stays: its task file grows as launches add runs, and it ends after a
+while with nothing to do. ``<log root>/.pools/<name>/`` holds:
+
+- ``pool.json``: what the pool was started with, and its packer (pid, start time, log);
+- ``tasks.txt`` and ``runs.tsv``: one line per run, appended by :func:`add_runs`;
+- ``task-state/``: the packer's record of each task (as any packer's);
+- ``ended``: written by the packer as it ends (why, in words); a pool with it takes no runs;
+- ``wake``: a FIFO the packer listens on, so that a run added on its machine starts at once
+  (on another node, the packer finds new lines at its next look).
+
+``pool.lock`` orders an addition against the packer's decision to end: a run is either added
+before the pool ends (and runs), or refused.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import select
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, cast
+
+from easylaunch_job.environment import is_alive
+from easylaunch_job.records import read_json
+
+if TYPE_CHECKING:
+    from easylaunch_job.packer import Packer
+
+POOLS = ".pools"  # in a log root: one folder per pool
+POOL_JSON = "pool.json"
+TASKS = "tasks.txt"
+RUNS = "runs.tsv"
+TASK_STATE = "task-state"
+ENDED = "ended"
+WAKE = "wake"
+LOCK = "pool.lock"
+LOG = "packer.log"
+LOOK_SECONDS = 0.05  # how often the packer looks for runs added from another node
+
+
+class PoolEnded(Exception):
+    """The pool's packer has ended (or is ending): it takes no more runs."""
+
+
+@contextlib.contextmanager
+def pool_lock(folder: str) -> Iterator[None]:
+    """The pool's lock, held while runs are added or the packer decides to end."""
+    import fcntl
+
+    fd = os.open(os.path.join(folder, LOCK), os.O_CREAT | os.O_RDWR, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def ended_why(folder: str) -> str | None:
+    """Why the pool ended, or None while it takes runs."""
+    try:
+        with open(os.path.join(folder, ENDED)) as f:
+            return f.read().strip() or "it ended"
+    except FileNotFoundError:
+        return None
+
+
+def add_runs(folder: str, tasks: Sequence[str], runs: Sequence[str]) -> dict:
+    """Append runs (a task line and a ``bundle<TAB>log dir`` line each) to the pool in
+    ``folder``; the index of the first, and the pool's packer. PoolEnded where it has ended."""
+    with pool_lock(folder):
+        why = ended_why(folder)
+        meta = read_json(os.path.join(folder, POOL_JSON))
+        if why is None and "pid" in meta and not is_alive(meta["pid"], meta["started"]):
+            why = f"its packer (pid {meta['pid']}) is gone; see {os.path.join(folder, LOG)}"
+        if why is not None:
+            raise PoolEnded(why)
+        with open(os.path.join(folder, RUNS), "rb") as f:
+            first = f.read().count(b"\n")
+        # (runs first: the packer takes a task once both of its lines are whole)
+        for name, lines in ((RUNS, runs), (TASKS, tasks)):
+            with open(os.path.join(folder, name), "a") as f:
+                f.write("".join(line + "\n" for line in lines))
+    wake(folder)
+    return {"first": first, "meta": meta}
+
+
+def wake(folder: str) -> None:
+    """Tell a packer on this machine that runs were added (nothing where none listens)."""
+    try:
+        fd = os.open(os.path.join(folder, WAKE), os.O_WRONLY | os.O_NONBLOCK)
+    except OSError as exc:  # (ENXIO: no packer listens here; ENOENT: none ever did)
+        if exc.errno not in (errno.ENXIO, errno.ENOENT):
+            raise
+        return
+    try:
+        os.write(fd, b"\n")
+    except BlockingIOError:  # (the FIFO is full of earlier wake-ups: it will look anyway)
+        pass
+    finally:
+        os.close(fd)
+
+
+class Lines:
+    """A file read as it grows: the whole lines added since the last look."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.offset = 0
+
+    def new(self) -> list[str]:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                data = f.read()
+        except FileNotFoundError:
+            return []
+        whole = data[:data.rfind(b"\n") + 1]
+        self.offset += len(whole)
+        return whole.decode().splitlines()
+
+
+class Watcher:
+    """The pool's side of its packer: takes in the runs launches append, and ends the packer
+    once it has had no run for ``idle`` seconds."""
+
+    def __init__(self, folder: str, idle: float, packer: Packer) -> None:
+        self.folder = folder
+        self.idle = idle
+        self.packer = packer
+        self.grown = threading.Condition(packer.lock)  # (workers wait on it for new runs)
+        self.closed = False
+        self.busy_until = time.monotonic()
+        self.files = (Lines(os.path.join(folder, TASKS)), Lines(os.path.join(folder, RUNS)))
+        self.pending: tuple[list[str], list[str]] = ([], [])
+        with contextlib.suppress(FileExistsError):
+            os.mkfifo(os.path.join(folder, WAKE), 0o600)
+
+    def _grow(self) -> None:
+        """(under the packer's lock) The runs whose two lines are whole, handed to the
+        workers."""
+        for lines, file in zip(self.pending, self.files):
+            lines += file.new()
+        whole = min(len(self.pending[0]), len(self.pending[1]))
+        if not whole:
+            return
+        packer = self.packer
+        packer.tasks += self.pending[0][:whole]
+        assert packer.runs is not None  # (a pool's packer has --runs)
+        packer.runs += [cast("tuple[str, str]", tuple(line.split("\t")))
+                        for line in self.pending[1][:whole]]
+        del self.pending[0][:whole], self.pending[1][:whole]
+        self.busy_until = time.monotonic()
+        self.grown.notify_all()
+
+    def _idle(self) -> bool:
+        """(under the packer's lock) Whether nothing runs or waits, for ``idle`` seconds."""
+        packer = self.packer
+        return not (packer.running or packer.again or packer.next < len(packer.tasks)) \
+            and time.monotonic() - self.busy_until >= self.idle
+
+    def _close(self, why: str) -> None:
+        """(under the packer's lock) End the pool: it takes no more runs. (A reason written
+        before, as pool stop's, stays.)"""
+        with contextlib.suppress(FileExistsError), \
+                open(os.path.join(self.folder, ENDED), "x") as f:
+            f.write(why + "\n")
+        self.closed = True
+        self.grown.notify_all()
+
+    def watch(self) -> None:
+        """Until the pool ends: wait for a wake-up (or look every POOL_LOOK_SECONDS, for runs
+        added from another node), take the new runs in, end the pool when idle or stopped."""
+        wake = os.path.join(self.folder, WAKE)
+        listen = os.open(wake, os.O_RDONLY | os.O_NONBLOCK)
+        held = os.open(wake, os.O_WRONLY | os.O_NONBLOCK)  # (so the FIFO never reads as ended)
+        try:
+            while True:
+                if select.select([listen], [], [], LOOK_SECONDS)[0]:
+                    with contextlib.suppress(BlockingIOError):
+                        os.read(listen, 4096)
+                with self.packer.lock:
+                    if self.packer.stopping:
+                        self._close("stopped by a signal (its allocation ended?)")
+                        return
+                    self._grow()
+                    if not self._idle():
+                        continue
+                with pool_lock(self.folder), self.packer.lock:  # (no run is added meanwhile)
+                    self._grow()
+                    if self._idle():
+                        self._close(f"no run for {self.idle:.0f} s (its idle time)")
+                        return
+        finally:
+            os.close(listen)
+            os.close(held)

@@ -1,0 +1,164 @@
+"""Warm pools on this machine (easylaunch.pools): started, launched into from a user's script
+three times with its code changed between, preloaded modules, a killed run, cancels, the idle
+end and pool stop."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import jobfns
+import pytest
+from conftest import settings_file
+from helpers import run_pids, wait_for
+
+from easylaunch import JobState, run_experiment, run_sweep
+from easylaunch.errors import LaunchError
+from easylaunch.pools import list_pools, start_pool, stop_pool
+
+
+@pytest.fixture
+def pool(cfg):
+    """A pool of two workers with numpy preloaded; stopped at the end."""
+    start_pool("warm", workers=2, preload=["numpy"], idle="10m", config=cfg)
+    yield "warm"
+    if any(p.name == "warm" for p in list_pools(cfg)):
+        stop_pool("warm", cfg)
+
+
+SCRIPT = """
+import json, sys
+import helpers_of_mine
+from easylaunch import run_sweep
+
+def train(doodad_config, variant):
+    import sys
+    return {"version": VERSION, "helper": helpers_of_mine.scale(variant["x"]),
+            "numpy_was_loaded": "numpy" in sys.modules}
+
+jobs = run_sweep(train, [{"x": 1}, {"x": 2}], mode="local", pool="warm", config=sys.argv[1])
+print(json.dumps([job.result(timeout=60) for job in jobs]))
+"""
+
+
+def test_three_sweeps_into_a_pool_each_run_their_own_code(pool, cfg, tmp_path):
+    """A researcher's loop: edit the script and the module beside it, launch again. Each
+    sweep runs the code as it was at its launch, with numpy already imported by the pool."""
+    settings = settings_file(tmp_path)
+    folder = tmp_path / "project"
+    folder.mkdir()
+    outputs = []
+    for version in (1, 2, 3):
+        (folder / "sweep.py").write_text(f"VERSION = {version}\n" + SCRIPT)
+        (folder / "helpers_of_mine.py").write_text(
+            f"def scale(x):\n    return x * {10 ** version}\n")
+        out = subprocess.run([sys.executable, "sweep.py", str(settings)], cwd=folder,
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        assert "added to pool 'warm'" in out.stderr
+        outputs.append(json.loads(out.stdout.splitlines()[-1]))
+    assert outputs == [[{"version": v, "helper": x * 10 ** v, "numpy_was_loaded": True}
+                        for x in (1, 2)] for v in (1, 2, 3)]
+    (shown,) = list_pools(settings)
+    assert (shown.name, shown.workers, shown.done, shown.busy, shown.queued) == \
+        ("warm", 2, 6, 0, 0)
+
+
+def test_only_the_pools_preloads_are_loaded_before_a_run(cfg):
+    start_pool("bare", workers=1, idle="10m", config=cfg)
+    try:
+        job = run_experiment(jobfns.loaded, variant={"modules": ["numpy"]}, mode="local",
+                             pool="bare", config=cfg)
+        assert job.result(timeout=60) == {"numpy": False}
+    finally:
+        stop_pool("bare", cfg)
+
+
+def test_a_killed_run_leaves_its_worker_and_the_pool_going(pool, cfg):
+    victim = run_experiment(jobfns.sleep_with_child, mode="local", pool=pool, config=cfg)
+    runner, _ = run_pids(victim.log_dir)
+    os.kill(runner, signal.SIGKILL)
+    assert victim.wait(timeout=60) is JobState.FAILED
+    after = run_sweep(jobfns.double, [{"x": i} for i in range(4)], mode="local", pool=pool,
+                      config=cfg)
+    assert [j.result(timeout=60)["y"] for j in after] == [0, 2, 4, 6]
+
+
+def test_cancel_one_run_and_a_whole_sweep_in_a_pool(pool, cfg):
+    first = run_sweep(jobfns.sleep_with_child, [{}, {}], mode="local", pool=pool, config=cfg)
+    waiting = run_sweep(jobfns.double, [{"x": 1}, {"x": 2}], mode="local", pool=pool,
+                        config=cfg)  # (both workers are busy: these wait)
+    pids = run_pids(first[0].log_dir)
+    for job in waiting:  # (a sweep that waits for a worker)
+        job.cancel()
+    assert [j.wait(timeout=60) for j in waiting] == [JobState.CANCELLED] * 2
+    first[0].cancel()  # (a run that runs: its processes end)
+    assert first[0].wait(timeout=60) is JobState.CANCELLED
+    assert wait_for(lambda: not any(os.path.exists(f"/proc/{p}") for p in pids), 30)
+    assert not any((j.log_dir / "result.pkl").exists() for j in waiting)
+    assert first[1].status() is JobState.RUNNING  # (the other run goes on)
+    first[1].cancel()
+    assert first[1].wait(timeout=60) is JobState.CANCELLED
+
+
+def test_an_idle_pool_ends_and_a_launch_into_it_is_refused_before_anything_is_made(cfg):
+    start_pool("brief", workers=1, idle=1, config=cfg)
+    job = run_experiment(jobfns.double, variant={"x": 3}, mode="local", pool="brief",
+                         config=cfg)
+    assert job.result(timeout=60)["y"] == 6
+    assert wait_for(lambda: not list_pools(cfg), 20)
+    (ended,) = list_pools(cfg, everything=True)
+    assert ended.ended == "no run for 1 s (its idle time)"
+    made = sorted(Path(cfg["LOCAL_LOG_DIR"]).glob("*/*/status.json"))
+    with pytest.raises(LaunchError, match=r"pool 'brief' has ended: no run for 1 s \(its "
+                                          r"idle time\); start it again: easylaunch pool "
+                                          r"start brief"):
+        run_experiment(jobfns.double, variant={"x": 3}, mode="local", pool="brief", config=cfg)
+    assert sorted(Path(cfg["LOCAL_LOG_DIR"]).glob("*/*/status.json")) == made
+    with pytest.raises(LaunchError, match=r"no pool named 'brie'; did you mean 'brief'\?"):
+        run_experiment(jobfns.double, mode="local", pool="brie", config=cfg)
+
+
+def test_pool_stop_cancels_what_runs_and_what_waits(cfg, tmp_path):
+    settings = settings_file(tmp_path)
+    cli = [sys.executable, "-m", "easylaunch.cli", "pool"]
+    out = subprocess.run([*cli, "start", "held", "--workers", "1", "--config", settings],
+                         capture_output=True, text=True, check=True)
+    assert "pool held: 1 workers; it ends after 20m with no run" in out.stdout
+    jobs = run_sweep(jobfns.sleep_a_while, [{"seconds": 300}] * 2, mode="local", pool="held",
+                     config=settings)
+    assert wait_for(lambda: jobs[0].status() is JobState.RUNNING, 30)
+    listed = subprocess.run([*cli, "ls", "--config", settings], capture_output=True,
+                            text=True, check=True).stdout
+    assert "held\t1\t1\t1\t0\t" in listed, listed  # workers, busy, queued, done
+    subprocess.run([*cli, "stop", "held", "--config", settings], check=True,
+                   capture_output=True)
+    assert [j.wait(timeout=60) for j in jobs] == [JobState.CANCELLED] * 2
+    refused = subprocess.run([*cli, "stop", "held", "--config", settings],
+                             capture_output=True, text=True)
+    assert refused.returncode == 1
+    assert "pool 'held' has ended: stopped by easylaunch pool stop" in refused.stderr
+
+
+def test_a_second_start_of_a_running_pool_is_refused(pool, cfg):
+    with pytest.raises(LaunchError, match="pool 'warm' is running already .* stop it first: "
+                                          "easylaunch pool stop warm"):
+        start_pool("warm", config=cfg)
+
+
+@pytest.mark.parametrize("options, said", [
+    (dict(use_gpu=True), "pools give their runs no GPUs yet"),
+    (dict(max_parallel=3), "leave max_parallel out"),
+    (dict(detach=False), "a pool's runs outlive the launching script"),
+])
+def test_what_a_pool_cannot_do_is_refused_at_launch(pool, cfg, options, said):
+    with pytest.raises(LaunchError, match=said):
+        run_experiment(jobfns.double, variant={"x": 1}, mode="local", pool=pool, config=cfg,
+                       **options)
+
+
+def test_a_mode_with_a_container_refuses_a_pool(pool, cfg):
+    with pytest.raises(LaunchError, match="mode 'local_docker' cannot run in a pool"):
+        run_experiment(jobfns.double, mode="local_docker", pool=pool, config=cfg)
