@@ -23,6 +23,7 @@ if TYPE_CHECKING:
         MissingExtra,
         SettingsError,
     )
+    from easylaunch.modes.local.pools import list_pools, start_pool, stop_pool
     from easylaunch.results import load_histories, load_sweep, plot_sweep
     from easylaunch.tracking.jobs import Job, JobState
     from easylaunch.tracking.progress import wait_all
@@ -43,6 +44,7 @@ _MODULE_OF = {
     **dict.fromkeys(("load_histories", "load_sweep", "plot_sweep"), "easylaunch.results"),
     **dict.fromkeys(("Job", "JobState"), "easylaunch.tracking.jobs"),
     "wait_all": "easylaunch.tracking.progress",
+    **dict.fromkeys(("list_pools", "start_pool", "stop_pool"), "easylaunch.modes.local.pools"),
     **dict.fromkeys(("NoSuchJob", "NoSuchRun", "RegistryError"), "easylaunch.tracking.registry"),
     **dict.fromkeys(("DoodadConfig", "GitInfo"), "easylaunch_job.config"),
     **dict.fromkeys(("flush_metrics", "log_metrics"), "easylaunch_job.metrics"),
@@ -65,6 +67,7 @@ __all__ = [
     "SettingsError",
     "flush_metrics",
     "get_job",
+    "list_pools",
     "load_histories",
     "load_sweep",
     "log_metrics",
@@ -76,6 +79,8 @@ __all__ = [
     "run_experiment",
     "run_search",
     "run_sweep",
+    "start_pool",
+    "stop_pool",
     "wait_all",
 ]
 

@@ -14,9 +14,8 @@ import pytest
 from conftest import settings_file
 from helpers import run_pids, wait_for
 
-from easylaunch import JobState, run_experiment, run_sweep
+from easylaunch import JobState, list_pools, run_experiment, run_sweep, start_pool, stop_pool
 from easylaunch.errors import LaunchError
-from easylaunch.pools import list_pools, start_pool, stop_pool
 
 
 @pytest.fixture

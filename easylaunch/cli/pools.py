@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import time
 
-from easylaunch import pools
 from easylaunch.cli import examples
 from easylaunch.cli.shared import AddCommand
+from easylaunch.modes.local import pools
 
 
 def _start(args: argparse.Namespace) -> int:

@@ -10,8 +10,8 @@ from typing import Any
 
 from easylaunch.errors import LaunchError
 from easylaunch.modes.local.detached import DetachedLocalMode
+from easylaunch.modes.local.pools import live_pool
 from easylaunch.modes.ssh import HostFacts, Pack
-from easylaunch.pools import live_pool
 from easylaunch.runs.bundle import Run
 from easylaunch.runs.preview import Preview
 from easylaunch.runs.record import LaunchRequest, RunRecord

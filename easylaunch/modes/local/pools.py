@@ -1,8 +1,7 @@
 """Warm pools: workers held on this machine that take sweeps as they come.
 
 ```python
-from easylaunch import run_sweep
-from easylaunch.pools import start_pool
+from easylaunch import run_sweep, start_pool
 
 start_pool("quick", workers=4, preload=["torch"], idle="20m")
 jobs = run_sweep(train, variants, mode="local", pool="quick")  # starts in milliseconds
