@@ -161,3 +161,49 @@ def test_what_a_pool_cannot_do_is_refused_at_launch(pool, cfg, options, said):
 def test_a_mode_with_a_container_refuses_a_pool(pool, cfg):
     with pytest.raises(LaunchError, match="mode 'local_docker' cannot run in a pool"):
         run_experiment(jobfns.double, mode="local_docker", pool=pool, config=cfg)
+
+
+# -- a pool in a Slurm allocation (the test cluster's debug partition) ------------------------
+
+def test_a_pool_on_slurm_holds_one_allocation_that_takes_each_sweep(slurm_cfg):
+    pool = start_pool("nodes", on="slurm", workers=2, preload=["numpy"], idle="10m",
+                      time_limit="10m", config=slurm_cfg)
+    allocation = json.loads((pool.folder / "pool.json").read_text())["job_id"]
+    try:
+        for _ in range(2):
+            jobs = run_sweep(jobfns.node_facts, [{"n": i} for i in range(3)], mode="local",
+                             pool="nodes", config=slurm_cfg)
+            facts = [j.result(timeout=120) for j in jobs]
+            assert {f["host"] for f in facts} <= {"node1", "node2"}, facts
+            assert {j.launch_info["backend"]["pool_job"] for j in jobs} == {allocation}
+        loaded = run_experiment(jobfns.loaded, variant={"modules": ["numpy"]}, mode="local",
+                                pool="nodes", config=slurm_cfg)
+        assert loaded.result(timeout=60) == {"numpy": True}
+        (shown,) = list_pools(slurm_cfg)
+        assert (shown.done, shown.ended) == (7, None)
+    finally:
+        stop_pool("nodes", slurm_cfg)
+    assert wait_for(lambda: not subprocess.run(
+        ["squeue", "-h", "-j", allocation, "-o", "%T"], capture_output=True,
+        text=True).stdout.strip(), 60), "the pool's allocation is still queued or running"
+    with pytest.raises(LaunchError, match="pool 'nodes' has ended: stopped by easylaunch pool "
+                                          "stop"):
+        run_experiment(jobfns.double, variant={"x": 1}, mode="local", pool="nodes",
+                       config=slurm_cfg)
+
+
+def test_runs_a_pools_allocation_leaves_behind_end_saying_so(slurm_cfg):
+    """The allocation is cancelled from outside (as its time limit would end it): the run
+    that ran gets SIGTERM, and the one that waited fails with what to do."""
+    pool = start_pool("short", on="slurm", workers=1, idle="10m", time_limit="10m",
+                      config=slurm_cfg)
+    allocation = json.loads((pool.folder / "pool.json").read_text())["job_id"]
+    running, waiting = run_sweep(jobfns.sleep_a_while, [{"seconds": 300}, {"seconds": 1}],
+                                 mode="local", pool="short", config=slurm_cfg)
+    assert wait_for(lambda: running.status() is JobState.RUNNING, 60)
+    subprocess.run(["scancel", allocation], check=True)
+    assert running.wait(timeout=120) in (JobState.CANCELLED, JobState.FAILED)
+    assert waiting.wait(timeout=120) is JobState.FAILED
+    assert f"the pool's Slurm allocation {allocation} ended before this run recorded an " \
+           f"outcome (its time limit?); run it again: easylaunch resubmit {waiting.id}" in \
+        waiting.info()["error"]

@@ -12,7 +12,8 @@ from easylaunch.modes.local import pools
 
 def _start(args: argparse.Namespace) -> int:
     pool = pools.start_pool(args.name, workers=args.workers, idle=args.idle, config=args.config,
-                            preload=[m for m in (args.preload or "").split(",") if m])
+                            preload=[m for m in (args.preload or "").split(",") if m],
+                            on=args.on, time_limit=args.time, gpus=args.gpus)
     print(f"pool {pool.name}: {pool.workers} workers"
           + (f", {', '.join(pool.preload)} preloaded" if pool.preload else "")
           + f"; it ends after {args.idle} with no run. Launch into it: "
@@ -40,8 +41,8 @@ def _stop(args: argparse.Namespace) -> int:
 
 
 def add_pool(command: AddCommand) -> None:
-    parser = command("pool", help="warm pools: workers held on this machine that take sweeps "
-                     "in milliseconds")
+    parser = command("pool", help="warm pools: workers held here or in a Slurm allocation "
+                     "that take sweeps in milliseconds")
     commands = parser.add_subparsers(dest="pool_command", required=True, metavar="COMMAND")
 
     def sub(name: str, text: str) -> argparse.ArgumentParser:
@@ -58,6 +59,10 @@ def add_pool(command: AddCommand) -> None:
                        "(e.g. torch,numpy)")
     start.add_argument("--idle", default="20m", help="end after this long with no run "
                        "(default: 20m)")
+    start.add_argument("--on", choices=("local", "slurm"), default="local",
+                       help="where its workers run: this machine, or a Slurm allocation")
+    start.add_argument("--time", default="1h", help="(slurm) the allocation's time limit")
+    start.add_argument("--gpus", type=int, default=0, help="(slurm) GPUs, one a worker")
     start.set_defaults(func=_start)
     listing = sub("ls", "the pools that run: workers busy, runs queued")
     listing.add_argument("--all", action="store_true", help="those that ended too")

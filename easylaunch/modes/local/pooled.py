@@ -1,14 +1,17 @@
-"""``local`` with ``pool="NAME"``: runs added to a warm pool (:mod:`easylaunch.pools`).
+"""``local`` with ``pool="NAME"``: runs added to a warm pool (:mod:`.pools`).
 
 No process starts at launch: the runs' lines are appended to the pool's task file and the
 pool's packer is woken. Its warm workers fork a child per run. Tracking, logs and cancel are
-those of detached local runs (the pool's packer is their packer)."""
+those of detached local runs (the pool's packer is their packer). A run of a pool on Slurm
+whose allocation ended before the run did fails, saying so."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from easylaunch.errors import LaunchError
+from easylaunch.modes.hosted import BackendQuery, completed
 from easylaunch.modes.local.detached import DetachedLocalMode
 from easylaunch.modes.local.pools import live_pool
 from easylaunch.modes.ssh import HostFacts, Pack
@@ -46,13 +49,47 @@ class PooledMode(DetachedLocalMode):
             "tasks": prepared.files["tasks.txt"].splitlines(),
             "runs": prepared.files["runs.tsv"].splitlines()}], [], [])
         meta: dict[str, Any] = added["meta"]
+        packer = {"pool_job": meta["job_id"]} if "job_id" in meta else {
+            "packer_pid": meta["pid"], "packer_started": meta["started"]}
         for index, run in enumerate(runs, start=added["first"]):
             run.record_backend(
-                job_log_dir=str(run.log_dir), packer_pid=meta["pid"],
-                packer_started=meta["started"], packer_log=str(self.folder / layout.LOG),
+                job_log_dir=str(run.log_dir), packer_log=str(self.folder / layout.LOG),
                 state_dir=str(self.folder / layout.TASK_STATE), task_index=index, gpus=[],
-                pool=str(self.folder))
+                pool=str(self.folder), **packer)
         return [RunRecord.of_run(run) for run in runs]
+
+    def backend_query(self, jobs: list[RunRecord]) -> BackendQuery:
+        """That of detached runs; for runs of a pool on Slurm, one squeue call for their
+        allocations."""
+        local = super().backend_query(jobs)
+        held = sorted({b["pool_job"] for j in jobs
+                       if "pool_job" in (b := j.launch_info["backend"])})
+        if not held:
+            return local
+        return BackendQuery([*local.ops, {"op": "run", "argv": [
+            "squeue", "-h", "-o", "%A", "-j", ",".join(held)]}],
+            functools.partial(self._settle_pools, jobs, held, local))
+
+    def _settle_pools(self, jobs: list[RunRecord], held: list[str], local: BackendQuery,
+                      answers: list[dict], ended_there: set[str]) -> None:
+        local.settle(answers[:-1], ended_there)
+        said = answers[-1]
+        if said.get("rc") != 0 and "Invalid job id" not in said.get("err", ""):
+            return  # (squeue did not answer: the next look asks again)
+        alive = set(completed(said).stdout.split()) if said.get("rc") == 0 else set()
+        for job in jobs:
+            allocation = job.launch_info["backend"].get("pool_job")
+            if allocation is None or allocation in alive or job.id in ended_there:
+                continue
+            if self.read_record(job).get("state") not in ("queued", "running"):
+                continue
+            if job.info().get("cancel_requested"):
+                job.record_end("cancelled", "cancelled")
+            else:
+                job.record_end("failed", f"the pool's Slurm allocation {allocation} ended "
+                                         "before this run recorded an outcome (its time "
+                                         "limit?); run it again: easylaunch resubmit "
+                                         f"{job.id}")
 
     def launched(self, runs: list[Run]) -> str:
         return f"added to pool {self.opts['pool']!r}"

@@ -1,4 +1,5 @@
-"""Warm pools: workers held on this machine that take sweeps as they come.
+"""Warm pools: workers held on this machine, or in a Slurm allocation, that take sweeps as
+they come.
 
 ```python
 from easylaunch import run_sweep, start_pool
@@ -12,14 +13,23 @@ A pool is a packer that stays (``easylaunch_job.pool``): its warm workers have i
 launch into the pool adds its runs to the pool's task file and wakes it: no process starts. The
 pool ends after ``idle`` with no run, or at ``stop_pool``. Its runs are ``local`` runs with
 ``detach=True``: tracked, followed and cancelled as those are.
+
+``start_pool(..., on="slurm", time_limit="8h")`` holds one Slurm allocation instead
+(SLURM_CONFIGS' ``cpu`` entry, or with ``gpus`` its ``gpu`` one: partition, account, QOS), its
+packer on the node. The pool's folder is in LOCAL_LOG_DIR, which the nodes share (as for
+``mode="slurm"`` on a login node): a launch appends there, and the packer looks for new runs
+every 50 ms.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
+import shlex
 import signal
+import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -75,12 +85,28 @@ def _latest(settings: Settings, name: str) -> Path | None:
     return starts[-1].parent if starts else None
 
 
+def allocations_alive(job_ids: list[str]) -> set[str]:
+    """Those of the Slurm jobs ``job_ids`` that are queued or running."""
+    out = subprocess.run(["squeue", "-h", "-o", "%A", "-j", ",".join(job_ids)],
+                         capture_output=True, text=True, timeout=60)
+    if out.returncode != 0 and "Invalid job id" not in out.stderr:
+        raise LaunchError(f"squeue could not say whether the pools' allocations run: "
+                          f"{out.stderr.strip()}")
+    return set(out.stdout.split()) & set(job_ids)
+
+
+def _packer_alive(meta: dict) -> bool:
+    if "job_id" in meta:
+        return bool(allocations_alive([meta["job_id"]]))
+    return is_alive(meta["pid"], meta["started"])
+
+
 def _alive(folder: Path) -> bool:
     try:
         meta = read_json(str(folder / layout.POOL_JSON))
     except (OSError, DamagedRecord):
         return False
-    return layout.ended_why(str(folder)) is None and is_alive(meta["pid"], meta["started"])
+    return layout.ended_why(str(folder)) is None and _packer_alive(meta)
 
 
 def live_pool(settings: Settings, name: str) -> Path:
@@ -93,7 +119,7 @@ def live_pool(settings: Settings, name: str) -> Path:
                           f"easylaunch pool start {name}")
     why = layout.ended_why(str(folder))
     if why is None and not _alive(folder):
-        why = "its packer is gone (was the machine restarted?)"
+        why = "its packer is gone (its allocation ended, or the machine restarted)"
     if why is not None:
         raise LaunchError(f"pool {name!r} has ended: {why}; start it again: easylaunch pool "
                           f"start {name}")
@@ -101,10 +127,17 @@ def live_pool(settings: Settings, name: str) -> Path:
 
 
 def start_pool(name: str, *, workers: int | None = None, preload: list[str] | None = None,
-               idle: str | float = "20m", config: ConfigArg = None) -> PoolState:
-    """Start pool ``name`` on this machine: ``workers`` runs at once (default: one per CPU),
-    each worker with the ``preload`` modules imported; it ends after ``idle`` with no run."""
+               idle: str | float = "20m", on: str = "local", time_limit: str | float = "1h",
+               gpus: int = 0, config: ConfigArg = None) -> PoolState:
+    """Start pool ``name``: ``workers`` runs at once (default: one per CPU here; on Slurm, 1),
+    each worker with the ``preload`` modules imported; it ends after ``idle`` with no run.
+    ``on="slurm"``: in an allocation of ``workers`` CPUs and ``gpus`` GPUs (a GPU a worker)
+    for ``time_limit``."""
     settings = load_settings(config)
+    if on not in ("local", "slurm"):
+        raise LaunchError(f"on={on!r}: a pool runs on 'local' (this machine) or 'slurm'")
+    if gpus:
+        check_count("gpus", gpus)
     if not NAME.fullmatch(name):
         raise LaunchError(f"pool name {name!r}: use letters, digits and _.- (64 at most)")
     if workers is not None:
@@ -125,22 +158,50 @@ def start_pool(name: str, *, workers: int | None = None, preload: list[str] | No
     for empty in (layout.TASKS, layout.RUNS):
         (folder / empty).touch()
     write_bytes_atomic(str(folder / "job.pyz"), job_archive())
-    count = workers or os.cpu_count() or 1
-    argv = [settings.LOCAL_PYTHON or sys.executable, str(folder / "job.pyz"), "pack",
+    count = workers or ((os.cpu_count() or 1) if on == "local" else 1)
+    python = (settings.SLURM_PYTHON if on == "slurm" else None) or settings.LOCAL_PYTHON \
+        or sys.executable
+    argv = [python, str(folder / "job.pyz"), "pack",
             str(folder / layout.TASKS), "--state-dir", str(folder / layout.TASK_STATE),
             "--workers", str(count), "--runs", str(folder / layout.RUNS), "--warm",
             "--pool-idle", str(idle_seconds), *(["--preload", ",".join(modules)] * bool(modules))]
-    (started,) = answer([{"op": "detach", "argv": argv, "log": str(folder / layout.LOG)}])
-    meta = {"name": name, "workers": count, "preload": modules, "idle_seconds": idle_seconds,
-            "started_at": time.time(), "pid": started["pid"], "started": started["started"]}
+    meta: dict = {"name": name, "workers": count, "preload": modules,
+                  "idle_seconds": idle_seconds, "started_at": time.time()}
+    if on == "slurm":
+        meta["job_id"] = _submit(settings, name, folder, argv, count, gpus,
+                                 seconds(time_limit, "time_limit"))
+    else:
+        (started,) = answer([{"op": "detach", "argv": argv, "log": str(folder / layout.LOG)}])
+        meta.update(pid=started["pid"], started=started["started"])
     write_bytes_atomic(str(folder / layout.POOL_JSON), json.dumps(meta, indent=1).encode())
     return _state(folder)
+
+
+def _submit(settings: Settings, name: str, folder: Path, argv: list[str], workers: int,
+            gpus: int, limit: float) -> str:
+    """The pool's allocation, submitted: its Slurm job id."""
+    from easylaunch.modes.schedulers import slurm  # (late: a local pool does without)
+
+    res = dataclasses.replace(
+        slurm.resolve_resources(settings.SLURM_CONFIGS, None, gpus > 0), nodes=1, tasks=1,
+        cpus_per_task=workers, n_gpus=gpus, time_minutes=max(1, round(limit / 60)))
+    script = folder / "pool.sbatch"
+    script.write_text("#!/bin/bash\n" + "\n".join(slurm.sbatch_header(
+        res, f"pool-{name}", str(folder / layout.LOG), signal_seconds=0)) +
+        "\n# Generated by easylaunch: the packer of a warm pool.\n"
+        f"exec {shlex.join([*argv, *(['--gpus', 'granted'] if gpus else [])])}\n")
+    out = subprocess.run(["sbatch", "--parsable", str(script)], capture_output=True, text=True,
+                         timeout=60)
+    if out.returncode != 0:
+        (folder / layout.ENDED).write_text("its allocation was refused\n")
+        raise LaunchError(f"sbatch refused the pool's allocation: {out.stderr.strip()}")
+    return out.stdout.strip().split(";")[0]
 
 
 def _state(folder: Path) -> PoolState:
     meta = read_json(str(folder / layout.POOL_JSON))
     ended = layout.ended_why(str(folder))
-    if ended is None and not is_alive(meta["pid"], meta["started"]):
+    if ended is None and not _packer_alive(meta):
         ended = "its packer is gone"
     states = []
     for record in (folder / layout.TASK_STATE).glob("task-*.json"):
@@ -188,7 +249,9 @@ def stop_pool(name: str, config: ConfigArg = None) -> PoolState:
             update_status(log_dir, cancel_requested=True)
             (folder / layout.TASK_STATE).mkdir(exist_ok=True)
             (folder / layout.TASK_STATE / f"task-{index}.cancel").touch()
-    if is_alive(meta["pid"], meta["started"]):
+    if "job_id" in meta:
+        subprocess.run(["scancel", meta["job_id"]], capture_output=True, timeout=60)
+    elif is_alive(meta["pid"], meta["started"]):
         os.kill(meta["pid"], signal.SIGTERM)
     return _state(folder)
 
