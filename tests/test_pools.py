@@ -207,3 +207,17 @@ def test_runs_a_pools_allocation_leaves_behind_end_saying_so(slurm_cfg):
     assert f"the pool's Slurm allocation {allocation} ended before this run recorded an " \
            f"outcome (its time limit?); run it again: easylaunch resubmit {waiting.id}" in \
         waiting.info()["error"]
+
+
+def test_a_search_runs_its_trials_in_a_pool(pool, cfg):
+    """Each trial is a run the pool takes as soon as one of its workers is free."""
+    import searchfns
+
+    from easylaunch import run_search
+
+    search = run_search(searchfns.curve, {"x": [0.1, 0.3, 0.9], "opt": "adam", "steps": 3},
+                        "loss", n_trials=5, sampler="random", pruner=None, seed=1,
+                        mode="local", pool=pool, config=cfg)
+    assert search.summary()["counts"] == {"complete": 5}, search
+    (shown,) = list_pools(cfg)
+    assert shown.done == 5

@@ -349,13 +349,13 @@ def _trial_launch(exp_name: str, mode: str, max_parallel: int, config: ConfigArg
                   base_log_dir: str | os.PathLike | None, launch: dict[str, Any]
                   ) -> LaunchOptions:
     """The launch options of every trial's run; a mode that runs a limited number at once
-    (``local``) runs as many as the search does."""
+    (``local``) runs as many as the search does (a pool: as many as it has workers)."""
     if "dry_run" in launch:
         raise LaunchError("run_search launches as it goes: it has no dry_run")
     # (no line per trial: the search says one line for them all)
     keywords = dict(launch, config=config, base_log_dir=base_log_dir, dry_run=False,
                     launch_line=False)
-    if "max_parallel" in get_mode(mode).options:
+    if "max_parallel" in get_mode(mode).options and launch.get("pool") is None:
         keywords["max_parallel"] = max_parallel
     return launch_options(exp_name, mode, keywords)
 
