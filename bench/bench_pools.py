@@ -5,13 +5,20 @@
    ``python -c pass``).
 2. Dispatch to a function's first line, for a function whose module imports torch at its top:
    in a pool with torch preloaded against a cold ``local`` run (goal: <= 0.2 s in the pool).
+3. A sweep of ``--runs`` runs of 10 ms, launch to every result, each way with two runs at once:
+   ``local``, a pool in a Slurm allocation on the test cluster (goal: <= 1.3x local), ``htp``
+   and ``slurm`` (scripts/slurm-up.sh).
+4. A search of ``--trials`` trials of 0.2-1 s into a pool of two workers: the share of the
+   workers' time with no trial (the issue's figure is 200 trials of 1-5 s on 4 workers; this
+   machine has 2 cores).
 
-Usage: python bench/bench_pools.py [--calls 20]
+Usage: python bench/bench_pools.py [--calls 20] [--runs 100] [--trials 40]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import subprocess
 import sys
@@ -19,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from easylaunch import run_experiment, start_pool, stop_pool
+from easylaunch import list_pools, run_experiment, run_search, run_sweep, start_pool, stop_pool
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE / "poolfns"))
@@ -51,10 +58,31 @@ def dispatch(cfg: dict, calls: int, **options) -> list[float]:
     return times
 
 
+def sweep_seconds(runs: int, **launch) -> float:
+    """Launch to every result of ``runs`` runs of 10 ms."""
+    t = time.perf_counter()
+    jobs = run_sweep(light.short, [{"i": i} for i in range(runs)], **launch)
+    for job in jobs:
+        job.result(timeout=600)
+    return time.perf_counter() - t
+
+
+def idle_share(folder: Path, workers: int) -> float:
+    """The share of the pool workers' time, from the first trial's start to the last one's
+    end, with no trial running."""
+    spans = [(r["started"], r["ended"]) for r in (
+        json.loads(p.read_text()) for p in folder.glob("task-state/task-*.json"))]
+    whole = workers * (max(e for _, e in spans) - min(s for s, _ in spans))
+    return 1 - sum(e - s for s, e in spans) / whole
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--calls", type=int, default=20)
-    calls = parser.parse_args().calls
+    parser.add_argument("--runs", type=int, default=100)
+    parser.add_argument("--trials", type=int, default=40)
+    args = parser.parse_args()
+    calls = args.calls
     with tempfile.TemporaryDirectory(prefix="bench-pools-") as tmp:
         cfg = {"LOCAL_LOG_DIR": f"{tmp}/logs", "REGISTRY_PATH": f"{tmp}/registry.sqlite3",
                "CODE_DIRS_TO_MOUNT": [str(HERE / "poolfns")]}
@@ -68,8 +96,28 @@ def main() -> None:
                                                  config=cfg).result(timeout=60), calls)
             warm = dispatch(cfg, calls, pool="bench")
             cold = dispatch(cfg, max(3, calls // 4))
+            search = run_search(light.trial, {"x": [0.1, 0.3, 0.5, 0.9],
+                                              "seconds": [0.2, 0.4, 0.6, 0.8, 1.0]}, "loss",
+                                n_trials=args.trials, max_parallel=2, sampler="random",
+                                pruner=None, seed=0, mode="local", pool="bench", config=cfg)
+            (pool,) = [p for p in list_pools(cfg) if p.name == "bench"]
+            searched = idle_share(pool.folder, 2)
         finally:
             stop_pool("bench", cfg)
+        slurm_cfg = dict(cfg, SLURM_PYTHON=sys.executable, SSS_SCRIPT_PATH=None,
+                         SLURM_CONFIGS={"cpu": {"partition": "debug", "time_in_mins": 10,
+                                                "max_num_cores_per_node": 2}})
+        local_sweep = sweep_seconds(args.runs, mode="local", max_parallel=2, config=cfg)
+        start_pool("nodes", on="slurm", workers=2, idle="10m", time_limit="10m",
+                   config=slurm_cfg)
+        try:
+            sweep_seconds(2, mode="local", pool="nodes", config=slurm_cfg)  # (its allocation
+            pooled_sweep = sweep_seconds(args.runs, mode="local", pool="nodes",  # runs)
+                                         config=slurm_cfg)
+        finally:
+            stop_pool("nodes", slurm_cfg)
+        htp_sweep = sweep_seconds(args.runs, mode="htp", config=slurm_cfg)
+        slurm_sweep = sweep_seconds(args.runs, mode="slurm", config=slurm_cfg)
     p = median_ms(python)
     print(f"no-op call to result, median of {calls} (ms): python -c pass {p:.1f}; pool "
           f"{median_ms(pooled):.1f} ({median_ms(pooled) / p:.2f}x, goal <= 1.2x); local "
@@ -77,6 +125,14 @@ def main() -> None:
     print(f"dispatch to the first line of a function whose module imports torch, median "
           f"(s): pool with torch preloaded {statistics.median(warm):.3f} (goal <= 0.2); cold "
           f"local {statistics.median(cold):.3f}")
+    print(f"a sweep of {args.runs} runs of 10 ms, two at once, launch to every result (s): "
+          f"local {local_sweep:.2f}; pool on Slurm {pooled_sweep:.2f} "
+          f"({pooled_sweep / local_sweep:.2f}x local, goal <= 1.3x); htp {htp_sweep:.2f} "
+          f"({htp_sweep / local_sweep:.2f}x); slurm {slurm_sweep:.2f} "
+          f"({slurm_sweep / local_sweep:.2f}x)")
+    print(f"a search of {args.trials} trials of 0.2-1 s into a pool of 2 workers: the workers "
+          f"idle {100 * searched:.1f}% of the time (goal <= 3%); "
+          f"{search.summary()['counts']}")
 
 
 if __name__ == "__main__":

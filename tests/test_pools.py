@@ -221,3 +221,12 @@ def test_a_search_runs_its_trials_in_a_pool(pool, cfg):
     assert search.summary()["counts"] == {"complete": 5}, search
     (shown,) = list_pools(cfg)
     assert shown.done == 5
+
+
+def test_a_slurm_pool_its_partition_cannot_hold_is_refused_before_anything_is_made(slurm_cfg):
+    with pytest.raises(LaunchError, match=r"pool 'long' cannot have its allocation of 1 CPUs, "
+                                          r"0 GPUs and 480 minutes \(.*partition 'debug' allows "
+                                          r"at most 60.*\); ask less with workers=, gpus= or "
+                                          r"time_limit="):
+        start_pool("long", on="slurm", time_limit="8h", config=slurm_cfg)
+    assert not (Path(slurm_cfg["LOCAL_LOG_DIR"]) / ".pools").exists()
