@@ -48,6 +48,7 @@ NEEDS = {
     "guides/dry-runs.md": ("slurm_cluster",),
     "guides/environments.md": ("slurm_cluster",),
     "guides/multi-gpu.md": ("slurm_cluster",),
+    "guides/pools.md": ("slurm_cluster",),
 }
 
 # The reader's machines, as the pages name them -> the test's.
