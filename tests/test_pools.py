@@ -12,7 +12,7 @@ from pathlib import Path
 import jobfns
 import pytest
 from conftest import settings_file
-from helpers import run_pids, wait_for
+from helpers import run_pids, wait_for, write_settings
 
 from easylaunch import JobState, list_pools, run_experiment, run_sweep, start_pool, stop_pool
 from easylaunch.errors import LaunchError
@@ -145,10 +145,15 @@ def test_a_second_start_of_a_running_pool_is_refused(pool, cfg):
     with pytest.raises(LaunchError, match="pool 'warm' is running already .* stop it first: "
                                           "easylaunch pool stop warm"):
         start_pool("warm", config=cfg)
+    with pytest.raises(LaunchError, match="gpus= is for pools on Slurm"):
+        start_pool("gpus", gpus=1, config=cfg)
+    with pytest.raises(LaunchError, match="SLURM_JOB_ID is not set: run this inside salloc"):
+        start_pool("held", on="allocation", config=cfg)
+    assert [p.name for p in list_pools(cfg)] == ["warm"]
 
 
 @pytest.mark.parametrize("options, said", [
-    (dict(use_gpu=True), "pools give their runs no GPUs yet"),
+    (dict(use_gpu=True), "use_gpu=True, but pool 'warm' holds no GPUs: start it with --gpus N"),
     (dict(max_parallel=3), "leave max_parallel out"),
     (dict(detach=False), "a pool's runs outlive the launching script"),
 ])
@@ -230,3 +235,45 @@ def test_a_slurm_pool_its_partition_cannot_hold_is_refused_before_anything_is_ma
                                           r"time_limit="):
         start_pool("long", on="slurm", time_limit="8h", config=slurm_cfg)
     assert not (Path(slurm_cfg["LOCAL_LOG_DIR"]) / ".pools").exists()
+
+
+INSIDE_ALLOCATION = """
+import json, os, sys
+import jobfns
+from easylaunch import run_sweep, start_pool, stop_pool
+start_pool("inside", on="allocation", workers=2, gpus=int(sys.argv[2]), idle="10m",
+           config=sys.argv[1])
+try:
+    jobs = run_sweep(jobfns.node_facts, [{"n": i, "hold": 1} for i in range(4)], mode="local",
+                     pool="inside", use_gpu=bool(int(sys.argv[2])), config=sys.argv[1])
+    facts = [job.result(timeout=120) for job in jobs]
+finally:
+    stop_pool("inside", sys.argv[1])
+print(json.dumps({"job": os.environ["SLURM_JOB_ID"], "facts": facts}))
+"""
+
+
+@pytest.mark.parametrize("gpus", [0, 2])
+def test_a_pool_in_the_allocation_a_user_holds_submits_no_job(slurm_cfg, tmp_path, gpus):
+    """Inside salloc, the pool is a job step of the allocation: its runs run on the
+    allocation's node (with GPUs, each worker on one of the GPUs Slurm granted)."""
+    settings = write_settings(tmp_path / "settings.py", slurm_cfg)
+    script = tmp_path / "inside.py"
+    script.write_text(INSIDE_ALLOCATION)
+    ask = ["-p", "gpu", f"--gres=gpu:{gpus}"] if gpus else ["-p", "debug"]
+    out = subprocess.run(["salloc", "-N1", "-c", "2", "-t", "10", *ask, sys.executable,
+                          str(script), str(settings), str(gpus)],
+                         capture_output=True, text=True, timeout=300,
+                         env=dict(os.environ, PYTHONPATH=str(Path(jobfns.__file__).parent)))
+    assert out.returncode == 0, out.stderr
+    said = json.loads(out.stdout.splitlines()[-1])
+    node = subprocess.run(["sacct", "-n", "-X", "-j", said["job"], "-o", "NodeList%20"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    assert {f["host"] for f in said["facts"]} == {node}, (node, said)
+    jobs_of_the_test = subprocess.run(["sacct", "-n", "-X", "-S", "now-5minutes", "-o",
+                                       "JobName%30"], capture_output=True, text=True).stdout
+    assert "pool-inside" not in jobs_of_the_test  # (no job of its own)
+    if gpus:  # (Slurm set CUDA_VISIBLE_DEVICES=0,1 for the step; a worker on each, and the
+        # runs hold theirs a while, so both serve)
+        assert {f["cuda_visible_devices"] for f in said["facts"]} == {"0", "1"}, said
+        assert all(f["gpu_id"] == 0 for f in said["facts"]), said

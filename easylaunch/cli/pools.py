@@ -59,10 +59,12 @@ def add_pool(command: AddCommand) -> None:
                        "(e.g. torch,numpy)")
     start.add_argument("--idle", default="20m", help="end after this long with no run "
                        "(default: 20m)")
-    start.add_argument("--on", choices=("local", "slurm"), default="local",
-                       help="where its workers run: this machine, or a Slurm allocation")
+    start.add_argument("--on", choices=("local", "slurm", "allocation"), default="local",
+                       help="where its workers run: this machine, a Slurm allocation of its "
+                       "own, or the allocation you hold (inside salloc)")
     start.add_argument("--time", default="1h", help="(slurm) the allocation's time limit")
-    start.add_argument("--gpus", type=int, default=0, help="(slurm) GPUs, one a worker")
+    start.add_argument("--gpus", type=int, default=0, help="(slurm, allocation) GPUs, one a "
+                       "worker")
     start.set_defaults(func=_start)
     listing = sub("ls", "the pools that run: workers busy, runs queued")
     listing.add_argument("--all", action="store_true", help="those that ended too")

@@ -19,6 +19,7 @@ from easylaunch.runs.bundle import Run
 from easylaunch.runs.preview import Preview
 from easylaunch.runs.record import LaunchRequest, RunRecord
 from easylaunch_job import pool as layout
+from easylaunch_job.records import read_json
 
 
 class PooledMode(DetachedLocalMode):
@@ -28,13 +29,13 @@ class PooledMode(DetachedLocalMode):
         """The pool runs, and the launch asks nothing it cannot give (before any run is
         made)."""
         name = self.opts["pool"]
-        if request.use_gpu:
-            raise LaunchError(f"pool {name!r}: pools give their runs no GPUs yet; launch GPU "
-                              "runs without pool=")
         if self.opts.get("max_parallel") is not None:
             raise LaunchError(f"pool {name!r} runs as many runs at once as it has workers "
                               "(pool start --workers); leave max_parallel out")
         self.folder = live_pool(self.settings, name)
+        if request.use_gpu and not read_json(str(self.folder / layout.POOL_JSON)).get("gpus"):
+            raise LaunchError(f"use_gpu=True, but pool {name!r} holds no GPUs: start it with "
+                              "--gpus N (on Slurm, or in an allocation you hold)")
         return HostFacts(str(request.log_root), [], 1)
 
     def preview(self, request: LaunchRequest, runs: list[Run], prepared: Pack) -> Preview:

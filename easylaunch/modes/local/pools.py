@@ -18,7 +18,8 @@ pool ends after ``idle`` with no run, or at ``stop_pool``. Its runs are ``local`
 (SLURM_CONFIGS' ``cpu`` entry, or with ``gpus`` its ``gpu`` one: partition, account, QOS), its
 packer on the node. The pool's folder is in LOCAL_LOG_DIR, which the nodes share (as for
 ``mode="slurm"`` on a login node): a launch appends there, and the packer looks for new runs
-every 50 ms.
+every 50 ms. ``on="allocation"`` starts the packer as a job step of the allocation this
+process runs in (inside ``salloc``): no job is submitted.
 """
 
 from __future__ import annotations
@@ -136,12 +137,22 @@ def start_pool(name: str, *, workers: int | None = None, preload: list[str] | No
     """Start pool ``name``: ``workers`` runs at once (default: one per CPU here; on Slurm, 1),
     each worker with the ``preload`` modules imported; it ends after ``idle`` with no run.
     ``on="slurm"``: in an allocation of ``workers`` CPUs and ``gpus`` GPUs (a GPU a worker)
-    for ``time_limit``."""
+    for ``time_limit``. ``on="allocation"``: in the Slurm allocation this process runs in
+    (inside ``salloc`` or a batch job), as a job step of ``workers`` CPUs and ``gpus`` GPUs;
+    no job is submitted."""
     settings = load_settings(config)
-    if on not in ("local", "slurm"):
-        raise LaunchError(f"on={on!r}: a pool runs on 'local' (this machine) or 'slurm'")
+    if on not in ("local", "slurm", "allocation"):
+        raise LaunchError(f"on={on!r}: a pool runs on 'local' (this machine), 'slurm' (an "
+                          "allocation of its own) or 'allocation' (the one you hold)")
+    held = os.environ.get("SLURM_JOB_ID")
+    if on == "allocation" and not held:
+        raise LaunchError("on='allocation' starts the pool in the Slurm allocation you hold, "
+                          "but SLURM_JOB_ID is not set: run this inside salloc or a batch job")
     if gpus:
         check_count("gpus", gpus)
+        if on == "local":
+            raise LaunchError("gpus= is for pools on Slurm (on='slurm' or 'allocation'); a "
+                              "pool on this machine gives its runs no GPUs yet")
     if not NAME.fullmatch(name):
         raise LaunchError(f"pool name {name!r}: use letters, digits and _.- (64 at most)")
     if workers is not None:
@@ -165,13 +176,17 @@ def start_pool(name: str, *, workers: int | None = None, preload: list[str] | No
     for empty in (layout.TASKS, layout.RUNS):
         (folder / empty).touch()
     write_bytes_atomic(str(folder / "job.pyz"), job_archive())
-    python = (settings.SLURM_PYTHON if on == "slurm" else None) or settings.LOCAL_PYTHON \
+    python = (settings.SLURM_PYTHON if on != "local" else None) or settings.LOCAL_PYTHON \
         or sys.executable
     argv = [python, str(folder / "job.pyz"), "pack",
             str(folder / layout.TASKS), "--state-dir", str(folder / layout.TASK_STATE),
             "--workers", str(count), "--runs", str(folder / layout.RUNS), "--warm",
             "--pool-idle", str(idle_seconds), *(["--preload", ",".join(modules)] * bool(modules))]
-    meta: dict = {"name": name, "workers": count, "preload": modules,
+    if on == "allocation":  # (a job step of the allocation: srun lives here, the packer there)
+        argv = ["srun", f"--jobid={held}", "--overlap", "--nodes=1", "--ntasks=1",
+                f"--cpus-per-task={count}", *([f"--gres=gpu:{gpus}"] * bool(gpus)), *argv,
+                *(["--gpus", "granted"] * bool(gpus))]
+    meta: dict = {"name": name, "workers": count, "preload": modules, "gpus": gpus,
                   "idle_seconds": idle_seconds, "started_at": time.time()}
     if res is not None:
         meta["job_id"] = _submit(res, name, folder, argv)
