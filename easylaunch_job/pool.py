@@ -4,7 +4,8 @@ A pool is a packer that stays: its task file grows as launches add runs, and it 
 while with nothing to do. ``<log root>/.pools/<name>/`` holds:
 
 - ``pool.json``: what the pool was started with, and its packer (pid, start time, log);
-- ``tasks.txt`` and ``runs.tsv``: one line per run, appended by :func:`add_runs`;
+- ``tasks.txt`` and ``runs.tsv``: one line per run, appended by :func:`add_runs` (the names
+  of any packer's task files, an ``htp`` batch's too);
 - ``task-state/``: the packer's record of each task (as any packer's);
 - ``ended``: written by the packer as it ends (why, in words); a pool with it takes no runs;
 - ``wake``: a FIFO the packer listens on, so that a run added on its machine starts at once

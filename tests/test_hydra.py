@@ -290,3 +290,20 @@ def test_a_mode_option_under_options_reaches_the_mode(app, env):
     assert out.returncode == 1
     assert "easylaunch: mode 'local' does not take the option 'max_paralel'" in out.stderr
     assert "Traceback" not in out.stderr and rows(env) == []
+
+
+def test_a_multirun_goes_to_a_warm_pool(app, env):
+    """The pool starts from the app's shell (its runs see the environment it started with)."""
+    from easylaunch import list_pools, stop_pool
+
+    easylaunch(env, "pool", "start", "hydra", "--workers", "2")
+    try:
+        out = multirun(app, env, "lr=1e-3,1e-2", "hydra/sweeper=reporting",
+                       "hydra.launcher.pool=hydra")
+        assert out.returncode == 0, out.stderr
+        assert len([ln for ln in out.stdout.splitlines() if ln.startswith("RETURNED")]) == 2
+        assert [r["STATE"] for r in rows(env)] == ["succeeded"] * 2
+        (pool,) = list_pools(env["EASYLAUNCH_CONFIG"])
+        assert pool.done == 2
+    finally:
+        stop_pool("hydra", env["EASYLAUNCH_CONFIG"])

@@ -10,7 +10,7 @@ from easylaunch.cli.shared import AddCommand
 from easylaunch.modes.local import pools
 
 
-def _start(args: argparse.Namespace) -> int:
+def _pool_start(args: argparse.Namespace) -> int:
     pool = pools.start_pool(args.name, workers=args.workers, idle=args.idle, config=args.config,
                             preload=[m for m in (args.preload or "").split(",") if m],
                             on=args.on, time_limit=args.time, gpus=args.gpus)
@@ -21,7 +21,7 @@ def _start(args: argparse.Namespace) -> int:
     return 0
 
 
-def _ls(args: argparse.Namespace) -> int:
+def _pool_ls(args: argparse.Namespace) -> int:
     found = pools.list_pools(args.config, everything=args.all)
     if not found:
         print("no pools run" + ("" if args.all else " (--all: those that ended too)"))
@@ -34,7 +34,7 @@ def _ls(args: argparse.Namespace) -> int:
     return 0
 
 
-def _stop(args: argparse.Namespace) -> int:
+def _pool_stop(args: argparse.Namespace) -> int:
     pool = pools.stop_pool(args.name, args.config)
     print(f"pool {pool.name} stopped; {pool.done} runs had ended")
     return 0
@@ -65,10 +65,10 @@ def add_pool(command: AddCommand) -> None:
     start.add_argument("--time", default="1h", help="(slurm) the allocation's time limit")
     start.add_argument("--gpus", type=int, default=0, help="(slurm, allocation) GPUs, one a "
                        "worker")
-    start.set_defaults(func=_start)
+    start.set_defaults(func=_pool_start)
     listing = sub("ls", "the pools that run: workers busy, runs queued")
     listing.add_argument("--all", action="store_true", help="those that ended too")
-    listing.set_defaults(func=_ls)
+    listing.set_defaults(func=_pool_ls)
     stop = sub("stop", "stop a pool; its runs are cancelled")
     stop.add_argument("name")
-    stop.set_defaults(func=_stop)
+    stop.set_defaults(func=_pool_stop)

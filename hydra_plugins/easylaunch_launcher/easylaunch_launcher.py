@@ -38,6 +38,7 @@ class EasylaunchLauncherConf:
     cluster: Optional[str] = None
     use_gpu: bool = False
     max_restarts: Optional[int] = None
+    pool: Optional[str] = None  # a warm pool's name (easylaunch pool start): the jobs go to it
     options: Dict[str, Any] = field(default_factory=dict)
 
 

@@ -106,7 +106,8 @@ def _packer_alive(meta: dict) -> bool:
     return is_alive(meta["pid"], meta["started"])
 
 
-def _alive(folder: Path) -> bool:
+def _takes_runs(folder: Path) -> bool:
+    """Whether the pool in ``folder`` runs and has not ended."""
     try:
         meta = read_json(str(folder / layout.POOL_JSON))
     except (OSError, DamagedRecord):
@@ -123,7 +124,7 @@ def live_pool(settings: Settings, name: str) -> Path:
         raise LaunchError(f"no pool named {name!r}{did_you_mean(name, known)}; start one: "
                           f"easylaunch pool start {name}")
     why = layout.ended_why(str(folder))
-    if why is None and not _alive(folder):
+    if why is None and not _takes_runs(folder):
         why = "its packer is gone (its allocation ended, or the machine restarted)"
     if why is not None:
         raise LaunchError(f"pool {name!r} has ended: {why}; start it again: easylaunch pool "
@@ -163,7 +164,7 @@ def start_pool(name: str, *, workers: int | None = None, preload: list[str] | No
         if not re.fullmatch(r"[A-Za-z_][\w.]*", module):
             raise LaunchError(f"preload={module!r} is no module name (as 'torch' or 'numpy')")
     running = _latest(settings, name)
-    if running is not None and _alive(running):
+    if running is not None and _takes_runs(running):
         raise LaunchError(f"pool {name!r} is running already ({running}); stop it first: "
                           f"easylaunch pool stop {name}")
     count = workers or ((os.cpu_count() or 1) if on == "local" else 1)

@@ -33,15 +33,13 @@ from easylaunch.runs.bundle import BLOB_STORE, Run, blob_name
 from easylaunch.runs.jobpack import job_archive
 from easylaunch.runs.record import LaunchRequest, RunRecord
 from easylaunch.settings import Settings
+from easylaunch_job.pool import RUNS, TASK_STATE, TASKS  # (the packer's files)
 from easylaunch_job.records import JOB_PYZ
 
 if TYPE_CHECKING:
     from easylaunch_job.host_ops import Op
 
-TASKS = "tasks.txt"
-RUNS = "runs.tsv"
 PACKER_SCRIPT = "htp"  # (and the scheduler's suffix)
-TASK_STATE = "task-state"
 
 
 def ansi_c_quote(text: str) -> str:
