@@ -4,6 +4,7 @@ end and pool stop."""
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -132,6 +133,7 @@ def test_pool_stop_cancels_what_runs_and_what_waits(cfg, tmp_path):
     listed = subprocess.run([*cli, "ls", "--config", settings], capture_output=True,
                             text=True, check=True).stdout
     assert "held\t1\t1\t1\t0\t" in listed, listed  # workers, busy, queued, done
+    assert listed.rstrip().endswith("\trunning\tthis machine"), listed
     subprocess.run([*cli, "stop", "held", "--config", settings], check=True,
                    capture_output=True)
     assert [j.wait(timeout=60) for j in jobs] == [JobState.CANCELLED] * 2
@@ -186,6 +188,8 @@ def test_a_pool_on_slurm_holds_one_allocation_that_takes_each_sweep(slurm_cfg):
         assert loaded.result(timeout=60) == {"numpy": True}
         (shown,) = list_pools(slurm_cfg)
         assert (shown.done, shown.ended) == (7, None)
+        assert re.fullmatch(rf"Slurm job {allocation} on node[12], \d+:\d\d left",
+                            shown.where), shown.where
     finally:
         stop_pool("nodes", slurm_cfg)
     assert wait_for(lambda: not subprocess.run(
@@ -209,9 +213,18 @@ def test_runs_a_pools_allocation_leaves_behind_end_saying_so(slurm_cfg):
     subprocess.run(["scancel", allocation], check=True)
     assert running.wait(timeout=120) in (JobState.CANCELLED, JobState.FAILED)
     assert waiting.wait(timeout=120) is JobState.FAILED
-    assert f"the pool's Slurm allocation {allocation} ended before this run recorded an " \
-           f"outcome (its time limit?); run it again: easylaunch resubmit {waiting.id}" in \
+    assert f"pool 'short''s Slurm allocation {allocation} ended before this run recorded " \
+           "an outcome (its time limit?); start the pool again (easylaunch pool start short " \
+           f"--on slurm), then run it again: easylaunch resubmit {waiting.id}" in \
         waiting.info()["error"]
+    start_pool("short", on="slurm", workers=1, idle="10m", time_limit="10m", config=slurm_cfg)
+    try:  # (as the message says)
+        from easylaunch import resubmit
+
+        again = resubmit(waiting.id, config=slurm_cfg)
+        assert again.result(timeout=120) == "slept"
+    finally:
+        stop_pool("short", slurm_cfg)
 
 
 def test_a_search_runs_its_trials_in_a_pool(pool, cfg):

@@ -26,11 +26,11 @@ def _pool_ls(args: argparse.Namespace) -> int:
     if not found:
         print("no pools run" + ("" if args.all else " (--all: those that ended too)"))
         return 0
-    print("NAME\tWORKERS\tBUSY\tQUEUED\tDONE\tUP\tSTATE")
+    print("NAME\tWORKERS\tBUSY\tQUEUED\tDONE\tUP\tSTATE\tWHERE")
     for p in found:
         up = time.time() - p.started_at
         print(f"{p.name}\t{p.workers}\t{p.busy}\t{p.queued}\t{p.done}\t{up / 60:.0f} min\t"
-              + ("running" if p.ended is None else f"ended: {p.ended}"))
+              + ("running" if p.ended is None else f"ended: {p.ended}") + f"\t{p.where}")
     return 0
 
 

@@ -87,10 +87,12 @@ class PooledMode(DetachedLocalMode):
             if job.info().get("cancel_requested"):
                 job.record_end("cancelled", "cancelled")
             else:
-                job.record_end("failed", f"the pool's Slurm allocation {allocation} ended "
+                name = self.opts["pool"]
+                job.record_end("failed", f"pool {name!r}'s Slurm allocation {allocation} ended "
                                          "before this run recorded an outcome (its time "
-                                         "limit?); run it again: easylaunch resubmit "
-                                         f"{job.id}")
+                                         f"limit?); start the pool again (easylaunch pool "
+                                         f"start {name} --on slurm), then run it again: "
+                                         f"easylaunch resubmit {job.id}")
 
     def launched(self, runs: list[Run]) -> str:
         return f"added to pool {self.opts['pool']!r}"

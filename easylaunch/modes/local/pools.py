@@ -67,6 +67,7 @@ class PoolState:
     busy: int  # runs running now
     queued: int  # runs added and not started yet
     done: int  # runs ended
+    where: str = "this machine"  # or its Slurm allocation: its job, node and time left
 
 
 def seconds(value: str | float, what: str) -> float:
@@ -236,10 +237,28 @@ def _submit(res: Resources, name: str, folder: Path, argv: list[str]) -> str:
     return out.stdout.strip().split(";")[0]
 
 
+def _allocation_said(job_id: str) -> str | None:
+    """Where a pool's Slurm allocation stands, in words (None: it is gone)."""
+    out = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T|%L|%N|%r"],
+                         capture_output=True, text=True, timeout=60)
+    if out.returncode != 0 or not out.stdout.strip():
+        return None
+    state, left, node, reason = out.stdout.strip().split("|")
+    if state == "PENDING":
+        return f"Slurm job {job_id}, waiting for its allocation ({reason})"
+    return f"Slurm job {job_id} on {node}, {left} left"
+
+
 def _state(folder: Path) -> PoolState:
     meta = read_json(str(folder / layout.POOL_JSON))
     ended = layout.ended_why(str(folder))
-    if ended is None and not _packer_alive(meta):
+    where = "this machine"
+    if "job_id" in meta:
+        said = _allocation_said(meta["job_id"])
+        where = said or f"Slurm job {meta['job_id']}, ended"
+        if ended is None and said is None:
+            ended = "its allocation is gone"
+    elif ended is None and not _packer_alive(meta):
         ended = "its packer is gone"
     states = []
     for record in (folder / layout.TASK_STATE).glob("task-*.json"):
@@ -253,7 +272,7 @@ def _state(folder: Path) -> PoolState:
     return PoolState(meta["name"], folder, meta["workers"], meta["preload"],
                      meta["idle_seconds"], meta["started_at"], ended, running,
                      added - len(states) + states.count("queued"),
-                     len(states) - running - states.count("queued"))
+                     len(states) - running - states.count("queued"), where)
 
 
 def list_pools(config: ConfigArg = None, everything: bool = False) -> list[PoolState]:
