@@ -28,7 +28,17 @@ azurite() {
     npm install --prefix .tools/azurite "azurite@$AZURITE_VERSION" --no-audit --no-fund \
         --loglevel=error >/dev/null
 }
-azurite &  # (npm, beside pip: one at a time, the editable installs below share egg-info)
+# Mermaid (npm), which draws the docs' diagrams: served from the site itself, not a CDN
+MERMAID_VERSION=11.12.2
+mermaid() {
+    local copy=docs/assets/vendor/mermaid.min.js
+    [ -f .tools/mermaid/node_modules/mermaid/dist/mermaid.min.js ] \
+        || npm install --prefix .tools/mermaid "mermaid@$MERMAID_VERSION" --no-audit --no-fund \
+            --loglevel=error >/dev/null
+    mkdir -p "$(dirname "$copy")"
+    cp .tools/mermaid/node_modules/mermaid/dist/mermaid.min.js "$copy"
+}
+(azurite && mermaid) &  # (npm, beside pip: one at a time, the editable installs below share egg-info)
 emulator=$!
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 # pip's own failure stops the script (pipefail); only grep finding nothing is forgiven
