@@ -1,7 +1,8 @@
 """A warm pool's folder, as the launching side and the pool's packer share it.
 
 A pool is a packer that stays: its task file grows as launches add runs, and it ends after a
-while with nothing to do. ``<log root>/.pools/<name>/`` holds:
+while with nothing to do. Each start of a pool has a folder of its own,
+``<log root>/.pools/<name>/<when it started>/``, which holds:
 
 - ``pool.json``: what the pool was started with, and its packer (pid, start time, log);
 - ``tasks.txt`` and ``runs.tsv``: one line per run, appended by :func:`add_runs` (the names
@@ -138,7 +139,7 @@ class Watcher:
         self.busy_until = time.monotonic()
         self.files = (Lines(os.path.join(folder, TASKS)), Lines(os.path.join(folder, RUNS)))
         self.pending: tuple[list[str], list[str]] = ([], [])
-        with contextlib.suppress(FileExistsError):
+        with contextlib.suppress(OSError):  # (a file system without FIFOs: it only looks)
             os.mkfifo(os.path.join(folder, WAKE), 0o600)
 
     def _grow(self) -> None:
@@ -174,28 +175,44 @@ class Watcher:
         self.grown.notify_all()
 
     def watch(self) -> None:
-        """Until the pool ends: wait for a wake-up (or look every POOL_LOOK_SECONDS, for runs
-        added from another node), take the new runs in, end the pool when idle or stopped."""
-        wake = os.path.join(self.folder, WAKE)
-        listen = os.open(wake, os.O_RDONLY | os.O_NONBLOCK)
-        held = os.open(wake, os.O_WRONLY | os.O_NONBLOCK)  # (so the FIFO never reads as ended)
+        """Until the pool ends: wait for a wake-up (or look every LOOK_SECONDS, for runs
+        added from another node), take the new runs in, end the pool when idle or stopped.
+        Should it fail, the pool ends saying why: its workers never wait for ever."""
+        fifo = os.path.join(self.folder, WAKE)
+        fds: list[int] = []
         try:
-            while True:
-                if select.select([listen], [], [], LOOK_SECONDS)[0]:
-                    with contextlib.suppress(BlockingIOError):
-                        os.read(listen, 4096)
-                with self.packer.lock:
-                    if self.packer.stopping:
-                        self._close("stopped by a signal (its allocation ended?)")
-                        return
-                    self._grow()
-                    if not self._idle():
-                        continue
-                with pool_lock(self.folder), self.packer.lock:  # (no run is added meanwhile)
-                    self._grow()
-                    if self._idle():
-                        self._close(f"no run for {self.idle:.0f} s (its idle time)")
-                        return
+            fds.append(os.open(fifo, os.O_RDONLY | os.O_NONBLOCK))
+            fds.append(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))  # (it never reads as ended)
+        except OSError:  # (no FIFO here: it only looks)
+            pass
+        listen = fds[0] if len(fds) == 2 else None
+        try:
+            self._follow(listen)
+        except BaseException as exc:
+            with self.packer.lock:
+                self._close(f"its packer failed ({type(exc).__name__}: {exc}); see "
+                            f"{os.path.join(self.folder, LOG)}")
+            raise
         finally:
-            os.close(listen)
-            os.close(held)
+            for fd in fds:
+                os.close(fd)
+
+    def _follow(self, listen: int | None) -> None:
+        while True:
+            if listen is None:
+                time.sleep(LOOK_SECONDS)
+            elif select.select([listen], [], [], LOOK_SECONDS)[0]:
+                with contextlib.suppress(BlockingIOError):
+                    os.read(listen, 4096)
+            with self.packer.lock:
+                if self.packer.stopping:
+                    self._close("stopped by a signal (its allocation ended?)")
+                    return
+                self._grow()
+                if not self._idle():
+                    continue
+            with pool_lock(self.folder), self.packer.lock:  # (no run is added meanwhile)
+                self._grow()
+                if self._idle():
+                    self._close(f"no run for {self.idle:.0f} s (its idle time)")
+                    return
