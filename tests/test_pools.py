@@ -143,6 +143,16 @@ def test_pool_stop_cancels_what_runs_and_what_waits(cfg, tmp_path):
     assert "pool 'held' has ended: stopped by easylaunch pool stop" in refused.stderr
 
 
+def test_a_dry_run_into_a_pool_shows_the_lines_it_would_add(pool, cfg):
+    shown = run_sweep(jobfns.double, [{"x": 1}, {"x": 2}], mode="local", pool=pool,
+                      config=cfg, dry_run=True)
+    (lines,) = shown.files.values()
+    assert len(lines.splitlines()) == 2 and "appended to pool 'warm'" in shown.commands[0]
+    assert not list(Path(cfg["LOCAL_LOG_DIR"]).glob("*/*/status.json"))  # nothing made
+    (state,) = list_pools(cfg)
+    assert (state.queued, state.done) == (0, 0)
+
+
 def test_a_second_start_of_a_running_pool_is_refused(pool, cfg):
     with pytest.raises(LaunchError, match="pool 'warm' is running already .* stop it first: "
                                           "easylaunch pool stop warm"):

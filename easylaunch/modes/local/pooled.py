@@ -41,7 +41,8 @@ class PooledMode(DetachedLocalMode):
     def preview(self, request: LaunchRequest, runs: list[Run], prepared: Pack) -> Preview:
         return Preview(self.name, len(runs), self.transport.where,
                        {str(self.folder / layout.RUNS): prepared.files["runs.tsv"]},
-                       [f"(added to pool {self.opts['pool']!r}: {self.folder})"],
+                       [f"(these lines appended to pool {self.opts['pool']!r}'s runs.tsv, and "
+                        "its workers woken: no process starts)"],
                        {"pool": self.opts["pool"]})
 
     def submit(self, request: LaunchRequest, runs: list[Run], prepared: Pack) -> list[RunRecord]:
