@@ -104,7 +104,7 @@ def main() -> None:
                                               "seconds": [1, 2, 3, 4, 5]}, "loss",
                                 n_trials=args.trials, max_parallel=2, sampler="random",
                                 pruner=None, seed=0, mode="local", pool="search", config=cfg)
-            searched = idle_share(searching.folder, 2)
+            searched = idle_share(Path(searching.folder), 2)
             counts = search.summary()["counts"]
         finally:
             stop_pool("search", cfg)

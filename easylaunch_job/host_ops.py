@@ -108,8 +108,16 @@ if TYPE_CHECKING:  # (annotations only, checked by mypy: dict[...] is no value o
         tasks: Sequence[str]
         runs: Sequence[str]  # bundle<TAB>log dir, one per task
 
+    class _PoolOp(TypedDict):
+        op: Literal["pool"]
+        action: Literal["find", "list", "stop"]
+        root: str  # the log root the pools are under
+
+    class PoolOp(_PoolOp, total=False):
+        name: str
+
     Op = (InfoOp | WhichOp | PrepareDirOp | ExistsOp | ReadOp | RunOp | DetachOp | AliveOp
-          | TouchOp | UpdateStatusOp | UnpackOp | PlaceOp | OpenTasksOp | PoolAddOp)
+          | TouchOp | UpdateStatusOp | UnpackOp | PlaceOp | OpenTasksOp | PoolAddOp | PoolOp)
 
 
 def _path(path: str) -> str:
@@ -317,11 +325,18 @@ def _pool_add(op: PoolAddOp) -> Answer:
         return {"error": f"the pool has ended: {exc}", "ended": True}
 
 
+def _pool(op: PoolOp) -> Answer:
+    """A pool command (see pool.command): find or stop a pool, or list them."""
+    from easylaunch_job.pool import command
+
+    return command(_path(op["root"]), op["action"], op.get("name"))
+
+
 OPS: dict[str, Callable[[Any], Answer]] = {
     "info": _info, "which": _which, "prepare_dir": _prepare_dir, "exists": _exists,
     "read": _read, "run": _run, "detach": _detach, "alive": _alive, "touch": _touch,
     "update_status": _update_status, "unpack": _unpack, "place": _place,
-    "open_tasks": _open_tasks, "pool_add": _pool_add}
+    "open_tasks": _open_tasks, "pool_add": _pool_add, "pool": _pool}
 
 
 def answer(ops: list[Op]) -> list[Answer]:

@@ -20,15 +20,18 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import glob
 import os
 import select
+import signal
+import subprocess
 import threading
 import time
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, cast
 
 from easylaunch_job.environment import is_alive
-from easylaunch_job.records import read_json
+from easylaunch_job.records import DamagedRecord, read_json, update_status
 
 if TYPE_CHECKING:
     from easylaunch_job.packer import Packer
@@ -216,3 +219,99 @@ class Watcher:
                 if self._idle():
                     self._close(f"no run for {self.idle:.0f} s (its idle time)")
                     return
+
+
+# -- a pool as its commands see it (pool ls, pool stop, a launch's check), here or far off ----
+
+def latest(root: str, name: str) -> str | None:
+    """The folder of pool ``name``'s last start under the log root ``root`` (each start has
+    its own: a later pool never mistakes an earlier one's runs for its own)."""
+    starts = sorted(glob.glob(os.path.join(root, POOLS, glob.escape(name), "*", POOL_JSON)))
+    return os.path.dirname(starts[-1]) if starts else None
+
+
+def names(root: str) -> list[str]:
+    """The pools ever started under ``root``."""
+    return sorted(n for n in os.listdir(os.path.join(root, POOLS))
+                  if latest(root, n)) if os.path.isdir(os.path.join(root, POOLS)) else []
+
+
+def allocation_said(job_id: str) -> str | None:
+    """Where a pool's Slurm allocation stands, in words (None: it is gone)."""
+    try:
+        out = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T|%L|%N|%r"],
+                             capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if out.returncode != 0 or not out.stdout.strip():
+        return None
+    state, left, node, reason = out.stdout.strip().split("|")
+    if state == "PENDING":
+        return f"Slurm job {job_id}, waiting for its allocation ({reason})"
+    return f"Slurm job {job_id} on {node}, {left} left"
+
+
+def describe(folder: str) -> dict:
+    """The pool in ``folder``: what it was started with, why it ended (None while it takes
+    runs), its runs busy, queued and done, and its Slurm allocation's state (None: a packer
+    on this machine)."""
+    meta = read_json(os.path.join(folder, POOL_JSON))
+    ended = ended_why(folder)
+    where = None
+    if "job_id" in meta:
+        said = allocation_said(meta["job_id"])
+        where = said or f"Slurm job {meta['job_id']}, ended"
+        if ended is None and said is None:
+            ended = "its allocation is gone"
+    elif ended is None and not is_alive(meta["pid"], meta["started"]):
+        ended = "its packer is gone (was the machine restarted?)"
+    states = []
+    for record in glob.glob(os.path.join(folder, TASK_STATE, "task-*.json")):
+        try:
+            states.append(read_json(record).get("state"))
+        except (OSError, DamagedRecord):
+            continue
+    with open(os.path.join(folder, TASKS)) as f:
+        added = sum(1 for _ in f)
+    running, waiting = states.count("running"), states.count("queued")
+    return {"folder": folder, "meta": meta, "ended": ended, "where": where, "busy": running,
+            "queued": added - len(states) + waiting, "done": len(states) - running - waiting}
+
+
+def stop(folder: str) -> dict:
+    """End the pool in ``folder``: it takes no more runs, its runs not ended are cancelled
+    (the running ones get SIGTERM, a stop notice), and its packer (or allocation) ends."""
+    meta = read_json(os.path.join(folder, POOL_JSON))
+    with pool_lock(folder), open(os.path.join(folder, ENDED), "w") as f:  # (a launch
+        f.write("stopped by easylaunch pool stop\n")                       # meanwhile: refused)
+    with open(os.path.join(folder, RUNS)) as f:
+        log_dirs = [line.rstrip("\n").split("\t")[1] for line in f if line.strip()]
+    os.makedirs(os.path.join(folder, TASK_STATE), exist_ok=True)
+    for index, log_dir in enumerate(log_dirs):
+        try:
+            done = read_json(os.path.join(folder, TASK_STATE, f"task-{index}.json")).get(
+                "state") in ("succeeded", "failed", "cancelled")
+        except (OSError, DamagedRecord):
+            done = False
+        if not done:
+            update_status(log_dir, cancel_requested=True)
+            with open(os.path.join(folder, TASK_STATE, f"task-{index}.cancel"), "a"):
+                pass
+    if "job_id" in meta:
+        subprocess.run(["scancel", meta["job_id"]], stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL, timeout=60)
+    elif is_alive(meta["pid"], meta["started"]):
+        os.kill(meta["pid"], signal.SIGTERM)
+    return describe(folder)
+
+
+def command(root: str, action: str, name: str | None = None) -> dict:
+    """A pool command on the machine that holds the pools: ``find`` (NAME's last start),
+    ``list`` (each name's last start) or ``stop`` (NAME's)."""
+    if action == "list":
+        return {"pools": [describe(f) for n in names(root) if (f := latest(root, n))]}
+    assert name is not None  # (find and stop name a pool)
+    folder = latest(root, name)
+    if folder is None:
+        return {"missing": True, "known": names(root)}
+    return stop(folder) if action == "stop" else describe(folder)

@@ -117,7 +117,8 @@ def test_an_idle_pool_ends_and_a_launch_into_it_is_refused_before_anything_is_ma
                                           r"start brief"):
         run_experiment(jobfns.double, variant={"x": 3}, mode="local", pool="brief", config=cfg)
     assert sorted(Path(cfg["LOCAL_LOG_DIR"]).glob("*/*/status.json")) == made
-    with pytest.raises(LaunchError, match=r"no pool named 'brie'; did you mean 'brief'\?"):
+    with pytest.raises(LaunchError, match=r"no pool named 'brie' on this machine; did you mean "
+                                          r"'brief'\?; start one: easylaunch pool start brie"):
         run_experiment(jobfns.double, mode="local", pool="brie", config=cfg)
 
 
@@ -185,7 +186,7 @@ def test_a_mode_with_a_container_refuses_a_pool(pool, cfg):
 def test_a_pool_on_slurm_holds_one_allocation_that_takes_each_sweep(slurm_cfg):
     pool = start_pool("nodes", on="slurm", workers=2, preload=["numpy"], idle="10m",
                       time_limit="10m", config=slurm_cfg)
-    allocation = json.loads((pool.folder / "pool.json").read_text())["job_id"]
+    allocation = json.loads(Path(pool.folder, "pool.json").read_text())["job_id"]
     try:
         for _ in range(2):
             jobs = run_sweep(jobfns.node_facts, [{"n": i} for i in range(3)], mode="local",
@@ -216,7 +217,7 @@ def test_runs_a_pools_allocation_leaves_behind_end_saying_so(slurm_cfg):
     that ran gets SIGTERM, and the one that waited fails with what to do."""
     pool = start_pool("short", on="slurm", workers=1, idle="10m", time_limit="10m",
                       config=slurm_cfg)
-    allocation = json.loads((pool.folder / "pool.json").read_text())["job_id"]
+    allocation = json.loads(Path(pool.folder, "pool.json").read_text())["job_id"]
     running, waiting = run_sweep(jobfns.sleep_a_while, [{"seconds": 300}, {"seconds": 1}],
                                  mode="local", pool="short", config=slurm_cfg)
     assert wait_for(lambda: running.status() is JobState.RUNNING, 60)
@@ -300,3 +301,28 @@ def test_a_pool_in_the_allocation_a_user_holds_submits_no_job(slurm_cfg, tmp_pat
         # runs hold theirs a while, so both serve)
         assert {f["cuda_visible_devices"] for f in said["facts"]} == {"0", "1"}, said
         assert all(f["gpu_id"] == 0 for f in said["facts"]), said
+
+
+def test_a_pool_on_the_cluster_from_a_laptop_takes_sweeps_over_ssh(remote_cfg):
+    """The pool's folder is in the cluster's log_dir (user easyremote's home), reached over
+    SSH: start, launch, follow, list and stop, each a round trip."""
+    pool = start_pool("far", on="slurm", workers=2, idle="10m", time_limit="10m",
+                      cluster="test", config=remote_cfg)
+    assert pool.folder.startswith("/home/easyremote/runs/")
+    try:
+        jobs = run_sweep(jobfns.node_facts, [{"n": i} for i in range(3)], pool="far",
+                         cluster="test", config=remote_cfg)
+        facts = [j.result(timeout=120) for j in jobs]
+        assert {f["host"] for f in facts} <= {"node1", "node2"}, facts
+        waiting = run_experiment(jobfns.sleep_a_while, variant={"seconds": 300}, pool="far",
+                                 cluster="test", config=remote_cfg)
+        assert wait_for(lambda: waiting.status() is JobState.RUNNING, 60)
+        waiting.cancel()
+        assert waiting.wait(timeout=60) is JobState.CANCELLED
+        (shown,) = list_pools(remote_cfg, cluster="test")
+        assert (shown.done, shown.busy) == (4, 0) and shown.where.startswith("Slurm job")
+    finally:
+        stop_pool("far", remote_cfg, cluster="test")
+    assert list_pools(remote_cfg, cluster="test") == []
+    with pytest.raises(LaunchError, match="takes cluster= only with pool="):
+        run_experiment(jobfns.double, cluster="test", config=remote_cfg)

@@ -13,16 +13,18 @@ from easylaunch.modes.local import pools
 def _pool_start(args: argparse.Namespace) -> int:
     pool = pools.start_pool(args.name, workers=args.workers, idle=args.idle, config=args.config,
                             preload=[m for m in (args.preload or "").split(",") if m],
-                            on=args.on, time_limit=args.time, gpus=args.gpus)
+                            on=args.on, time_limit=args.time, gpus=args.gpus,
+                            cluster=args.cluster)
     print(f"pool {pool.name}: {pool.workers} workers"
           + (f", {', '.join(pool.preload)} preloaded" if pool.preload else "")
           + f"; it ends after {args.idle} with no run. Launch into it: "
-          f"run_sweep(..., mode='local', pool={pool.name!r})")
+          f"run_sweep(..., pool={pool.name!r}"
+          + (f", cluster={args.cluster!r})" if args.cluster else ")"))
     return 0
 
 
 def _pool_ls(args: argparse.Namespace) -> int:
-    found = pools.list_pools(args.config, everything=args.all)
+    found = pools.list_pools(args.config, everything=args.all, cluster=args.cluster)
     if not found:
         print("no pools run" + ("" if args.all else " (--all: those that ended too)"))
         return 0
@@ -35,7 +37,7 @@ def _pool_ls(args: argparse.Namespace) -> int:
 
 
 def _pool_stop(args: argparse.Namespace) -> int:
-    pool = pools.stop_pool(args.name, args.config)
+    pool = pools.stop_pool(args.name, args.config, cluster=args.cluster)
     print(f"pool {pool.name} stopped; {pool.done} runs had ended")
     return 0
 
@@ -50,6 +52,8 @@ def add_pool(command: AddCommand) -> None:
                                      formatter_class=examples.HelpFormatter)
         parser.add_argument("--config", default=argparse.SUPPRESS,
                             help="settings file to read instead of the usual lookup")
+        parser.add_argument("--cluster", help="the pools on this cluster (a CLUSTERS name or "
+                            "an ssh destination), over SSH")
         return parser
 
     start = sub("start", "start a pool")

@@ -273,8 +273,9 @@ class LocalMode(Mode):
     name = "local"
     restarts = True  # the supervising thread starts the run's next attempt
     # skip_wait=False: doodad's blocking; detach=True: runs outlive the launcher (LOCAL_DETACH);
-    # pool="NAME": runs a warm pool takes (easylaunch.pools)
-    options = {"max_parallel": None, "skip_wait": None, "detach": None, "pool": None}
+    # pool="NAME": runs a warm pool takes (pools.py), on cluster="NAME" if it is there
+    options = {"max_parallel": None, "skip_wait": None, "detach": None, "pool": None,
+               "cluster": None}
     container: Container | None = None
 
     @classmethod
@@ -291,6 +292,9 @@ class LocalMode(Mode):
         if mode_options.get("pool") is not None and kind is not None:
             raise LaunchError(f"mode {kind.name!r} cannot run in a pool; pool= works in mode "
                               "'local'")
+        if mode_options.get("cluster") is not None and mode_options.get("pool") is None:
+            raise LaunchError("mode 'local' takes cluster= only with pool= (a pool on that "
+                              "machine); for runs on a cluster, use mode 'slurm' or 'ssh'")
         return cls(settings, mode_options, kind)
 
     @functools.cached_property

@@ -36,7 +36,7 @@ class DetachedLocalMode(SshMode):
         self.attached = attached  # its checks and its Python
         self.runs_python = self.attached.runs_python
 
-    def host_name(self) -> None:
+    def host_name(self) -> str | None:
         return None  # this machine
 
     def check(self, request: LaunchRequest) -> HostFacts:

@@ -12,42 +12,55 @@ from typing import Any
 
 from easylaunch.errors import LaunchError
 from easylaunch.modes.hosted import BackendQuery, completed
+from easylaunch.modes.hosts.transport import checked
 from easylaunch.modes.local.detached import DetachedLocalMode
-from easylaunch.modes.local.pools import live_pool
+from easylaunch.modes.local.pools import PoolState, holder, live_pool
 from easylaunch.modes.ssh import HostFacts, Pack
 from easylaunch.runs.bundle import Run
 from easylaunch.runs.preview import Preview
 from easylaunch.runs.record import LaunchRequest, RunRecord
 from easylaunch_job import pool as layout
-from easylaunch_job.records import read_json
 
 
 class PooledMode(DetachedLocalMode):
-    """``local`` runs that a running pool takes."""
+    """``local`` runs that a running pool takes (with ``cluster``: a pool on that machine,
+    reached over SSH; the runs are copied there)."""
+
+    pool: PoolState  # (the pool, once :meth:`check` found it running)
+
+    def host_name(self) -> str | None:
+        return self.opts.get("cluster")
 
     def check(self, request: LaunchRequest) -> HostFacts:
         """The pool runs, and the launch asks nothing it cannot give (before any run is
-        made)."""
+        made): one round trip."""
         name = self.opts["pool"]
         if self.opts.get("max_parallel") is not None:
             raise LaunchError(f"pool {name!r} runs as many runs at once as it has workers "
                               "(pool start --workers); leave max_parallel out")
-        self.folder = live_pool(self.settings, name)
-        if request.use_gpu and not read_json(str(self.folder / layout.POOL_JSON)).get("gpus"):
+        transport, root = holder(self.settings, self.host_name())
+        self.pool = live_pool(transport, root, name)
+        if request.use_gpu and not self.pool.gpus:
             raise LaunchError(f"use_gpu=True, but pool {name!r} holds no GPUs: start it with "
                               "--gpus N (on Slurm, or in an allocation you hold)")
-        return HostFacts(str(request.log_root), [], 1)
+        there = str(request.log_root)
+        if not transport.is_local:  # (the runs go to the cluster's log_dir)
+            (made,) = checked(transport.run_ops([
+                {"op": "prepare_dir", "path": transport.log_dir or there}]), transport.where)
+            there = made["path"]
+        return HostFacts(there, [], 1)
 
     def preview(self, request: LaunchRequest, runs: list[Run], prepared: Pack) -> Preview:
         return Preview(self.name, len(runs), self.transport.where,
-                       {str(self.folder / layout.RUNS): prepared.files["runs.tsv"]},
+                       {f"{self.pool.folder}/{layout.RUNS}": prepared.files["runs.tsv"]},
                        [f"(these lines appended to pool {self.opts['pool']!r}'s runs.tsv, and "
                         "its workers woken: no process starts)"],
                        {"pool": self.opts["pool"]})
 
     def submit(self, request: LaunchRequest, runs: list[Run], prepared: Pack) -> list[RunRecord]:
+        folder = self.pool.folder
         (added,) = self.stage(request, runs, prepared.facts.root, [{
-            "op": "pool_add", "folder": str(self.folder),
+            "op": "pool_add", "folder": folder,
             "tasks": prepared.files["tasks.txt"].splitlines(),
             "runs": prepared.files["runs.tsv"].splitlines()}], [], [])
         meta: dict[str, Any] = added["meta"]
@@ -55,9 +68,9 @@ class PooledMode(DetachedLocalMode):
             "packer_pid": meta["pid"], "packer_started": meta["started"]}
         for index, run in enumerate(runs, start=added["first"]):
             run.record_backend(
-                job_log_dir=str(run.log_dir), packer_log=str(self.folder / layout.LOG),
-                state_dir=str(self.folder / layout.TASK_STATE), task_index=index, gpus=[],
-                pool=str(self.folder), **packer)
+                job_log_dir=f"{prepared.facts.root}/{run.log_dir.relative_to(request.log_root)}",
+                packer_log=f"{folder}/{layout.LOG}", state_dir=f"{folder}/{layout.TASK_STATE}",
+                task_index=index, gpus=[], pool=folder, **packer)
         return [RunRecord.of_run(run) for run in runs]
 
     def backend_query(self, jobs: list[RunRecord]) -> BackendQuery:
