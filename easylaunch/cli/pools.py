@@ -1,4 +1,4 @@
-"""``pool start``, ``pool ls``, ``pool stop``: warm pools (:mod:`easylaunch.pools`)."""
+"""``pool start``, ``pool ls``, ``pool stop``: warm pools (:mod:`easylaunch.modes.local.pools`)."""
 
 from __future__ import annotations
 
@@ -58,7 +58,8 @@ def add_pool(command: AddCommand) -> None:
 
     start = sub("start", "start a pool")
     start.add_argument("name")
-    start.add_argument("--workers", type=int, help="runs at once (default: one per CPU)")
+    start.add_argument("--workers", type=int, help="runs at once (default: one per CPU of "
+                       "this machine; 1 on Slurm)")
     start.add_argument("--preload", help="comma-separated modules each worker imports once "
                        "(e.g. torch,numpy)")
     start.add_argument("--idle", default="20m", help="end after this long with no run "
