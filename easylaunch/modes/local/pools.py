@@ -45,6 +45,7 @@ from easylaunch.modes import hosts
 from easylaunch.modes.hosts.transport import Transport, checked
 from easylaunch.settings import ConfigArg, Settings, load_settings
 from easylaunch_job import pool as layout
+from easylaunch_job.records import JOB_PYZ
 
 TYPE_CHECKING = False  # (as typing's, which type checkers read so)
 if TYPE_CHECKING:
@@ -56,7 +57,6 @@ if TYPE_CHECKING:
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([smhd]?)")
 UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
-JOB_PYZ = "job.pyz"
 SCRIPT = "pool.sbatch"
 
 
