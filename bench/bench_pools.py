@@ -28,7 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from easylaunch import run_experiment, run_search, run_sweep, start_pool, stop_pool
+from easylaunch import run_experiment, run_search, run_sweep, start_pool, stop_pool, wait_all
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE / "poolfns"))
@@ -61,9 +61,11 @@ def dispatch(cfg: dict, calls: int, **options) -> list[float]:
 
 
 def sweep_seconds(runs: int, **launch) -> float:
-    """Launch to every result of ``runs`` runs of 10 ms."""
+    """Launch to every result of ``runs`` runs of 10 ms (wait_all: one look for all the open
+    runs, every 0.25 s, as a sweep is followed)."""
     t = time.perf_counter()
     jobs = run_sweep(light.short, [{"i": i} for i in range(runs)], **launch)
+    wait_all(jobs, timeout=600, refresh_every=0.25)
     for job in jobs:
         job.result(timeout=600)
     return time.perf_counter() - t

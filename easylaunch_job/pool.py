@@ -251,10 +251,10 @@ def allocation_said(job_id: str) -> str | None:
     return f"Slurm job {job_id} on {node}, {left} left"
 
 
-def describe(folder: str) -> dict:
+def describe(folder: str, counted: bool = True) -> dict:
     """The pool in ``folder``: what it was started with, why it ended (None while it takes
-    runs), its runs busy, queued and done, and its Slurm allocation's state (None: a packer
-    on this machine)."""
+    runs), its Slurm allocation's state (None: a packer on this machine), and (``counted``)
+    its runs busy, queued and done (reading each run's task record: a launch skips that)."""
     meta = read_json(os.path.join(folder, POOL_JSON))
     ended = ended_why(folder)
     where = None
@@ -265,6 +265,10 @@ def describe(folder: str) -> dict:
             ended = "its allocation is gone"
     elif ended is None and not is_alive(meta["pid"], meta["started"]):
         ended = "its packer is gone (was the machine restarted?)"
+    found = {"folder": folder, "meta": meta, "ended": ended, "where": where, "busy": None,
+             "queued": None, "done": None}
+    if not counted:
+        return found
     states = []
     for record in glob.glob(os.path.join(folder, TASK_STATE, "task-*.json")):
         try:
@@ -274,8 +278,8 @@ def describe(folder: str) -> dict:
     with open(os.path.join(folder, TASKS)) as f:
         added = sum(1 for _ in f)
     running, waiting = states.count("running"), states.count("queued")
-    return {"folder": folder, "meta": meta, "ended": ended, "where": where, "busy": running,
-            "queued": added - len(states) + waiting, "done": len(states) - running - waiting}
+    return dict(found, busy=running, queued=added - len(states) + waiting,
+                done=len(states) - running - waiting)
 
 
 def stop(folder: str) -> dict:
@@ -306,12 +310,12 @@ def stop(folder: str) -> dict:
 
 
 def command(root: str, action: str, name: str | None = None) -> dict:
-    """A pool command on the machine that holds the pools: ``find`` (NAME's last start),
-    ``list`` (each name's last start) or ``stop`` (NAME's)."""
+    """A pool command on the machine that holds the pools: ``find`` (NAME's last start, its
+    runs not counted), ``list`` (each name's last start) or ``stop`` (NAME's)."""
     if action == "list":
         return {"pools": [describe(f) for n in names(root) if (f := latest(root, n))]}
     assert name is not None  # (find and stop name a pool)
     folder = latest(root, name)
     if folder is None:
         return {"missing": True, "known": names(root)}
-    return stop(folder) if action == "stop" else describe(folder)
+    return stop(folder) if action == "stop" else describe(folder, counted=False)

@@ -71,9 +71,9 @@ class PoolState:
     idle_seconds: float
     started_at: float
     ended: str | None  # why it ended; None while it takes runs
-    busy: int  # runs running now
-    queued: int  # runs added and not started yet
-    done: int  # runs ended
+    busy: int | None  # runs running now (None: not counted, as for a launch's check)
+    queued: int | None  # runs added and not started yet
+    done: int | None  # runs ended
     where: str  # the machine, or its Slurm allocation: its job, node and time left
     gpus: int = 0
 
@@ -202,7 +202,7 @@ def start_pool(name: str, *, workers: int | None = None, preload: list[str] | No
             {"op": "detach", "argv": argv, "log": f"{folder}/{layout.LOG}"}]), transport.where)
         meta.update(pid=started["pid"], started=started["started"])
     _send(transport, folder, {layout.POOL_JSON: json.dumps(meta, indent=1).encode()})
-    return _state(_ask(transport, root, "find", name), transport)
+    return _state(_ask(transport, root, "find", name), transport)  # (no run yet to count)
 
 
 def _send(transport: Transport, folder: str, files: dict[str, bytes]) -> None:
