@@ -165,14 +165,19 @@ class SshMode(HostedMode):
             if job.id in ended_there or alive.get(
                     (backend.get("packer_pid"), backend.get("packer_started")), True):
                 continue
-            if self.read_record(job).get("state") not in ("queued", "running"):
-                continue
-            if job.info().get("cancel_requested"):
-                job.record_end("cancelled", "cancelled")
-            else:
-                job.record_end("failed", f"the packer on {self.transport.where} ended before "
-                                         "this run recorded an outcome (was the machine "
-                                         f"restarted?); see {backend['packer_log']} there")
+            self.end_orphan(job, f"the packer on {self.transport.where} ended before this run "
+                                 "recorded an outcome (was the machine restarted?); see "
+                                 f"{backend['packer_log']} there")
+
+    def end_orphan(self, job: RunRecord, why: str) -> None:
+        """A run still open whose packer (or its allocation) is gone: cancelled where a
+        cancel was asked, else failed saying ``why``."""
+        if self.read_record(job).get("state") not in ("queued", "running"):
+            return
+        if job.info().get("cancel_requested"):
+            job.record_end("cancelled", "cancelled")
+        else:
+            job.record_end("failed", why)
 
     def shell(self, job: RunRecord) -> tuple[list[str], dict[str, str] | None]:
         """bash in the run's folder on the host."""

@@ -96,17 +96,11 @@ class PooledMode(DetachedLocalMode):
             allocation = job.launch_info["backend"].get("pool_job")
             if allocation is None or allocation in alive or job.id in ended_there:
                 continue
-            if self.read_record(job).get("state") not in ("queued", "running"):
-                continue
-            if job.info().get("cancel_requested"):
-                job.record_end("cancelled", "cancelled")
-            else:
-                name = self.opts["pool"]
-                job.record_end("failed", f"pool {name!r}'s Slurm allocation {allocation} ended "
-                                         "before this run recorded an outcome (its time "
-                                         f"limit?); start the pool again (easylaunch pool "
-                                         f"start {name} --on slurm), then run it again: "
-                                         f"easylaunch resubmit {job.id}")
+            name = self.opts["pool"]
+            self.end_orphan(job, f"pool {name!r}'s Slurm allocation {allocation} ended before "
+                                 "this run recorded an outcome (its time limit?); start the "
+                                 f"pool again (easylaunch pool start {name} --on slurm), then "
+                                 f"run it again: easylaunch resubmit {job.id}")
 
     def launched(self, runs: list[Run]) -> str:
         return f"added to pool {self.opts['pool']!r}"
