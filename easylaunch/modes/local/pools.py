@@ -45,7 +45,7 @@ from easylaunch.modes import hosts
 from easylaunch.modes.hosts.transport import Transport, checked
 from easylaunch.settings import ConfigArg, Settings, load_settings
 from easylaunch_job import pool as layout
-from easylaunch_job.records import JOB_PYZ
+from easylaunch_job.records import JOB_PYZ, write_bytes_atomic
 
 TYPE_CHECKING = False  # (as typing's, which type checkers read so)
 if TYPE_CHECKING:
@@ -207,14 +207,14 @@ def start_pool(name: str, *, workers: int | None = None, preload: list[str] | No
 
 def _send(transport: Transport, folder: str, files: dict[str, bytes]) -> None:
     """Write ``files`` into ``folder`` there (each whole: a reader never sees half of one)."""
+    if transport.is_local:  # (written beside their place and renamed: /tmp may be another
+        for rel, data in files.items():  # file system, where a rename cannot go)
+            write_bytes_atomic(f"{folder}/{rel}", data)
+        return
     with tempfile.TemporaryDirectory(prefix="easylaunch-pool-") as tmp:
         for rel, data in files.items():
             Path(tmp, rel).write_bytes(data)
-        if transport.is_local:
-            for rel in files:
-                os.replace(Path(tmp, rel), Path(folder, rel))
-        else:
-            transport.push(Path(tmp), sorted(files), folder)
+        transport.push(Path(tmp), sorted(files), folder)
 
 
 def _allocation(settings: Settings, transport: Transport, name: str, workers: int, gpus: int,
