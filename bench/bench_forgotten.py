@@ -1,12 +1,12 @@
 """`easylaunch ls` of a sweep the queue forgot, against the same ls while squeue still lists it.
 
-Two sweeps of N runs are submitted held (``--hold``) on the realistic cluster, then cancelled
+Two sweeps of N runs are submitted held (``--hold``) on the test cluster, then cancelled
 from outside, so no run records an end. The first ``ls`` of sweep B runs while squeue still
 lists its jobs; the first ``ls`` of sweep A runs after ``MinJobAge`` purged them, so only sacct
 knows how they ended. Prints both times, their ratio (goal <= 2x) and the squeue and sacct
 calls each ls made (goal: at most one sacct call a poll, never one a run).
 
-Needs the realistic cluster (scripts/cluster-up.sh).
+Needs the test cluster (scripts/slurm-up.sh).
 Usage: python bench/bench_forgotten.py [--runs N]
 """
 
@@ -24,8 +24,6 @@ from collections import Counter
 from pathlib import Path
 
 from easylaunch import run_sweep
-
-CONF = "/etc/slurm-realistic/slurm.conf"
 
 
 def noop(doodad_config, variant):
@@ -59,7 +57,6 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=200)
     args = parser.parse_args()
-    os.environ["SLURM_CONF"] = CONF
     with tempfile.TemporaryDirectory() as tmp:
         settings = Path(tmp) / "settings.py"
         settings.write_text(
