@@ -38,8 +38,8 @@ from conftest import REPO_DIR, SSH_DIR
 from helpers import docs_reference
 
 DOCS = REPO_DIR / "docs"
-RUN_PAGES = ["getting-started.md", *sorted(str(p.relative_to(DOCS))
-                                           for p in (DOCS / "guides").glob("*.md"))]
+RUN_PAGES = ["getting-started.md", "modes/slurm.md",
+             *sorted(str(p.relative_to(DOCS)) for p in (DOCS / "guides").glob("*.md"))]
 
 # The services a page's blocks need (conftest's fixtures; missing ones skip, and fail in CI).
 NEEDS = {
@@ -49,6 +49,7 @@ NEEDS = {
     "guides/environments.md": ("slurm_cluster",),
     "guides/multi-gpu.md": ("slurm_cluster",),
     "guides/pools.md": ("slurm_cluster",),
+    "modes/slurm.md": ("slurm_cluster", "ssh_cluster"),
 }
 
 # The reader's machines, as the pages name them -> the test's.
