@@ -305,7 +305,7 @@ def test_the_vm_body_reads_back_through_the_sdks_own_model(az_cfg, az, arm):
     from azure.mgmt.compute.models import VirtualMachine
 
     from easylaunch.modes.cloud.azure import AzureMode
-    from easylaunch.modes.cloud.base import Fleet
+    from easylaunch.modes.cloud.fleet import Fleet
     from easylaunch.runs.record import LaunchRequest
     from easylaunch.settings import load_settings
 

@@ -28,7 +28,8 @@ from typing import Any
 
 from easylaunch.errors import LaunchError, needed
 from easylaunch.modes.cloud import azure
-from easylaunch.modes.cloud.base import CloudMode, Fleet, InstanceState, Target, instance_name
+from easylaunch.modes.cloud.base import CloudMode
+from easylaunch.modes.cloud.fleet import Fleet, InstanceState, Target, instance_name
 from easylaunch.runs.record import LaunchRequest, RunRecord
 from easylaunch_job.cloud.platforms import ENV_INDEX, ENV_SNAPSHOTS, ENV_WORKDIR
 from easylaunch_job.cloud.stores import AzureBlobStore

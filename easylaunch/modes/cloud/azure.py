@@ -21,13 +21,8 @@ from typing import Any
 
 from easylaunch.errors import LaunchError, needed
 from easylaunch.modes.cloud import transfer as cloud
-from easylaunch.modes.cloud.base import (
-    CloudMode,
-    Fleet,
-    InstanceState,
-    Target,
-    instance_name,
-)
+from easylaunch.modes.cloud.base import CloudMode
+from easylaunch.modes.cloud.fleet import Fleet, InstanceState, Target, instance_name
 from easylaunch.runs.record import LaunchRequest
 from easylaunch_job.cloud.platforms import AZURE_INDEX_TAG, ENV_COMPUTE_URL
 from easylaunch_job.cloud.stores import ENV_AZURE_CONNECTION, AzureBlobStore

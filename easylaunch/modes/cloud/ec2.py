@@ -16,7 +16,8 @@ from typing import Any
 
 from easylaunch.errors import LaunchError, needed
 from easylaunch.modes.cloud import transfer as cloud
-from easylaunch.modes.cloud.base import CloudMode, Fleet, InstanceState, Target
+from easylaunch.modes.cloud.base import CloudMode
+from easylaunch.modes.cloud.fleet import Fleet, InstanceState, Target
 from easylaunch.runs.record import LaunchRequest
 from easylaunch_job.cloud.stores import S3Store, aws_error_code
 

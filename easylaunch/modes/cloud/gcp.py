@@ -22,14 +22,8 @@ from typing import Any
 from easylaunch.errors import LaunchError, did_you_mean, needed
 from easylaunch.modes.base import Composed
 from easylaunch.modes.cloud import transfer as cloud
-from easylaunch.modes.cloud.base import (
-    CloudMode,
-    Fleet,
-    InstanceState,
-    Target,
-    instance_name,
-    name_part,
-)
+from easylaunch.modes.cloud.base import CloudMode
+from easylaunch.modes.cloud.fleet import Fleet, InstanceState, Target, instance_name, name_part
 from easylaunch.runs.record import LaunchRequest
 from easylaunch.settings import Settings, override
 from easylaunch_job.cloud.platforms import ENV_COMPUTE_URL, GCE_INDEX_KEY

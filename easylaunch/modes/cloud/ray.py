@@ -28,7 +28,8 @@ from typing import Any
 
 from easylaunch.errors import LaunchError, install_hint, needed
 from easylaunch.modes.cloud import transfer as cloud
-from easylaunch.modes.cloud.base import CloudMode, Fleet, InstanceState, Target
+from easylaunch.modes.cloud.base import CloudMode
+from easylaunch.modes.cloud.fleet import Fleet, InstanceState, Target
 from easylaunch.modes.hosts.transport import HostError
 from easylaunch.runs.record import LaunchRequest, RunRecord
 from easylaunch_job.cloud.platforms import (
