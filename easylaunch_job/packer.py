@@ -32,6 +32,7 @@ srun), a stop is gathered by packer 0: the others mark when their tasks have end
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import subprocess
@@ -107,6 +108,7 @@ class Packer:
         self.lock = threading.Lock()
         self.running: dict[int, tuple[int, float]] = {}  # task -> (pid, when SIGTERM was sent)
         self.stopping = False
+        self.stopped_by: int | None = None  # the signal that stopped it
         self.preload = preload or []  # modules each warm worker imports before its first fork
         self.pool: pools.Watcher | None = None  # (a pool's packer: its task file grows)
 
@@ -259,6 +261,7 @@ class Packer:
         """Pass a signal on to every running task; stop handing out new ones."""
         with self.lock:
             self.stopping = True
+            self.stopped_by = self.stopped_by or signum
             running = [pid for pid, _ in self.running.values()]
         for pid in running:
             signal_group(pid, signum)
@@ -283,15 +286,20 @@ class Packer:
         gathers = self.stopping and self.resubmit and self.claims is not None
         if gathers and not self._gathered():
             return 1 if self.own_failures else 0  # (packer 0 submits for the allocation)
-        states = [self._state(i) for i in range(len(self.tasks))]
-        ok = states.count("succeeded")
-        print(f"packer: {ok} of {len(states)} tasks succeeded", file=sys.stderr)
-        left = [i for i, state in enumerate(states)  # (a cancelled one never goes on)
-                if state in LEFT and not self.cancelled(i)]
-        if self.claims is not None and self.stopping:  # (its allocation's, and those no one
-            left = [i for i in left if self._ours(i) or self._claim(i)]  # took)
-        if self.stopping and self.resubmit and left:
-            self._go_on_elsewhere(left)
+        with self.pool.ending() if self.pool is not None else contextlib.nullcontext():
+            states = [self._state(i) for i in range(len(self.tasks))]
+            ok = states.count("succeeded")
+            print(f"packer: {ok} of {len(states)} tasks succeeded", file=sys.stderr)
+            left = [i for i, state in enumerate(states)  # (a cancelled one never goes on)
+                    if state in LEFT and not self.cancelled(i)]
+            if self.claims is not None and self.stopping:  # (its allocation's, and those no
+                left = [i for i in left if self._ours(i) or self._claim(i)]  # one took)
+            moved_to = None
+            if self.stopping and self.resubmit and left and (
+                    self.pool is None or self.pool.may_go_on(self.stopped_by)):
+                moved_to = self._go_on_elsewhere(left)
+            if self.pool is not None:
+                self.pool.ended(moved_to)
         if self.claims is not None:  # (the others' tasks may still run)
             return 1 if self.own_failures else 0
         return 0 if ok == len(states) else 1
@@ -334,12 +342,13 @@ class Packer:
             pass  # a file system without locks: go on
         return lock
 
-    def _go_on_elsewhere(self, left: list[int]) -> None:
+    def _go_on_elsewhere(self, left: list[int]) -> str | None:
         """Submit the allocation's script again for the runs left (stopped by a signal, never
-        started), and point their records at the new job; a run that cannot go on ends as
-        its last attempt would have without a restart."""
+        started), and point their records at the new job (its id; None where it could not be
+        submitted); a run that cannot go on ends as its last attempt would have without a
+        restart."""
         if self.runs is None:  # (--resubmit comes with --runs)
-            return
+            return None
         assert self.resubmit is not None  # (called with --resubmit alone)
         argv = self.scheduler.command(self.resubmit)
         going_on = "1"  # (shared: the tasks this allocation leaves, for the next to take)
@@ -365,6 +374,7 @@ class Packer:
                 give_up_restart(log_dir, f"{' '.join(argv)}: {problem}")
         print(f"packer: {len(left)} run(s) go on as job {job}" if problem is None
               else f"packer: could not submit the runs left: {problem}", file=sys.stderr)
+        return job if problem is None else None
 
 
 def open_tasks(taskfile: str, state_dir: str) -> list[int]:

@@ -9,6 +9,8 @@ while with nothing to do. Each start of a pool has a folder of its own,
   of any packer's task files, an ``htp`` batch's too);
 - ``task-state/``: the packer's record of each task (as any packer's);
 - ``ended``: written by the packer as it ends (why, in words); a pool with it takes no runs;
+  a Slurm pool's packer stopped with runs left (its time limit, a preemption) writes none: it
+  submits the pool's job script again, and ``pool.json`` names the new job;
 - ``wake``: a FIFO the packer listens on, so that a run added on its machine starts at once
   (on another node, the packer finds new lines at its next look).
 
@@ -31,7 +33,7 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, cast
 
 from easylaunch_job.environment import is_alive
-from easylaunch_job.records import DamagedRecord, read_json, update_status
+from easylaunch_job.records import DamagedRecord, read_json, update_status, write_json_atomic
 
 if TYPE_CHECKING:
     from easylaunch_job.packer import Packer
@@ -208,8 +210,9 @@ class Watcher:
                 with contextlib.suppress(BlockingIOError):
                     os.read(listen, 4096)
             with self.packer.lock:
-                if self.packer.stopping:
-                    self._close("stopped by a signal (its allocation ended?)")
+                if self.packer.stopping:  # (the packer decides, as it ends, whether the
+                    self.closed = True    # pool goes on in a new allocation)
+                    self.grown.notify_all()
                     return
                 self._grow()
                 if not self._idle():
@@ -219,6 +222,47 @@ class Watcher:
                 if self._idle():
                     self._close(f"no run for {self.idle:.0f} s (its idle time)")
                     return
+
+
+    @contextlib.contextmanager
+    def ending(self) -> Iterator[None]:
+        """Held while the packer ends: no run is added meanwhile, and the runs added until
+        now are the packer's (a stopped one counts them among those left)."""
+        with pool_lock(self.folder), self.packer.lock:
+            self._grow()
+            yield
+
+    def may_go_on(self, signum: int | None) -> bool:
+        """(a packer stopped by ``signum``) Whether the pool goes on in a new allocation: not
+        after ``pool stop``, nor after a ``scancel`` of its allocation (Slurm says the job
+        was cancelled); yes at its time limit's warning (SIGUSR1) or a preemption."""
+        if ended_why(self.folder) is not None:
+            return False
+        return signum == signal.SIGUSR1 or not _cancelled(os.environ.get("SLURM_JOB_ID"))
+
+    def ended(self, moved_to: str | None) -> None:
+        """As the packer ends: the pool's record names the job it goes on in (``moved_to``),
+        or the pool is ended, saying why where the idle time or ``pool stop`` did not."""
+        if moved_to is None:
+            self._close("stopped by a signal (its allocation ended?)")
+            return
+        path = os.path.join(self.folder, POOL_JSON)
+        meta = read_json(path)
+        write_json_atomic(path, dict(meta, job_id=moved_to,
+                                     earlier_jobs=[*meta.get("earlier_jobs", []),
+                                                   meta.get("job_id")]))
+
+
+def _cancelled(job_id: str | None) -> bool:
+    """Whether Slurm says job ``job_id`` was cancelled (scancel): its JobState."""
+    if not job_id:
+        return False
+    try:
+        out = subprocess.run(["scontrol", "-o", "show", "job", job_id], capture_output=True,
+                             text=True, timeout=60).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return "JobState=CANCELLED" in out
 
 
 # -- a pool as its commands see it (pool ls, pool stop, a launch's check), here or far off ----

@@ -13,7 +13,7 @@ from pathlib import Path
 import jobfns
 import pytest
 from conftest import settings_file
-from helpers import run_pids, wait_for, write_settings
+from helpers import batch_runs_under_way, run_pids, wait_for, write_settings
 
 from easylaunch import JobState, list_pools, run_experiment, run_sweep, start_pool, stop_pool
 from easylaunch.errors import LaunchError
@@ -236,6 +236,33 @@ def test_runs_a_pools_allocation_leaves_behind_end_saying_so(slurm_cfg):
         assert again.result(timeout=120) == "slept"
     finally:
         stop_pool("short", slurm_cfg)
+
+
+def test_a_pool_at_its_time_limit_goes_on_in_a_new_allocation_with_its_runs(slurm_cfg):
+    """The time limit's warning (SIGUSR1) stops the pool's allocation: the run that ran saves,
+    and goes on from its checkpoint with the one that waited, in the allocation the pool
+    submitted again; the pool takes the next launch there."""
+    pool = start_pool("going", on="slurm", workers=1, idle="10m", time_limit="10m",
+                      config=slurm_cfg)
+    first = json.loads(Path(pool.folder, "pool.json").read_text())["job_id"]
+    try:
+        jobs = run_sweep(jobfns.count_steps, [{"steps": 30, "every": 5, "step_seconds": 0.2}] * 2,
+                         mode="local", pool="going", max_restarts=2, config=slurm_cfg)
+        batch_runs_under_way(jobs, count=1)
+        subprocess.run(["scancel", "--batch", "--signal=USR1", first], check=True)
+        assert [j.result(timeout=180)["steps"] for j in jobs] == [30, 30]
+        assert [r["reason"] for r in jobs[0].info()["restarts"]] == ["time limit"]
+        attempts = {attempt for attempt, _ in jobfns.steps_done(
+            jobs[0].launch_info["backend"]["job_log_dir"])}
+        assert attempts == {0, 1}, attempts  # (the second went on from the checkpoint)
+        (shown,) = list_pools(slurm_cfg)
+        assert shown.ended is None and f"Slurm job {first} " not in shown.where, shown
+        later = run_experiment(jobfns.double, variant={"x": 2}, mode="local", pool="going",
+                               config=slurm_cfg)
+        assert later.result(timeout=60) == {"x": 2, "y": 4}
+        assert later.launch_info["backend"]["pool_job"] != first
+    finally:
+        stop_pool("going", slurm_cfg)
 
 
 def test_a_search_runs_its_trials_in_a_pool(pool, cfg):

@@ -3,7 +3,8 @@
 No process starts at launch: the runs' lines are appended to the pool's task file and the
 pool's packer is woken. Its warm workers fork a child per run. Tracking, logs and cancel are
 those of detached local runs (the pool's packer is their packer). A run of a pool on Slurm
-whose allocation ended before the run did fails, saying so."""
+follows the pool into the allocation it went on in (its time limit, a preemption); where the
+allocation ended and the pool did not go on, the run fails, saying so."""
 
 from __future__ import annotations
 
@@ -77,8 +78,7 @@ class PooledMode(DetachedLocalMode):
         """That of detached runs; for runs of a pool on Slurm, one squeue call for their
         allocations."""
         local = super().backend_query(jobs)
-        held = sorted({b["pool_job"] for j in jobs
-                       if "pool_job" in (b := j.launch_info["backend"])})
+        held = sorted({a for j in jobs if (a := _allocation(j))})
         if not held:
             return local
         return BackendQuery([*local.ops, {"op": "run", "argv": [
@@ -93,9 +93,9 @@ class PooledMode(DetachedLocalMode):
             return  # (squeue did not answer: the next look asks again)
         alive = set(completed(said).stdout.split()) if said.get("rc") == 0 else set()
         for job in jobs:
-            allocation = job.launch_info["backend"].get("pool_job")
-            if allocation is None or allocation in alive or job.id in ended_there:
-                continue
+            allocation = _allocation(job)  # (read again: the records were just brought)
+            if allocation not in held or allocation in alive or job.id in ended_there:
+                continue  # (not in a Slurm pool, alive, or gone on since asked)
             name = self.opts["pool"]
             self.end_orphan(job, f"pool {name!r}'s Slurm allocation {allocation} ended before "
                                  "this run recorded an outcome (its time limit?); start the "
@@ -105,3 +105,8 @@ class PooledMode(DetachedLocalMode):
     def launched(self, runs: list[Run]) -> str:
         return f"added to pool {self.opts['pool']!r}"
 
+
+def _allocation(job: RunRecord) -> str | None:
+    """The Slurm allocation of the pool a run is in: the one its pool went on in (its time
+    limit, a preemption), else the one it was added to."""
+    return job.info().get("next_job_id") or job.launch_info["backend"].get("pool_job")
