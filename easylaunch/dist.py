@@ -41,7 +41,15 @@ def _env(env: Mapping[str, str] | None) -> Mapping[str, str]:
 
 def detect_scheduler(env: Mapping[str, str] | None = None,
                      which: Callable[[str], str | None] | None = None) -> str:
-    """"pbs", "slurm" or "none": the job's variables first, then the commands on PATH."""
+    """"pbs", "slurm" or "none": the job's variables first, then the commands on PATH.
+
+    Args:
+        env: The environment to read (None: ``os.environ``).
+        which: What finds a command on PATH (None: ``shutil.which``).
+
+    Returns:
+        ``"pbs"``, ``"slurm"`` or ``"none"``.
+    """
     env = _env(env)
     which = which or shutil.which
     if env.get("PBS_JOBID"):
@@ -89,7 +97,17 @@ def _expand_range(spec: str, text: str) -> list[str]:
 
 
 def expand_nodelist(text: str) -> list[str]:
-    """Slurm's compressed host list as names: ``gpu-[01-03,07],cpu5`` -> 4 + 1 names."""
+    """Slurm's compressed host list as names: ``gpu-[01-03,07],cpu5`` -> 4 + 1 names.
+
+    Args:
+        text: ``"gpu-[01-03,07],cpu5"``: a host list as SLURM_JOB_NODELIST holds it.
+
+    Returns:
+        The host names, in order.
+
+    Raises:
+        DistError: A bracket is unbalanced, or a range cannot be read.
+    """
     hosts = []
     for item in _split_top_level(text.strip()):
         pieces = re.split(r"(\[[^\]]*\])", item)
@@ -110,7 +128,18 @@ def _read_hostfile(path: str, variable: str) -> list[str]:
 
 
 def hosts(env: Mapping[str, str] | None = None, scheduler: str | None = None) -> list[str]:
-    """The job's hosts: PBS_NODEFILE or HOSTFILE, or Slurm's node list, else this host."""
+    """The job's hosts: PBS_NODEFILE or HOSTFILE, or Slurm's node list, else this host.
+
+    Args:
+        env: The environment to read (None: ``os.environ``).
+        scheduler: ``"pbs"``, ``"slurm"`` or ``"none"`` (None: :func:`detect_scheduler`'s).
+
+    Returns:
+        The host names, each once, in order.
+
+    Raises:
+        DistError: The host file cannot be read.
+    """
     env = _env(env)
     scheduler = scheduler or detect_scheduler(env)
     for variable in ("PBS_NODEFILE", "HOSTFILE"):
@@ -126,7 +155,14 @@ def hosts(env: Mapping[str, str] | None = None, scheduler: str | None = None) ->
 
 
 def gpus_per_host(env: Mapping[str, str] | None = None) -> int:
-    """GPUs of each host: NGPU_PER_HOST or Slurm's count, else the visible devices."""
+    """GPUs of each host: NGPU_PER_HOST or Slurm's count, else the visible devices.
+
+    Args:
+        env: The environment to read (None: ``os.environ``).
+
+    Returns:
+        The number of GPUs of each host (0 without any).
+    """
     env = _env(env)
     count = first_int(env, GPU_COUNT_VARS)
     if count is not None:
@@ -136,7 +172,14 @@ def gpus_per_host(env: Mapping[str, str] | None = None) -> int:
 
 @dataclass(frozen=True)
 class Topology:
-    """Where a job runs: its scheduler, hosts and GPUs per host."""
+    """Where a job runs: its scheduler, hosts and GPUs per host.
+
+    Attributes:
+        scheduler: ``"pbs"``, ``"slurm"`` or ``"none"``.
+        hosts: The job's host names, in order.
+        ngpu_per_host: The GPUs of each host.
+        hostfile: The job's host file, PBS_NODEFILE or HOSTFILE (None: neither is set).
+    """
 
     scheduler: str
     hosts: tuple[str, ...]
@@ -145,15 +188,27 @@ class Topology:
 
     @property
     def nhosts(self) -> int:
+        """The number of hosts."""
         return len(self.hosts)
 
     @property
     def ngpus(self) -> int:
+        """The GPUs of all the hosts together."""
         return self.nhosts * self.ngpu_per_host
 
 
 def topology(env: Mapping[str, str] | None = None) -> Topology:
-    """The job's topology from its environment."""
+    """The job's topology from its environment.
+
+    Args:
+        env: The environment to read (None: ``os.environ``).
+
+    Returns:
+        The job's scheduler, hosts, GPUs per host and host file.
+
+    Raises:
+        DistError: The job's host file cannot be read.
+    """
     env = _env(env)
     scheduler = detect_scheduler(env)
     hostfile = env.get("PBS_NODEFILE") or env.get("HOSTFILE") or None
@@ -168,6 +223,21 @@ def launch_command(argv: Sequence[str], topo: Topology, procs_per_host: int | No
     PBS: ``mpiexec --envall --np N --ppn P --hostfile F --cpu-bind=depth --depth=D``;
     Slurm: ``srun -u -N H -n N [--gpus-per-node=P] [--cpu-bind=B]``; no scheduler:
     ``torchrun --standalone --nproc-per-node=P``.
+
+    Args:
+        argv: ``["python", "train.py"]``: the program each process runs, with its arguments.
+        topo: The job's topology, from :func:`topology`.
+        procs_per_host: Processes on each host (None: one per GPU, else one).
+        total: Processes in all (None: ``procs_per_host`` on every host).
+        cpu_bind: mpiexec's ``--cpu-bind`` (PBS), or srun's where it is not ``"depth"``.
+        depth: PBS: cores of each process (None: this host's cores over the processes).
+
+    Returns:
+        The command line: mpiexec's, srun's or torchrun's, then ``argv``.
+
+    Raises:
+        DistError: The processes do not fit the job (uneven, too many hosts), a PBS job
+            has no host file, or several hosts have no scheduler to start them.
     """
     ppn = procs_per_host or topo.ngpu_per_host or 1
     total = total or topo.nhosts * ppn
@@ -196,7 +266,15 @@ def launch_command(argv: Sequence[str], topo: Topology, procs_per_host: int | No
 
 @dataclass(frozen=True)
 class DistInfo:
-    """This process's place in the job, as set up by :func:`setup_torch`."""
+    """This process's place in the job, as set up by :func:`setup_torch`.
+
+    Attributes:
+        rank: This process's rank in the job.
+        local_rank: This process's rank on its host.
+        world_size: The job's processes in all.
+        backend: The torch.distributed backend (None: a single process, not initialised).
+        device: This process's device: ``"cuda:0"``, ``"xpu:0"`` or ``"cpu"``.
+    """
 
     rank: int
     local_rank: int
@@ -239,6 +317,19 @@ def setup_torch(backend: str | None = None, env: Mapping[str, str] | None = None
     device is set before ``init_process_group``. A single process needs no init. More
     processes on a host than GPUs raise :class:`DistError` naming both counts, unless
     ``share_gpus`` (then the ranks share the GPUs over gloo).
+
+    Args:
+        backend: The torch.distributed backend (None: nccl on CUDA, xccl on XPU, gloo on
+            CPU or shared GPUs).
+        env: The environment to read (None: ``os.environ``).
+        share_gpus: Let more processes than GPUs share them, over gloo.
+
+    Returns:
+        This process's rank, local rank, world size, backend and device.
+
+    Raises:
+        DistError: More processes than GPUs on a host, or a world size without a rank.
+        MissingExtra: torch is not installed (``easylaunch[torch]``).
     """
     torch = needed("torch", "setup_torch", "torch")
     torch_dist = needed("torch.distributed", "setup_torch", "torch", "torch")

@@ -25,7 +25,11 @@ class Stopped(BaseException):
 
 def checkpoint_dir() -> str:
     """The run's checkpoint folder, ``<run folder>/checkpoint`` (``./checkpoint`` outside a
-    run), made if missing. It survives restarts; cloud modes sync it to the bucket."""
+    run), made if missing. It survives restarts; cloud modes sync it to the bucket.
+
+    Returns:
+        The folder's absolute path.
+    """
     path = os.environ.get(ENV_CHECKPOINT_DIR) or os.path.abspath(CHECKPOINT_DIR)
     os.makedirs(path, exist_ok=True)
     return path
@@ -40,14 +44,30 @@ def _checkpoint_path(name: str) -> str:
 
 def stop_requested() -> str | None:
     """Why the run is being stopped (``"time limit"``, ``"preempted"``), None while it is not:
-    save a checkpoint now."""
+    save a checkpoint now.
+
+    Returns:
+        The reason the run is being stopped, or None.
+    """
     return os.environ.get(ENV_STOPPING) or None
 
 
 def save_checkpoint(state: Any, name: str = "state") -> str:
     """Pickle ``state`` into the checkpoint folder (rank 0 writes; other ranks skip), through a
     temporary file flushed to disk, so a crash leaves the previous checkpoint whole; return its
-    path. When the run is being stopped, raise :class:`Stopped` once it is written."""
+    path. When the run is being stopped, raise :class:`Stopped` once it is written.
+
+    Args:
+        state: What to save: anything ``pickle`` can write.
+        name: The checkpoint's name: letters, digits and ``. _ -`` (one file each).
+
+    Returns:
+        The checkpoint file's path.
+
+    Raises:
+        Stopped: The run is being stopped: the checkpoint is written, and the run restarts.
+        ValueError: ``name`` holds other characters, or starts with a dot.
+    """
     os.environ[ENV_CHECKPOINTING] = "1"
     path = _checkpoint_path(name)
     if rank_info()[0] == 0:
@@ -60,7 +80,18 @@ def save_checkpoint(state: Any, name: str = "state") -> str:
 
 def load_checkpoint(default: Any = None, name: str = "state") -> Any:
     """The state last saved under ``name`` (by this attempt or an earlier one), or ``default``
-    when there is none yet."""
+    when there is none yet.
+
+    Args:
+        default: What to return while no checkpoint of that name exists.
+        name: The checkpoint's name, as it was saved under.
+
+    Returns:
+        The state last saved, unpickled, or ``default``.
+
+    Raises:
+        ValueError: ``name`` holds characters other than letters, digits and ``. _ -``.
+    """
     os.environ[ENV_CHECKPOINTING] = "1"
     try:
         with open(_checkpoint_path(name), "rb") as f:

@@ -10,7 +10,15 @@ from easylaunch_job.records import CHECKPOINT_DIR
 
 
 class GitInfo(NamedTuple):
-    """The state of one git repository among the code directories at launch time."""
+    """The state of one git repository among the code directories at launch time.
+
+    Attributes:
+        directory: The folder the repository was found from: a code folder, or the script's.
+        code_diff: ``git diff``: the changes not staged.
+        code_diff_staged: ``git diff --staged``: the staged changes.
+        commit_hash: The commit checked out (None: a repository without commits).
+        branch_name: The branch checked out (None: a detached HEAD).
+    """
 
     directory: str
     code_diff: str
@@ -20,7 +28,20 @@ class GitInfo(NamedTuple):
 
 
 class DoodadConfig(NamedTuple):
-    """What the launched function learns about its run (first argument of ``fn``)."""
+    """What the launched function learns about its run (first argument of ``fn``).
+
+    Attributes:
+        exp_name: The experiment's name, dated (``24-05-17-name``) unless
+            ``prepend_date_to_exp_name=False``.
+        base_log_dir: The run's own folder, where it writes its outputs.
+        use_gpu: Whether the run was given a GPU.
+        gpu_id: The GPU to use: 0 where the run is pinned to one, else ``gpu_id`` as
+            launched (default 0).
+        git_infos: A GitInfo for each git repository of the code folders and the script's.
+        script_name: The launching script's path (empty from an interactive session).
+        extra_launch_info: More about the run: ``run_id``, ``mode``, ``host``, ``attempt``,
+            ``checkpoint_dir``, ``rank``, ``local_rank``, ``world_size``...
+    """
 
     exp_name: str
     base_log_dir: str

@@ -175,6 +175,16 @@ def log_metrics(step_or_values: int | float | Mapping[str, float] | None = None,
     (a TypeError names the one that is not); NaN is written as null. In a run of several
     ranks, rank 0 writes and the others' calls are dropped. ``step`` None leaves the step to
     the readers: the line's place in the file.
+
+    Args:
+        step_or_values: ``{"loss": 0.3}``: values as a dict, as ``wandb.log`` takes them. A
+            number here is the step.
+        step: The step the values belong to, such as the epoch (None: the line's place).
+        **values: ``loss=0.3``: values by name, each a number (NaN is written as null).
+
+    Raises:
+        TypeError: A value is not a number, none is given, the step is given twice, or a
+            metric is named ``time``.
     """
     if isinstance(step_or_values, Mapping):
         values = {**step_or_values, **values}

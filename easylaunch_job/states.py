@@ -7,7 +7,17 @@ from typing import Any
 
 
 class JobState(str, enum.Enum):
-    """A run's state, as ``status.json`` records it. ``terminal`` states never change again."""
+    """A run's state, as ``status.json`` records it. ``terminal`` states never change again.
+
+    Attributes:
+        QUEUED: Waiting to start (submitted, or written to a batch not submitted yet).
+        RUNNING: Started and not ended.
+        SUCCEEDED: The function returned (a command: it exited 0).
+        FAILED: The function raised, or the run's process or command failed.
+        CANCELLED: Stopped by a cancel (a search's pruned trials too).
+        TIMEOUT: Stopped at its time limit.
+        UNKNOWN: Not known just now (a damaged status.json, until it is written again).
+    """
 
     QUEUED = "queued"
     RUNNING = "running"
@@ -19,6 +29,7 @@ class JobState(str, enum.Enum):
 
     @property
     def terminal(self) -> bool:
+        """True for the states that never change again: succeeded, failed, cancelled, timeout."""
         return self.value in TERMINAL_STATES
 
     def __str__(self) -> str:

@@ -156,6 +156,89 @@ def run_sweep(
     sweep, ``resubmitted_from`` its last run. A variant listed k times keeps at most k runs.
     The Jobs come in the variants' order. Resumes of one sweep take turns (a lock beside the
     registry), so two at once never launch the same variant twice.
+
+    Args:
+        method_call: The function each run calls, as ``method_call(doodad_config, variant)``.
+        variants: The variants, one run each: dicts (None is an empty one).
+        exp_name: The experiment's name, used as a folder name: letters, digits and ``. _ + -``.
+        mode: Where the runs go: ``"local"``, ``"slurm"``, ``"ec2"``... Each has a page
+            under Modes.
+        prepend_date_to_exp_name: Date each run folder's name and ``doodad_config.exp_name``.
+        use_gpu: Give each run a GPU.
+        gpu_id: The GPU to use: ``local`` and ``ssh`` pin every run to it.
+        base_log_dir: The root of the run folders, in place of the LOCAL_LOG_DIR setting.
+        slurm_config_name: The SLURM_CONFIGS entry to use (else ``"gpu"`` with ``use_gpu``,
+            else ``"cpu"``).
+        config: A settings file's path, or a dict of settings (None: the usual lookup).
+        max_restarts: How many times a run may start again; replaces MAX_RESTARTS.
+        restart_on_error: Also restart a run whose function raised; replaces RESTART_ON_ERROR.
+        dry_run: True checks the launch and returns a Preview instead of launching (None:
+            only under ``easylaunch preview``).
+        sweep: ``"lr-grid"`` names the sweep (None: a new sweep with a generated id).
+        resume: True launches only the variants that have not succeeded; ``"ID"`` names the
+            sweep.
+        trackers: ``["wandb"]``: where each run's ``log_metrics`` also goes; replaces TRACKERS.
+        **mode_options: The mode's own options (the table below). doodad's keywords
+            (``region``, ``instance_type``, ``spot_price``, ``sync_interval``,
+            ``docker_image``, ``ssh_host``) set their settings where doodad's did. Elsewhere
+            they are ignored with a notice; an unknown name is refused.
+
+    Keyword Args:
+        max_parallel (int): ``local``, ``ssh``: at most this many runs at once (default: one
+            a GPU with ``use_gpu``, else one a CPU core).
+        detach (bool): ``local``: True lets the runs outlive this process (default:
+            LOCAL_DETACH).
+        skip_wait (bool): ``local``: False blocks each call until its runs end, as doodad's
+            did.
+        pool (str): ``local``: the warm pool, by name, that takes the runs.
+        cluster (str): The CLUSTERS entry reached over SSH: for ``ssh``, the Slurm and PBS
+            modes, and ``local`` with ``pool``.
+        n_gpus (int): ``slurm``, ``slurm_singularity``, ``sss``, ``pbs``: GPUs of each run
+            on each node.
+        multi_process (bool): Those modes: True starts ``n_gpus`` processes a node (one a
+            GPU with ``use_gpu``); False, one a node.
+        n_nodes (int): Those modes: nodes of each run. ``htp``: nodes of each allocation.
+        tasks_per_node (int): Those modes: processes of each run on each node (default: one
+            a GPU, else one).
+        time_in_mins (int): Slurm and PBS modes: each job's time limit, in minutes.
+        partition (str): Slurm modes: replaces the SLURM_CONFIGS entry's ``partition``.
+        mem (str): Slurm modes: replaces the entry's ``mem`` (``"16G"``).
+        account (str): Slurm modes: replaces the entry's ``account_name``.
+        qos (str): Slurm modes: replaces the entry's ``qos``.
+        constraint (str): Slurm modes: replaces the entry's ``constraint``.
+        n_cpus_per_task (int): Slurm modes: replaces the entry's ``n_cpus_per_task``.
+        array_parallelism (int): ``slurm``, ``slurm_singularity``, ``pbs``: at most this
+            many of the sweep's array tasks at once.
+        submit (bool): ``sss``, ``htp``, ``pbs_htp``: False writes the batch to copy by hand
+            (default: SSS_SUBMIT, else submit where the scheduler answers).
+        allocations (int): ``htp``, ``pbs_htp``: spread the sweep over this many
+            allocations.
+        env_pack (bool | str): ``slurm``, ``pbs``: True packs this Python's environment, a
+            path packs that one; each node gets a copy.
+        pbs_config_name (str): PBS modes: the PBS_CONFIGS entry to use (else ``"gpu"`` with
+            ``use_gpu``, else ``"cpu"``).
+        queue (str): PBS modes: replaces the PBS_CONFIGS entry's ``queue``.
+        project (str): PBS modes: replaces the entry's ``project`` (``-A``).
+        num_exps_per_instance (int): ``ec2``, ``gcp``, ``azure``, ``aml``, ``ray``: runs an
+            instance or job shares (default: the mode's setting).
+        confirm (bool): ``ec2``, ``gcp``, ``azure``: False skips the question asked before
+            paid instances start.
+        gcp_kwargs (dict): ``gcp``: ``GCP_`` settings by their lowercase names
+            (``dict(zone=..., preemptible=True)``).
+        compute (str): ``aml``: the compute target, in place of AML_COMPUTE.
+        num_gpus (int): ``aml``: GPUs of each run, in whole nodes. ``ray``: GPUs a job asks
+            for.
+        num_cpus (float): ``ray``: CPUs a job asks for, in place of RAY_NUM_CPUS.
+        address (str): ``ray``: the cluster's dashboard address, in place of RAY_ADDRESS.
+        check_resources (bool): ``ray``: False skips the check that a node can hold a job.
+
+    Returns:
+        The runs' Jobs, in the variants' order; with ``dry_run``, a Preview instead.
+
+    Raises:
+        LaunchError: The launch is refused (a name, a variant, a mode option); nothing is
+            started.
+        SettingsError: A settings file or value is wrong.
     """
     return launch_variants(method_call, variants, LaunchOptions(
         exp_name=exp_name, mode=mode, prepend_date_to_exp_name=prepend_date_to_exp_name,
@@ -403,7 +486,41 @@ def run_experiment(
     variant at a time: each call returns the Job of a run of the sweep with this variant that
     succeeded or is under way, one this process has not returned before, and launches the
     variant again only if there is none. The sweep is the one named (``sweep=``), else the one
-    the process's first call found: the newest this script launched with this function."""
+    the process's first call found: the newest this script launched with this function.
+
+    Args:
+        method_call: The function the run calls, as ``method_call(doodad_config, variant)``.
+        mode: Where the run goes: ``"local"``, ``"slurm"``, ``"ec2"``... Each has a page
+            under Modes.
+        exp_name: The experiment's name, used as a folder name: letters, digits and ``. _ + -``.
+        variant: The dict the function gets as its second argument (None: an empty one).
+        prepend_date_to_exp_name: Date the run folder's name and ``doodad_config.exp_name``.
+        use_gpu: Give the run a GPU.
+        gpu_id: The GPU to use: ``local`` and ``ssh`` pin the run to it.
+        base_log_dir: The root of the run folders, in place of the LOCAL_LOG_DIR setting.
+        slurm_config_name: The SLURM_CONFIGS entry to use (else ``"gpu"`` with ``use_gpu``,
+            else ``"cpu"``).
+        config: A settings file's path, or a dict of settings (None: the usual lookup).
+        max_restarts: How many times the run may start again; replaces MAX_RESTARTS.
+        restart_on_error: Also restart the run if its function raised; replaces
+            RESTART_ON_ERROR.
+        dry_run: True checks the launch and returns a Preview instead of launching (None:
+            only under ``easylaunch preview``).
+        sweep: ``"lr-grid"`` names the sweep, so launches from other processes join it.
+        resume: True returns a run of the sweep with this variant that succeeded or is under
+            way, launching only if none is; ``"ID"`` names the sweep.
+        trackers: ``["wandb"]``: where the run's ``log_metrics`` also goes; replaces TRACKERS.
+        **mode_options: The mode's own options and doodad's keywords, as for
+            :func:`run_sweep` (its Other Parameters).
+
+    Returns:
+        The run's Job; with ``dry_run``, a Preview instead.
+
+    Raises:
+        LaunchError: The launch is refused (a name, the variant, a mode option); nothing is
+            started.
+        SettingsError: A settings file or value is wrong.
+    """
     launched = launch_variants(method_call, [variant], LaunchOptions(
         exp_name=exp_name, mode=mode, prepend_date_to_exp_name=prepend_date_to_exp_name,
         use_gpu=use_gpu, gpu_id=gpu_id, base_log_dir=base_log_dir,
@@ -420,7 +537,27 @@ def run_commands(commands: CommandLike | Iterable[CommandLike],
     """Launch a sweep of commands, in one go where the mode can: one command with ``{name}``
     fields and ``variants`` to fill them (``"python train.py --lr {lr}"``), or a list of
     commands. ``launch`` takes :func:`easylaunch.run_sweep`'s keywords (``n_gpus`` and
-    ``multi_process`` included)."""
+    ``multi_process`` included).
+
+    Args:
+        commands: ``"python train.py --lr {lr}"`` with ``variants``, or a list of commands.
+            A command is a string (split as a shell would, none runs it) or a list of
+            arguments.
+        variants: Values for the command's ``{name}`` fields, one run each (None:
+            ``commands`` is a list, one run a command).
+        exp_name: The experiment's name, used as a folder name: letters, digits and ``. _ + -``.
+        mode: Where the runs go: ``"local"``, ``"slurm"``, ``"ec2"``... Each has a page
+            under Modes.
+        **launch: :func:`run_sweep`'s other keywords (``use_gpu``, ``config``, ``dry_run``,
+            ``sweep``, ``resume``, ``max_restarts``...) and the mode's options.
+
+    Returns:
+        The runs' Jobs, in order; with ``dry_run``, a Preview instead.
+
+    Raises:
+        LaunchError: The launch is refused (an empty list, a ``{name}`` a variant lacks, a
+            mode option); nothing is started.
+    """
     if variants is not None:
         variants = [v or {} for v in variants]
         payload = command_of(commands, variants, fill=True)
@@ -438,7 +575,26 @@ def run_commands(commands: CommandLike | Iterable[CommandLike],
 def run_command(command: CommandLike, exp_name: str = "default", mode: str = "local",
                 variant: Mapping | None = None, **launch: Any) -> Job | Preview:
     """Launch one command as a run (``variant``: values for its ``{name}`` fields, kept with
-    the run). ``launch`` takes :func:`easylaunch.run_experiment`'s keywords."""
+    the run). ``launch`` takes :func:`easylaunch.run_experiment`'s keywords.
+
+    Args:
+        command: ``"python train.py --lr {lr}"``, or a list of arguments. A string is split as
+            a shell would; no shell runs it.
+        exp_name: The experiment's name, used as a folder name: letters, digits and ``. _ + -``.
+        mode: Where the run goes: ``"local"``, ``"slurm"``, ``"ec2"``... Each has a page
+            under Modes.
+        variant: Values for the command's ``{name}`` fields, kept with the run (None: the
+            command as written).
+        **launch: :func:`run_experiment`'s other keywords (``use_gpu``, ``config``,
+            ``dry_run``, ``sweep``, ``resume``...) and the mode's options.
+
+    Returns:
+        The run's Job; with ``dry_run``, a Preview instead.
+
+    Raises:
+        LaunchError: The launch is refused (an empty command, a ``{name}`` the variant lacks,
+            a mode option); nothing is started.
+    """
     payload = command_of(command, [variant], fill=variant is not None)
     launched = launch_variants(payload, [variant], launch_options(exp_name, mode, launch),
                        sweep_id="script")
@@ -446,7 +602,18 @@ def run_command(command: CommandLike, exp_name: str = "default", mode: str = "lo
 
 
 def get_job(id_or_suffix: str, config: ConfigArg = None) -> Job:
-    """The Job of a registered run, by its id or a unique start or end of it, from any process."""
+    """The Job of a registered run, by its id or a unique start or end of it, from any process.
+
+    Args:
+        id_or_suffix: A run id, or a unique start or end of one.
+        config: A settings file's path, or a dict of settings: their registry is searched.
+
+    Returns:
+        A handle on the run, with the settings and mode options it was launched with.
+
+    Raises:
+        NoSuchRun: No run matches, or several do.
+    """
     entry = registry_of(load_settings(config)).find(id_or_suffix)
     return Job.from_run_dir(entry.log_dir)
 

@@ -48,7 +48,24 @@ def resubmit(id_or_suffix: str, config: ConfigArg = None, detach: bool | None = 
     snapshots made again; a command's working folder snapshotted again) or
     ``current_settings`` (its settings file read again) takes them as they are now.
     ``detach`` (mode ``local``) replaces the run's own choice: True, the new run outlives
-    this process."""
+    this process.
+
+    Args:
+        id_or_suffix: A run id, or a unique start or end of one.
+        config: A settings file's path, or a dict of settings: their registry is searched.
+        detach: ``local``: True lets the new run outlive this process (None: as the run had
+            it).
+        current_code: Take the code as it is now, not as launched.
+        current_settings: Read the run's settings file again, not the copy saved at launch.
+
+    Returns:
+        The new run's Job.
+
+    Raises:
+        NoSuchRun: No run matches, or several do.
+        LaunchError: The run cannot run again as asked (its mode keeps no bundle, its saved
+            settings are gone).
+    """
     return resubmit_launch([id_or_suffix], config, detach, current_code, current_settings)[0]
 
 
@@ -56,7 +73,23 @@ def resubmit_launch(ids: list[str], config: ConfigArg = None, detach: bool | Non
                     current_code: bool = False, current_settings: bool = False) -> list[Job]:
     """Run registered runs of one launch again as one launch, each as :func:`resubmit` does:
     one job array, batch or packed allocation for them all, as the sweep had (runs of
-    different launches are refused: resubmit each launch's runs together)."""
+    different launches are refused: resubmit each launch's runs together).
+
+    Args:
+        ids: Run ids, or unique starts or ends of them, all of one launch.
+        config: A settings file's path, or a dict of settings: their registry is searched.
+        detach: ``local``: True lets the new runs outlive this process (None: as the runs had
+            it).
+        current_code: Take the code as it is now, not as launched.
+        current_settings: Read the runs' settings file again, not the copy saved at launch.
+
+    Returns:
+        The new runs' Jobs, in the order of ``ids``.
+
+    Raises:
+        NoSuchRun: An id matches no run, or several.
+        LaunchError: The runs come from several launches, or cannot run again as asked.
+    """
     registry = registry_of(load_settings(config))
     olds = [Job.from_run_dir(registry.find(id_or_suffix).log_dir) for id_or_suffix in ids]
     old = olds[0]

@@ -75,7 +75,12 @@ class BestTrial:
 
 @dataclass(frozen=True)
 class Search:
-    """A handle on a search, from its folder's records (no Optuna needed but for ``study``)."""
+    """A handle on a search, from its folder's records (no Optuna needed but for ``study``).
+
+    Attributes:
+        id: The search's id: its ``name``, else the experiment's name and a hash.
+        folder: The search's folder, ``<log root>/.searches/<id>``.
+    """
 
     id: str
     folder: Path
@@ -83,7 +88,19 @@ class Search:
     @classmethod
     def get(cls, search_id: str, config: ConfigArg = None,
             base_log_dir: str | os.PathLike | None = None) -> Search:
-        """The search ``search_id`` (as ``run_search`` returned it), from any process."""
+        """The search ``search_id`` (as ``run_search`` returned it), from any process.
+
+        Args:
+            search_id: The search's id, as ``Search.id`` holds it.
+            config: A settings file's path, or a dict of settings: their log root is searched.
+            base_log_dir: The log root, in place of the LOCAL_LOG_DIR setting.
+
+        Returns:
+            A handle on the search.
+
+        Raises:
+            LaunchError: No search of that id is under the log root.
+        """
         folder = _searches(config, base_log_dir) / search_id
         if not folder.is_dir():
             raise LaunchError(f"no search {search_id!r} in {folder.parent}")
@@ -91,7 +108,12 @@ class Search:
 
     def summary(self) -> dict:
         """Trials by state, the best, and each trial's state, value, runs and reason (none
-        yet, while a detached driver starts)."""
+        yet, while a detached driver starts).
+
+        Returns:
+            ``id``, ``n_trials``, ``finished``, ``counts`` (trials by state), ``best`` and
+            ``trials``, as summary.json holds them.
+        """
         if not (self.folder / SUMMARY).exists():
             return {"id": self.id, "n_trials": None, "finished": 0, "counts": {},
                     "best": None, "trials": []}
@@ -100,7 +122,17 @@ class Search:
     def wait(self, timeout: float | None = None) -> Search:
         """Block until the search's driver has finished its trials (or ``timeout`` seconds
         pass); raises if a detached driver's run ended before its search did. Ctrl-C (a
-        notebook's stop button) ends the wait, not the search, and says how to cancel it."""
+        notebook's stop button) ends the wait, not the search, and says how to cancel it.
+
+        Args:
+            timeout: Seconds to wait at most (None: until the search ends).
+
+        Returns:
+            This search.
+
+        Raises:
+            LaunchError: The detached driver's run ended before the search did.
+        """
         deadline = None if timeout is None else time.monotonic() + timeout
         driver = None
         if (self.folder / DRIVER_RUN).exists():
@@ -132,6 +164,7 @@ class Search:
 
     @property
     def best(self) -> BestTrial | None:
+        """The best completed trial (number, variant, value and Job), None before one."""
         best = self.summary().get("best")
         if not best:
             return None
@@ -139,10 +172,22 @@ class Search:
                          Job.from_run_dir(best["runs"][-1]))
 
     def trials(self) -> list[dict]:
+        """Each trial's number, state, value, variant, runs and reason, as in :meth:`summary`.
+
+        Returns:
+            The trials, by trial number.
+        """
         return self.summary()["trials"]
 
     def study(self) -> Any:
-        """The Optuna study (for Optuna's own plots and tables)."""
+        """The Optuna study (for Optuna's own plots and tables).
+
+        Returns:
+            The ``optuna.Study`` read from the search's journal.
+
+        Raises:
+            MissingExtra: Optuna is not installed (``easylaunch[search]``).
+        """
         optuna = import_optuna()
         return optuna.load_study(study_name=self.id, storage=storage(self.folder))
 
@@ -186,6 +231,35 @@ def run_search(fn: Callable[..., Any], space: Mapping[str, Any], objective: str,
     the same ``name``) carries the search on: finished trials are kept, trials whose runs
     stopped with the last driver are run again, and a larger ``n_trials`` adds trials.
     ``launch`` takes :func:`easylaunch.run_sweep`'s keywords. Returns the :class:`Search`.
+
+    Args:
+        fn: The function each trial's run calls, as ``fn(doodad_config, variant)``.
+        space: ``{"lr": FloatDistribution(1e-3, 0.1), "opt": ["adam", "sgd"]}``: Optuna
+            distributions, lists of choices, and constants.
+        objective: A key of the dict ``fn`` returns, or a metric it logs.
+        direction: ``"minimize"`` or ``"maximize"`` the objective.
+        n_trials: Trials to finish in all, counting those of earlier calls.
+        max_parallel: Trials run at once at most; a mode with a ``max_parallel`` option gets
+            it too.
+        sampler: ``"tpe"``, ``"random"``, ``"grid"``, ``"cmaes"``, or an Optuna sampler.
+        pruner: ``"asha"``, ``"median"``, None (no pruning), or an Optuna pruner.
+        exp_name: The experiment's name, used as a folder name: letters, digits and ``. _ + -``.
+        mode: Where the trials' runs go: ``"local"``, ``"slurm"``...
+        detach: True runs the driver as a detached local run and returns at once.
+        name: The search's id (None: the experiment's name and a hash of the search).
+        seed: The sampler's seed, for draws that repeat (None: random).
+        min_resource: Steps a trial runs before ``"asha"`` or ``"median"`` may stop it.
+        config: A settings file's path, or a dict of settings (None: the usual lookup).
+        base_log_dir: The root of the run folders and the search's, in place of LOCAL_LOG_DIR.
+        **launch: :func:`run_sweep`'s other keywords and the mode's options; no ``dry_run``.
+
+    Returns:
+        A handle on the search, once its trials are finished (``detach``: at once).
+
+    Raises:
+        LaunchError: An argument is refused (``direction``, a count, ``objective``, ``space``,
+            a mode option, ``dry_run``).
+        MissingExtra: Optuna is not installed (``easylaunch[search]``).
     """
     if direction not in ("minimize", "maximize"):
         raise LaunchError(f"direction must be 'minimize' or 'maximize', got {direction!r}")

@@ -130,7 +130,30 @@ def plot_sweep(selection: Selection, metric: str, by: str | None = None, x: str 
     line in its group's colour (``include_failed``: counted in the means instead). Writes a
     PNG to ``out`` (default: ``<metric>-by-<by>.png`` here) and returns its path. A metric or
     key the runs lack raises :class:`NoSuchMetric` / :class:`NoSuchKey`, listing those there
-    are."""
+    are.
+
+    Args:
+        selection: ``"lr-sweep"``: an experiment name (or part of one), a sweep id (or its
+            start), a run id, or a list of these.
+        metric: The metric to draw, as the runs logged it.
+        by: ``"lr"``: the variant key whose values make the curves (None: one curve).
+        x: ``"step"``, or ``"time"``: seconds since each run's first value.
+        out: The PNG's path (None: ``<metric>-by-<by>.png``, or ``<metric>.png`` without
+            ``by``, in the current folder).
+        config: A settings file's path, or a dict of settings: their registry is read.
+        include_failed: Count runs that ended early in the means, not apart.
+
+    Returns:
+        The PNG's absolute path.
+
+    Raises:
+        NoSuchRun: ``selection`` names no experiment, sweep or run.
+        NoSuchMetric: No selected run logged ``metric``.
+        NoSuchKey: No selected run's variant has the key ``by``.
+        EasyLaunchError: ``x`` is neither ``"step"`` nor ``"time"``, or ``"time"`` for a
+            metric logged without times.
+        MissingExtra: pandas or matplotlib is not installed (``easylaunch[results]``).
+    """
     if x not in X_AXES:
         raise EasyLaunchError(f"x={x!r}: plot against {' or '.join(X_AXES)}")
     matplotlib = _plotting("plot_sweep")

@@ -200,6 +200,19 @@ def load_sweep(selection: Selection, *, fetch: bool = False,
     ``selection``: an experiment name (or part of one), a sweep id (or its start), run ids.
     ``fetch``: bring the whole folder of each run whose files live elsewhere first (as
     ``easylaunch fetch``). ``config``: a settings file or dict, as for ``run_experiment``.
+
+    Args:
+        selection: ``"lr-sweep"``: an experiment name (or part of one), a sweep id (or its
+            start), a run id, or a list of these.
+        fetch: First bring the whole folder of each run whose files live elsewhere.
+        config: A settings file's path, or a dict of settings: their registry is read.
+
+    Returns:
+        A pandas DataFrame, one row per run, newest first.
+
+    Raises:
+        NoSuchRun: ``selection`` names no experiment, sweep or run.
+        MissingExtra: pandas is not installed (``easylaunch[results]``).
     """
     pd = needed("pandas", "load_sweep", "results")
     runs = runs_of(selection, fetch, config)
@@ -223,7 +236,23 @@ def load_histories(selection: Selection, *, metrics: Sequence[str] | None = None
     where the format records none) and ``value``, in the order written, then the run's
     ``state`` (as in :func:`load_sweep`: ``failed`` runs stopped early) and its variant keys as
     in load_sweep. ``metrics``: only these (a name no run has raises :class:`NoSuchMetric`,
-    listing those there are). Other arguments as for load_sweep."""
+    listing those there are). Other arguments as for load_sweep.
+
+    Args:
+        selection: ``"lr-sweep"``: an experiment name (or part of one), a sweep id (or its
+            start), a run id, or a list of these.
+        metrics: ``["loss"]``: only these metrics (None: all).
+        fetch: First bring the whole folder of each run whose files live elsewhere.
+        config: A settings file's path, or a dict of settings: their registry is read.
+
+    Returns:
+        A pandas DataFrame in long form, one row per value.
+
+    Raises:
+        NoSuchRun: ``selection`` names no experiment, sweep or run.
+        NoSuchMetric: No selected run logged a metric of ``metrics``.
+        MissingExtra: pandas is not installed (``easylaunch[results]``).
+    """
     needed("pandas", "load_histories", "results")
     runs = runs_of(selection, fetch, config)
     points = _points(runs, metrics)

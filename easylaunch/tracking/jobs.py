@@ -38,7 +38,17 @@ class RemoteTraceback(Exception):
 
 class Job:
     """A handle on one launched run: its record (:class:`RunRecord`) and the mode that tracks
-    it; ``Job.from_run_dir`` reconnects from a later process."""
+    it; ``Job.from_run_dir`` reconnects from a later process.
+
+    Args:
+        record: The run's record: its folder, launch.json and status.json.
+        mode: The mode object that launched the run and tracks it.
+
+    Attributes:
+        id (str): The run's id.
+        exp_name (str): The run's experiment.
+        log_dir (Path): The run's folder on this machine.
+    """
 
     def __init__(self, record: RunRecord, mode: Mode) -> None:
         self.record = record
@@ -59,18 +69,42 @@ class Job:
     @classmethod
     def from_run_dir(cls, log_dir: str | os.PathLike) -> Job:
         """Reconnect to the run whose folder is ``log_dir``, with the settings and mode options
-        it was launched with."""
+        it was launched with.
+
+        Args:
+            log_dir: The run's folder.
+
+        Returns:
+            A handle on the run.
+
+        Raises:
+            EasyLaunchError: The folder is no run folder, or its launch.json is damaged.
+        """
         return cls.of_record(RunRecord.read(log_dir))
 
     @classmethod
     def of_record(cls, record: RunRecord) -> Job:
-        """The handle on a run whose record is read, with the mode it was launched with."""
+        """The handle on a run whose record is read, with the mode it was launched with.
+
+        Args:
+            record: The run's record, its launch.json read.
+
+        Returns:
+            A handle on the run.
+        """
         return cls.of_records([record])[0]
 
     @classmethod
     def of_records(cls, records: Iterable[RunRecord]) -> list[Job]:
         """:meth:`of_record` of each run, those launched in one mode with the same settings and
-        mode options sharing one mode object (made once)."""
+        mode options sharing one mode object (made once).
+
+        Args:
+            records: The runs' records, their launch.json read.
+
+        Returns:
+            A handle on each run, in the records' order.
+        """
         modes: dict[tuple, Mode] = {}
         jobs = []
         for record in records:
@@ -91,18 +125,33 @@ class Job:
 
     def info(self) -> dict:
         """The run's status.json as it is now (state, times, exit code, error); see
-        :meth:`RunRecord.info`."""
+        :meth:`RunRecord.info`.
+
+        Returns:
+            The fields of status.json.
+        """
         return self.mode.read_record(self.record)
 
     def recorded_state(self) -> JobState:
-        """The state in the run's own status.json, without asking the backend."""
+        """The state in the run's own status.json, without asking the backend.
+
+        Returns:
+            The state recorded (``unknown`` where status.json has none).
+        """
         return JobState(self.info().get("state", "unknown"))
 
     def status(self, *, again: bool = True) -> JobState:
         """The current state, asking the backend when the run's own record is not final
         (``unknown`` while a damaged status.json has not been written again). Each call is a
         new look, status.json read again; ``again=False`` takes the record as the look that
-        just read it left it (a refresh of many runs), read again only where it changed."""
+        just read it left it (a refresh of many runs), read again only where it changed.
+
+        Args:
+            again: Read status.json again first; False takes it as last read.
+
+        Returns:
+            The run's state now.
+        """
         if again:
             self.record.reload()
         try:
@@ -121,7 +170,11 @@ class Job:
     def resolve_unsubmitted(self) -> bool:
         """End a queued run that was never handed to its mode and whose launcher is gone (it
         would wait forever); True if it did. Callers refreshing many jobs at once call it
-        before the mode's ``refresh_many``."""
+        before the mode's ``refresh_many``.
+
+        Returns:
+            True if the run was ended here, as failed.
+        """
         if self.recorded_state() is JobState.QUEUED and self._launcher_died_before_submitting():
             self.record_end("failed", "never started: the launching process ended before this "
                                       f"run was submitted; run it with `easylaunch resubmit "
@@ -135,13 +188,24 @@ class Job:
         return was_submitted(launch) is False and machine.launcher_gone(launch)
 
     def done(self) -> bool:
-        """True once the run has reached a terminal state."""
+        """True once the run has reached a terminal state.
+
+        Returns:
+            Whether the run has ended.
+        """
         return self.status().terminal
 
     def wait(self, timeout: float | None = None) -> JobState:
         """Block until the run ends (or ``timeout`` seconds pass); return its state, its end
         written to the registry. Ctrl-C raises ``KeyboardInterrupt`` saying, in one line,
-        whether the run goes on and how to cancel it."""
+        whether the run goes on and how to cancel it.
+
+        Args:
+            timeout: Seconds to wait at most (None: until the run ends).
+
+        Returns:
+            The run's state: a terminal one, unless ``timeout`` passed first.
+        """
         deadline = None if timeout is None else time.monotonic() + timeout
         delay = 0.01
         try:
@@ -166,7 +230,21 @@ class Job:
             record_ends([self])
 
     def result(self, timeout: float | None = None) -> Any:
-        """The function's return value; raises its exception if it failed."""
+        """The function's return value; raises its exception if it failed.
+
+        Args:
+            timeout: Seconds to wait for the run at most (None: until it ends).
+
+        Returns:
+            What the run's function returned.
+
+        Raises:
+            Exception: The function's own exception, where the run raised one.
+            TimeoutError: The run had not ended when ``timeout`` passed.
+            JobCancelledError: The run was cancelled or timed out.
+            JobFailedError: The run failed without an exception to raise, or its result
+                cannot be loaded here.
+        """
         state = self.wait(timeout)
         if not state.terminal:
             raise TimeoutError(f"run {self.id} is still {state} after {timeout} s")
@@ -193,15 +271,28 @@ class Job:
         raise shows_as(JobFailedError(f"run {self.id} failed:\n{tb_text}"), where + tb_text)
 
     def fetch(self) -> str:
-        """Bring the run's remote logs and results into its local folder; say what was done."""
+        """Bring the run's remote logs and results into its local folder; say what was done.
+
+        Returns:
+            A line saying what was done.
+        """
         return self.mode.fetch(self.record)
 
     def record_backend(self, **ids: Any) -> None:
-        """Store backend ids (a new instance, a new job) in launch.json."""
+        """Store backend ids (a new instance, a new job) in launch.json.
+
+        Args:
+            **ids: The ids by name (``job_id="123"``), added to launch.json's ``backend``.
+        """
         self.record.record_backend(**ids)
 
     def record_end(self, state: str, error: str) -> None:
-        """Record a terminal state for a run whose own record has none (the first end wins)."""
+        """Record a terminal state for a run whose own record has none (the first end wins).
+
+        Args:
+            state: The terminal state, as its value (``"failed"``, ``"cancelled"``).
+            error: Why the run ended so, in one line.
+        """
         self.record.record_end(state, error)
 
     def cancel(self) -> None:

@@ -28,6 +28,17 @@ def wait_all(jobs: Iterable[Job], timeout: float | None = None,
 
     The runs' own records are read often; backends (squeue, process tables) are asked at most
     every ``refresh_every`` seconds, once per mode for all the jobs still open.
+
+    Args:
+        jobs: The runs' Jobs, as a launch returned them.
+        timeout: Seconds to wait at most (None: until every run ends).
+        refresh_every: Seconds between two asks of the backends.
+
+    Returns:
+        Each run's state, in the jobs' order: terminal ones, unless ``timeout`` passed first.
+
+    Raises:
+        NotSubmittedError: A run is in a batch nobody has submitted, so it would never end.
     """
     jobs = list(jobs)
     started = time.monotonic()

@@ -132,12 +132,35 @@ def live_pool(transport: Transport, root: str, name: str) -> PoolState:
 def start_pool(name: str, *, workers: int | None = None, preload: list[str] | None = None,
                idle: str | float = "20m", on: str = "local", time_limit: str | float = "1h",
                gpus: int = 0, cluster: str | None = None, config: ConfigArg = None) -> PoolState:
-    """Start pool ``name``: ``workers`` runs at once (default: one per CPU here; on Slurm, 1),
-    each worker with the ``preload`` modules imported; it ends after ``idle`` with no run.
-    ``on="slurm"``: in an allocation of ``workers`` CPUs and ``gpus`` GPUs (a GPU a worker)
-    for ``time_limit``. ``on="allocation"``: in the Slurm allocation this process runs in
-    (inside ``salloc`` or a batch job), as a job step of ``workers`` CPUs and ``gpus`` GPUs;
-    no job is submitted. ``cluster``: on that machine, over SSH."""
+    """Start a warm pool that takes runs in milliseconds.
+
+    ```python
+    start_pool("quick", workers=4, preload=["torch"], idle="20m")
+    run_sweep(train, variants, mode="local", pool="quick")
+    ```
+
+    Args:
+        name: The pool's name; launches name it with ``pool=``.
+        workers: How many runs run at once. Default: one per CPU here; 1 on Slurm.
+        preload: Modules each worker imports once, before it forks a run.
+        idle: The pool ends after this long with no run ("20m", "1h", or seconds).
+        on: Where the workers run. ``"local"``: this machine. ``"slurm"``: an allocation
+            of its own, of ``workers`` CPUs and ``gpus`` GPUs, for ``time_limit``. At its
+            time limit it goes on in a new allocation with the runs left.
+            ``"allocation"``: the Slurm allocation this process runs in (inside
+            ``salloc`` or a batch job), as a job step; no job is submitted.
+        time_limit: How long a Slurm allocation is held ("8h", or seconds).
+        gpus: GPUs of the allocation, one a worker (on Slurm only).
+        cluster: A CLUSTERS name or ssh destination: the pool is started there, over SSH.
+        config: A settings file or dict, as for ``run_experiment``.
+
+    Returns:
+        The pool as ``list_pools`` shows it.
+
+    Raises:
+        LaunchError: A bad option, a pool of that name already running, or an allocation
+            its partition cannot give (with sinfo's numbers).
+    """
     settings = load_settings(config)
     if on not in ("local", "slurm", "allocation"):
         raise LaunchError(f"on={on!r}: a pool runs on 'local' (the machine), 'slurm' (an "
@@ -261,16 +284,35 @@ def _submit(transport: Transport, folder: str) -> str:
 
 def list_pools(config: ConfigArg = None, everything: bool = False,
                cluster: str | None = None) -> list[PoolState]:
-    """The pools started under the log folder (``cluster``'s): the running ones
-    (``everything``: each name's last start, ended too)."""
+    """The pools started under the log folder.
+
+    Args:
+        config: A settings file or dict, as for ``run_experiment``.
+        everything: Each name's last start, ended ones too (default: the running ones).
+        cluster: A CLUSTERS name or ssh destination: its pools, asked over SSH.
+
+    Returns:
+        Each pool: its workers, runs busy, queued and done, where it runs, why it ended.
+    """
     transport, root = holder(load_settings(config), cluster)
     found = [_state(said, transport) for said in _ask(transport, root, "list")["pools"]]
     return [p for p in found if everything or p.ended is None]
 
 
 def stop_pool(name: str, config: ConfigArg = None, cluster: str | None = None) -> PoolState:
-    """Stop pool ``name``: its runs are cancelled (the running ones get SIGTERM, a stop
-    notice), and it takes no more."""
+    """Stop pool ``name``: it takes no more runs, and its runs are cancelled.
+
+    Args:
+        name: The pool's name.
+        config: A settings file or dict, as for ``run_experiment``.
+        cluster: A CLUSTERS name or ssh destination where the pool runs.
+
+    Returns:
+        The pool as it ended. Its running runs got SIGTERM, a stop notice.
+
+    Raises:
+        LaunchError: No running pool has that name.
+    """
     transport, root = holder(load_settings(config), cluster)
     live_pool(transport, root, name)
     return _state(_ask(transport, root, "stop", name), transport)
