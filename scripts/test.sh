@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Set up (if needed), start the test services, lint, and run the whole test suite.
+# Set up (if needed), start the test services, lint, and run the whole test suite (which
+# builds the docs with --strict: tests/test_docs_site.py and tests/test_core_install.py).
 # With CI=true, a skipped test fails. Arguments go to pytest: scripts/test.sh tests/test_api.py
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,7 +18,6 @@ scripts/ssh-up.sh    # an OpenSSH server on 127.0.0.1 with a second user: the re
 .venv/bin/ruff check .
 # the type checker, as pyproject.toml's [tool.mypy] sets it: 0 errors (its cache outlives a clone)
 MYPY_CACHE_DIR=${MYPY_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/easylaunch/mypy} .venv/bin/mypy
-NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet --site-dir site  # the docs (mkdocs.yml): a broken link, a missing page or a failing reference fails
 for pid in "${services[@]}"; do
     wait "$pid"  # (one that failed stops the script here)
 done

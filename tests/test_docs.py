@@ -59,6 +59,13 @@ SUBSTITUTE = {
             f'host="easylaunch-test-cluster", ssh_config="{SSH_DIR / "config"}"',
         '"~/venvs/exp/bin/python"': '"~/venv/bin/python"',
     },
+    "modes/slurm.md": {
+        'host="login.mycluster.edu"':
+            f'host="easylaunch-test-cluster", ssh_config="{SSH_DIR / "config"}"',
+        'python="~/venvs/exp/bin/python"': 'python="~/venv/bin/python"',
+        # (the suite runs as root: root's account on the test cluster)
+        'account_name="mylab"': 'account_name="root"',
+    },
 }
 
 BLOCK_TIMEOUT = 180
