@@ -9,7 +9,7 @@ while with nothing to do. Each start of a pool has a folder of its own,
   of any packer's task files, an ``htp`` batch's too);
 - ``task-state/``: the packer's record of each task (as any packer's);
 - ``ended``: written by the packer as it ends (why, in words); a pool with it takes no runs;
-  a Slurm pool's packer stopped with runs left (its time limit, a preemption) writes none: it
+  a Slurm pool's packer stopped at its time limit's warning with runs left writes none: it
   submits the pool's job script again, and ``pool.json`` names the new job;
 - ``wake``: a FIFO the packer listens on, so that a run added on its machine starts at once
   (on another node, the packer finds new lines at its next look).
@@ -233,12 +233,10 @@ class Watcher:
             yield
 
     def may_go_on(self, signum: int | None) -> bool:
-        """(a packer stopped by ``signum``) Whether the pool goes on in a new allocation: not
-        after ``pool stop``, nor after a ``scancel`` of its allocation (Slurm says the job
-        was cancelled); yes at its time limit's warning (SIGUSR1) or a preemption."""
-        if ended_why(self.folder) is not None:
-            return False
-        return signum == signal.SIGUSR1 or not _cancelled(os.environ.get("SLURM_JOB_ID"))
+        """(a packer stopped by ``signum``) Whether the pool goes on in a new allocation: at
+        its time limit's warning (SIGUSR1), not after ``pool stop``. A SIGTERM (a ``scancel``,
+        a preemption) ends it: Slurm's records cannot tell those apart as the job ends."""
+        return signum == signal.SIGUSR1 and ended_why(self.folder) is None
 
     def ended(self, moved_to: str | None) -> None:
         """As the packer ends: the pool's record names the job it goes on in (``moved_to``),
@@ -251,18 +249,6 @@ class Watcher:
         write_json_atomic(path, dict(meta, job_id=moved_to,
                                      earlier_jobs=[*meta.get("earlier_jobs", []),
                                                    meta.get("job_id")]))
-
-
-def _cancelled(job_id: str | None) -> bool:
-    """Whether Slurm says job ``job_id`` was cancelled (scancel): its JobState."""
-    if not job_id:
-        return False
-    try:
-        out = subprocess.run(["scontrol", "-o", "show", "job", job_id], capture_output=True,
-                             text=True, timeout=60).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return "JobState=CANCELLED" in out
 
 
 # -- a pool as its commands see it (pool ls, pool stop, a launch's check), here or far off ----

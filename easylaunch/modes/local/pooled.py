@@ -3,8 +3,8 @@
 No process starts at launch: the runs' lines are appended to the pool's task file and the
 pool's packer is woken. Its warm workers fork a child per run. Tracking, logs and cancel are
 those of detached local runs (the pool's packer is their packer). A run of a pool on Slurm
-follows the pool into the allocation it went on in (its time limit, a preemption); where the
-allocation ended and the pool did not go on, the run fails, saying so."""
+follows the pool into the allocation it went on in (at its time limit); where the allocation
+ended and the pool did not go on, the run fails, saying so."""
 
 from __future__ import annotations
 
@@ -107,6 +107,6 @@ class PooledMode(DetachedLocalMode):
 
 
 def _allocation(job: RunRecord) -> str | None:
-    """The Slurm allocation of the pool a run is in: the one its pool went on in (its time
-    limit, a preemption), else the one it was added to."""
+    """The Slurm allocation of the pool a run is in: the one its pool went on in (at its time
+    limit), else the one it was added to."""
     return job.info().get("next_job_id") or job.launch_info["backend"].get("pool_job")

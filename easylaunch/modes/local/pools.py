@@ -207,7 +207,7 @@ def start_pool(name: str, *, workers: int | None = None, preload: list[str] | No
             f"{folder}/{layout.TASK_STATE}", "--workers", str(count), "--runs",
             f"{folder}/{layout.RUNS}", "--warm", "--pool-idle", str(idle_seconds),
             *(["--preload", ",".join(modules)] * bool(modules)),
-            # (its time limit's warning, a preemption: the runs left go on in a new allocation)
+            # (at its time limit's warning, the runs left go on in a new allocation)
             *(["--resubmit", f"{folder}/{SCRIPT}", "--scheduler", "slurm"] * (on == "slurm"))]
     if on == "allocation":  # (a job step of the allocation: srun lives here, the packer there)
         argv = ["srun", f"--jobid={held}", "--overlap", "--nodes=1", "--ntasks=1",
