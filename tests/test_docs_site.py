@@ -18,6 +18,8 @@ from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.support.ui import WebDriverWait
 from test_dashboard import CHROME_FLAGS, CHROMEDRIVER, CHROMIUM
 
+from easylaunch import __version__
+
 PAGES = ["", "getting-started/", "guides/pools/", "troubleshooting/",
          "development/architecture/", "reference/api/"]
 
@@ -87,6 +89,13 @@ def test_the_architecture_diagrams_draw_offline(site, offline):
     heights = offline.execute_script(
         "return [...document.querySelectorAll('div.mermaid')].map(e => e.offsetHeight)")
     assert all(h > 50 for h in heights), heights  # (drawn: a source block left is one line)
+
+
+def test_the_header_names_the_version_the_site_documents(site, offline):
+    offline.get(site)
+    header = offline.execute_script(
+        "return document.querySelector('.md-header__topic').textContent")
+    assert header.split() == ["easylaunch", __version__]
 
 
 def test_setup_copies_the_mermaid_material_would_fetch():
