@@ -8,9 +8,9 @@ scripts/browser-up.sh
 taken=$(mktemp -d)
 trap 'rm -rf "$taken"' EXIT
 EASYLAUNCH_ARTIFACTS=$taken .venv/bin/python -m pytest -q -p no:cacheprovider \
-    tests/test_dashboard.py -k "sweeps_results or overlaid or search_shows"
+    tests/test_dashboard.py -k "sweeps_results or overlaid"
 mkdir -p docs/assets/screenshots
-for name in dashboard-sweep dashboard-compare dashboard-search; do
+for name in dashboard-sweep dashboard-compare; do
     cp "$taken/$name.png" "docs/assets/screenshots/$name.png"
 done
 echo "docs/assets/screenshots: $(ls docs/assets/screenshots | tr '\n' ' ')"
