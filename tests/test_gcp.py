@@ -39,6 +39,7 @@ from easylaunch import (  # noqa: E402
     run_sweep,
 )
 from easylaunch.modes.cloud import base as cloud_base  # noqa: E402
+from easylaunch.modes.cloud import fleet  # noqa: E402
 from easylaunch_job.cloud.stores import GcsStore  # noqa: E402
 
 ZONE = gce_stubs.ZONES[0]
@@ -130,7 +131,7 @@ def box_of(compute, job) -> gce_stubs.Instance:
 
 
 def instances_of(compute, exp_name: str) -> list[dict]:
-    label = cloud_base.name_part(exp_name, 63)
+    label = fleet.name_part(exp_name, 63)
     return [r for r in compute.instances.values()
             if r.get("labels", {}).get("easylaunch-exp") == label]
 
