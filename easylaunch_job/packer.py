@@ -87,7 +87,7 @@ class Packer:
                  warm: bool = False, resubmit: str | None = None, scheduler: JobSide = SLURM_SIDE,
                  continuing: bool = False, claims: str | None = None,
                  only: frozenset[int] | None = None, peer: tuple[int, int] = (0, 1),
-                 preload: list[str] | None = None) -> None:
+                 preload: list[str] | None = None, learn: str | None = None) -> None:
         self.tasks = tasks
         self.state_dir = state_dir
         self.workers = workers
@@ -110,6 +110,7 @@ class Packer:
         self.stopping = False
         self.stopped_by: int | None = None  # the signal that stopped it
         self.preload = preload or []  # modules each warm worker imports before its first fork
+        self.learn = learn  # (a pool's) where runs record the libraries workers preload next
         self.pool: pools.Watcher | None = None  # (a pool's packer: its task file grows)
 
     def _path(self, index: int, suffix: str) -> str:
@@ -230,7 +231,7 @@ class Packer:
         env = dict(os.environ)
         if self.gpus:  # worker i runs its tasks on GPU i (round robin past the last)
             env["CUDA_VISIBLE_DEVICES"] = self.gpus[slot % len(self.gpus)]
-        worker = WarmWorker(env, self.preload) if self.warm else None
+        worker = WarmWorker(env, self.preload, self.learn) if self.warm else None
         try:
             while True:
                 index = self._take()
@@ -422,9 +423,14 @@ def main(argv: list[str] | None = None) -> int:
                         "many seconds without one")
     parser.add_argument("--preload", help="comma-separated modules each warm worker imports "
                         "before it forks its first run")
+    parser.add_argument("--learn-preloads", action="store_true", help="(a pool) each warm "
+                        "worker also imports, before its next fork, the installed libraries "
+                        "earlier runs imported (recorded in the pool's learned/ folder)")
     args = parser.parse_args(argv)
     if args.pool_idle is not None and not (args.runs and args.warm):
         parser.error("--pool-idle needs --runs and --warm")
+    if args.learn_preloads and args.pool_idle is None:
+        parser.error("--learn-preloads is for a pool's packer (--pool-idle)")
     rank, _, world = rank_info()  # (srun's, a packer on each node: the packer's place;
     forget_rank()                  # not the runs' rank)
     tasks = [] if args.pool_idle is not None else read_tasks(args.taskfile)
@@ -443,7 +449,9 @@ def main(argv: list[str] | None = None) -> int:
                     only=_tasks_left(os.environ.get(ENV_CONTINUE)),
                     claims=os.path.join(args.state_dir, f"claims-{submission_id()}")
                     if args.shared else None, peer=(rank, world),
-                    preload=args.preload.split(",") if args.preload else None)
+                    preload=args.preload.split(",") if args.preload else None,
+                    learn=os.path.join(os.path.dirname(os.path.abspath(args.taskfile)),
+                                       pools.LEARNED) if args.learn_preloads else None)
     if args.pool_idle is not None:  # (it reads the task file as it grows)
         packer.pool = pools.Watcher(os.path.dirname(os.path.abspath(args.taskfile)),
                                     args.pool_idle, packer)

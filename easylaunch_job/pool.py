@@ -11,6 +11,8 @@ while with nothing to do. Each start of a pool has a folder of its own,
 - ``ended``: written by the packer as it ends (why, in words); a pool with it takes no runs;
   a Slurm pool's packer stopped at its time limit's warning with runs left writes none: it
   submits the pool's job script again, and ``pool.json`` names the new job;
+- ``learned/``: with ``learn``, the installed libraries each run imported, which the workers
+  import before their next fork (:mod:`easylaunch_job.warm`);
 - ``wake``: a FIFO the packer listens on, so that a run added on its machine starts at once
   (on another node, the packer finds new lines at its next look).
 
@@ -47,6 +49,7 @@ ENDED = "ended"
 WAKE = "wake"
 LOCK = "pool.lock"
 LOG = "packer.log"
+LEARNED = "learned"  # where runs record the libraries they imported (start_pool(learn=True))
 LOOK_SECONDS = 0.05  # how often the packer looks for runs added from another node
 
 

@@ -1,5 +1,9 @@
 """The packer's warm workers: a Python with the job side and cloudpickle loaded once
 (``python job.pyz serve``) that forks a child per run, instead of a new interpreter per task.
+
+A pool's workers may also learn their preloads (``--learn DIR``): each run records in DIR the
+installed libraries it imported (modules from site-packages), and each worker imports those
+before its next fork. The runs' own code, and modules beside their script, load in each run.
 """
 
 from __future__ import annotations
@@ -7,12 +11,21 @@ from __future__ import annotations
 import contextlib
 import importlib
 import os
+import site
 import subprocess
 import sys
+import sysconfig
 
 from easylaunch_job import self_command
 from easylaunch_job.environment import ENV_RERUN, ENV_TIMEOUT_SIGNAL, TIMEOUT_SIGNAL, exit_code
-from easylaunch_job.records import BUNDLE_JSON, STDERR_LOG, STDOUT_LOG, read_json
+from easylaunch_job.records import (
+    BUNDLE_JSON,
+    STDERR_LOG,
+    STDOUT_LOG,
+    DamagedRecord,
+    read_json,
+    write_json_atomic,
+)
 from easylaunch_job.run import run_bundle
 
 
@@ -23,9 +36,11 @@ class WorkerDied(Exception):
 class WarmWorker:
     """A Python with the job side loaded that forks one child per run (``serve``)."""
 
-    def __init__(self, env: dict[str, str], preload: list[str] | None = None) -> None:
+    def __init__(self, env: dict[str, str], preload: list[str] | None = None,
+                 learn: str | None = None) -> None:
         self.proc = subprocess.Popen(
-            [*self_command(), "serve", *(["--preload", ",".join(preload)] if preload else [])],
+            [*self_command(), "serve", *(["--preload", ",".join(preload)] if preload else []),
+             *(["--learn", learn] if learn else [])],
             env=env,
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, universal_newlines=True, bufsize=1)
 
@@ -58,7 +73,8 @@ class WarmWorker:
 def serve(argv: list[str] | None = None) -> int:
     """Worker loop: for each ``bundle<TAB>log dir<TAB>rerun`` on stdin, fork a child to run it.
     ``--preload a,b``: modules imported once here, before the first fork (a pool's heavy
-    libraries); the runs' own code is loaded in each child."""
+    libraries); ``--learn DIR``: also those earlier runs imported (see the module's doc). The
+    runs' own code is loaded in each child."""
     try:
         import cloudpickle  # noqa: F401 - loaded once here, inherited by every child
     except ImportError:
@@ -66,24 +82,64 @@ def serve(argv: list[str] | None = None) -> int:
               "(pip install cloudpickle)", file=sys.stderr)
         return 1
     args = argv or []
-    for name in args[args.index("--preload") + 1].split(",") if "--preload" in args else []:
-        try:
-            importlib.import_module(name)
-        except Exception as exc:  # (a run that needs it says so itself)
-            print(f"packer: could not preload {name}: {type(exc).__name__}: {exc}",
-                  file=sys.stderr)
+    tried: set[str] = set()
+    _preload(args[args.index("--preload") + 1].split(",") if "--preload" in args else [], tried)
+    learn = args[args.index("--learn") + 1] if "--learn" in args else None
     for line in sys.stdin:
+        if learn is not None:
+            _preload(_learned(learn), tried)
         bundle, log_dir, rerun = line.rstrip("\n").split("\t")
         pid = os.fork()
         if pid == 0:
-            os._exit(_run_child(bundle, log_dir, rerun == "1"))
+            os._exit(_run_child(bundle, log_dir, rerun == "1", learn))
         print(f"pid {pid}", flush=True)
         print(f"exit {exit_code(os.waitpid(pid, 0)[1])}", flush=True)
     return 0
 
 
-def _run_child(bundle: str, log_dir: str, rerun: bool) -> int:
-    """In the forked child: the environment and logs a task line sets up, then the run."""
+def _preload(names: list[str], tried: set[str]) -> None:
+    """Import each module not tried yet (one that fails is said once: a run that needs it
+    says so itself)."""
+    for name in names:
+        if name in tried or name in sys.modules:
+            continue
+        tried.add(name)
+        try:
+            importlib.import_module(name)
+        except Exception as exc:
+            print(f"packer: could not preload {name}: {type(exc).__name__}: {exc}",
+                  file=sys.stderr)
+
+
+def _learned(folder: str) -> list[str]:
+    """The libraries the runs recorded in ``folder`` imported."""
+    names: set[str] = set()
+    with contextlib.suppress(OSError):
+        for entry in os.listdir(folder):
+            with contextlib.suppress(OSError, DamagedRecord):
+                names.update(read_json(os.path.join(folder, entry)).get("imported", []))
+    return sorted(names)
+
+
+def installed_modules() -> list[str]:
+    """The top-level modules this process imported from site-packages: installed libraries,
+    not the run's own code (cloudpickle and private modules left out)."""
+    paths = {sysconfig.get_paths()[key] for key in ("purelib", "platlib")}
+    paths.update(getattr(site, "getsitepackages", list)())
+    roots = tuple(os.path.realpath(p) + os.sep for p in paths)
+    found = []
+    for name, module in list(sys.modules.items()):
+        path = getattr(module, "__file__", None)
+        if "." in name or name.startswith("_") or name == "cloudpickle" or not path:
+            continue
+        if os.path.realpath(path).startswith(roots):
+            found.append(name)
+    return sorted(found)
+
+
+def _run_child(bundle: str, log_dir: str, rerun: bool, learn: str | None) -> int:
+    """In the forked child: the environment and logs a task line sets up, then the run (with
+    ``learn``, then the libraries it imported are recorded there)."""
     os.setsid()
     os.makedirs(log_dir, exist_ok=True)
     code_dirs = [os.path.join(bundle, d)
@@ -104,3 +160,8 @@ def _run_child(bundle: str, log_dir: str, rerun: bool) -> int:
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
+        if learn is not None:
+            with contextlib.suppress(OSError):
+                os.makedirs(learn, exist_ok=True)
+                write_json_atomic(os.path.join(learn, f"{os.getpid()}.json"),
+                                  {"imported": installed_modules()})

@@ -183,10 +183,15 @@ def which_code(doodad_config, variant):
 
 
 def loaded(doodad_config, variant):
-    """Which of ``modules`` were imported when the run started."""
+    """Which of ``modules`` were imported when the run started (then it imports
+    ``then_import``)."""
+    import importlib
     import sys
 
-    return {name: name in sys.modules for name in variant["modules"]}
+    found = {name: name in sys.modules for name in variant["modules"]}
+    for name in variant.get("then_import", []):
+        importlib.import_module(name)
+    return found
 
 
 def double(doodad_config, variant):

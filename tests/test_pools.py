@@ -76,6 +76,25 @@ def test_only_the_pools_preloads_are_loaded_before_a_run(cfg):
         stop_pool("bare", cfg)
 
 
+def test_a_learning_pool_preloads_the_libraries_its_earlier_runs_imported(cfg):
+    """learn=True: a library one run imported is loaded before the next run starts. The
+    pool records installed libraries only: the test's own module is not among them."""
+    pool = start_pool("learning", workers=1, idle="10m", learn=True, config=cfg)
+    try:
+        first = run_experiment(jobfns.loaded, variant={"modules": ["numpy"],
+                                                       "then_import": ["numpy"]},
+                               mode="local", pool="learning", config=cfg)
+        assert first.result(timeout=60) == {"numpy": False}
+        later = run_experiment(jobfns.loaded, variant={"modules": ["numpy"]}, mode="local",
+                               pool="learning", config=cfg)
+        assert later.result(timeout=60) == {"numpy": True}
+    finally:
+        stop_pool("learning", cfg)
+    recorded = {name for path in Path(pool.folder, "learned").iterdir()
+                for name in json.loads(path.read_text())["imported"]}
+    assert "numpy" in recorded and "jobfns" not in recorded, recorded
+
+
 def test_a_killed_run_leaves_its_worker_and_the_pool_going(pool, cfg):
     victim = run_experiment(jobfns.sleep_with_child, mode="local", pool=pool, config=cfg)
     runner, _ = run_pids(victim.log_dir)

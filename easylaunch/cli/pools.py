@@ -13,10 +13,11 @@ from easylaunch.modes.local import pools
 def _pool_start(args: argparse.Namespace) -> int:
     pool = pools.start_pool(args.name, workers=args.workers, idle=args.idle, config=args.config,
                             preload=[m for m in (args.preload or "").split(",") if m],
-                            on=args.on, time_limit=args.time, gpus=args.gpus,
-                            cluster=args.cluster)
+                            learn=args.learn, on=args.on, time_limit=args.time,
+                            gpus=args.gpus, cluster=args.cluster)
     print(f"pool {pool.name}: {pool.workers} workers"
           + (f", {', '.join(pool.preload)} preloaded" if pool.preload else "")
+          + (", preloading what its runs import" if args.learn else "")
           + f"; it ends after {args.idle} with no run. Launch into it: "
           f"run_sweep(..., pool={pool.name!r}"
           + (f", cluster={args.cluster!r})" if args.cluster else ")"))
@@ -62,6 +63,8 @@ def add_pool(command: AddCommand) -> None:
                        "this machine; 1 on Slurm)")
     start.add_argument("--preload", help="comma-separated modules each worker imports once "
                        "(e.g. torch,numpy)")
+    start.add_argument("--learn", action="store_true", help="each worker also imports the "
+                       "installed libraries earlier runs imported, before its next run")
     start.add_argument("--idle", default="20m", help="end after this long with no run "
                        "(default: 20m)")
     start.add_argument("--on", choices=("local", "slurm", "allocation"), default="local",

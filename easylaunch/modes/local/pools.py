@@ -130,8 +130,9 @@ def live_pool(transport: Transport, root: str, name: str) -> PoolState:
 
 
 def start_pool(name: str, *, workers: int | None = None, preload: list[str] | None = None,
-               idle: str | float = "20m", on: str = "local", time_limit: str | float = "1h",
-               gpus: int = 0, cluster: str | None = None, config: ConfigArg = None) -> PoolState:
+               learn: bool = False, idle: str | float = "20m", on: str = "local",
+               time_limit: str | float = "1h", gpus: int = 0, cluster: str | None = None,
+               config: ConfigArg = None) -> PoolState:
     """Start a warm pool that takes runs in milliseconds.
 
     ```python
@@ -143,6 +144,9 @@ def start_pool(name: str, *, workers: int | None = None, preload: list[str] | No
         name: The pool's name; launches name it with ``pool=``.
         workers: How many runs run at once. Default: one per CPU here; 1 on Slurm.
         preload: Modules each worker imports once, before it forks a run.
+        learn: Each worker also imports the installed libraries (modules from
+            site-packages) that earlier runs of the pool imported, before its next run.
+            Your own code still loads in each run; a library you reinstall needs a new pool.
         idle: The pool ends after this long with no run ("20m", "1h", or seconds).
         on: Where the workers run. ``"local"``: this machine. ``"slurm"``: an allocation
             of its own, of ``workers`` CPUs and ``gpus`` GPUs, for ``time_limit``. At its
@@ -207,6 +211,7 @@ def start_pool(name: str, *, workers: int | None = None, preload: list[str] | No
             f"{folder}/{layout.TASK_STATE}", "--workers", str(count), "--runs",
             f"{folder}/{layout.RUNS}", "--warm", "--pool-idle", str(idle_seconds),
             *(["--preload", ",".join(modules)] * bool(modules)),
+            *(["--learn-preloads"] * learn),
             # (at its time limit's warning, the runs left go on in a new allocation)
             *(["--resubmit", f"{folder}/{SCRIPT}", "--scheduler", "slurm"] * (on == "slurm"))]
     if on == "allocation":  # (a job step of the allocation: srun lives here, the packer there)
@@ -218,7 +223,8 @@ def start_pool(name: str, *, workers: int | None = None, preload: list[str] | No
         files[SCRIPT] = _script(res, name, folder, argv,
                                 settings.SLURM_SIGNAL_SECONDS).encode()
     _send(transport, folder, files)
-    meta: dict = {"name": name, "workers": count, "preload": modules, "gpus": gpus,
+    meta: dict = {"name": name, "workers": count, "preload": modules, "learn": learn,
+                  "gpus": gpus,
                   "idle_seconds": idle_seconds, "started_at": time.time()}
     if res is not None:
         meta["job_id"] = _submit(transport, folder)
