@@ -9,11 +9,11 @@
    ``local``, a pool in a Slurm allocation on the test cluster (goal: <= 1.3x local), the same
    pool from a laptop over SSH (goal: <= 1.5x local; scripts/ssh-up.sh's user), ``htp`` and
    ``slurm`` (scripts/slurm-up.sh).
-4. A search of ``--trials`` trials of 1-5 s into a pool of two workers: the share of the
-   workers' time with no trial (goal <= 3%; the issue's figure is 200 trials on 4 workers;
-   this machine has 2 cores).
+4. A search of ``--trials`` trials of 1-5 s into a pool of ``--search-workers`` workers
+   (default 2): the share of the workers' time with no trial (goal <= 3%; the issue's figure
+   is 200 trials on 4 workers: ``--trials 200 --search-workers 4``).
 
-Usage: python bench/bench_pools.py [--calls 20] [--runs 100] [--trials 30]
+Usage: python bench/bench_pools.py [--calls 20] [--runs 100] [--trials 30] [--search-workers 2]
 """
 
 from __future__ import annotations
@@ -85,6 +85,7 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=20)
     parser.add_argument("--runs", type=int, default=100)
     parser.add_argument("--trials", type=int, default=30)
+    parser.add_argument("--search-workers", type=int, default=2)
     args = parser.parse_args()
     calls = args.calls
     with tempfile.TemporaryDirectory(prefix="bench-pools-") as tmp:
@@ -102,13 +103,14 @@ def main() -> None:
             cold = dispatch(cfg, max(3, calls // 4))
         finally:
             stop_pool("bench", cfg)
-        searching = start_pool("search", workers=2, idle="10m", config=cfg)
+        slots = args.search_workers
+        searching = start_pool("search", workers=slots, idle="10m", config=cfg)
         try:
             search = run_search(light.trial, {"x": [0.1, 0.3, 0.5, 0.9],
                                               "seconds": [1, 2, 3, 4, 5]}, "loss",
-                                n_trials=args.trials, max_parallel=2, sampler="random",
+                                n_trials=args.trials, max_parallel=slots, sampler="random",
                                 pruner=None, seed=0, mode="local", pool="search", config=cfg)
-            searched = idle_share(Path(searching.folder), 2)
+            searched = idle_share(Path(searching.folder), slots)
             counts = search.summary()["counts"]
         finally:
             stop_pool("search", cfg)
@@ -152,7 +154,7 @@ def main() -> None:
           f"htp {htp_sweep:.2f} "
           f"({htp_sweep / local_sweep:.2f}x); slurm {slurm_sweep:.2f} "
           f"({slurm_sweep / local_sweep:.2f}x)")
-    print(f"a search of {args.trials} trials of 1-5 s into a pool of 2 workers: the workers "
+    print(f"a search of {args.trials} trials of 1-5 s into a pool of {slots} workers: the workers "
           f"idle {100 * searched:.1f}% of the time (goal <= 3%); "
           f"{counts}")
 
