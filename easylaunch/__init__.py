@@ -12,7 +12,8 @@ TYPE_CHECKING = False  # (as typing's, which type checkers read so; importing ty
 if TYPE_CHECKING:
     from typing import Any
 
-    from easylaunch.api.launch import get_job, run_command, run_commands, run_experiment, run_sweep
+    from easylaunch.api.commands import run_command, run_commands
+    from easylaunch.api.launch import get_job, run_experiment, run_sweep
     from easylaunch.api.resubmission import resubmit, resubmit_launch
     from easylaunch.api.search import Search, run_search
     from easylaunch.errors import (
@@ -35,8 +36,8 @@ __version__ = "0.1.0"
 
 # each public name -> the module it is imported from on first use
 _MODULE_OF = {
-    **dict.fromkeys(("get_job", "run_command", "run_commands", "run_experiment", "run_sweep"),
-                    "easylaunch.api.launch"),
+    **dict.fromkeys(("get_job", "run_experiment", "run_sweep"), "easylaunch.api.launch"),
+    **dict.fromkeys(("run_command", "run_commands"), "easylaunch.api.commands"),
     **dict.fromkeys(("resubmit", "resubmit_launch"), "easylaunch.api.resubmission"),
     **dict.fromkeys(("Search", "run_search"), "easylaunch.api.search"),
     **dict.fromkeys(("EasyLaunchError", "JobCancelledError", "JobFailedError", "LaunchError",

@@ -21,7 +21,8 @@ except SystemExit:
     pass
 print(json.dumps(sorted(sys.modules)))
 """
-LAUNCH_PATH = {"easylaunch.api", "easylaunch.api.launch", "easylaunch.runs.payload",
+LAUNCH_PATH = {"easylaunch.api", "easylaunch.api.launch", "easylaunch.api.starting",
+               "easylaunch.api.commands", "easylaunch.runs.payload",
                "easylaunch.runs.importable", "easylaunch.modes.hosts",
                "easylaunch.modes.scheduled", "easylaunch.modes.cloud", "easylaunch.dashboard",
                "rich"}

@@ -9,14 +9,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from easylaunch.api.launch import (
+from easylaunch.api.options import LaunchOptions, registry_of
+from easylaunch.api.starting import (
     SETTINGS_STORE,
-    LaunchOptions,
-    _Launch,
-    _restart_policy,
-    _start,
-    _started,
-    registry_of,
+    Launch,
+    restart_policy,
+    start_runs,
+    started,
 )
 from easylaunch.errors import LaunchError
 from easylaunch.modes import get_mode
@@ -116,7 +115,7 @@ def resubmit_launch(ids: list[str], config: ConfigArg = None, detach: bool | Non
         "settings": (settings.path or "current") if current_settings else "as launched"}}
     if current_code:  # (where the launch ran, so relative paths mean what they meant)
         with in_folder(old.launch_info.get("cwd")):
-            return _started(_launch_again(olds, settings, mode_obj, options, record),
+            return started(_launch_again(olds, settings, mode_obj, options, record),
                             registry)
     changed: dict[str, Any] = {"mode_options": options}  # (launch.json's request fields)
     if current_settings:
@@ -124,7 +123,7 @@ def resubmit_launch(ids: list[str], config: ConfigArg = None, detach: bool | Non
             save_settings(settings, Path(saved["log_root"]) / SETTINGS_STORE)))
     launch_id = new_run_id()
     runs = [clone_run(job.log_dir, launch_id, lambda run: registry.add([registry_row(run)]),
-                      changed, _restart_policy(settings) if current_settings else None, record)
+                      changed, restart_policy(settings) if current_settings else None, record)
             for job in olds]
     request = LaunchRequest.of_launch(runs[0].launch, [run.variant for run in runs])
     try:
@@ -132,11 +131,11 @@ def resubmit_launch(ids: list[str], config: ConfigArg = None, detach: bool | Non
     except BaseException as exc:
         registry.update_many(aborted(runs, exc))
         raise
-    return _start(mode_obj, request, runs, facts, registry)
+    return start_runs(mode_obj, request, runs, facts, registry)
 
 
 def _launch_again(olds: list[Job], settings: Settings, mode_obj: Mode, options: dict,
-                  record: dict) -> _Launch:
+                  record: dict) -> Launch:
     """The runs ``olds`` (of one launch) as a new launch of their sweep, from their launching
     script and code folders as they are now: the same variants, experiment and mode options;
     the function found again by its name, code snapshots and git infos made again."""
@@ -155,7 +154,7 @@ def _launch_again(olds: list[Job], settings: Settings, mode_obj: Mode, options: 
         log_root=Path(saved["log_root"]), slurm_config_name=saved["slurm_config_name"],
         script_name=launch.get("script_name") or "")
     check_code_programs(request, code_dirs[0] if code_dirs else None)
-    return _Launch(
+    return Launch(
         opts, settings, mode_obj, options, request, new_run_id(), sweep_of(launch) or "",
         function_bytes, [(j.log_dir / BUNDLE_DIR / VARIANT_PKL).read_bytes() for j in olds],
         None, tuple(dict(record, resubmitted_from=j.id,

@@ -26,13 +26,12 @@ from typing import Any
 
 import cloudpickle
 
-from easylaunch.api.launch import (
+from easylaunch.api.launch import launch_variants, run_experiment
+from easylaunch.api.options import (
     LaunchOptions,
     check_exp_name,
     launch_options,
-    launch_variants,
     mode_for,
-    run_experiment,
     script_name,
 )
 from easylaunch.api.search_driver import (

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from easylaunch.api.launch import run_command, run_commands
+from easylaunch.api.commands import run_command, run_commands
 from easylaunch.cli.runs import follow_logs
 from easylaunch.cli.shared import AddCommand, count
 from easylaunch.errors import EasyLaunchError
