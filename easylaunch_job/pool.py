@@ -226,7 +226,6 @@ class Watcher:
                     self._close(f"no run for {self.idle:.0f} s (its idle time)")
                     return
 
-
     @contextlib.contextmanager
     def ending(self) -> Iterator[None]:
         """Held while the packer ends: no run is added meanwhile, and the runs added until

@@ -85,9 +85,10 @@ def serve(argv: list[str] | None = None) -> int:
     tried: set[str] = set()
     _preload(args[args.index("--preload") + 1].split(",") if "--preload" in args else [], tried)
     learn = args[args.index("--learn") + 1] if "--learn" in args else None
+    read: set[str] = set()  # (the records of runs read already)
     for line in sys.stdin:
         if learn is not None:
-            _preload(_learned(learn), tried)
+            _preload(_learned(learn, read), tried)
         bundle, log_dir, rerun = line.rstrip("\n").split("\t")
         pid = os.fork()
         if pid == 0:
@@ -111,11 +112,13 @@ def _preload(names: list[str], tried: set[str]) -> None:
                   file=sys.stderr)
 
 
-def _learned(folder: str) -> list[str]:
-    """The libraries the runs recorded in ``folder`` imported."""
+def _learned(folder: str, read: set[str]) -> list[str]:
+    """The libraries the runs recorded in ``folder`` imported (records not in ``read``, which
+    gets their names)."""
     names: set[str] = set()
     with contextlib.suppress(OSError):
-        for entry in os.listdir(folder):
+        for entry in set(os.listdir(folder)) - read:
+            read.add(entry)
             with contextlib.suppress(OSError, DamagedRecord):
                 names.update(read_json(os.path.join(folder, entry)).get("imported", []))
     return sorted(names)
