@@ -298,6 +298,22 @@ def test_a_search_runs_its_trials_in_a_pool(pool, cfg):
     assert shown.done == 5
 
 
+def test_commands_run_as_runs_in_a_pool(pool, cfg):
+    """run_command and run_commands with pool=: each command is a run the pool takes; its
+    exit code and output are the run's."""
+    from easylaunch import run_command, run_commands
+
+    ok = run_command("python -c 'print(6 * 7)'", mode="local", pool=pool, config=cfg)
+    failing = run_commands(["sh -c 'echo no >&2; exit 3'", "true"], mode="local",
+                           pool=pool, config=cfg)
+    assert ok.wait(timeout=60) is JobState.SUCCEEDED
+    assert (ok.log_dir / "stdout.log").read_text() == "42\n"
+    assert [j.wait(timeout=60) for j in failing] == [JobState.FAILED, JobState.SUCCEEDED]
+    assert failing[0].info()["exit_code"] == 3
+    (shown,) = list_pools(cfg)
+    assert shown.done == 3
+
+
 def test_a_slurm_pool_its_partition_cannot_hold_is_refused_before_anything_is_made(slurm_cfg):
     with pytest.raises(LaunchError, match=r"pool 'long' cannot have its allocation of 1 CPUs, "
                                           r"0 GPUs and 480 minutes \(.*partition 'debug' allows "
