@@ -104,6 +104,25 @@ def test_a_scheduler_of_the_core_alone_writes_a_sweeps_array_script(cfg, tmp_pat
     assert shown.commands == [f"cd {posixpath.dirname(path)} && bsub {path}"]
 
 
+def test_a_scheduler_of_the_core_alone_submits_a_sweep_and_says_where_it_went(
+        cfg, tmp_path, monkeypatch, capsys):
+    """A stand-in bsub prints LSF's answer: the runs record their array and elements, and the
+    launch line names the job, though the scheduler's fields never named the array."""
+    monkeypatch.setitem(MODES, "lsf", f"{__name__}:LSF")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "bsub").write_text("#!/bin/sh\necho 'Job <4711> is submitted to queue "
+                                  "<short>.'\n")
+    (bin_dir / "bsub").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    jobs = run_sweep(jobfns.train, [{}, {}], exp_name="lsf-sweep", mode="lsf", queue="short",
+                     config=cfg)
+    backends = [job.launch_info["backend"] for job in jobs]
+    assert [(b["array_job_id"], b["lsf_job_id"]) for b in backends] == [
+        ("4711", "4711[1]"), ("4711", "4711[2]")]
+    assert "submitted as LSF job 4711 (an array of 2)" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("ask, what, has", [
     (shells, "easylaunch shell", "Shells (interactive_argv, shell_argv, shell_lookup)"),
     (packing, "mode 'lsf_htp'", "Packing (node_workers, packed, packed_gpus, packed_header)"),

@@ -207,8 +207,10 @@ class ArrayMode(ScheduledMode):
         for array, job_id in zip(prepared.arrays, job_ids, strict=True):
             for index, run in enumerate(array.runs):
                 log_there = f"{root}/{run.log_dir.relative_to(request.log_root)}"
-                run.record_backend(job_log_dir=log_there, **self.scheduler.element_fields(
-                    job_id, index, len(array.runs), array.script_there, prepared.facts.details))
+                run.record_backend(job_log_dir=log_there, array_job_id=job_id,
+                                   **self.scheduler.element_fields(
+                                       job_id, index, len(array.runs), array.script_there,
+                                       prepared.facts.details))
         return [RunRecord.of_run(run) for run in runs]
 
     def launched(self, runs: list[Run]) -> str:

@@ -56,7 +56,7 @@ class Scheduler(ABC):
     def element_fields(self, job_id: str, index: int, count: int, script: str,
                        details: dict) -> dict:
         """What launch.json records for entry ``index`` (0-based) of ``count`` submitted
-        as ``job_id`` from ``script``."""
+        as ``job_id`` from ``script`` (the mode records ``array_job_id`` itself)."""
 
     @abstractmethod
     def status_commands(self, job_ids: Sequence[str], backends: list[dict]) -> list[list[str]]:

@@ -306,7 +306,7 @@ def job_exports(res: Resources, resubmit: str | None) -> str:
 
 def element_fields(job_id: str, index: int, count: int, script: str, details: dict) -> dict:
     element = job_id if count == 1 else element_id(job_id, index + 1)
-    return {"pbs_job_id": element, "array_job_id": job_id, "array_index": index + 1,
+    return {"pbs_job_id": element, "array_index": index + 1,
             "script": script, "qstat_json": details["qstat_json"]}
 
 

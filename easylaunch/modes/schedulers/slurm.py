@@ -391,8 +391,7 @@ def submit_op(script: str) -> RunOp:
 
 def element_fields(job_id: str, index: int, count: int, script: str, details: dict) -> dict:
     folder = script.rsplit("/", 1)[0]
-    return {"slurm_job_id": f"{job_id}_{index}", "array_job_id": job_id,
-            "array_index": index, "script": script,
+    return {"slurm_job_id": f"{job_id}_{index}", "array_index": index, "script": script,
             "slurm_output": f"{folder}/slurm-{job_id}_{index}.out"}
 
 
