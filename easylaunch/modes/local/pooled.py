@@ -15,7 +15,7 @@ from easylaunch.errors import LaunchError
 from easylaunch.modes.hosted import BackendQuery, completed
 from easylaunch.modes.hosts.transport import checked
 from easylaunch.modes.local.detached import DetachedLocalMode
-from easylaunch.modes.local.pools import PoolState, holder, live_pool
+from easylaunch.modes.local.pools import PoolState, live_pool, pools_root
 from easylaunch.modes.ssh import HostFacts, Pack
 from easylaunch.runs.bundle import Run
 from easylaunch.runs.preview import Preview
@@ -39,8 +39,8 @@ class PooledMode(DetachedLocalMode):
         if self.opts.get("max_parallel") is not None:
             raise LaunchError(f"pool {name!r} runs as many runs at once as it has workers "
                               "(pool start --workers); leave max_parallel out")
-        transport, root = holder(self.settings, self.host_name())
-        self.pool = live_pool(transport, root, name)
+        transport = self.transport  # (one transport: the runs' and the pool's)
+        self.pool = live_pool(transport, pools_root(self.settings, transport), name)
         if request.use_gpu and not self.pool.gpus:
             raise LaunchError(f"use_gpu=True, but pool {name!r} holds no GPUs: start it with "
                               "--gpus N (on Slurm, or in an allocation you hold)")
@@ -109,4 +109,5 @@ class PooledMode(DetachedLocalMode):
 def _allocation(job: RunRecord) -> str | None:
     """The Slurm allocation of the pool a run is in: the one its pool went on in (at its time
     limit), else the one it was added to."""
-    return job.info().get("next_job_id") or job.launch_info["backend"].get("pool_job")
+    added_to = job.launch_info["backend"].get("pool_job")  # (a pool on this machine: None,
+    return added_to and (job.info().get("next_job_id") or added_to)  # its record unread)

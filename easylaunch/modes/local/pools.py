@@ -93,9 +93,15 @@ def holder(settings: Settings, cluster: str | None) -> tuple[Transport, str]:
     """The machine that holds the pools (this one, or ``cluster`` over SSH), and the log root
     they are under there."""
     transport = hosts.transport_to(settings, cluster, settings.LOCAL_PYTHON or sys.executable)
-    root = transport.log_dir if cluster is not None and transport.log_dir else \
-        os.path.expanduser(os.fspath(settings.LOCAL_LOG_DIR))
-    return transport, root
+    return transport, pools_root(settings, transport)
+
+
+def pools_root(settings: Settings, transport: Transport) -> str:
+    """The log root the pools are under on the machine ``transport`` reaches: a cluster's
+    log_dir, else LOCAL_LOG_DIR."""
+    if not transport.is_local and transport.log_dir:
+        return transport.log_dir
+    return os.path.expanduser(os.fspath(settings.LOCAL_LOG_DIR))
 
 
 def _ask(transport: Transport, root: str, action: Literal["find", "list", "stop"],
