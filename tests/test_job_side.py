@@ -12,6 +12,7 @@ from conftest import REPO_DIR
 
 import easylaunch_job
 from easylaunch.runs.jobpack import job_archive
+from easylaunch_job.schedulers import SCHEDULERS
 
 JOB_SIDE = REPO_DIR / "easylaunch_job"
 HOST_SIDE = REPO_DIR / "easylaunch"
@@ -166,7 +167,7 @@ def test_each_job_script_names_its_scheduler_and_the_job_side_takes_that_table(m
 
     from easylaunch.modes.schedulers import pbs, slurm
     from easylaunch_job.environment import ENV_SCHEDULER
-    from easylaunch_job.schedulers import SCHEDULERS, this_jobs
+    from easylaunch_job.schedulers import this_jobs
 
     script = tmp_path / "job.sh"
     script.write_text("#!/bin/bash\n#PBS -J 0-3\n#SBATCH --array=0-3\ntrue\n")
@@ -181,8 +182,9 @@ def test_each_job_script_names_its_scheduler_and_the_job_side_takes_that_table(m
 
 
 def test_job_pyz_submit_refuses_a_scheduler_it_does_not_know(tmp_path):
-    done = subprocess.run([sys.executable, str(_write_archive(tmp_path)), "submit", "lsf",
+    done = subprocess.run([sys.executable, str(_write_archive(tmp_path)), "submit", "nqs",
                            str(tmp_path / "ids.txt"), "r1", "true"], capture_output=True,
                           text=True)
-    assert done.returncode == 2 and "usage: job.pyz submit {slurm,pbs}" in done.stderr
+    known = ",".join(SCHEDULERS)
+    assert done.returncode == 2 and f"usage: job.pyz submit {{{known}}}" in done.stderr
     assert not (tmp_path / "ids.txt").exists()

@@ -1,78 +1,23 @@
-"""A scheduler as a maintainer adds one: the core of ten members (an LSF-like scheduler here,
-``bsub`` arrays) is enough for a mode to write and submit a sweep's array script, and what it
-does not declare (shells, packing, broadcast) is refused by name."""
+"""A scheduler as a maintainer adds one: the core of ten members (an LSF-like scheduler,
+``bsub`` arrays, from tests/fixtures/plugin) is enough for a mode to write and submit a
+sweep's array script, and what it does not declare (shells, packing, broadcast) is refused by
+name."""
 
 import os
 import posixpath
-import re
-from dataclasses import dataclass
+import sys
 
 import jobfns
 import pytest
+from conftest import TESTS_DIR
 
 from easylaunch import run_sweep
 from easylaunch.errors import LaunchError
 from easylaunch.modes import MODES
-from easylaunch.modes.base import Composed
-from easylaunch.modes.scheduled.job_arrays import ARRAY_OPTIONS, ArrayMode
-from easylaunch.modes.schedulers import (
-    Scheduler,
-    broadcasting,
-    packing,
-    shells,
-    slurm,
-)
-from easylaunch_job.schedulers import JobSide
+from easylaunch.modes.schedulers import Scheduler, broadcasting, packing, shells, slurm
 
-
-@dataclass(frozen=True)
-class LsfResources:
-    queue: str
-
-
-def _no_resubmission(script):
-    raise NotImplementedError("(restarts=False: never asked)")
-
-
-LSF_SIDE = JobSide("lsf", "LSF", "bsub", (),
-                   lambda out: (re.findall(r"Job <(\d+)>", out) or [""])[-1], _no_resubmission,
-                   index="$(( ${LSB_JOBINDEX:-1} - 1 ))", own_prefixes=("LSB_",))
-
-
-class Lsf(Scheduler):
-    """The core alone."""
-
-    NAME = "LSF"
-    SIDE = LSF_SIDE
-    OPTIONS = {"queue": None}
-
-    def resources(self, settings, opts, request):
-        return LsfResources(opts.get("queue") or "normal")
-
-    def array_header(self, res, job_name, script, count, parallelism, settings):
-        return [f"#BSUB -J {job_name}[1-{count}]", f"#BSUB -q {res.queue}",
-                f"#BSUB -o {posixpath.dirname(script)}/lsf-%J_%I.out"]
-
-    def job_exports(self, res, resubmit):
-        return ""
-
-    def element_fields(self, job_id, index, count, script, details):
-        return {"lsf_job_id": f"{job_id}[{index + 1}]", "script": script}
-
-    def status_commands(self, job_ids, backends):
-        return [["bjobs", "-noheader", "-o", "jobid stat", *job_ids]]
-
-    def read_states(self, job_ids, answers, backends):
-        said = dict(line.split() for line in answers[0].stdout.splitlines() if line.strip())
-        states = {"PEND": "queued", "RUN": "running", "DONE": "succeeded", "EXIT": "failed"}
-        return {j: states.get(said.get(j, ""), "unknown") for j in job_ids}
-
-    def cancel_command(self, job_id):
-        return ["bkill", job_id]
-
-
-LSF = Composed("lsf", ArrayMode, {**Lsf.OPTIONS, **ARRAY_OPTIONS}, restarts=False,
-               parts={"scheduler": Lsf()})
+sys.path.insert(0, str(TESTS_DIR / "fixtures" / "plugin"))
+from easylaunch_lsf import Lsf  # noqa: E402  (the fixture's folder is no package)
 
 
 def test_a_scheduler_defines_ten_members_and_the_rest_has_defaults():
@@ -89,7 +34,7 @@ def test_a_scheduler_defines_ten_members_and_the_rest_has_defaults():
 
 def test_a_scheduler_of_the_core_alone_writes_a_sweeps_array_script(cfg, tmp_path,
                                                                      monkeypatch):
-    monkeypatch.setitem(MODES, "lsf", f"{__name__}:LSF")
+    monkeypatch.setitem(MODES, "lsf", "easylaunch_lsf:SCHEDULER")
     bin_dir = tmp_path / "bin"  # (a dry run asks whether bsub is there, and never runs it)
     bin_dir.mkdir()
     (bin_dir / "bsub").write_text("#!/bin/sh\necho 'a dry run submitted' >&2\nexit 1\n")
@@ -108,7 +53,7 @@ def test_a_scheduler_of_the_core_alone_submits_a_sweep_and_says_where_it_went(
         cfg, tmp_path, monkeypatch, capsys):
     """A stand-in bsub prints LSF's answer: the runs record their array and elements, and the
     launch line names the job, though the scheduler's fields never named the array."""
-    monkeypatch.setitem(MODES, "lsf", f"{__name__}:LSF")
+    monkeypatch.setitem(MODES, "lsf", "easylaunch_lsf:SCHEDULER")
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "bsub").write_text("#!/bin/sh\necho 'Job <4711> is submitted to queue "

@@ -31,7 +31,7 @@ from easylaunch.modes.jobscript import (
     start_line,
 )
 from easylaunch.modes.scheduled.tracking import ClusterFacts, ScheduledMode
-from easylaunch.modes.schedulers import broadcasting, pbs, slurm
+from easylaunch.modes.schedulers import Broadcast, Scheduler, broadcasting, slurm
 from easylaunch.runs import envpack
 from easylaunch.runs.bundle import Run, make_store
 from easylaunch.runs.preview import Preview, op_line, resource_fields
@@ -242,10 +242,17 @@ class ArrayMode(ScheduledMode):
 
 
 ARRAY_OPTIONS = {"cluster": None, "array_parallelism": None}
-SLURM = Composed("slurm", ArrayMode, {**slurm.OPTIONS, **ARRAY_OPTIONS, "env_pack": None},
-                 restarts=True, parts={"scheduler": slurm.SCHEDULER})
+
+
+def array_mode(name: str, scheduler: Scheduler) -> Composed:
+    """The mode ``name`` that submits a sweep as ``scheduler``'s job arrays: what a
+    :data:`~easylaunch.modes.MODES` line naming a scheduler (``module:SCHEDULER``) stands
+    for. It takes the scheduler's options, and ``env_pack`` where the scheduler can broadcast."""
+    packs = {"env_pack": None} if isinstance(scheduler, Broadcast) else {}
+    return Composed(name, ArrayMode, {**scheduler.OPTIONS, **ARRAY_OPTIONS, **packs},
+                    restarts=True, parts={"scheduler": scheduler})
+
+
 SLURM_SINGULARITY = Composed("slurm_singularity", ArrayMode, {**slurm.OPTIONS, **ARRAY_OPTIONS},
                              restarts=True,
                              parts={"scheduler": slurm.SCHEDULER, "container": SINGULARITY})
-PBS = Composed("pbs", ArrayMode, {**pbs.OPTIONS, **ARRAY_OPTIONS, "env_pack": None},
-               restarts=True, parts={"scheduler": pbs.SCHEDULER})
