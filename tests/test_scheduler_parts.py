@@ -15,6 +15,8 @@ from easylaunch import run_sweep
 from easylaunch.errors import LaunchError
 from easylaunch.modes import MODES
 from easylaunch.modes.schedulers import Scheduler, broadcasting, packing, shells, slurm
+from easylaunch.tracking.listing import job_label
+from easylaunch.tracking.registry import open_registry
 
 sys.path.insert(0, str(TESTS_DIR / "fixtures" / "plugin"))
 from easylaunch_lsf import Lsf  # noqa: E402  (the fixture's folder is no package)
@@ -66,6 +68,8 @@ def test_a_scheduler_of_the_core_alone_submits_a_sweep_and_says_where_it_went(
     assert [(b["array_job_id"], b["lsf_job_id"]) for b in backends] == [
         ("4711", "4711[1]"), ("4711", "4711[2]")]
     assert "submitted as LSF job 4711 (an array of 2)" in capsys.readouterr().err
+    # ls's JOB column names each element, though the listing knows no LSF field by name
+    assert [job_label(open_registry().find(job.id)) for job in jobs] == ["4711[1]", "4711[2]"]
 
 
 @pytest.mark.parametrize("ask, what, has", [

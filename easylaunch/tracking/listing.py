@@ -21,8 +21,10 @@ from easylaunch.tracking.searches import search_folder, search_line, summary_of
 from easylaunch_job.outcome import load_outcome
 from easylaunch_job.records import flat_items
 
-# Backend fields that name what runs a run, by mode family (first one present wins).
-JOB_FIELDS = ("slurm_job_id", "pbs_job_id", "instance_id", "instance_name")
+# Backend fields that name a cloud instance running a run (first one present wins). A
+# scheduler's job is its "<name>_job_id" field (Scheduler.job_id_key), whatever the scheduler.
+INSTANCE_FIELDS = ("instance_id", "instance_name")
+ARRAY_FIELD = "array_job_id"  # (the array an element belongs to: the element's own id wins)
 STATE_ORDER = ("queued", "running", "succeeded", "failed", "timeout", "cancelled")
 VALUE_WIDTH = 14  # a variant value wider than this is cut on a terminal
 TSV_COLUMNS = ("ID", "EXPERIMENT", "MODE", "STATE", "LAUNCHED", "LOG DIR", "SWEEP", "SECONDS",
@@ -66,9 +68,9 @@ def job_label(entry: Entry) -> str:
     """The scheduler's job id (or the instance) that runs the run, or "" for local runs."""
     if entry.job_id:
         return entry.job_id
-    return next((str(entry.backend[f]) for f in JOB_FIELDS if entry.backend.get(f)), "")
-
-
+    jobs = [f for f in entry.backend if f.endswith("_job_id") and f != ARRAY_FIELD]
+    return next((str(entry.backend[f]) for f in (*jobs, *INSTANCE_FIELDS)
+                 if entry.backend.get(f)), "")
 
 
 def flatten(variant: Mapping) -> dict[str, str]:
