@@ -8,8 +8,11 @@ import shlex
 
 from easylaunch import dist
 from easylaunch.cli import examples
-from easylaunch.cli.shared import AddCommand
 from easylaunch.errors import EasyLaunchError
+
+TYPE_CHECKING = False  # (as typing's: the one command every multi-GPU job runs starts lean)
+if TYPE_CHECKING:
+    from easylaunch.cli.shared import AddCommand
 
 
 def _dist_command(args: argparse.Namespace) -> list[str]:

@@ -7,14 +7,11 @@ import argparse
 import collections
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from easylaunch.errors import EasyLaunchError
-
-# (the settings and tracking layers are imported by the commands that read the registry, not
-# by every command's start: ``easylaunch dist``, which every multi-GPU job runs, uses neither)
-if TYPE_CHECKING:
-    from easylaunch.tracking.registry import Registry
+from easylaunch.settings import load_settings
+from easylaunch.tracking import listing
+from easylaunch.tracking.registry import Registry, open_registry
 
 # Adds one subcommand: ``command(name, parents=(), help=..., aliases=...)``.
 AddCommand = Callable[..., argparse.ArgumentParser]
@@ -22,9 +19,6 @@ AddCommand = Callable[..., argparse.ArgumentParser]
 
 def registry_of(args: argparse.Namespace) -> Registry:
     """The registry of the settings ``--config`` (or the usual lookup) names."""
-    from easylaunch.settings import load_settings
-    from easylaunch.tracking.registry import open_registry
-
     return open_registry(load_settings(args.config).REGISTRY_PATH)
 
 
@@ -42,8 +36,6 @@ def count(text: str) -> int:
 def parse_since(text: str) -> float:
     """The ``--since`` argument: :func:`easylaunch.tracking.listing.parse_since`, its error said as
     argparse says one."""
-    from easylaunch.tracking import listing
-
     try:
         return listing.parse_since(text)
     except EasyLaunchError as exc:
