@@ -161,7 +161,7 @@ def test_the_run_records_the_notebook_as_its_script(notebook):
 
 
 def test_without_jupyters_path_a_run_records_a_notebook(notebook):
-    notebook.run("import os\nfrom easylaunch.runs import notebook as nb\n"
+    notebook.run("import os\nfrom easylaunch.runs import process as nb\n"
                  "saved = os.environ.pop('JPY_SESSION_NAME'), __session__\n"
                  "del __session__")
     try:

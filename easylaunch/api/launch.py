@@ -28,11 +28,11 @@ from easylaunch.runs.commands import (
     check_code_programs,
 )
 from easylaunch.runs.preview import Preview, dry_run_by_default
+from easylaunch.runs.process import SESSION
 from easylaunch.runs.rebuild import (
     refuse_launches_while_importing,
 )
 from easylaunch.runs.record import LaunchRequest
-from easylaunch.runs.session import SESSION
 from easylaunch.runs.variants import warn_text_values
 from easylaunch.settings import ConfigArg, load_settings
 from easylaunch.tracking.jobs import Job

@@ -16,7 +16,7 @@ from easylaunch.errors import LaunchError, notice
 from easylaunch.modes import get_mode, restarting_modes
 from easylaunch.modes.base import Mode
 from easylaunch.runs.commands import multi_process_options
-from easylaunch.runs.notebook import notebook_path
+from easylaunch.runs.process import notebook_path
 from easylaunch.runs.rebuild import KEYWORDS_SOURCE
 from easylaunch.runs.variants import check_variant
 from easylaunch.settings import ConfigArg, Settings, load_settings, override

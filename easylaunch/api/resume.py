@@ -23,9 +23,9 @@ from easylaunch.api.options import (
 from easylaunch.errors import LaunchError
 from easylaunch.runs.bundle import new_run_id
 from easylaunch.runs.preview import Preview, dry_run_by_default
+from easylaunch.runs.process import SESSION
 from easylaunch.runs.rebuild import function_name, refuse_launches_while_importing
 from easylaunch.runs.record import RunRecord
-from easylaunch.runs.session import SESSION
 from easylaunch.runs.variants import variant_key
 from easylaunch.settings import Settings, load_settings
 from easylaunch.tracking.jobs import Job

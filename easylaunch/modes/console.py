@@ -18,7 +18,7 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
-from easylaunch.runs.notebook import in_kernel
+from easylaunch.runs.process import in_kernel
 
 T = TypeVar("T")
 INTERRUPTED = "interrupted (Ctrl-C)"

@@ -20,8 +20,8 @@ import cloudpickle
 
 from easylaunch.errors import LaunchError
 from easylaunch.runs.importable import PROVIDED, _installed
-from easylaunch.runs.notebook import is_notebook
 from easylaunch.runs.payload import pickle_payload
+from easylaunch.runs.process import is_notebook
 from easylaunch.settings import ConfigArg, Settings, load_settings, override
 from easylaunch_job.command import Command
 from easylaunch_job.records import BUNDLE_DIR, FUNCTION_PKL

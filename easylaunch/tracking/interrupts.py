@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from easylaunch.modes.console import install_hook, line
 from easylaunch.modes.display import shows_as
-from easylaunch.runs.notebook import in_kernel
+from easylaunch.runs.process import in_kernel
 from easylaunch.runs.record import sweep_of
 from easylaunch.settings import ENV_CONFIG, LOCAL_CONFIG_NAME, USER_CONFIG_PATH
 

@@ -35,8 +35,8 @@ from easylaunch.modes.local.machine import local_gpu_ids
 from easylaunch.modes.local.warm_starts import Started, start_run
 from easylaunch.runs.bundle import Run
 from easylaunch.runs.commands import check_here
-from easylaunch.runs.notebook import in_kernel
 from easylaunch.runs.preview import Preview
+from easylaunch.runs.process import in_kernel
 from easylaunch.runs.record import LaunchRequest, RunRecord
 from easylaunch.settings import Mount, Settings
 from easylaunch_job.attempts import RestartPolicy, record_lost_end

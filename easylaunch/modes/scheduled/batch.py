@@ -14,7 +14,7 @@ Consecutive launches of one process with the same mode, experiment, resources an
 grow one batch, as doodad's did: a loop of ``run_experiment`` calls ends as one ``run_sweep``
 would (one task file and one allocation for htp), where the batch is copied by hand. Each
 launch rewrites the batch's files whole, so the folder is complete after every call (the
-process's :data:`~easylaunch.runs.session.SESSION` holds what a later launch joins).
+process's :data:`~easylaunch.runs.process.SESSION` holds what a later launch joins).
 """
 
 from __future__ import annotations
@@ -41,8 +41,8 @@ from easylaunch.modes.scheduled.tracking import ClusterFacts, ScheduledMode
 from easylaunch.runs.bundle import BLOB_STORE, Run, blob_name, store_blob
 from easylaunch.runs.jobpack import job_archive
 from easylaunch.runs.preview import Preview, resource_fields
+from easylaunch.runs.process import SESSION
 from easylaunch.runs.record import LaunchRequest, RunRecord
-from easylaunch.runs.session import SESSION
 from easylaunch.settings import Mount
 from easylaunch_job.records import BUNDLE_DIR, JOB_PYZ, SNAPSHOT_STORE, write_bytes_atomic
 from easylaunch_job.schedulers import JobSide
