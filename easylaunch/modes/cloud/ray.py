@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from easylaunch.errors import LaunchError, install_hint, needed
+from easylaunch.modes.cloud import ec2
 from easylaunch.modes.cloud import transfer as cloud
 from easylaunch.modes.cloud.base import CloudMode
 from easylaunch.modes.cloud.fleet import Fleet, InstanceState, Target
@@ -172,8 +173,6 @@ class RayMode(CloudMode[RayTarget]):
         scheme, where = self.store_scheme, self.settings.RAY_STORAGE_LOCATION
         if scheme == "s3":
             needed("boto3", "an s3:// RAY_STORAGE_PATH", "aws")  # (the ec2 mode's clients)
-            from easylaunch.modes.cloud import ec2  # (late: boto3, an optional extra)
-
             return STORES[scheme](bucket, ec2.client("s3", where))
         if scheme == "az" and not where and not os.environ.get(ENV_AZURE_CONNECTION):
             raise LaunchError(
