@@ -21,12 +21,8 @@ signal (its time limit, a preemption) submits SCRIPT again (``--scheduler``: slu
 for the runs left, which go on in the new allocation (only those: ``EASYLAUNCH_CONTINUE`` is
 set there).
 
-With ``--shared``, the packers of one job array (an allocation each) share the task file: a
-task is claimed once per submission by creating ``claims-<job>/task-<i>`` (atomic, on NFS
-too; it names the allocation and the packer), so an allocation that starts first or runs
-faster takes more tasks. In an allocation of several nodes (a packer per node, started by
-srun), a stop is gathered by packer 0: the others mark when their tasks have ended, and packer
-0 submits once for all the allocation left.
+With ``--shared``, the packers of one job array (an allocation each) share the task file,
+each task claimed once (:mod:`easylaunch_job.claims`).
 """
 
 from __future__ import annotations
@@ -42,25 +38,22 @@ import time
 from typing import cast
 
 from easylaunch_job import pool as pools
-from easylaunch_job.attempts import RestartPolicy, give_up_restart
+from easylaunch_job.attempts import RestartPolicy
+from easylaunch_job.claims import Claims, tasks_left
 from easylaunch_job.environment import (
     ENV_CONTINUE,
     ENV_RERUN,
-    array_index,
     forget_rank,
     rank_info,
     signal_group,
-    submission_id,
 )
 from easylaunch_job.records import (
     BUNDLE_JSON,
-    STATUS_JSON,
     DamagedRecord,
     read_json,
-    update_status,
     write_json_atomic,
 )
-from easylaunch_job.resubmit import submit_from_job
+from easylaunch_job.resubmit import resubmit_allocation
 from easylaunch_job.run import EXIT_RESTART
 from easylaunch_job.schedulers import SCHEDULERS, SLURM_SIDE, JobSide, scheduler_named
 from easylaunch_job.supervisor import end_of_job
@@ -70,7 +63,6 @@ CANCEL_POLL_SECONDS = 0.5
 KILL_AFTER_SECONDS = 10.0
 LEFT = (None, "queued", "running")  # task states an allocation that goes on takes up
 ENDED = ("succeeded", "failed", "cancelled")
-PEERS_WAIT_SECONDS = 60.0  # how long packer 0 of a stopped allocation waits for the others
 
 
 def read_tasks(path: str) -> list[str]:
@@ -85,8 +77,8 @@ class Packer:
     def __init__(self, tasks: list[str], state_dir: str, workers: int,
                  runs: list[tuple[str, str]] | None = None, gpus: list[str] | None = None,
                  warm: bool = False, resubmit: str | None = None, scheduler: JobSide = SLURM_SIDE,
-                 continuing: bool = False, claims: str | None = None,
-                 only: frozenset[int] | None = None, peer: tuple[int, int] = (0, 1),
+                 continuing: bool = False, claims: Claims | None = None,
+                 only: frozenset[int] | None = None,
                  preload: list[str] | None = None, learn: str | None = None) -> None:
         self.tasks = tasks
         self.state_dir = state_dir
@@ -97,12 +89,9 @@ class Packer:
         self.resubmit = resubmit
         self.scheduler = scheduler  # (whose submit command --resubmit uses)
         self.continuing = continuing  # take up only the runs a stopped allocation left
-        self.claims = claims  # (shared) the folder where tasks are claimed for this submission
+        self.claims = claims  # (shared) where tasks are claimed for this submission
         self.only = only  # (continuing a shared allocation) the tasks it left
         self.own_failures = 0  # (shared) tasks this packer ran that did not succeed
-        self.peer, self.peers = peer  # (shared) this packer's place among its allocation's
-        # (shared) what a claim file holds: the allocation (array element) and the packer
-        self.allocation = array_index()
         self.next = 0
         self.again: list[int] = []  # tasks whose run is queued for another attempt
         self.lock = threading.Lock()
@@ -146,31 +135,9 @@ class Packer:
                 continue
             state = self._state(index)
             if (state in LEFT if self.continuing else state != "succeeded") \
-                    and self._claim(index):
+                    and (self.claims is None or self.claims.claim(index)):
                 return index
         return None
-
-    def _claim(self, index: int) -> bool:
-        """Whether this packer takes task ``index`` (shared: whether it claimed it first)."""
-        if self.claims is None:
-            return True
-        try:
-            fd = os.open(os.path.join(self.claims, f"task-{index}"),
-                         os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
-        except FileExistsError:
-            return False
-        with os.fdopen(fd, "w") as f:
-            f.write(f"{self.allocation} {self.peer}")
-        return True
-
-    def _ours(self, index: int) -> bool:
-        """(shared) Whether a packer of this allocation claimed task ``index``."""
-        assert self.claims is not None  # (asked in shared mode alone)
-        try:
-            with open(os.path.join(self.claims, f"task-{index}")) as f:
-                return f.read().split(" ")[0] == self.allocation
-        except OSError:
-            return False
 
     def _settle(self, index: int, code: int) -> bool:
         """Record an end its run could not record (killed, out of memory); True if the run is
@@ -269,7 +236,7 @@ class Packer:
 
     def run(self) -> int:
         """Run every task not yet succeeded; 0 if all have succeeded now, else 1."""
-        os.makedirs(self.claims or self.state_dir, exist_ok=True)
+        os.makedirs(self.claims.folder if self.claims else self.state_dir, exist_ok=True)
         lock = None if self.claims else self._lock()  # (held while it runs)
         if lock is False:
             return 2
@@ -284,8 +251,7 @@ class Packer:
         for t in threads:
             t.join()
         done.set()
-        gathers = self.stopping and self.resubmit and self.claims is not None
-        if gathers and not self._gathered():
+        if self.stopping and self.resubmit and self.claims and not self.claims.gathered():
             return 1 if self.own_failures else 0  # (packer 0 submits for the allocation)
         with self.pool.ending() if self.pool is not None else contextlib.nullcontext():
             states = [self._state(i) for i in range(len(self.tasks))]
@@ -294,7 +260,7 @@ class Packer:
             left = [i for i, state in enumerate(states)  # (a cancelled one never goes on)
                     if state in LEFT and not self.cancelled(i)]
             if self.claims is not None and self.stopping:  # (its allocation's, and those no
-                left = [i for i in left if self._ours(i) or self._claim(i)]  # one took)
+                left = [i for i in left if self.claims.ours(i) or self.claims.claim(i)]
             moved_to = None
             if self.stopping and self.resubmit and left and (
                     self.pool is None or self.pool.may_go_on(self.stopped_by)):
@@ -304,29 +270,6 @@ class Packer:
         if self.claims is not None:  # (the others' tasks may still run)
             return 1 if self.own_failures else 0
         return 0 if ok == len(states) else 1
-
-    def _gathered(self) -> bool:
-        """(a stopped shared allocation) Packer 0: True once every other packer of the
-        allocation has marked its tasks ended (or PEERS_WAIT_SECONDS passed). The others mark
-        theirs and return False."""
-        claims = self.claims
-        assert claims is not None  # (gathered in shared mode alone)
-
-        def mark(peer: int) -> str:
-            return os.path.join(claims, f"stopped-{self.allocation}-{peer}")
-        if self.peer:
-            write_json_atomic(mark(self.peer), {"host": os.uname()[1]})
-            return False
-        deadline = time.time() + PEERS_WAIT_SECONDS
-        missing = list(range(1, self.peers))
-        while missing and time.time() < deadline:
-            missing = [p for p in missing if not os.path.exists(mark(p))]
-            time.sleep(0.2 if missing else 0)
-        if missing:
-            print(f"packer: packer(s) {missing} of this allocation did not end in "
-                  f"{PEERS_WAIT_SECONDS:.0f} s; their tasks go on with the others",
-                  file=sys.stderr)
-        return True
 
     def _lock(self) -> object:
         """The lock of the task file (False: another packer holds it)."""
@@ -344,38 +287,14 @@ class Packer:
         return lock
 
     def _go_on_elsewhere(self, left: list[int]) -> str | None:
-        """Submit the allocation's script again for the runs left (stopped by a signal, never
-        started), and point their records at the new job (its id; None where it could not be
-        submitted); a run that cannot go on ends as its last attempt would have without a
-        restart."""
+        """Submit the allocation's script again for the runs left (see
+        :func:`~easylaunch_job.resubmit.resubmit_allocation`); the new job's id, or None."""
         if self.runs is None:  # (--resubmit comes with --runs)
             return None
         assert self.resubmit is not None  # (called with --resubmit alone)
-        argv = self.scheduler.command(self.resubmit)
-        going_on = "1"  # (shared: the tasks this allocation leaves, for the next to take)
-        if self.claims is not None:
-            going_on = os.path.join(self.state_dir,
-                                    f"continue-{submission_id()}-{self.allocation}.txt")
-            write_json_atomic(going_on, {"tasks": left})
-        # (PBS writes the job's output where it is submitted from)
-        out, problem = submit_from_job(argv, cwd=os.path.dirname(self.resubmit) or None,
-                                       **{ENV_CONTINUE: going_on})
-        job = self.scheduler.job_id(out)
-        if problem is None and not job:
-            problem = f"{argv[0]} printed no job id: {out.strip()!r}"
-        for index in left:
-            log_dir = self.runs[index][1]
-            if problem is None:
-                # (a run never started has no record yet: it gets one saying where it goes
-                # on, or the launching side takes this allocation's end for the run's)
-                fresh = not os.path.exists(os.path.join(log_dir, STATUS_JSON))
-                os.makedirs(log_dir, exist_ok=True)
-                update_status(log_dir, next_job_id=job, **({"state": "queued"} if fresh else {}))
-            elif os.path.isdir(log_dir):
-                give_up_restart(log_dir, f"{' '.join(argv)}: {problem}")
-        print(f"packer: {len(left)} run(s) go on as job {job}" if problem is None
-              else f"packer: could not submit the runs left: {problem}", file=sys.stderr)
-        return job if problem is None else None
+        going_on = self.claims.leave(left) if self.claims is not None else "1"
+        return resubmit_allocation(self.scheduler, self.resubmit, going_on,
+                                   [self.runs[index][1] for index in left])
 
 
 def open_tasks(taskfile: str, state_dir: str) -> list[int]:
@@ -384,13 +303,6 @@ def open_tasks(taskfile: str, state_dir: str) -> list[int]:
     packer = Packer(read_tasks(taskfile), state_dir, 1)
     return [i for i in range(len(packer.tasks))
             if packer._state(i) not in ENDED and not packer.cancelled(i)]
-
-
-def _tasks_left(going_on: str | None) -> frozenset[int] | None:
-    """The tasks a stopped shared allocation left (ENV_CONTINUE names their file); None: all."""
-    if not going_on or going_on == "1":
-        return None
-    return frozenset(read_json(going_on).get("tasks", []))
 
 
 def default_workers() -> int:
@@ -446,9 +358,8 @@ def main(argv: list[str] | None = None) -> int:
                     _gpus(args.gpus), args.warm, args.resubmit,
                     scheduler_named(args.scheduler),
                     continuing=bool(os.environ.get(ENV_CONTINUE)),
-                    only=_tasks_left(os.environ.get(ENV_CONTINUE)),
-                    claims=os.path.join(args.state_dir, f"claims-{submission_id()}")
-                    if args.shared else None, peer=(rank, world),
+                    only=tasks_left(os.environ.get(ENV_CONTINUE)),
+                    claims=Claims(args.state_dir, (rank, world)) if args.shared else None,
                     preload=args.preload.split(",") if args.preload else None,
                     learn=os.path.join(os.path.dirname(os.path.abspath(args.taskfile)),
                                        pools.LEARNED) if args.learn_preloads else None)

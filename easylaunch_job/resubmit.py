@@ -8,9 +8,9 @@ import subprocess
 import sys
 
 from easylaunch_job.attempts import give_up_restart
-from easylaunch_job.environment import ENV_ENTRY, ENV_RESUBMIT_SCRIPT
-from easylaunch_job.records import update_status
-from easylaunch_job.schedulers import SCHEDULERS, this_jobs
+from easylaunch_job.environment import ENV_CONTINUE, ENV_ENTRY, ENV_RESUBMIT_SCRIPT
+from easylaunch_job.records import STATUS_JSON, update_status
+from easylaunch_job.schedulers import SCHEDULERS, JobSide, this_jobs
 
 # A job's own scheduler variables (any scheduler's), and those that name the cluster
 OWN_PREFIXES = tuple(p for side in SCHEDULERS.values() for p in side.own_prefixes)
@@ -61,3 +61,30 @@ def resubmit_self(log_dir: str) -> None:
         return
     update_status(log_dir, next_job_id=job)
     print(f"easylaunch runner: the run goes on as job {job}", file=sys.stderr)
+
+
+def resubmit_allocation(scheduler: JobSide, script: str, going_on: str,
+                        log_dirs: list[str]) -> str | None:
+    """Submit a stopped allocation's ``script`` again for the runs it left (their folders;
+    ``going_on``: EASYLAUNCH_CONTINUE in the new job, "1" or the file of the tasks left), and
+    point their records at the new job. The new job's id; None where it could not be
+    submitted, and each run then ends as its last attempt would have without a restart."""
+    argv = scheduler.command(script)
+    # (PBS writes the job's output where it is submitted from)
+    out, problem = submit_from_job(argv, cwd=os.path.dirname(script) or None,
+                                   **{ENV_CONTINUE: going_on})
+    job = scheduler.job_id(out)
+    if problem is None and not job:
+        problem = f"{argv[0]} printed no job id: {out.strip()!r}"
+    for log_dir in log_dirs:
+        if problem is None:
+            # (a run never started has no record yet: it gets one saying where it goes on,
+            # or the launching side takes this allocation's end for the run's)
+            fresh = not os.path.exists(os.path.join(log_dir, STATUS_JSON))
+            os.makedirs(log_dir, exist_ok=True)
+            update_status(log_dir, next_job_id=job, **({"state": "queued"} if fresh else {}))
+        elif os.path.isdir(log_dir):
+            give_up_restart(log_dir, f"{' '.join(argv)}: {problem}")
+    print(f"packer: {len(log_dirs)} run(s) go on as job {job}" if problem is None
+          else f"packer: could not submit the runs left: {problem}", file=sys.stderr)
+    return job if problem is None else None
