@@ -1,13 +1,15 @@
-"""The code's shape, as issues 26 and 40 count it (no timing): the largest module, the largest
-module of the job side, how deep every mode's class sits below Mode, the package root's entries,
-its small modules, and easylaunch's imports of its own modules (late imports included,
-type-only imports not): their circles, those inside functions, those of a higher layer.
+"""The code's shape, as issues 26, 40 and 50 count it (no timing): the largest module, the
+largest module of the job side, functions over 50 lines, how deep every mode's class sits below
+Mode, the package root's entries, a scheduler's members, its small modules, and easylaunch's
+imports of its own modules (late imports included, type-only imports not): their circles,
+those inside functions, those of a higher layer.
 
 Usage: python bench/bench_shape.py
 """
 
 from __future__ import annotations
 
+import ast
 import importlib
 import sys
 from pathlib import Path
@@ -20,12 +22,30 @@ sys.path.insert(0, str(REPO / "tests"))
 
 import import_graph  # noqa: E402
 
+TEMPLATE = "easylaunch.settings.template"  # (config_template.py: the settings users copy)
 FACES = {"__init__", "__main__", "api", "checkpoint", "dist", "errors"}  # modules users import
 
 
 def lines(package: str) -> list[tuple[int, str]]:
     return sorted(((len(p.read_text().splitlines()), import_graph.module_name(p))
                    for p in (REPO / package).rglob("*.py")), reverse=True)
+
+
+def long_functions(limit: int = 50) -> list[tuple[int, str]]:
+    """Functions (and methods) over ``limit`` lines of code, in both packages: from the
+    signature to the end, less the docstring."""
+    found = []
+    for package in ("easylaunch", "easylaunch_job"):
+        for path in (REPO / package).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                    count = (node.end_lineno or node.lineno) - node.lineno + 1
+                    if ast.get_docstring(node) is not None:
+                        doc = node.body[0]
+                        count -= (doc.end_lineno or doc.lineno) - doc.lineno + 1
+                    if count > limit:
+                        found.append((count, f"{import_graph.module_name(path)}.{node.name}"))
+    return sorted(found, reverse=True)
 
 
 def root_entries() -> list[str]:
@@ -68,9 +88,15 @@ def mode_depths() -> dict[str, int]:
 
 def main() -> None:
     host, job = lines("easylaunch"), lines("easylaunch_job")
+    template = next(count for count, name in host if name == TEMPLATE)
+    host = [(count, name) for count, name in host if name != TEMPLATE]
     print(f"largest module: {host[0][1]} {host[0][0]} lines (goal < 500); next: "
-          + ", ".join(f"{n} {c}" for c, n in host[1:4]))
+          + ", ".join(f"{n} {c}" for c, n in host[1:4])
+          + f" (the settings template users copy, config_template.py: {template})")
     print(f"largest job-side module: {job[0][1]} {job[0][0]} lines (goal < 400)")
+    long = long_functions()
+    print(f"functions over 50 lines: {len(long)} (goal <= 3)"
+          + "".join(f"\n  {name} {count}" for count, name in long))
     depths = mode_depths()
     print("mode classes below Mode: " + ", ".join(f"{n} {d}" for n, d in depths.items())
           + f" (deepest {max(depths.values())}; goal <= 3)")

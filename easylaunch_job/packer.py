@@ -313,8 +313,8 @@ def default_workers() -> int:
     return os.cpu_count() or 1
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Command-line entry point of the packer."""
+def _parser() -> argparse.ArgumentParser:
+    """The packer's command line (job.pyz pack)."""
     parser = argparse.ArgumentParser(description="Run a task file's lines with N workers.")
     parser.add_argument("taskfile")
     parser.add_argument("--state-dir", required=True)
@@ -338,6 +338,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--learn-preloads", action="store_true", help="(a pool) each warm "
                         "worker also imports, before its next fork, the installed libraries "
                         "earlier runs imported (recorded in the pool's learned/ folder)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point of the packer."""
+    parser = _parser()
     args = parser.parse_args(argv)
     if args.pool_idle is not None and not (args.runs and args.warm):
         parser.error("--pool-idle needs --runs and --warm")

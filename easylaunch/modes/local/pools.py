@@ -172,29 +172,9 @@ def start_pool(name: str, *, workers: int | None = None, preload: list[str] | No
             its partition cannot give (with sinfo's numbers).
     """
     settings = load_settings(config)
-    if on not in ("local", "slurm", "allocation"):
-        raise LaunchError(f"on={on!r}: a pool runs on 'local' (the machine), 'slurm' (an "
-                          "allocation of its own) or 'allocation' (the one you hold)")
-    held = os.environ.get("SLURM_JOB_ID")
-    if on == "allocation" and (not held or cluster is not None):
-        raise LaunchError("on='allocation' starts the pool in the Slurm allocation you hold, "
-                          "but SLURM_JOB_ID is not set: run this inside salloc or a batch job"
-                          if not held else "on='allocation' is the allocation this process "
-                          "runs in: leave cluster out")
-    if gpus:
-        check_count("gpus", gpus)
-        if on == "local":
-            raise LaunchError("gpus= is for pools on Slurm (on='slurm' or 'allocation'); a "
-                              "pool on a machine without a scheduler gives no GPUs yet")
-    if not NAME.fullmatch(name):
-        raise LaunchError(f"pool name {name!r}: use letters, digits and _.- (64 at most)")
-    if workers is not None:
-        check_count("workers", workers)
+    held = _check_pool(name, on, workers, preload or [], gpus, cluster)
     idle_seconds = seconds(idle, "idle")
     modules = list(preload or [])
-    for module in modules:
-        if not re.fullmatch(r"[A-Za-z_][\w.]*", module):
-            raise LaunchError(f"preload={module!r} is no module name (as 'torch' or 'numpy')")
     transport, root = holder(settings, cluster)
     said = _ask(transport, root, "find", name)
     if not said.get("missing") and said["ended"] is None:
@@ -213,13 +193,7 @@ def start_pool(name: str, *, workers: int | None = None, preload: list[str] | No
         or sys.executable
     if python.startswith("~/"):  # (the job script quotes it: no shell expands it there)
         python = info["home"] + python[1:]
-    argv = [python, f"{folder}/{JOB_PYZ}", "pack", f"{folder}/{layout.TASKS}", "--state-dir",
-            f"{folder}/{layout.TASK_STATE}", "--workers", str(count), "--runs",
-            f"{folder}/{layout.RUNS}", "--warm", "--pool-idle", str(idle_seconds),
-            *(["--preload", ",".join(modules)] * bool(modules)),
-            *(["--learn-preloads"] * learn),
-            # (at its time limit's warning, the runs left go on in a new allocation)
-            *(["--resubmit", f"{folder}/{SCRIPT}", "--scheduler", "slurm"] * (on == "slurm"))]
+    argv = _packer_argv(python, folder, count, idle_seconds, modules, learn, on)
     if on == "allocation":  # (a job step of the allocation: srun lives here, the packer there)
         argv = ["srun", f"--jobid={held}", "--overlap", "--nodes=1", "--ntasks=1",
                 f"--cpus-per-task={count}", *([f"--gres=gpu:{gpus}"] * bool(gpus)), *argv,
@@ -240,6 +214,46 @@ def start_pool(name: str, *, workers: int | None = None, preload: list[str] | No
         meta.update(pid=started["pid"], started=started["started"])
     _send(transport, folder, {layout.POOL_JSON: json.dumps(meta, indent=1).encode()})
     return _state(_ask(transport, root, "find", name), transport)  # (no run yet to count)
+
+
+def _check_pool(name: str, on: str, workers: int | None, preload: list[str], gpus: int,
+                cluster: str | None) -> str | None:
+    """Refuse start_pool's options that cannot work, naming the fix; the Slurm job this
+    process runs in (SLURM_JOB_ID), if any."""
+    if on not in ("local", "slurm", "allocation"):
+        raise LaunchError(f"on={on!r}: a pool runs on 'local' (the machine), 'slurm' (an "
+                          "allocation of its own) or 'allocation' (the one you hold)")
+    held = os.environ.get("SLURM_JOB_ID")
+    if on == "allocation" and (not held or cluster is not None):
+        raise LaunchError("on='allocation' starts the pool in the Slurm allocation you hold, "
+                          "but SLURM_JOB_ID is not set: run this inside salloc or a batch job"
+                          if not held else "on='allocation' is the allocation this process "
+                          "runs in: leave cluster out")
+    if gpus:
+        check_count("gpus", gpus)
+        if on == "local":
+            raise LaunchError("gpus= is for pools on Slurm (on='slurm' or 'allocation'); a "
+                              "pool on a machine without a scheduler gives no GPUs yet")
+    if not NAME.fullmatch(name):
+        raise LaunchError(f"pool name {name!r}: use letters, digits and _.- (64 at most)")
+    if workers is not None:
+        check_count("workers", workers)
+    for module in preload:
+        if not re.fullmatch(r"[A-Za-z_][\w.]*", module):
+            raise LaunchError(f"preload={module!r} is no module name (as 'torch' or 'numpy')")
+    return held
+
+
+def _packer_argv(python: str, folder: str, workers: int, idle_seconds: float,
+                 preload: list[str], learn: bool, on: str) -> list[str]:
+    """The pool's packer, as its machine starts it (the pool's folder there)."""
+    return [python, f"{folder}/{JOB_PYZ}", "pack", f"{folder}/{layout.TASKS}", "--state-dir",
+            f"{folder}/{layout.TASK_STATE}", "--workers", str(workers), "--runs",
+            f"{folder}/{layout.RUNS}", "--warm", "--pool-idle", str(idle_seconds),
+            *(["--preload", ",".join(preload)] * bool(preload)),
+            *(["--learn-preloads"] * learn),
+            # (at its time limit's warning, the runs left go on in a new allocation)
+            *(["--resubmit", f"{folder}/{SCRIPT}", "--scheduler", "slurm"] * (on == "slurm"))]
 
 
 def _send(transport: Transport, folder: str, files: dict[str, bytes]) -> None:
