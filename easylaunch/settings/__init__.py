@@ -195,6 +195,8 @@ CONSTRAINTS: dict[str, tuple[Callable[[Any], bool], str]] = {
 
 
 def _configs_problem(configs: dict) -> str | None:
+    """What is wrong with the shape of a scheduler's entries (SLURM_CONFIGS): a dict of
+    named dicts of fields (None when nothing is)."""
     for name, cfg in configs.items():
         if not isinstance(name, str):
             return f" keys are config names and must be strings, got {name!r}"
@@ -205,10 +207,6 @@ def _configs_problem(configs: dict) -> str | None:
             return f"[{name!r}] has a field name that is not a string: {bad[0]!r}"
     return None
 
-
-# Checks of nested shapes: a function returning what is wrong (None when nothing is).
-SHAPES: dict[str, Callable[[Any], str | None]] = {"SLURM_CONFIGS": _configs_problem,
-                                                  "PBS_CONFIGS": _configs_problem}
 
 
 def _type_ok(value: Any, annotation: Any) -> bool:
@@ -289,10 +287,10 @@ def check_values(values: Mapping[str, Any], source: str) -> dict[str, Any]:
         test, must = CONSTRAINTS.get(key, (None, ""))
         if test is not None and not (value == value and test(value)):  # NaN fails too
             raise SettingsError(f"{source}: {name} must be {must}, got {value!r}")
-        problem = SHAPES[key](value) if key in SHAPES else None
-        if problem:
-            raise SettingsError(f"{source}: {name}{problem}")
-        if key in entries.CHECKS:
+        if key in entries.CHECKS:  # (a scheduler's entries: their shape, then each field)
+            problem = _configs_problem(value)
+            if problem:
+                raise SettingsError(f"{source}: {name}{problem}")
             value = entries.filled(key, value, DEFAULTS[key], source)
         checked[key] = value
     return checked
