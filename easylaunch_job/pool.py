@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, cast
 
 from easylaunch_job.environment import is_alive
 from easylaunch_job.records import DamagedRecord, read_json, update_status, write_json_atomic
+from easylaunch_job.schedulers import SLURM_SIDE, JobSide, scheduler_named
 
 if TYPE_CHECKING:
     from easylaunch_job.packer import Packer
@@ -268,31 +269,22 @@ def names(root: str) -> list[str]:
                   if latest(root, n)) if os.path.isdir(os.path.join(root, POOLS)) else []
 
 
-def allocation_said(job_id: str) -> str | None:
-    """Where a pool's Slurm allocation stands, in words (None: it is gone)."""
-    try:
-        out = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T|%L|%N|%r"],
-                             capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    if out.returncode != 0 or not out.stdout.strip():
-        return None
-    state, left, node, reason = out.stdout.strip().split("|")
-    if state == "PENDING":
-        return f"Slurm job {job_id}, waiting for its allocation ({reason})"
-    return f"Slurm job {job_id} on {node}, {left} left"
+def allocation(meta: dict) -> JobSide:
+    """The scheduler of a pool's allocation (pools started before PBS ones: Slurm)."""
+    return scheduler_named(meta.get("scheduler") or SLURM_SIDE.name)
 
 
 def describe(folder: str, counted: bool = True) -> dict:
     """The pool in ``folder``: what it was started with, why it ended (None while it takes
-    runs), its Slurm allocation's state (None: a packer on this machine), and (``counted``)
+    runs), its allocation's state (None: a packer on this machine), and (``counted``)
     its runs busy, queued and done (reading each run's task record: a launch skips that)."""
     meta = read_json(os.path.join(folder, POOL_JSON))
     ended = ended_why(folder)
     where = None
     if "job_id" in meta:
-        said = allocation_said(meta["job_id"])
-        where = said or f"Slurm job {meta['job_id']}, ended"
+        side = allocation(meta)
+        said = side.standing(meta["job_id"]) if side.standing else None
+        where = said or f"{side.label} job {meta['job_id']}, ended"
         if ended is None and said is None:
             ended = "its allocation is gone"
     elif ended is None and not is_alive(meta["pid"], meta["started"]):
@@ -334,7 +326,7 @@ def stop(folder: str) -> dict:
             with open(os.path.join(folder, TASK_STATE, f"task-{index}.cancel"), "a"):
                 pass
     if "job_id" in meta:
-        subprocess.run(["scancel", meta["job_id"]], stdout=subprocess.DEVNULL,
+        subprocess.run([allocation(meta).cancel, meta["job_id"]], stdout=subprocess.DEVNULL,
                        stderr=subprocess.DEVNULL, timeout=60)
     elif is_alive(meta["pid"], meta["started"]):
         os.kill(meta["pid"], signal.SIGTERM)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -19,6 +20,7 @@ if TYPE_CHECKING:  # (annotations only: the job side runs on Python 3.8)
     from collections.abc import Callable
 
     ReadJobId = Callable[[str], str]  # the submit command's output -> the job id ("" if none)
+    Standing = Callable[[str], "str | None"]  # a job id -> where it stands (None: ended)
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,10 @@ class JobSide:
     index: str  # shell word in a job script: the entry (from 0) this job or array element runs
     own_prefixes: tuple[str, ...]  # a job's own variables: a job it submits must not take them
     cluster_variables: tuple[str, ...] = ()  # ... but these, which name the cluster
+    # (warm pools) the command that ends a pool's job, and where a pool's job stands in words
+    # (None: it has ended, or the scheduler forgot it); None: no pool holds a job of it
+    cancel: str = ""
+    standing: Standing | None = None
 
     def command(self, script: str, *options: str) -> list:
         """The submit command of ``script`` (run it in the script's folder: PBS writes the
@@ -66,6 +72,53 @@ def qsub_job_id(out: str) -> str:
     """The job id qsub printed on its last line; "" when it printed none."""
     last = _printed_last(out)
     return last if _QSUB_ID.fullmatch(last) else ""
+
+
+def _asked(argv: list[str]) -> str | None:
+    """What a scheduler's command printed (None: it failed, or printed nothing)."""
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else None
+
+
+def _squeue_standing(job_id: str) -> str | None:
+    """Where a Slurm job stands: waiting (and why), or its node and time left."""
+    said = _asked(["squeue", "-h", "-j", job_id, "-o", "%T|%L|%N|%r"])
+    if said is None:
+        return None
+    state, left, node, reason = said.split("|")
+    if state == "PENDING":
+        return f"Slurm job {job_id}, waiting for its allocation ({reason})"
+    return f"Slurm job {job_id} on {node}, {left} left"
+
+
+def qstat_blocks(text: str) -> dict[str, dict[str, str]]:
+    """``qstat -f`` text (PBS Pro, Torque, Slurm's front ends) as ``{job id: {name: value}}``:
+    ``Job Id: X`` blocks of ``name = value`` lines."""
+    blocks: dict[str, dict[str, str]] = {}
+    attrs: dict[str, str] = {}
+    for line in text.splitlines():
+        if line.startswith("Job Id:"):
+            attrs = blocks.setdefault(line.split(":", 1)[1].strip(), {})
+        elif " = " in line:
+            key, _, value = line.strip().partition(" = ")
+            attrs[key] = value
+    return blocks
+
+
+def _qstat_standing(job_id: str) -> str | None:
+    """Where a PBS job stands: waiting, or running on its first host."""
+    said = _asked(["qstat", "-f", job_id])
+    attrs = next(iter(qstat_blocks(said or "").values()), {})
+    state = attrs.get("job_state", "")
+    if state in ("Q", "H", "W"):
+        return f"PBS job {job_id}, waiting for its allocation (state {state})"
+    if state in ("R", "B", "E"):
+        host = attrs.get("exec_host", "?").split("/")[0].split("+")[0]
+        return f"PBS job {job_id} on {host}"
+    return None  # (F, C, X: finished; or no longer known)
 
 
 def _slurm_again(script: str) -> tuple[list, ReadJobId]:
@@ -101,12 +154,14 @@ def _without_array(script: str) -> str:
 
 SLURM_SIDE = JobSide("slurm", "Slurm", "sbatch", ("--parsable",), sbatch_job_id, _slurm_again,
                     index="${SLURM_ARRAY_TASK_ID:-0}", own_prefixes=("SLURM_", "SBATCH_"),
-                    cluster_variables=("SLURM_CONF", "SLURM_CLUSTERS"))
+                    cluster_variables=("SLURM_CONF", "SLURM_CLUSTERS"), cancel="scancel",
+                    standing=_squeue_standing)
 # A PBS run's entry: the one a restart was submitted for, else the array index (PBS Pro numbers
 # elements from 1; Slurm's PBS front ends set SLURM_ARRAY_TASK_ID instead of PBS_ARRAY_INDEX).
 _PBS_INDEX = "$(( ${PBS_ARRAY_INDEX:-${SLURM_ARRAY_TASK_ID:-1}} - 1 ))"
 PBS_SIDE = JobSide("pbs", "PBS", "qsub", (), qsub_job_id, _pbs_again,
-                  index=f"${{{ENV_ENTRY}:-{_PBS_INDEX}}}", own_prefixes=("PBS_",))
+                  index=f"${{{ENV_ENTRY}:-{_PBS_INDEX}}}", own_prefixes=("PBS_",),
+                  cancel="qdel", standing=_qstat_standing)
 SCHEDULERS = {side.name: side for side in (SLURM_SIDE, PBS_SIDE)}
 
 

@@ -177,7 +177,7 @@ def test_a_second_start_of_a_running_pool_is_refused(pool, cfg):
     with pytest.raises(LaunchError, match="pool 'warm' is running already .* stop it first: "
                                           "easylaunch pool stop warm"):
         start_pool("warm", config=cfg)
-    with pytest.raises(LaunchError, match="gpus= is for pools on Slurm"):
+    with pytest.raises(LaunchError, match="gpus= is for pools on a scheduler"):
         start_pool("gpus", gpus=1, config=cfg)
     with pytest.raises(LaunchError, match="SLURM_JOB_ID is not set: run this inside salloc"):
         start_pool("held", on="allocation", config=cfg)
@@ -255,6 +255,42 @@ def test_runs_a_pools_allocation_leaves_behind_end_saying_so(slurm_cfg):
         assert again.result(timeout=120) == "slept"
     finally:
         stop_pool("short", slurm_cfg)
+
+
+def test_a_pool_on_pbs_takes_sweeps_and_its_runs_end_saying_so_with_its_job(pbs_cfg):
+    """A pool whose allocation is a PBS job (qsub; Slurm's PBS front ends here): sweeps run in
+    it, pool ls names the job, and a qdel from outside (as its walltime would end it) fails
+    the run that waited, saying what to do."""
+    pool = start_pool("pbs-pool", on="pbs", workers=1, preload=["numpy"], idle="10m",
+                      time_limit="10m", config=pbs_cfg)
+    meta = json.loads(Path(pool.folder, "pool.json").read_text())
+    allocation = meta["job_id"]
+    assert meta["scheduler"] == "pbs" and (Path(pool.folder) / "pool.qsub").is_file()
+    script = (Path(pool.folder) / "pool.qsub").read_text()
+    assert "#PBS -l select=1:ncpus=1:mpiprocs=1\n#PBS -l walltime=00:10:00\n" in script
+    try:
+        jobs = run_sweep(jobfns.node_facts, [{"n": i} for i in range(2)], mode="local",
+                         pool="pbs-pool", config=pbs_cfg)
+        facts = [j.result(timeout=120) for j in jobs]
+        assert {f["host"] for f in facts} <= {"node1", "node2"}, facts
+        assert {j.launch_info["backend"]["pool_job"] for j in jobs} == {allocation}
+        (shown,) = list_pools(pbs_cfg)
+        assert re.fullmatch(rf"PBS job {allocation} on node[12]", shown.where), shown.where
+        running, waiting = run_sweep(jobfns.sleep_a_while, [{"seconds": 300}, {"seconds": 1}],
+                                     mode="local", pool="pbs-pool", config=pbs_cfg)
+        assert wait_for(lambda: running.status() is JobState.RUNNING, 60)
+        subprocess.run(["qdel", allocation], check=True)
+        assert running.wait(timeout=120) in (JobState.CANCELLED, JobState.FAILED)
+        assert waiting.wait(timeout=120) is JobState.FAILED
+        assert f"pool 'pbs-pool''s PBS allocation {allocation} ended before this run " \
+               "recorded an outcome (its time limit?); start the pool again (easylaunch pool " \
+               f"start pbs-pool --on pbs), then run it again: easylaunch resubmit " \
+               f"{waiting.id}" in waiting.info()["error"]
+        (ended,) = list_pools(pbs_cfg, everything=True)
+        assert ended.ended is not None and ended.where == f"PBS job {allocation}, ended"
+    finally:
+        if any(p.name == "pbs-pool" for p in list_pools(pbs_cfg)):
+            stop_pool("pbs-pool", pbs_cfg)
 
 
 def test_a_pool_at_its_time_limit_goes_on_in_a_new_allocation_with_its_runs(slurm_cfg):

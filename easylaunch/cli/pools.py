@@ -44,8 +44,8 @@ def _pool_stop(args: argparse.Namespace) -> int:
 
 
 def add_pool(command: AddCommand) -> None:
-    parser = command("pool", help="warm pools: workers held here or in a Slurm allocation "
-                     "that take sweeps in milliseconds")
+    parser = command("pool", help="warm pools: workers held here or in a Slurm or PBS "
+                     "allocation that take sweeps in milliseconds")
     commands = parser.add_subparsers(dest="pool_command", required=True, metavar="COMMAND")
 
     def sub(name: str, text: str) -> argparse.ArgumentParser:
@@ -60,19 +60,21 @@ def add_pool(command: AddCommand) -> None:
     start = sub("start", "start a pool")
     start.add_argument("name")
     start.add_argument("--workers", type=int, help="runs at once (default: one per CPU of "
-                       "this machine; 1 on Slurm)")
+                       "this machine; 1 on a scheduler)")
     start.add_argument("--preload", help="comma-separated modules each worker imports once "
                        "(e.g. torch,numpy)")
     start.add_argument("--learn", action="store_true", help="each worker also imports the "
                        "installed libraries earlier runs imported, before its next run")
     start.add_argument("--idle", default="20m", help="end after this long with no run "
                        "(default: 20m)")
-    start.add_argument("--on", choices=("local", "slurm", "allocation"), default="local",
-                       help="where its workers run: this machine, a Slurm allocation of its "
-                       "own, or the allocation you hold (inside salloc)")
-    start.add_argument("--time", default="1h", help="(slurm) the allocation's time limit")
-    start.add_argument("--gpus", type=int, default=0, help="(slurm, allocation) GPUs, one a "
-                       "worker")
+    start.add_argument("--on", choices=("local", "slurm", "pbs", "allocation"),
+                       default="local", help="where its workers run: this machine, a Slurm "
+                       "or PBS allocation of its own, or the Slurm allocation you hold "
+                       "(inside salloc)")
+    start.add_argument("--time", default="1h", help="(slurm, pbs) the allocation's time "
+                       "limit")
+    start.add_argument("--gpus", type=int, default=0, help="(slurm, pbs, allocation) GPUs, "
+                       "one a worker")
     start.set_defaults(func=_pool_start)
     listing = sub("ls", "the pools that run: workers busy, runs queued")
     listing.add_argument("--all", action="store_true", help="those that ended too")

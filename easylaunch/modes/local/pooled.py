@@ -3,8 +3,8 @@
 No process starts at launch: the runs' lines are appended to the pool's task file and the
 pool's packer is woken. Its warm workers fork a child per run. Tracking, logs and cancel are
 those of detached local runs (the pool's packer is their packer). A run of a pool on Slurm
-follows the pool into the allocation it went on in (at its time limit); where the allocation
-ended and the pool did not go on, the run fails, saying so."""
+follows the pool into the allocation it went on in (at its time limit). Where a pool's
+allocation (Slurm's or PBS's) ended and the pool did not go on, the run fails, saying so."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from typing import Any
 from easylaunch.errors import LaunchError
 from easylaunch.modes.hosted import BackendQuery, completed
 from easylaunch.modes.hosts.transport import checked
+from easylaunch.modes.local import pool_jobs
 from easylaunch.modes.local.detached import DetachedLocalMode
 from easylaunch.modes.local.pools import PoolState, live_pool, pools_root
 from easylaunch.modes.ssh import HostFacts, Pack
@@ -21,6 +22,12 @@ from easylaunch.runs.bundle import Run
 from easylaunch.runs.preview import Preview
 from easylaunch.runs.record import LaunchRequest, RunRecord
 from easylaunch_job import pool as layout
+
+TYPE_CHECKING = False  # (as typing's)
+if TYPE_CHECKING:
+    from easylaunch_job.host_ops import Op
+
+LIVE = ("queued", "running", "unknown")  # an allocation's states in which its runs go on
 
 
 class PooledMode(DetachedLocalMode):
@@ -65,7 +72,8 @@ class PooledMode(DetachedLocalMode):
             "tasks": prepared.files["tasks.txt"].splitlines(),
             "runs": prepared.files["runs.tsv"].splitlines()}], [], [])
         meta: dict[str, Any] = added["meta"]
-        packer = {"pool_job": meta["job_id"]} if "job_id" in meta else {
+        packer = {"pool_job": meta["job_id"], "pool_scheduler": meta["scheduler"]} \
+            if "job_id" in meta else {
             "packer_pid": meta["pid"], "packer_started": meta["started"]}
         for index, run in enumerate(runs, start=added["first"]):
             run.record_backend(
@@ -75,39 +83,54 @@ class PooledMode(DetachedLocalMode):
         return [RunRecord.of_run(run) for run in runs]
 
     def backend_query(self, jobs: list[RunRecord]) -> BackendQuery:
-        """That of detached runs; for runs of a pool on Slurm, one squeue call for their
-        allocations."""
+        """That of detached runs; for runs of a pool on a scheduler, its status commands for
+        their allocations, in the same round trip."""
         local = super().backend_query(jobs)
-        held = sorted({a for j in jobs if (a := _allocation(j))})
+        held: dict[str, set[str]] = {}  # scheduler -> the allocations asked about
+        for job in jobs:
+            if (allocation := _allocation(job)) is not None:
+                held.setdefault(_scheduler_of(job), set()).add(allocation)
         if not held:
             return local
-        return BackendQuery([*local.ops, {"op": "run", "argv": [
-            "squeue", "-h", "-o", "%A", "-j", ",".join(held)]}],
-            functools.partial(self._settle_pools, jobs, held, local))
+        asks = {name: (sorted(ids), scheduler.status_commands(sorted(ids), []))
+                for name, ids in held.items()
+                if (scheduler := pool_jobs.POOL_SCHEDULERS[name])}
+        ops: list[Op] = [{"op": "run", "argv": list(argv)} for _, ask in asks.values()
+                         for argv in ask]
+        return BackendQuery([*local.ops, *ops],
+                            functools.partial(self._settle_pools, jobs, asks, local))
 
-    def _settle_pools(self, jobs: list[RunRecord], held: list[str], local: BackendQuery,
+    def _settle_pools(self, jobs: list[RunRecord],
+                      asks: dict[str, tuple[list[str], list[list[str]]]], local: BackendQuery,
                       answers: list[dict], ended_there: set[str]) -> None:
-        local.settle(answers[:-1], ended_there)
-        said = answers[-1]
-        if said.get("rc") != 0 and "Invalid job id" not in said.get("err", ""):
-            return  # (squeue did not answer: the next look asks again)
-        alive = set(completed(said).stdout.split()) if said.get("rc") == 0 else set()
+        local.settle(answers[:len(local.ops)], ended_there)
+        said, at = {}, len(local.ops)
+        for name, (ids, ask) in asks.items():  # (each scheduler's answers, in order asked)
+            at += len(ask)
+            said[name] = pool_jobs.POOL_SCHEDULERS[name].read_states(
+                ids, [completed(a) for a in answers[at - len(ask):at]], [])
         for job in jobs:
-            allocation = _allocation(job)  # (read again: the records were just brought)
-            if allocation not in held or allocation in alive or job.id in ended_there:
-                continue  # (not in a Slurm pool, alive, or gone on since asked)
-            name = self.opts["pool"]
-            self.end_orphan(job, f"pool {name!r}'s Slurm allocation {allocation} ended before "
-                                 "this run recorded an outcome (its time limit?); start the "
-                                 f"pool again (easylaunch pool start {name} --on slurm), then "
-                                 f"run it again: easylaunch resubmit {job.id}")
+            name, allocation = _scheduler_of(job), _allocation(job)  # (read again: the
+            state = said.get(name, {}).get(allocation or "", "unknown")  # records were
+            if allocation is None or job.id in ended_there or state in LIVE:  # just brought)
+                continue  # (not in a scheduler's pool, alive, gone on since, or not known)
+            pool, scheduler = self.opts["pool"], pool_jobs.POOL_SCHEDULERS[name]
+            self.end_orphan(job, f"pool {pool!r}'s {scheduler.NAME} allocation {allocation} "
+                                 "ended before this run recorded an outcome (its time limit?); "
+                                 f"start the pool again (easylaunch pool start {pool} --on "
+                                 f"{name}), then run it again: easylaunch resubmit {job.id}")
 
     def launched(self, runs: list[Run]) -> str:
         return f"added to pool {self.opts['pool']!r}"
 
 
 def _allocation(job: RunRecord) -> str | None:
-    """The Slurm allocation of the pool a run is in: the one its pool went on in (at its time
+    """The allocation of the pool a run is in: the one its pool went on in (at a Slurm time
     limit), else the one it was added to."""
     added_to = job.launch_info["backend"].get("pool_job")  # (a pool on this machine: None,
     return added_to and (job.info().get("next_job_id") or added_to)  # its record unread)
+
+
+def _scheduler_of(job: RunRecord) -> str:
+    """The scheduler of the pool a run was added to (runs added before PBS pools: Slurm)."""
+    return job.launch_info["backend"].get("pool_scheduler") or "slurm"

@@ -1,5 +1,5 @@
-"""Warm pools: workers held on this machine, or in a Slurm allocation, that take sweeps as
-they come.
+"""Warm pools: workers held on this machine, or in a Slurm or PBS allocation, that take
+sweeps as they come.
 
 ```python
 from easylaunch import run_sweep, start_pool
@@ -16,10 +16,11 @@ pool ends after ``idle`` with no run, or at ``stop_pool``. Its runs are ``local`
 
 ``start_pool(..., on="slurm", time_limit="8h")`` holds one Slurm allocation instead
 (SLURM_CONFIGS' ``cpu`` entry, or with ``gpus`` its ``gpu`` one: partition, account, QOS), its
-packer on the node. The pool's folder is in LOCAL_LOG_DIR, which the nodes share (as for
-``mode="slurm"`` on a login node): a launch appends there, and the packer looks for new runs
-every 50 ms. ``on="allocation"`` starts the packer as a job step of the allocation this
-process runs in (inside ``salloc``): no job is submitted.
+packer on the node; ``on="pbs"`` holds a PBS job (PBS_CONFIGS'; :mod:`.pool_jobs`). The
+pool's folder is in LOCAL_LOG_DIR, which the nodes share (as for ``mode="slurm"`` on a login
+node): a launch appends there, and the packer looks for new runs every 50 ms.
+``on="allocation"`` starts the packer as a job step of the allocation this process runs in
+(inside ``salloc``): no job is submitted.
 
 ``cluster="hpc"`` (a CLUSTERS name or an ssh destination) does all of it on that machine, from
 this one: the pool's folder is in the cluster's log_dir, and each command is one round trip
@@ -28,11 +29,9 @@ over the SSH connection (``run_sweep(..., pool="nodes", cluster="hpc")``).
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import re
-import shlex
 import sys
 import tempfile
 import time
@@ -43,7 +42,8 @@ from pathlib import Path
 from easylaunch.errors import LaunchError, check_count, did_you_mean
 from easylaunch.modes import hosts
 from easylaunch.modes.hosts.transport import Transport, checked
-from easylaunch.modes.schedulers import nodes, slurm
+from easylaunch.modes.local import pool_jobs
+from easylaunch.modes.schedulers import Scheduler, slurm
 from easylaunch.runs.jobpack import job_archive
 from easylaunch.settings import ConfigArg, Settings, load_settings
 from easylaunch_job import pool as layout
@@ -58,7 +58,6 @@ if TYPE_CHECKING:
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([smhd]?)")
 UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
-SCRIPT = "pool.sbatch"
 
 
 @dataclass(frozen=True)
@@ -148,7 +147,7 @@ def start_pool(name: str, *, workers: int | None = None, preload: list[str] | No
 
     Args:
         name: The pool's name; launches name it with ``pool=``.
-        workers: How many runs run at once. Default: one per CPU here; 1 on Slurm.
+        workers: How many runs run at once. Default: one per CPU here; 1 on a scheduler.
         preload: Modules each worker imports once, before it forks a run.
         learn: Each worker also imports the installed libraries (modules from
             site-packages) that earlier runs of the pool imported, before its next run.
@@ -156,11 +155,12 @@ def start_pool(name: str, *, workers: int | None = None, preload: list[str] | No
         idle: The pool ends after this long with no run ("20m", "1h", or seconds).
         on: Where the workers run. ``"local"``: this machine. ``"slurm"``: an allocation
             of its own, of ``workers`` CPUs and ``gpus`` GPUs, for ``time_limit``. At its
-            time limit it goes on in a new allocation with the runs left.
+            time limit it goes on in a new allocation with the runs left. ``"pbs"``: a
+            PBS job of its own, from PBS_CONFIGS; it ends at its walltime.
             ``"allocation"``: the Slurm allocation this process runs in (inside
             ``salloc`` or a batch job), as a job step; no job is submitted.
-        time_limit: How long a Slurm allocation is held ("8h", or seconds).
-        gpus: GPUs of the allocation, one a worker (on Slurm only).
+        time_limit: How long a Slurm or PBS allocation is held ("8h", or seconds).
+        gpus: GPUs of the allocation, one a worker (on a scheduler only).
         cluster: A CLUSTERS name or ssh destination: the pool is started there, over SSH.
         config: A settings file or dict, as for ``run_experiment``.
 
@@ -181,33 +181,41 @@ def start_pool(name: str, *, workers: int | None = None, preload: list[str] | No
         raise LaunchError(f"pool {name!r} is running already ({said['folder']}); stop it "
                           f"first: easylaunch pool stop {name}")
     count = workers or ((os.cpu_count() or 1) if on == "local" and cluster is None else 1)
-    res = _allocation(settings, transport, name, count, gpus,
-                      seconds(time_limit, "time_limit")) if on == "slurm" else None
+    scheduler = pool_jobs.POOL_SCHEDULERS.get(on)  # (None: a packer here, or a job step)
+    res = pool_jobs.asked(settings, transport, name, scheduler, count, gpus,
+                          seconds(time_limit, "time_limit")) if scheduler else None
     stamp = datetime.now().strftime("%Y-%m-%d_%H-%M-%S_%f")
     info, made = checked(transport.run_ops([
         {"op": "info"}, {"op": "prepare_dir", "path": f"{root}/{layout.POOLS}/{name}/{stamp}"}]),
         transport.where)
     folder = made["path"]
     python = transport.python if cluster is not None else \
-        (settings.SLURM_PYTHON if on != "local" else None) or settings.LOCAL_PYTHON \
+        (slurm.SCHEDULER.python(settings) if on == "allocation" else
+         scheduler.python(settings) if scheduler else None) or settings.LOCAL_PYTHON \
         or sys.executable
     if python.startswith("~/"):  # (the job script quotes it: no shell expands it there)
         python = info["home"] + python[1:]
-    argv = _packer_argv(python, folder, count, idle_seconds, modules, learn, on)
+    argv = _packer_argv(python, folder, count, idle_seconds, modules, learn,
+                        scheduler if scheduler and pool_jobs.goes_on(scheduler) else None)
     if on == "allocation":  # (a job step of the allocation: srun lives here, the packer there)
         argv = ["srun", f"--jobid={held}", "--overlap", "--nodes=1", "--ntasks=1",
                 f"--cpus-per-task={count}", *([f"--gres=gpu:{gpus}"] * bool(gpus)), *argv,
                 *(["--gpus", "granted"] * bool(gpus))]
     files = {JOB_PYZ: job_archive(), layout.TASKS: b"", layout.RUNS: b""}
-    if res is not None:
-        files[SCRIPT] = _script(res, name, folder, argv,
-                                settings.SLURM_SIGNAL_SECONDS).encode()
+    if scheduler is not None:
+        files[pool_jobs.script_name(scheduler)] = pool_jobs.job_script(
+            scheduler, res, name, folder, argv, settings).encode()
     _send(transport, folder, files)
     meta: dict = {"name": name, "workers": count, "preload": modules, "learn": learn,
                   "gpus": gpus,
                   "idle_seconds": idle_seconds, "started_at": time.time()}
-    if res is not None:
-        meta["job_id"] = _submit(transport, folder)
+    if scheduler is not None:
+        try:
+            meta.update(job_id=pool_jobs.submit(transport, folder, scheduler),
+                        scheduler=scheduler.SIDE.name)
+        except LaunchError:
+            _send(transport, folder, {layout.ENDED: b"its allocation was refused\n"})
+            raise
     else:
         (started,) = checked(transport.run_ops([
             {"op": "detach", "argv": argv, "log": f"{folder}/{layout.LOG}"}]), transport.where)
@@ -220,9 +228,10 @@ def _check_pool(name: str, on: str, workers: int | None, preload: list[str], gpu
                 cluster: str | None) -> str | None:
     """Refuse start_pool's options that cannot work, naming the fix; the Slurm job this
     process runs in (SLURM_JOB_ID), if any."""
-    if on not in ("local", "slurm", "allocation"):
-        raise LaunchError(f"on={on!r}: a pool runs on 'local' (the machine), 'slurm' (an "
-                          "allocation of its own) or 'allocation' (the one you hold)")
+    if on not in ("local", "slurm", "pbs", "allocation"):
+        raise LaunchError(f"on={on!r}: a pool runs on 'local' (the machine), 'slurm' or "
+                          "'pbs' (an allocation of its own) or 'allocation' (the Slurm "
+                          "allocation you hold)")
     held = os.environ.get("SLURM_JOB_ID")
     if on == "allocation" and (not held or cluster is not None):
         raise LaunchError("on='allocation' starts the pool in the Slurm allocation you hold, "
@@ -232,8 +241,9 @@ def _check_pool(name: str, on: str, workers: int | None, preload: list[str], gpu
     if gpus:
         check_count("gpus", gpus)
         if on == "local":
-            raise LaunchError("gpus= is for pools on Slurm (on='slurm' or 'allocation'); a "
-                              "pool on a machine without a scheduler gives no GPUs yet")
+            raise LaunchError("gpus= is for pools on a scheduler (on='slurm', 'pbs' or "
+                              "'allocation'); a pool on a machine without one gives no GPUs "
+                              "yet")
     if not NAME.fullmatch(name):
         raise LaunchError(f"pool name {name!r}: use letters, digits and _.- (64 at most)")
     if workers is not None:
@@ -245,15 +255,18 @@ def _check_pool(name: str, on: str, workers: int | None, preload: list[str], gpu
 
 
 def _packer_argv(python: str, folder: str, workers: int, idle_seconds: float,
-                 preload: list[str], learn: bool, on: str) -> list[str]:
-    """The pool's packer, as its machine starts it (the pool's folder there)."""
+                 preload: list[str], learn: bool, going_on: Scheduler | None) -> list[str]:
+    """The pool's packer, as its machine starts it (the pool's folder there); ``going_on``:
+    the scheduler whose allocation it submits again at its time limit's warning."""
     return [python, f"{folder}/{JOB_PYZ}", "pack", f"{folder}/{layout.TASKS}", "--state-dir",
             f"{folder}/{layout.TASK_STATE}", "--workers", str(workers), "--runs",
             f"{folder}/{layout.RUNS}", "--warm", "--pool-idle", str(idle_seconds),
             *(["--preload", ",".join(preload)] * bool(preload)),
             *(["--learn-preloads"] * learn),
             # (at its time limit's warning, the runs left go on in a new allocation)
-            *(["--resubmit", f"{folder}/{SCRIPT}", "--scheduler", "slurm"] * (on == "slurm"))]
+            *([] if going_on is None else [
+                "--resubmit", f"{folder}/{pool_jobs.script_name(going_on)}",
+                "--scheduler", going_on.SIDE.name])]
 
 
 def _send(transport: Transport, folder: str, files: dict[str, bytes]) -> None:
@@ -266,46 +279,6 @@ def _send(transport: Transport, folder: str, files: dict[str, bytes]) -> None:
         for rel, data in files.items():
             Path(tmp, rel).write_bytes(data)
         transport.push(Path(tmp), sorted(files), folder)
-
-
-def _allocation(settings: Settings, transport: Transport, name: str, workers: int, gpus: int,
-                limit: float) -> slurm.Resources:
-    """What the pool's allocation asks (SLURM_CONFIGS' cpu or gpu entry, with the pool's CPUs,
-    GPUs and time); refused where no node of its partition can give it, as for
-    ``mode="slurm"``."""
-    res = dataclasses.replace(
-        slurm.resolve_resources(settings.SLURM_CONFIGS, None, gpus > 0), nodes=1, tasks=1,
-        cpus_per_task=workers, n_gpus=gpus, time_minutes=max(1, round(limit / 60)))
-    (sinfo,) = transport.run_ops([{"op": "run", "argv": nodes.sinfo_command()}])
-    if sinfo.get("rc") == 0:
-        try:
-            slurm.fit(res, nodes.parse_sinfo(sinfo["out"]), packs=False)
-        except LaunchError as exc:
-            raise LaunchError(f"pool {name!r} cannot have its allocation of {workers} CPUs, "
-                              f"{gpus} GPUs and {res.time_minutes} minutes ({exc}); ask less "
-                              "with workers=, gpus= or time_limit=") from None
-    return res
-
-
-def _script(res: slurm.Resources, name: str, folder: str, argv: list[str],
-            signal_seconds: int) -> str:
-    """The pool's job script (``signal_seconds``: its time limit's warning, SIGUSR1). The
-    allocation it goes on in, submitted again, appends to the same log."""
-    return ("#!/bin/bash\n" + "\n".join(slurm.sbatch_header(
-        res, f"pool-{name}", f"{folder}/{layout.LOG}", signal_seconds=signal_seconds)) +
-        "\n#SBATCH --open-mode=append\n# Generated by easylaunch: the packer of a warm pool.\n"
-        f"exec {shlex.join([*argv, *(['--gpus', 'granted'] if res.n_gpus else [])])}\n")
-
-
-def _submit(transport: Transport, folder: str) -> str:
-    """The pool's allocation, submitted: its Slurm job id."""
-    (out,) = transport.run_ops([{"op": "run", "argv": ["sbatch", "--parsable",
-                                                        f"{folder}/{SCRIPT}"]}])
-    if out.get("rc") != 0:
-        _send(transport, folder, {layout.ENDED: b"its allocation was refused\n"})
-        raise LaunchError(f"sbatch refused the pool's allocation: "
-                          f"{(out.get('err') or out.get('error', '')).strip()}")
-    return str(out["out"]).strip().split(";")[0]
 
 
 def list_pools(config: ConfigArg = None, everything: bool = False,

@@ -9,6 +9,8 @@ import re
 import subprocess
 from collections.abc import Sequence
 
+from easylaunch_job.schedulers import qstat_blocks
+
 # job_state letters -> easylaunch states; "ended" is settled by the exit status.
 STATES = {"Q": "queued", "H": "queued", "W": "queued", "T": "queued", "M": "queued",
           "R": "running", "B": "running", "E": "running", "S": "running", "U": "running",
@@ -68,25 +70,12 @@ def parse_qstat_json(stdout: str) -> dict[str, str] | None:
 
 def parse_qstat_text(stdout: str) -> dict[str, str]:
     """``{short id: easylaunch state}`` from ``qstat -f`` text (PBS Pro, Torque, Slurm's
-    wrappers): ``Job Id: X`` blocks of ``name = value`` lines."""
-    states: dict[str, str] = {}
-    job_id: str | None = None
-    attrs: dict[str, str] = {}
-
-    def close() -> None:
-        if job_id is not None:
-            status = attrs.get("exit_status", attrs.get("Exit_status"))
-            states[short_id(job_id)] = job_state(attrs.get("job_state", ""),
-                                                 None if status is None else as_int(status))
-
-    for line in stdout.splitlines():
-        if line.startswith("Job Id:"):
-            close()
-            job_id, attrs = line.split(":", 1)[1].strip(), {}
-        elif " = " in line:
-            key, _, value = line.strip().partition(" = ")
-            attrs[key] = value
-    close()
+    wrappers)."""
+    states = {}
+    for job_id, attrs in qstat_blocks(stdout).items():
+        status = attrs.get("exit_status", attrs.get("Exit_status"))
+        states[short_id(job_id)] = job_state(attrs.get("job_state", ""),
+                                             None if status is None else as_int(status))
     return states
 
 
