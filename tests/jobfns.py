@@ -288,3 +288,10 @@ def node_facts(doodad_config, variant):
     print(json.dumps(facts), flush=True)
     time.sleep(variant.get("hold", 0))  # (keeps its GPU a while: the next run gets another)
     return facts
+
+
+def whoami(doodad_config, variant):
+    """The user this run runs as."""
+    import getpass
+
+    return getpass.getuser()

@@ -424,3 +424,20 @@ def test_a_pool_on_the_cluster_from_a_laptop_takes_sweeps_over_ssh(remote_cfg):
     assert list_pools(remote_cfg, cluster="test") == []
     with pytest.raises(LaunchError, match="takes cluster= only with pool="):
         run_experiment(jobfns.double, cluster="test", config=remote_cfg)
+
+
+def test_a_pool_on_a_machine_without_a_scheduler_reached_over_ssh(remote_cfg):
+    """on='local' with cluster=: the packer runs on that machine (here as user easyremote,
+    over SSH), no scheduler involved; sweeps, ls and stop go there."""
+    pool = start_pool("host", workers=2, idle="10m", cluster="test", config=remote_cfg)
+    assert pool.folder.startswith("/home/easyremote/runs/") and pool.workers == 2
+    try:
+        jobs = run_sweep(jobfns.whoami, [{"n": i} for i in range(3)], pool="host",
+                         cluster="test", config=remote_cfg)
+        assert [j.result(timeout=120) for j in jobs] == ["easyremote"] * 3
+        (shown,) = list_pools(remote_cfg, cluster="test")
+        assert (shown.done, shown.ended) == (3, None)
+        assert "job" not in shown.where, shown.where  # (its machine, no scheduler's job)
+    finally:
+        stop_pool("host", remote_cfg, cluster="test")
+    assert list_pools(remote_cfg, cluster="test") == []
