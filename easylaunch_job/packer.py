@@ -363,7 +363,9 @@ def main(argv: list[str] | None = None) -> int:
     packer = Packer(tasks, args.state_dir, args.workers or default_workers(), runs,
                     _gpus(args.gpus), args.warm, args.resubmit,
                     scheduler_named(args.scheduler),
-                    continuing=bool(os.environ.get(ENV_CONTINUE)),
+                    # (a pool never runs a task again that ended: a requeued job's packer
+                    # takes up those its first allocation left)
+                    continuing=bool(os.environ.get(ENV_CONTINUE)) or args.pool_idle is not None,
                     only=tasks_left(os.environ.get(ENV_CONTINUE)),
                     claims=Claims(args.state_dir, (rank, world)) if args.shared else None,
                     preload=args.preload.split(",") if args.preload else None,

@@ -10,7 +10,8 @@ while with nothing to do. Each start of a pool has a folder of its own,
 - ``task-state/``: the packer's record of each task (as any packer's);
 - ``ended``: written by the packer as it ends (why, in words); a pool with it takes no runs;
   a Slurm pool's packer stopped at its time limit's warning with runs left writes none: it
-  submits the pool's job script again, and ``pool.json`` names the new job;
+  submits the pool's job script again, and ``pool.json`` names the new job. Nor does one
+  stopped by SIGTERM: a preempted job, requeued, goes on; a cancelled one is gone;
 - ``learned/``: with ``learn``, the installed libraries each run imported, which the workers
   import before their next fork (:mod:`easylaunch_job.warm`);
 - ``wake``: a FIFO the packer listens on, so that a run added on its machine starts at once
@@ -29,6 +30,7 @@ import os
 import select
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -236,19 +238,29 @@ class Watcher:
             yield
 
     def may_go_on(self, signum: int | None) -> bool:
-        """(a packer stopped by ``signum``) Whether the pool goes on in a new allocation: at
-        its time limit's warning (SIGUSR1), not after ``pool stop``. A SIGTERM (a ``scancel``,
-        a preemption) ends it: Slurm's records cannot tell those apart as the job ends."""
+        """(a packer stopped by ``signum``) Whether the pool submits its job again: at its time
+        limit's warning (SIGUSR1), not after ``pool stop``. A SIGTERM (a ``scancel``, a
+        preemption) submits nothing: Slurm requeues a preempted job itself (see
+        :meth:`ended`)."""
         return signum == signal.SIGUSR1 and ended_why(self.folder) is None
 
     def ended(self, moved_to: str | None) -> None:
         """As the packer ends: the pool's record names the job it goes on in (``moved_to``),
-        or the pool is ended, saying why where the idle time or ``pool stop`` did not."""
+        or the pool is ended, saying why where the idle time or ``pool stop`` did not. A
+        SIGTERM to a job its scheduler requeues at a preemption leaves the pool open: if the
+        job waits again, its packer takes the runs left there; if it is gone (a cancel, a
+        time limit), ``pool ls`` says the allocation is gone, and the runs left end saying
+        so."""
+        path = os.path.join(self.folder, POOL_JSON)
+        meta = read_json(path)
+        if moved_to is None and self.packer.stopped_by == signal.SIGTERM \
+                and "job_id" in meta and allocation(meta).requeues:
+            print("packer: stopped by SIGTERM; the pool goes on if its job is requeued "
+                  "(a preemption)", file=sys.stderr)
+            return
         if moved_to is None:
             self._close("stopped by a signal (its allocation ended?)")
             return
-        path = os.path.join(self.folder, POOL_JSON)
-        meta = read_json(path)
         write_json_atomic(path, dict(meta, job_id=moved_to,
                                      earlier_jobs=[*meta.get("earlier_jobs", []),
                                                    meta.get("job_id")]))

@@ -42,6 +42,7 @@ class JobSide:
     # (None: it has ended, or the scheduler forgot it); None: no pool holds a job of it
     cancel: str = ""
     standing: Standing | None = None
+    requeues: bool = False  # whether a preemption puts a pool's job back in the queue
 
     def command(self, script: str, *options: str) -> list:
         """The submit command of ``script`` (run it in the script's folder: PBS writes the
@@ -155,7 +156,7 @@ def _without_array(script: str) -> str:
 SLURM_SIDE = JobSide("slurm", "Slurm", "sbatch", ("--parsable",), sbatch_job_id, _slurm_again,
                     index="${SLURM_ARRAY_TASK_ID:-0}", own_prefixes=("SLURM_", "SBATCH_"),
                     cluster_variables=("SLURM_CONF", "SLURM_CLUSTERS"), cancel="scancel",
-                    standing=_squeue_standing)
+                    standing=_squeue_standing, requeues=True)
 # A PBS run's entry: the one a restart was submitted for, else the array index (PBS Pro numbers
 # elements from 1; Slurm's PBS front ends set SLURM_ARRAY_TASK_ID instead of PBS_ARRAY_INDEX).
 _PBS_INDEX = "$(( ${PBS_ARRAY_INDEX:-${SLURM_ARRAY_TASK_ID:-1}} - 1 ))"

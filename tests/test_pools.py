@@ -320,6 +320,43 @@ def test_a_pool_at_its_time_limit_goes_on_in_a_new_allocation_with_its_runs(slur
         stop_pool("going", slurm_cfg)
 
 
+def test_a_preempted_pool_goes_on_in_its_requeued_job_with_its_runs(slurm_cfg):
+    """The pool holds node4's four CPUs in the preemptible partition; a job of the cpu
+    partition asks for them. Slurm sends the pool SIGTERM (its runs save), requeues its job,
+    and starts it again once node4 is free: the pool takes up the runs left, and the next
+    launch."""
+    from jobfns import steps_done
+
+    slurm_cfg["SLURM_CONFIGS"]["cpu"].update(partition="preempt",
+                                             extra_flags="--nodelist=node4")
+    pool = start_pool("preempted", on="slurm", workers=4, idle="10m", time_limit="10m",
+                      config=slurm_cfg)
+    allocation = json.loads(Path(pool.folder, "pool.json").read_text())["job_id"]
+    try:
+        jobs = run_sweep(jobfns.count_steps, [{"steps": 160, "every": 1000,
+                                               "step_seconds": 0.25}] * 2,
+                         mode="local", pool="preempted", max_restarts=2, config=slurm_cfg)
+        assert wait_for(lambda: all(len(steps_done(j.log_dir)) >= 3 for j in jobs), 60)
+        urgent = subprocess.run(["sbatch", "--parsable", "--partition=cpu", "--nodelist=node4",
+                                 "--cpus-per-task=4", "--output=/dev/null", "--wrap=sleep 2"],
+                                capture_output=True, text=True, check=True).stdout.strip()
+        try:
+            results = [j.result(timeout=240) for j in jobs]
+        finally:
+            subprocess.run(["scancel", urgent])
+        for job, result in zip(jobs, results, strict=True):
+            assert [r["reason"] for r in job.info()["restarts"]] == ["preempted"]
+            stopped_at = max(s for a, s in steps_done(job.log_dir) if a == 1)
+            assert (result["steps"], result["resumed_from"]) == (160, stopped_at)
+        (shown,) = list_pools(slurm_cfg)
+        assert shown.ended is None and f"Slurm job {allocation} on node4" in shown.where
+        later = run_experiment(jobfns.double, variant={"x": 3}, mode="local",
+                               pool="preempted", config=slurm_cfg)
+        assert later.result(timeout=60) == {"x": 3, "y": 6}
+    finally:
+        stop_pool("preempted", slurm_cfg)
+
+
 def test_a_search_runs_its_trials_in_a_pool(pool, cfg):
     """Each trial is a run the pool takes as soon as one of its workers is free."""
     import searchfns

@@ -3,8 +3,9 @@
 
 The allocation is the settings' ``cpu`` entry (``gpu`` with ``gpus``) of SLURM_CONFIGS or
 PBS_CONFIGS: one node, the pool's workers as CPUs, its GPUs, its time limit. A Slurm pool goes
-on in a new allocation at its time limit's warning (``--signal``). PBS sends no warning, so a
-PBS pool ends at its walltime, and its runs left end saying so."""
+on in a new allocation at its time limit's warning (``--signal``), and in its requeued job
+after a preemption (``--requeue``). PBS sends no warning, so a PBS pool ends at its walltime,
+and its runs left end saying so."""
 
 from __future__ import annotations
 
@@ -67,7 +68,7 @@ def job_script(scheduler: Scheduler, res: Any, name: str, folder: str, argv: lis
     else:
         header = [*slurm.sbatch_header(res, f"pool-{name}", log,
                                        signal_seconds=settings.SLURM_SIGNAL_SECONDS),
-                  "#SBATCH --open-mode=append"]
+                  "#SBATCH --open-mode=append", "#SBATCH --requeue"]
         granted = res.n_gpus
     packer = [*argv, *(["--gpus", "granted"] if granted else [])]
     return ("#!/bin/bash\n" + "\n".join(header) +
