@@ -81,3 +81,13 @@ def test_what_a_scheduler_does_not_declare_is_refused_by_name(ask, what, has):
         ask(Lsf(), what)
     assert str(refused.value) == f"{what} is not on LSF: its scheduler module has no {has}"
     assert ask(slurm.SCHEDULER, what) is slurm.SCHEDULER  # (Slurm declares all three)
+
+
+def test_doctor_looks_for_a_new_schedulers_commands(monkeypatch):
+    """easylaunch doctor asks the scheduler which commands its mode runs: none listed by
+    hand."""
+    from easylaunch.cli.doctor import mode_commands
+
+    monkeypatch.setitem(MODES, "lsf", "easylaunch_lsf:SCHEDULER")
+    assert mode_commands()["lsf"] == (("bsub",), ("bjobs",), ("bkill",))
+    assert mode_commands()["pbs"] == (("qsub",), ("qstat",), ("qdel",))

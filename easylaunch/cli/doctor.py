@@ -16,6 +16,8 @@ from typing import Any
 
 from easylaunch import settings
 from easylaunch.errors import EasyLaunchError, MissingExtra, SettingsError, did_you_mean, needed
+from easylaunch.modes import all_modes, get_mode
+from easylaunch.modes.scheduled.job_arrays import ArrayMode
 from easylaunch.modes.schedulers import pbs, slurm
 from easylaunch.settings import doodad_names as doodad
 from easylaunch_job.environment import python_minor
@@ -27,18 +29,31 @@ class Finding:
     text: str
 
 
-# Commands each mode runs, as alternatives (any one of a group will do).
+# Commands each mode runs, as alternatives (any one of a group will do); a scheduler's job
+# arrays' modes (slurm, pbs) run their scheduler's (see mode_commands).
 MODE_COMMANDS: dict[str, tuple[tuple[str, ...], ...]] = {
-    "slurm": (("sbatch",), ("squeue",), ("scancel",)),
-    "slurm_singularity": (("sbatch",), ("squeue",), ("scancel",)),
     "sss": (("rsync",), ("ssh",)),
     "htp": (("rsync",), ("ssh",)),
     "pbs_htp": (("rsync",), ("ssh",)),
     "ssh": (("ssh",), ("rsync",)),
-    "pbs": (("qsub",), ("qstat",), ("qdel",)),
     "local_singularity": (("singularity", "apptainer"),),
     "local_docker": (("docker", "podman"),),
 }
+
+
+def mode_commands() -> dict[str, tuple[tuple[str, ...], ...]]:
+    """The commands each mode runs: :data:`MODE_COMMANDS`, and those of each mode that
+    submits job arrays, from its scheduler (a scheduler added later included)."""
+    found = {}
+    for name in all_modes():
+        try:
+            kind = get_mode(name)
+        except ImportError:  # (a cloud SDK not installed)
+            continue
+        scheduler = getattr(kind, "parts", {}).get("scheduler")
+        if getattr(kind, "cls", None) is ArrayMode and scheduler is not None:
+            found[name] = tuple((command,) for command in scheduler.commands())
+    return {**found, **MODE_COMMANDS}
 
 
 def _needs(s: settings.Settings, *keys: str) -> list[str]:
@@ -184,7 +199,7 @@ def diagnose(path: str | Path | None) -> list[Finding]:
         missing = check(effective)
         findings.append(Finding("warn", f"mode {mode}: {'; '.join(missing)}") if missing
                         else Finding("ok", f"mode {mode}: settings complete"))
-    for mode, groups in MODE_COMMANDS.items():
+    for mode, groups in mode_commands().items():
         absent = [" or ".join(g) for g in groups if not any(map(shutil.which, g))]
         findings.append(Finding("warn", f"mode {mode}: not on PATH: {', '.join(absent)}")
                         if absent else Finding("ok", f"mode {mode}: commands on PATH"))

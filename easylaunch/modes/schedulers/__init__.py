@@ -97,6 +97,13 @@ class Scheduler(ABC):
         """Shell commands run before the Python of each run (``<NAME>_PRE_CMDS``)."""
         return tuple(settings.get(f"{self.SIDE.name.upper()}_PRE_CMDS") or ())
 
+    def commands(self) -> tuple[str, ...]:
+        """The commands its job arrays run where they are submitted (``easylaunch doctor``
+        looks for them): submit, status, cancel."""
+        asked = [self.SIDE.tool, *(argv[0] for argv in self.status_commands(["1"], [{}])),
+                 self.cancel_command("1")[0]]
+        return tuple(dict.fromkeys(asked))
+
     def check(self, settings: Settings, res: Any) -> None:
         """Refuse settings that cannot work with these resources (default: none)."""
 
