@@ -168,6 +168,15 @@ def reader_env(home: Path) -> dict[str, str]:
     return dict(os.environ, HOME=str(home), PATH=f"{venv_bin}:{os.environ['PATH']}")
 
 
+# Stops the pools a page left running, naming them (a page that starts one stops it).
+STOP_POOLS_LEFT = """
+from easylaunch import list_pools, stop_pool
+for pool in list_pools():
+    print(pool.name)
+    stop_pool(pool.name)
+"""
+
+
 @pytest.mark.parametrize("page", RUN_PAGES)
 def test_page_runs_as_written(page, request, tmp_path):
     """Every complete script and command of the page runs, in order, and exits 0."""
@@ -177,9 +186,14 @@ def test_page_runs_as_written(page, request, tmp_path):
     env = reader_env(Path(os.environ["HOME"]))
     project = tmp_path / "project"  # the reader's folder (their home is conftest's)
     project.mkdir()
-    for block in found:
-        if block.lang in ("python", "bash") and block.marker not in ("fragment", "installs"):
-            run_block(block, page, project, env)
+    try:
+        for block in found:
+            if block.lang in ("python", "bash") and block.marker not in ("fragment", "installs"):
+                run_block(block, page, project, env)
+    finally:  # (a pool a page leaves would hold the test cluster's CPUs for its idle time)
+        left = subprocess.run([sys.executable, "-c", STOP_POOLS_LEFT], cwd=project, env=env,
+                              capture_output=True, text=True, timeout=120)
+    assert left.stdout.split() == [], f"{page} leaves pools running: {left.stdout.split()}"
 
 
 def test_markers_say_why():
