@@ -300,7 +300,9 @@ def describe(folder: str, counted: bool = True) -> dict:
         if ended is None and said is None:
             ended = "its allocation is gone"
     elif ended is None and not is_alive(meta["pid"], meta["started"]):
-        ended = "its packer is gone (was the machine restarted?)"
+        ended = "its packer is gone (was the machine restarted, or its allocation ended?)"
+    if "inside" in meta:  # (started in an allocation its user held)
+        where = f"inside {meta['inside']}"
     found = {"folder": folder, "meta": meta, "ended": ended, "where": where, "busy": None,
              "queued": None, "done": None}
     if not counted:

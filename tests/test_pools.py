@@ -179,7 +179,8 @@ def test_a_second_start_of_a_running_pool_is_refused(pool, cfg):
         start_pool("warm", config=cfg)
     with pytest.raises(LaunchError, match="gpus= is for pools on a scheduler"):
         start_pool("gpus", gpus=1, config=cfg)
-    with pytest.raises(LaunchError, match="SLURM_JOB_ID is not set: run this inside salloc"):
+    with pytest.raises(LaunchError, match="neither SLURM_JOB_ID nor PBS_JOBID is set: run "
+                                          "this inside salloc"):
         start_pool("held", on="allocation", config=cfg)
     assert [p.name for p in list_pools(cfg)] == ["warm"]
 
@@ -400,15 +401,16 @@ INSIDE_ALLOCATION = """
 import json, os, sys
 import jobfns
 from easylaunch import run_sweep, start_pool, stop_pool
-start_pool("inside", on="allocation", workers=2, gpus=int(sys.argv[2]), idle="10m",
-           config=sys.argv[1])
+started = start_pool("inside", on="allocation", workers=2, gpus=int(sys.argv[2]),
+                     idle="10m", config=sys.argv[1])
 try:
     jobs = run_sweep(jobfns.node_facts, [{"n": i, "hold": 1} for i in range(4)], mode="local",
                      pool="inside", use_gpu=bool(int(sys.argv[2])), config=sys.argv[1])
     facts = [job.result(timeout=120) for job in jobs]
 finally:
     stop_pool("inside", sys.argv[1])
-print(json.dumps({"job": os.environ["SLURM_JOB_ID"], "facts": facts}))
+job = os.environ.get("SLURM_JOB_ID") or os.environ["PBS_JOBID"]
+print(json.dumps({"job": job, "facts": facts, "where": started.where}))
 """
 
 
@@ -429,6 +431,7 @@ def test_a_pool_in_the_allocation_a_user_holds_submits_no_job(slurm_cfg, tmp_pat
     node = subprocess.run(["sacct", "-n", "-X", "-j", said["job"], "-o", "NodeList%20"],
                           capture_output=True, text=True, check=True).stdout.strip()
     assert {f["host"] for f in said["facts"]} == {node}, (node, said)
+    assert said["where"] == f"inside Slurm job {said['job']}"
     jobs_of_the_test = subprocess.run(["sacct", "-n", "-X", "-S", "now-5minutes", "-o",
                                        "JobName%30"], capture_output=True, text=True).stdout
     assert "pool-inside" not in jobs_of_the_test  # (no job of its own)
@@ -436,6 +439,30 @@ def test_a_pool_in_the_allocation_a_user_holds_submits_no_job(slurm_cfg, tmp_pat
         # runs hold theirs a while, so both serve)
         assert {f["cuda_visible_devices"] for f in said["facts"]} == {"0", "1"}, said
         assert all(f["gpu_id"] == 0 for f in said["facts"]), said
+
+
+def test_a_pool_in_a_pbs_job_a_user_holds_runs_on_its_node(pbs_cfg, tmp_path):
+    """Inside a PBS job (PBS_JOBID set, no SLURM_JOB_ID, as on PBS Pro), the pool's packer
+    runs in the job itself, on its node: no job is submitted."""
+    settings = write_settings(tmp_path / "settings.py", pbs_cfg)
+    (tmp_path / "inside.py").write_text(INSIDE_ALLOCATION)
+    said = tmp_path / "said.txt"
+    (tmp_path / "job.sh").write_text(
+        "#!/bin/bash\n#PBS -l select=1:ncpus=2\n#PBS -l walltime=00:10:00\n"
+        # (as PBS Pro sets them: Slurm's PBS front ends give Slurm's variables instead)
+        "export PBS_JOBID=$SLURM_JOB_ID.server; unset SLURM_JOB_ID SLURM_JOBID\n"
+        f"export PYTHONPATH={Path(jobfns.__file__).parent}\n"
+        f"exec {sys.executable} {tmp_path}/inside.py {settings} 0 > {said} 2>&1\n")
+    job = subprocess.run(["qsub", "job.sh"], cwd=tmp_path, capture_output=True, text=True,
+                         check=True).stdout.strip()
+    assert wait_for(lambda: not subprocess.run(["squeue", "-h", "-j", job], capture_output=True,
+                                               text=True).stdout.strip(), 180)
+    out = json.loads(said.read_text().splitlines()[-1])
+    assert out["job"].split(".")[0] == job.split(".")[0]
+    assert out["where"] == f"inside PBS job {out['job']}"
+    assert len({f["host"] for f in out["facts"]}) == 1, out  # (the job's node)
+    assert "pool-inside" not in subprocess.run(
+        ["squeue", "-h", "-o", "%j"], capture_output=True, text=True).stdout
 
 
 def test_a_pool_on_the_cluster_from_a_laptop_takes_sweeps_over_ssh(remote_cfg):

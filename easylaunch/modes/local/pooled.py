@@ -72,7 +72,7 @@ class PooledMode(DetachedLocalMode):
             "tasks": prepared.files["tasks.txt"].splitlines(),
             "runs": prepared.files["runs.tsv"].splitlines()}], [], [])
         meta: dict[str, Any] = added["meta"]
-        packer = {"pool_job": meta["job_id"], "pool_scheduler": meta["scheduler"]} \
+        packer = {"pool_job": meta["job_id"], "pool_scheduler": layout.allocation(meta).name} \
             if "job_id" in meta else {
             "packer_pid": meta["pid"], "packer_started": meta["started"]}
         for index, run in enumerate(runs, start=added["first"]):
@@ -92,9 +92,8 @@ class PooledMode(DetachedLocalMode):
                 held.setdefault(_scheduler_of(job), set()).add(allocation)
         if not held:
             return local
-        asks = {name: (sorted(ids), scheduler.status_commands(sorted(ids), []))
-                for name, ids in held.items()
-                if (scheduler := pool_jobs.POOL_SCHEDULERS[name])}
+        asks = {name: (sorted(ids), pool_jobs.POOL_SCHEDULERS[name].status_commands(
+            sorted(ids), [])) for name, ids in held.items()}
         ops: list[Op] = [{"op": "run", "argv": list(argv)} for _, ask in asks.values()
                          for argv in ask]
         return BackendQuery([*local.ops, *ops],

@@ -19,8 +19,8 @@ pool ends after ``idle`` with no run, or at ``stop_pool``. Its runs are ``local`
 packer on the node; ``on="pbs"`` holds a PBS job (PBS_CONFIGS'; :mod:`.pool_jobs`). The
 pool's folder is in LOCAL_LOG_DIR, which the nodes share (as for ``mode="slurm"`` on a login
 node): a launch appends there, and the packer looks for new runs every 50 ms.
-``on="allocation"`` starts the packer as a job step of the allocation this process runs in
-(inside ``salloc``): no job is submitted.
+``on="allocation"`` starts the packer in the allocation this process runs in (inside
+``salloc``: a job step; inside a PBS job: on this node), and no job is submitted.
 
 ``cluster="hpc"`` (a CLUSTERS name or an ssh destination) does all of it on that machine, from
 this one: the pool's folder is in the cluster's log_dir, and each command is one round trip
@@ -43,7 +43,7 @@ from easylaunch.errors import LaunchError, check_count, did_you_mean
 from easylaunch.modes import hosts
 from easylaunch.modes.hosts.transport import Transport, checked
 from easylaunch.modes.local import pool_jobs
-from easylaunch.modes.schedulers import Scheduler, slurm
+from easylaunch.modes.schedulers import Scheduler, pbs, slurm
 from easylaunch.runs.jobpack import job_archive
 from easylaunch.settings import ConfigArg, Settings, load_settings
 from easylaunch_job import pool as layout
@@ -157,8 +157,9 @@ def start_pool(name: str, *, workers: int | None = None, preload: list[str] | No
             of its own, of ``workers`` CPUs and ``gpus`` GPUs, for ``time_limit``. At its
             time limit it goes on in a new allocation with the runs left. ``"pbs"``: a
             PBS job of its own, from PBS_CONFIGS; it ends at its walltime.
-            ``"allocation"``: the Slurm allocation this process runs in (inside
-            ``salloc`` or a batch job), as a job step; no job is submitted.
+            ``"allocation"``: the allocation this process runs in (inside ``salloc``,
+            ``qsub -I`` or a batch job): a job step of a Slurm one, the packer itself on
+            this node of a PBS one; no job is submitted.
         time_limit: How long a Slurm or PBS allocation is held ("8h", or seconds).
         gpus: GPUs of the allocation, one a worker (on a scheduler only).
         cluster: A CLUSTERS name or ssh destination: the pool is started there, over SSH.
@@ -189,18 +190,12 @@ def start_pool(name: str, *, workers: int | None = None, preload: list[str] | No
         {"op": "info"}, {"op": "prepare_dir", "path": f"{root}/{layout.POOLS}/{name}/{stamp}"}]),
         transport.where)
     folder = made["path"]
-    python = transport.python if cluster is not None else \
-        (slurm.SCHEDULER.python(settings) if on == "allocation" else
-         scheduler.python(settings) if scheduler else None) or settings.LOCAL_PYTHON \
-        or sys.executable
-    if python.startswith("~/"):  # (the job script quotes it: no shell expands it there)
-        python = info["home"] + python[1:]
+    held = held if on == "allocation" else None
+    python = _packer_python(settings, transport, held[0] if held else scheduler, info["home"])
     argv = _packer_argv(python, folder, count, idle_seconds, modules, learn,
                         scheduler if scheduler and pool_jobs.goes_on(scheduler) else None)
-    if on == "allocation":  # (a job step of the allocation: srun lives here, the packer there)
-        argv = ["srun", f"--jobid={held}", "--overlap", "--nodes=1", "--ntasks=1",
-                f"--cpus-per-task={count}", *([f"--gres=gpu:{gpus}"] * bool(gpus)), *argv,
-                *(["--gpus", "granted"] * bool(gpus))]
+    if held:
+        argv = _inside(held, argv, count, gpus)
     files = {JOB_PYZ: job_archive(), layout.TASKS: b"", layout.RUNS: b""}
     if scheduler is not None:
         files[pool_jobs.script_name(scheduler)] = pool_jobs.job_script(
@@ -219,25 +214,60 @@ def start_pool(name: str, *, workers: int | None = None, preload: list[str] | No
     else:
         (started,) = checked(transport.run_ops([
             {"op": "detach", "argv": argv, "log": f"{folder}/{layout.LOG}"}]), transport.where)
-        meta.update(pid=started["pid"], started=started["started"])
+        meta.update(pid=started["pid"], started=started["started"],
+                    **({"inside": f"{held[0].NAME} job {held[1]}"} if held else {}))
     _send(transport, folder, {layout.POOL_JSON: json.dumps(meta, indent=1).encode()})
     return _state(_ask(transport, root, "find", name), transport)  # (no run yet to count)
 
 
+def _packer_python(settings: Settings, transport: Transport, runs_on: Scheduler | None,
+                   home: str) -> str:
+    """The Python that starts the pool's packer: a cluster's over SSH; else the setting of
+    the scheduler it runs on (SLURM_PYTHON, PBS_PYTHON), LOCAL_PYTHON, or this one. A ``~/``
+    is made ``home`` (the job script quotes it: no shell expands it there)."""
+    python = transport.python if not transport.is_local else \
+        (runs_on.python(settings) if runs_on else None) or settings.LOCAL_PYTHON \
+        or sys.executable
+    return home + python[1:] if python.startswith("~/") else python
+
+
+def _held() -> tuple[Scheduler, str] | None:
+    """The allocation this process runs in: a Slurm job (SLURM_JOB_ID) or a PBS one
+    (PBS_JOBID; Slurm's where both are set, as under Slurm's PBS front ends)."""
+    for scheduler, variable in ((slurm.SCHEDULER, "SLURM_JOB_ID"), (pbs.SCHEDULER, "PBS_JOBID")):
+        if os.environ.get(variable):
+            return scheduler, os.environ[variable]
+    return None
+
+
+def _inside(held: tuple[Scheduler, str], argv: list[str], workers: int,
+            gpus: int) -> list[str]:
+    """The packer's argv in the allocation ``held``: a job step of a Slurm one (srun lives
+    here, the packer there); in a PBS one, the packer itself, on this node of the job. With
+    ``gpus``, its workers take those the scheduler granted."""
+    scheduler, job = held
+    granted = ["--gpus", "granted"] * bool(gpus)
+    if scheduler is not slurm.SCHEDULER:
+        return [*argv, *granted]
+    return ["srun", f"--jobid={job}", "--overlap", "--nodes=1", "--ntasks=1",
+            f"--cpus-per-task={workers}", *([f"--gres=gpu:{gpus}"] * bool(gpus)), *argv,
+            *granted]
+
+
 def _check_pool(name: str, on: str, workers: int | None, preload: list[str], gpus: int,
-                cluster: str | None) -> str | None:
-    """Refuse start_pool's options that cannot work, naming the fix; the Slurm job this
-    process runs in (SLURM_JOB_ID), if any."""
+                cluster: str | None) -> tuple[Scheduler, str] | None:
+    """Refuse start_pool's options that cannot work, naming the fix; the allocation this
+    process runs in, if any (:func:`_held`)."""
     if on not in ("local", "slurm", "pbs", "allocation"):
         raise LaunchError(f"on={on!r}: a pool runs on 'local' (the machine), 'slurm' or "
-                          "'pbs' (an allocation of its own) or 'allocation' (the Slurm "
-                          "allocation you hold)")
-    held = os.environ.get("SLURM_JOB_ID")
+                          "'pbs' (an allocation of its own) or 'allocation' (the one you "
+                          "hold)")
+    held = _held()
     if on == "allocation" and (not held or cluster is not None):
-        raise LaunchError("on='allocation' starts the pool in the Slurm allocation you hold, "
-                          "but SLURM_JOB_ID is not set: run this inside salloc or a batch job"
-                          if not held else "on='allocation' is the allocation this process "
-                          "runs in: leave cluster out")
+        raise LaunchError("on='allocation' starts the pool in the allocation you hold, but "
+                          "neither SLURM_JOB_ID nor PBS_JOBID is set: run this inside salloc, "
+                          "qsub -I or a batch job" if not held else "on='allocation' is the "
+                          "allocation this process runs in: leave cluster out")
     if gpus:
         check_count("gpus", gpus)
         if on == "local":
