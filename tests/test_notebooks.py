@@ -47,8 +47,12 @@ class Notebook:
         return text_of(cell.outputs)
 
     def value(self, expression: str):
-        """``expression`` evaluated in the kernel, as JSON (str() for what JSON cannot say)."""
-        out = self.run(f"print('=>', __import__('json').dumps({expression}, default=str))")
+        """``expression`` evaluated in the kernel, as JSON (str() for what JSON cannot say).
+        It is written in one call, on a line of its own: print() writes its parts one by
+        one, and another thread's output can come between them (its line was missing once
+        in CI)."""
+        out = self.run("import json as _json, sys as _sys; _sys.stdout.write("
+                       f"'\\n=> ' + _json.dumps({expression}, default=str) + '\\n')")
         return json.loads(next(line for line in out.splitlines() if line.startswith("=> "))[3:])
 
     def interrupt(self) -> None:
