@@ -6,11 +6,15 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from typing import TYPE_CHECKING
 
 from easylaunch_job.attempts import give_up_restart
 from easylaunch_job.environment import ENV_CONTINUE, ENV_ENTRY, ENV_RESUBMIT_SCRIPT
 from easylaunch_job.records import STATUS_JSON, update_status
 from easylaunch_job.schedulers import SCHEDULERS, JobSide, this_jobs
+
+if TYPE_CHECKING:  # (annotations only: the job side runs on Python 3.8)
+    from easylaunch_job.schedulers import ReadJobId
 
 # A job's own scheduler variables (any scheduler's), and those that name the cluster
 OWN_PREFIXES = tuple(p for side in SCHEDULERS.values() for p in side.own_prefixes)
@@ -37,6 +41,17 @@ def submit_from_job(argv: list[str], cwd: str | None = None,
         f"{argv[0]} exited with {out.returncode}"
 
 
+def _submitted(argv: list[str], script: str, read_id: ReadJobId,
+               **env: str) -> tuple[str, str | None]:
+    """Submit ``argv`` from ``script``'s folder (PBS writes the job's output where it is
+    submitted from): (the new job's id, what went wrong or None)."""
+    out, problem = submit_from_job(argv, cwd=os.path.dirname(script) or None, **env)
+    job = read_id(out) if problem is None else ""
+    if problem is None and not job:
+        problem = f"{argv[0]} printed no job id: {out.strip()!r}"
+    return job, problem
+
+
 def resubmit_self(log_dir: str) -> None:
     """Start the next attempt of a run queued again by this job, where the job script says how
     (ENV_RESUBMIT_SCRIPT: submit the script again for this entry, which keeps the run id and
@@ -50,12 +65,9 @@ def resubmit_self(log_dir: str) -> None:
     try:
         argv, job_of = this_jobs().resubmission(script)
     except OSError as exc:  # (the PBS script's copy could not be written)
-        out, problem = "", repr(exc)
-    else:  # (PBS writes the job's output where it is submitted from)
-        out, problem = submit_from_job(argv, cwd=os.path.dirname(script) or None)
-    job = job_of(out) if problem is None else ""
-    if problem is None and not job:
-        problem = f"{argv[0]} printed no job id: {out.strip()!r}"
+        job, problem = "", repr(exc)
+    else:
+        job, problem = _submitted(argv, script, job_of)
     if problem is not None:
         give_up_restart(log_dir, f"{' '.join(argv)}: {problem}")
         return
@@ -70,12 +82,7 @@ def resubmit_allocation(scheduler: JobSide, script: str, going_on: str,
     point their records at the new job. The new job's id; None where it could not be
     submitted, and each run then ends as its last attempt would have without a restart."""
     argv = scheduler.command(script)
-    # (PBS writes the job's output where it is submitted from)
-    out, problem = submit_from_job(argv, cwd=os.path.dirname(script) or None,
-                                   **{ENV_CONTINUE: going_on})
-    job = scheduler.job_id(out)
-    if problem is None and not job:
-        problem = f"{argv[0]} printed no job id: {out.strip()!r}"
+    job, problem = _submitted(argv, script, scheduler.job_id, **{ENV_CONTINUE: going_on})
     for log_dir in log_dirs:
         if problem is None:
             # (a run never started has no record yet: it gets one saying where it goes on,
