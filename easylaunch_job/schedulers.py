@@ -109,17 +109,24 @@ def qstat_blocks(text: str) -> dict[str, dict[str, str]]:
     return blocks
 
 
+# PBS's job_state letters -> easylaunch states ("ended" is settled by the exit status).
+PBS_STATES = {"Q": "queued", "H": "queued", "W": "queued", "T": "queued", "M": "queued",
+              "R": "running", "B": "running", "E": "running", "S": "running", "U": "running",
+              "F": "ended", "X": "ended", "C": "ended"}  # C: Torque's (and Slurm's wrappers') done
+
+
 def _qstat_standing(job_id: str) -> str | None:
     """Where a PBS job stands: waiting, or running on its first host."""
     said = _asked(["qstat", "-f", job_id])
     attrs = next(iter(qstat_blocks(said or "").values()), {})
-    state = attrs.get("job_state", "")
-    if state in ("Q", "H", "W"):
-        return f"PBS job {job_id}, waiting for its allocation (state {state})"
-    if state in ("R", "B", "E"):
+    letter = attrs.get("job_state", "")[:1]
+    state = PBS_STATES.get(letter)
+    if state == "queued":
+        return f"PBS job {job_id}, waiting for its allocation (state {letter})"
+    if state == "running":
         host = attrs.get("exec_host", "?").split("/")[0].split("+")[0]
         return f"PBS job {job_id} on {host}"
-    return None  # (F, C, X: finished; or no longer known)
+    return None  # (ended, or no longer known)
 
 
 def _slurm_again(script: str) -> tuple[list, ReadJobId]:

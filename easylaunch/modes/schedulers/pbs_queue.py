@@ -9,12 +9,8 @@ import re
 import subprocess
 from collections.abc import Sequence
 
-from easylaunch_job.schedulers import qstat_blocks
+from easylaunch_job.schedulers import PBS_STATES, qstat_blocks
 
-# job_state letters -> easylaunch states; "ended" is settled by the exit status.
-STATES = {"Q": "queued", "H": "queued", "W": "queued", "T": "queued", "M": "queued",
-          "R": "running", "B": "running", "E": "running", "S": "running", "U": "running",
-          "F": "ended", "X": "ended", "C": "ended"}  # C: Torque's (and Slurm's wrappers') done
 # Exit_status values PBS Pro gives jobs it ended itself.
 EXIT_WALLTIME = -29
 EXIT_SIGNALED = 256  # 256 + N: the job was killed by signal N (qdel: SIGTERM, then SIGKILL)
@@ -35,7 +31,7 @@ def qstat_command(job_ids: Sequence[str], json_output: bool) -> list[str]:
 
 def job_state(letter: str, exit_status: int | None) -> str:
     """An easylaunch state from a job_state letter and, for ended jobs, the exit status."""
-    state = STATES.get(letter.strip()[:1], "unknown")
+    state = PBS_STATES.get(letter.strip()[:1], "unknown")
     if state != "ended":
         return state
     if exit_status is None or exit_status == 0:
@@ -111,11 +107,11 @@ def read_waits(job_ids: Sequence[str], answers: list[subprocess.CompletedProcess
     if with_json(backends):
         with contextlib.suppress(ValueError, AttributeError):
             for job_id, attrs in (json.loads(stdout).get("Jobs") or {}).items():
-                if STATES.get(str(attrs.get("job_state", ""))[:1]) == "queued":
+                if PBS_STATES.get(str(attrs.get("job_state", ""))[:1]) == "queued":
                     comments[short_id(job_id)] = str(attrs.get("comment") or "")
     else:
         for block in stdout.split("Job Id:")[1:]:
             attrs = dict(re.findall(r"^\s+(\w+) = (.*)$", block, re.MULTILINE))
-            if STATES.get(attrs.get("job_state", "")[:1]) == "queued":
+            if PBS_STATES.get(attrs.get("job_state", "")[:1]) == "queued":
                 comments[short_id(block.split(None, 1)[0])] = attrs.get("comment", "")
     return {j: comments[short_id(j)] for j in job_ids if comments.get(short_id(j))}
