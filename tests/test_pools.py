@@ -232,22 +232,32 @@ def test_a_pool_on_slurm_holds_one_allocation_that_takes_each_sweep(slurm_cfg):
                        config=slurm_cfg)
 
 
+def _left_when_ended_from_outside(pool, end, label, on, cfg):
+    """Two runs into ``pool`` (workers=1), then its allocation ended by the command ``end``:
+    the run that ran gets SIGTERM, and the one that waited fails saying what to do. The
+    waiting run."""
+    allocation = end[-1]
+    running, waiting = run_sweep(jobfns.sleep_a_while, [{"seconds": 300}, {"seconds": 1}],
+                                 mode="local", pool=pool, config=cfg)
+    assert wait_for(lambda: running.status() is JobState.RUNNING, 60)
+    subprocess.run(end, check=True)
+    assert running.wait(timeout=120) in (JobState.CANCELLED, JobState.FAILED)
+    assert waiting.wait(timeout=120) is JobState.FAILED
+    assert f"pool '{pool}''s {label} allocation {allocation} ended before this run recorded " \
+           f"an outcome (its time limit?); start the pool again (easylaunch pool start {pool} " \
+           f"--on {on}), then run it again: easylaunch resubmit {waiting.id}" in \
+        waiting.info()["error"]
+    return waiting
+
+
 def test_runs_a_pools_allocation_leaves_behind_end_saying_so(slurm_cfg):
     """The allocation is cancelled from outside (as its time limit would end it): the run
     that ran gets SIGTERM, and the one that waited fails with what to do."""
     pool = start_pool("short", on="slurm", workers=1, idle="10m", time_limit="10m",
                       config=slurm_cfg)
     allocation = json.loads(Path(pool.folder, "pool.json").read_text())["job_id"]
-    running, waiting = run_sweep(jobfns.sleep_a_while, [{"seconds": 300}, {"seconds": 1}],
-                                 mode="local", pool="short", config=slurm_cfg)
-    assert wait_for(lambda: running.status() is JobState.RUNNING, 60)
-    subprocess.run(["scancel", allocation], check=True)
-    assert running.wait(timeout=120) in (JobState.CANCELLED, JobState.FAILED)
-    assert waiting.wait(timeout=120) is JobState.FAILED
-    assert f"pool 'short''s Slurm allocation {allocation} ended before this run recorded " \
-           "an outcome (its time limit?); start the pool again (easylaunch pool start short " \
-           f"--on slurm), then run it again: easylaunch resubmit {waiting.id}" in \
-        waiting.info()["error"]
+    waiting = _left_when_ended_from_outside("short", ["scancel", allocation], "Slurm", "slurm",
+                                            slurm_cfg)
     start_pool("short", on="slurm", workers=1, idle="10m", time_limit="10m", config=slurm_cfg)
     try:  # (as the message says)
         from easylaunch import resubmit
@@ -277,16 +287,7 @@ def test_a_pool_on_pbs_takes_sweeps_and_its_runs_end_saying_so_with_its_job(pbs_
         assert {j.launch_info["backend"]["pool_job"] for j in jobs} == {allocation}
         (shown,) = list_pools(pbs_cfg)
         assert re.fullmatch(rf"PBS job {allocation} on node[12]", shown.where), shown.where
-        running, waiting = run_sweep(jobfns.sleep_a_while, [{"seconds": 300}, {"seconds": 1}],
-                                     mode="local", pool="pbs-pool", config=pbs_cfg)
-        assert wait_for(lambda: running.status() is JobState.RUNNING, 60)
-        subprocess.run(["qdel", allocation], check=True)
-        assert running.wait(timeout=120) in (JobState.CANCELLED, JobState.FAILED)
-        assert waiting.wait(timeout=120) is JobState.FAILED
-        assert f"pool 'pbs-pool''s PBS allocation {allocation} ended before this run " \
-               "recorded an outcome (its time limit?); start the pool again (easylaunch pool " \
-               f"start pbs-pool --on pbs), then run it again: easylaunch resubmit " \
-               f"{waiting.id}" in waiting.info()["error"]
+        _left_when_ended_from_outside("pbs-pool", ["qdel", allocation], "PBS", "pbs", pbs_cfg)
         (ended,) = list_pools(pbs_cfg, everything=True)
         assert ended.ended is not None and ended.where == f"PBS job {allocation}, ended"
     finally:
