@@ -233,6 +233,10 @@ PBS_CONFIGS: dict = dict(
 # cluster's python from CLUSTERS) and shell commands run before it (e.g. "module load conda").
 PBS_PYTHON: str | None = None
 PBS_PRE_CMDS: list = []
+# Seconds before the walltime that a PBS pool warns its runs (SIGUSR1, as Slurm's --signal), so
+# they save and go on in the pool's next job. PBS itself warns no one (0: no warning; the pool
+# then ends at its walltime).
+PBS_SIGNAL_SECONDS: int = 120
 
 # ``sss``, ``htp`` and ``pbs_htp`` write a batch folder and submit it where they can: on this
 # machine where sbatch (qsub) is on PATH (a login node), or over SSH (cluster=, DEFAULT_CLUSTER).

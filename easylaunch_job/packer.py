@@ -2,7 +2,7 @@
 remote machine; detached local runs' supervisor).
 
 ``python job.pyz pack TASKFILE --state-dir DIR [--workers N] [--runs RUNS.tsv [--warm]
-[--resubmit SCRIPT [--scheduler pbs]]] [--gpus 0,1] [--shared]``
+[--resubmit SCRIPT [--scheduler pbs]]] [--gpus 0,1] [--shared] [--warn-before SECONDS]``
 
 Each worker takes the next task, runs its line with bash, and records ``task-<i>.json``
 (state, exit code, times) plus ``task-<i>.out``/``.err`` in the state folder. A failing task
@@ -20,6 +20,8 @@ of paying a new interpreter per task. With ``--resubmit SCRIPT``, an allocation 
 signal (its time limit, a preemption) submits SCRIPT again (``--scheduler``: slurm, or pbs)
 for the runs left, which go on in the new allocation (only those: ``EASYLAUNCH_CONTINUE`` is
 set there).
+``--warn-before SECONDS`` stops it as that warning would, SECONDS before the job's time limit
+(``EASYLAUNCH_TIME_LIMIT_AT``), where the scheduler warns no one (PBS).
 
 With ``--shared``, the packers of one job array (an allocation each) share the task file,
 each task claimed once (:mod:`easylaunch_job.claims`).
@@ -43,6 +45,7 @@ from easylaunch_job.claims import Claims, tasks_left
 from easylaunch_job.environment import (
     ENV_CONTINUE,
     ENV_RERUN,
+    ENV_TIME_LIMIT_AT,
     forget_rank,
     rank_info,
     signal_group,
@@ -333,6 +336,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--pool-idle", type=float, help="a pool's packer (the task file's "
                         "folder is the pool's): take runs as they are added; end after this "
                         "many seconds without one")
+    parser.add_argument("--warn-before", type=float, help="stop as at the time-limit warning "
+                        "(SIGUSR1) this many seconds before the job's time limit "
+                        "(EASYLAUNCH_TIME_LIMIT_AT): for schedulers that warn no one (PBS)")
     parser.add_argument("--preload", help="comma-separated modules each warm worker imports "
                         "before it forks its first run")
     parser.add_argument("--learn-preloads", action="store_true", help="(a pool) each warm "
@@ -376,6 +382,11 @@ def main(argv: list[str] | None = None) -> int:
                                     args.pool_idle, packer)
     signal.signal(signal.SIGTERM, packer.forward)
     signal.signal(signal.SIGUSR1, packer.forward)
+    if args.warn_before is not None and os.environ.get(ENV_TIME_LIMIT_AT):
+        warning = threading.Timer(float(os.environ[ENV_TIME_LIMIT_AT]) - args.warn_before -
+                                  time.time(), packer.forward, (signal.SIGUSR1,))
+        warning.daemon = True
+        warning.start()
     return packer.run()
 
 

@@ -9,11 +9,13 @@ while with nothing to do. Each start of a pool has a folder of its own,
   of any packer's task files, an ``htp`` batch's too);
 - ``task-state/``: the packer's record of each task (as any packer's);
 - ``ended``: written by the packer as it ends (why, in words); a pool with it takes no runs;
-  a Slurm pool's packer stopped at its time limit's warning with runs left writes none: it
+  a pool's packer stopped at its time limit's warning with runs left writes none: it
   submits the pool's job script again, and ``pool.json`` names the new job. Nor does one
   stopped by SIGTERM: a preempted job, requeued, goes on; a cancelled one is gone;
 - ``learned/``: with ``learn``, the installed libraries each run imported, which the workers
   import before their next fork (:mod:`easylaunch_job.warm`);
+- ``time-limit-at``: when the allocation's time limit comes (epoch seconds), written by the
+  packer where its job script said (PBS's: ``pool ls`` shows the time left, qstat does not);
 - ``wake``: a FIFO the packer listens on, so that a run added on its machine starts at once
   (on another node, the packer finds new lines at its next look).
 
@@ -36,8 +38,14 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, cast
 
-from easylaunch_job.environment import is_alive
-from easylaunch_job.records import DamagedRecord, read_json, update_status, write_json_atomic
+from easylaunch_job.environment import ENV_TIME_LIMIT_AT, is_alive
+from easylaunch_job.records import (
+    DamagedRecord,
+    read_json,
+    update_status,
+    write_bytes_atomic,
+    write_json_atomic,
+)
 from easylaunch_job.schedulers import SLURM_SIDE, JobSide, scheduler_named
 
 if TYPE_CHECKING:
@@ -53,6 +61,7 @@ WAKE = "wake"
 LOCK = "pool.lock"
 LOG = "packer.log"
 LEARNED = "learned"  # where runs record the libraries they imported (start_pool(learn=True))
+TIME_LIMIT_AT = "time-limit-at"  # when its allocation's time limit comes, where the job said
 LOOK_SECONDS = 0.05  # how often the packer looks for runs added from another node
 
 
@@ -152,6 +161,9 @@ class Watcher:
         self.pending: tuple[list[str], list[str]] = ([], [])
         with contextlib.suppress(OSError):  # (a file system without FIFOs: it only looks)
             os.mkfifo(os.path.join(folder, WAKE), 0o600)
+        if os.environ.get(ENV_TIME_LIMIT_AT):
+            write_bytes_atomic(os.path.join(folder, TIME_LIMIT_AT),
+                               os.environ[ENV_TIME_LIMIT_AT].encode())
 
     def _grow(self) -> None:
         """(under the packer's lock) The runs whose two lines are whole, handed to the
@@ -259,7 +271,9 @@ class Watcher:
                   "(a preemption)", file=sys.stderr)
             return
         if moved_to is None:
-            self._close("stopped by a signal (its allocation ended?)")
+            self._close("its allocation's time limit came, with no run to go on with"
+                        if self.packer.stopped_by == signal.SIGUSR1
+                        else "stopped by a signal (its allocation ended?)")
             return
         write_json_atomic(path, dict(meta, job_id=moved_to,
                                      earlier_jobs=[*meta.get("earlier_jobs", []),
@@ -286,6 +300,15 @@ def allocation(meta: dict) -> JobSide:
     return scheduler_named(meta.get("scheduler") or SLURM_SIDE.name)
 
 
+def _time_limit_at(folder: str) -> float | None:
+    """When the pool's allocation reaches its time limit, where its packer recorded it."""
+    try:
+        with open(os.path.join(folder, TIME_LIMIT_AT)) as f:
+            return float(f.read())
+    except (OSError, ValueError):
+        return None
+
+
 def describe(folder: str, counted: bool = True) -> dict:
     """The pool in ``folder``: what it was started with, why it ended (None while it takes
     runs), its allocation's state (None: a packer on this machine), and (``counted``)
@@ -295,7 +318,8 @@ def describe(folder: str, counted: bool = True) -> dict:
     where = None
     if "job_id" in meta:
         side = allocation(meta)
-        said = side.standing(meta["job_id"]) if side.standing else None
+        said = side.standing(meta["job_id"], _time_limit_at(folder)) if side.standing \
+            else None
         where = said or f"{side.label} job {meta['job_id']}, ended"
         if ended is None and said is None:
             ended = "its allocation is gone"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -20,7 +21,8 @@ if TYPE_CHECKING:  # (annotations only: the job side runs on Python 3.8)
     from collections.abc import Callable
 
     ReadJobId = Callable[[str], str]  # the submit command's output -> the job id ("" if none)
-    Standing = Callable[[str], "str | None"]  # a job id -> where it stands (None: ended)
+    # (a job id, when its time limit comes if its pool knows) -> where it stands (None: ended)
+    Standing = Callable[[str, "float | None"], "str | None"]
 
 
 @dataclass(frozen=True)
@@ -84,8 +86,8 @@ def _asked(argv: list[str]) -> str | None:
     return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else None
 
 
-def _squeue_standing(job_id: str) -> str | None:
-    """Where a Slurm job stands: waiting (and why), or its node and time left."""
+def _squeue_standing(job_id: str, _time_limit_at: float | None = None) -> str | None:
+    """Where a Slurm job stands: waiting (and why), or its node and time left (squeue's)."""
     said = _asked(["squeue", "-h", "-j", job_id, "-o", "%T|%L|%N|%r"])
     if said is None:
         return None
@@ -115,8 +117,9 @@ PBS_STATES = {"Q": "queued", "H": "queued", "W": "queued", "T": "queued", "M": "
               "F": "ended", "X": "ended", "C": "ended"}  # C: Torque's (and Slurm's wrappers') done
 
 
-def _qstat_standing(job_id: str) -> str | None:
-    """Where a PBS job stands: waiting, or running on its first host."""
+def _qstat_standing(job_id: str, time_limit_at: float | None = None) -> str | None:
+    """Where a PBS job stands: waiting, or running on its first host (and the time left
+    until ``time_limit_at``: qstat prints the time used, Slurm's front ends not even that)."""
     said = _asked(["qstat", "-f", job_id])
     attrs = next(iter(qstat_blocks(said or "").values()), {})
     letter = attrs.get("job_state", "")[:1]
@@ -125,8 +128,15 @@ def _qstat_standing(job_id: str) -> str | None:
         return f"PBS job {job_id}, waiting for its allocation (state {letter})"
     if state == "running":
         host = attrs.get("exec_host", "?").split("/")[0].split("+")[0]
-        return f"PBS job {job_id} on {host}"
+        left = time_limit_at - time.time() if time_limit_at else 0
+        return f"PBS job {job_id} on {host}" + (f", {_clock(left)} left" if left > 0 else "")
     return None  # (ended, or no longer known)
+
+
+def _clock(seconds: float) -> str:
+    """``H:MM:SS``, as squeue prints a time left."""
+    whole = int(seconds)
+    return f"{whole // 3600}:{whole // 60 % 60:02d}:{whole % 60:02d}"
 
 
 def _slurm_again(script: str) -> tuple[list, ReadJobId]:

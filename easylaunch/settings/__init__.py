@@ -172,6 +172,7 @@ CONSTRAINTS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "LOCAL_GPU_IDS": (lambda v: v is None or all(isinstance(g, (int, str)) for g in v),
                       "None or a list of GPU ids"),
     "SLURM_SIGNAL_SECONDS": (lambda v: v >= 0, "0 or more"),
+    "PBS_SIGNAL_SECONDS": (lambda v: v >= 0, "0 or more"),
     "SLURM_PRE_CMDS": (_strings, "a list of shell commands (strings)"),
     "SSS_PRE_CMDS": (_strings, "a list of shell commands (strings)"),
     "HTP_RUNNER": (lambda v: v in ("packer", "ht_helper"), '"packer" or "ht_helper"'),

@@ -156,7 +156,7 @@ def start_pool(name: str, *, workers: int | None = None, preload: list[str] | No
         on: Where the workers run. ``"local"``: this machine. ``"slurm"``: an allocation
             of its own, of ``workers`` CPUs and ``gpus`` GPUs, for ``time_limit``. At its
             time limit it goes on in a new allocation with the runs left. ``"pbs"``: a
-            PBS job of its own, from PBS_CONFIGS; it ends at its walltime.
+            PBS job of its own, from PBS_CONFIGS; it goes on likewise at its walltime.
             ``"allocation"``: the allocation this process runs in (inside ``salloc``,
             ``qsub -I`` or a batch job): a job step of a Slurm one, the packer itself on
             this node of a PBS one; no job is submitted.
@@ -192,8 +192,7 @@ def start_pool(name: str, *, workers: int | None = None, preload: list[str] | No
     folder = made["path"]
     held = held if on == "allocation" else None
     python = _packer_python(settings, transport, held[0] if held else scheduler, info["home"])
-    argv = _packer_argv(python, folder, count, idle_seconds, modules, learn,
-                        scheduler if scheduler and pool_jobs.goes_on(scheduler) else None)
+    argv = _packer_argv(python, folder, count, idle_seconds, modules, learn, scheduler)
     if held:
         argv = _inside(held, argv, count, gpus)
     files = {JOB_PYZ: job_archive(), layout.TASKS: b"", layout.RUNS: b""}
