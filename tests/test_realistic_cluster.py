@@ -479,6 +479,45 @@ def test_a_run_on_a_node_that_dies_finishes_on_another_from_its_checkpoint(real_
     assert "ended without recording an outcome (node failure?)" in restart["error"]
 
 
+def test_a_pool_whose_node_dies_goes_on_in_its_requeued_job_with_its_runs(real_cfg):
+    """The node of a pool's allocation dies under two running runs, with a third waiting.
+    Slurm requeues the pool's job (NODE_FAIL) on the other node; its packer takes up the
+    runs left there: the two lost ones go on from their last saves, the third starts."""
+    from jobfns import steps_done
+
+    from easylaunch import list_pools, start_pool, stop_pool
+
+    real_cfg["SLURM_CONFIGS"]["cpu"]["extra_flags"] = "--exclude=node[1-2]"
+    pool = start_pool("lost", on="slurm", workers=2, idle="10m", time_limit="10m",
+                      config=real_cfg)
+    allocation = json.loads(Path(pool.folder, "pool.json").read_text())["job_id"]
+    try:
+        jobs = run_sweep(jobfns.count_steps, [{"steps": 40, "every": 5,
+                                               "step_seconds": 0.25}] * 3,
+                         mode="local", pool="lost", max_restarts=2, config=real_cfg)
+        assert wait_for(lambda: all(len(steps_done(j.log_dir)) >= 8 for j in jobs[:2]), 120)
+        node = jobs[0].info()["host"]
+        try:
+            _lose_node(node, jobs[0].info()["pid"])
+            results = [j.result(timeout=300) for j in jobs]
+        finally:
+            subprocess.run([str(TESTS_DIR.parent / "scripts" / "slurm-up.sh")], check=True,
+                           capture_output=True)
+        for job, result in zip(jobs[:2], results[:2], strict=True):
+            stopped_at = max(s for a, s in steps_done(job.log_dir) if a == 1)
+            assert result["steps"] == 40 and result["attempt"] == 2, result
+            assert stopped_at - 5 < result["resumed_from"] <= stopped_at
+            (restart,) = job.info()["restarts"]
+            assert restart["reason"] == "lost" and restart["host"] == node, restart
+            assert job.info()["host"] != node
+        assert results[2] == {"steps": 40, "resumed_from": 0, "attempt": 1, "world_size": 1}
+        (shown,) = list_pools(real_cfg)
+        assert shown.ended is None and f"Slurm job {allocation} on node" in shown.where
+        assert node not in shown.where, shown.where
+    finally:
+        stop_pool("lost", real_cfg)
+
+
 def test_a_run_on_two_nodes_requeues_at_its_time_limit_and_goes_on(real_cfg):
     """--signal's time-limit notice reaches both ranks (one a node); the run saves, is
     requeued, and goes on from its save until done."""
