@@ -152,8 +152,15 @@ def test_pool_stop_cancels_what_runs_and_what_waits(cfg, tmp_path):
     assert wait_for(lambda: jobs[0].status() is JobState.RUNNING, 30)
     listed = subprocess.run([*cli, "ls", "--config", settings], capture_output=True,
                             text=True, check=True).stdout
-    assert "held\t1\t1\t1\t0\t" in listed, listed  # workers, busy, queued, done
+    assert "held\t1\t1\t0\t1\t0\t" in listed, listed  # workers, busy, free, queued, done
     assert listed.rstrip().endswith("\trunning\tthis machine"), listed
+    (held,) = json.loads(subprocess.run([*cli, "ls", "--json", "--config", settings],
+                                        capture_output=True, text=True,
+                                        check=True).stdout)["pools"]
+    assert {k: held[k] for k in ("name", "workers", "busy", "free", "queued", "done",
+                                 "ended", "where")} == {
+        "name": "held", "workers": 1, "busy": 1, "free": 0, "queued": 1, "done": 0,
+        "ended": None, "where": "this machine"}, held
     subprocess.run([*cli, "stop", "held", "--config", settings], check=True,
                    capture_output=True)
     assert [j.wait(timeout=60) for j in jobs] == [JobState.CANCELLED] * 2
@@ -161,6 +168,10 @@ def test_pool_stop_cancels_what_runs_and_what_waits(cfg, tmp_path):
                              capture_output=True, text=True)
     assert refused.returncode == 1
     assert "pool 'held' has ended: stopped by easylaunch pool stop" in refused.stderr
+    none = subprocess.run([*cli, "ls", "--json", "--config", settings], capture_output=True,
+                          text=True, check=True)
+    assert json.loads(none.stdout) == {"version": 1, "pools": []}
+    assert "no pools run" in none.stderr
 
 
 def test_a_dry_run_into_a_pool_shows_the_lines_it_would_add(pool, cfg):

@@ -1,8 +1,9 @@
 """What ``--json`` prints: one JSON document per command, for scripts and agents.
 
 ``{"version": 1, "runs": [...]}`` from ``ls`` and ``status``; ``{"version": 1, "searches":
-[...]}`` from ``search``. One object per run or search, built here from what the tables
-show. The schema is docs/reference/json.md; a field is only ever added within a version.
+[...]}`` from ``search``; ``{"version": 1, "pools": [...]}`` from ``pool ls``. One object per
+run, search or pool, built here from what the tables show. The schema is
+docs/reference/json.md; a field is only ever added within a version.
 """
 
 from __future__ import annotations
@@ -11,11 +12,14 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from easylaunch.results.readers import last_values
 from easylaunch.tracking.listing import Shown, job_label, seconds_run
 from easylaunch.tracking.searches import driver_alive, latest_run
+
+if TYPE_CHECKING:
+    from easylaunch.modes.local.pools import PoolState
 
 JSON_VERSION = 1  # raised only when a field changes meaning or goes away
 
@@ -102,3 +106,12 @@ def search_object(folder: Path, summary: Mapping[str, Any]) -> dict[str, Any]:
 def _run_id(trial: Mapping[str, Any]) -> str | None:
     run = latest_run(dict(trial))
     return None if run == "-" else run
+
+
+def pool_object(pool: PoolState) -> dict[str, Any]:
+    """``pool ls --json``'s object of one pool."""
+    return {"name": pool.name, "workers": pool.workers, "busy": pool.busy, "free": pool.free,
+            "queued": pool.queued, "done": pool.done, "gpus": pool.gpus,
+            "preload": pool.preload, "idle_seconds": pool.idle_seconds,
+            "started_at": pool.started_at, "ended": pool.ended, "where": pool.where,
+            "folder": pool.folder}

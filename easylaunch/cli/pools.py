@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 
-from easylaunch.cli import examples
-from easylaunch.cli.shared import AddCommand
+from easylaunch.cli import as_json, examples
+from easylaunch.cli.shared import AddCommand, add_json
 from easylaunch.modes.local import pools
 
 
@@ -27,12 +28,17 @@ def _pool_start(args: argparse.Namespace) -> int:
 def _pool_ls(args: argparse.Namespace) -> int:
     found = pools.list_pools(args.config, everything=args.all, cluster=args.cluster)
     if not found:
-        print("no pools run" + ("" if args.all else " (--all: those that ended too)"))
+        print("no pools run" + ("" if args.all else " (--all: those that ended too)"),
+              file=sys.stderr if args.json else sys.stdout)
+    if args.json:
+        print(as_json.document("pools", [as_json.pool_object(p) for p in found]))
         return 0
-    print("NAME\tWORKERS\tBUSY\tQUEUED\tDONE\tUP\tSTATE\tWHERE")
+    if found:
+        print("NAME\tWORKERS\tBUSY\tFREE\tQUEUED\tDONE\tUP\tSTATE\tWHERE")
     for p in found:
         up = time.time() - p.started_at
-        print(f"{p.name}\t{p.workers}\t{p.busy}\t{p.queued}\t{p.done}\t{up / 60:.0f} min\t"
+        print(f"{p.name}\t{p.workers}\t{p.busy}\t{p.free}\t{p.queued}\t{p.done}\t"
+              f"{up / 60:.0f} min\t"
               + ("running" if p.ended is None else f"ended: {p.ended}") + f"\t{p.where}")
     return 0
 
@@ -76,8 +82,10 @@ def add_pool(command: AddCommand) -> None:
     start.add_argument("--gpus", type=int, default=0, help="(slurm, pbs, allocation) GPUs, "
                        "one a worker")
     start.set_defaults(func=_pool_start)
-    listing = sub("ls", "the pools that run: workers busy, runs queued")
+    listing = sub("ls", "the pools that run: workers busy and free, runs queued, "
+                  "where and for how long")
     listing.add_argument("--all", action="store_true", help="those that ended too")
+    add_json(listing)
     listing.set_defaults(func=_pool_ls)
     stop = sub("stop", "stop a pool; its runs are cancelled")
     stop.add_argument("name")

@@ -12,7 +12,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from easylaunch.cli import as_json
-from easylaunch.cli.shared import AddCommand, count, parse_since, registry_of, tail
+from easylaunch.cli.shared import (
+    AddCommand,
+    add_json,
+    count,
+    parse_since,
+    registry_of,
+    tail,
+)
 from easylaunch.errors import EasyLaunchError
 from easylaunch.modes.console import line
 from easylaunch.results.readers import last_points, read_run
@@ -362,12 +369,6 @@ def _one_search(found: list[tuple[Path, dict]], search_id: str) -> tuple[Path, d
         raise EasyLaunchError(f"{len(chosen) or 'no'} searches match {search_id!r}"
                               + (f": {', '.join(s['id'] for _, s in chosen)}" if chosen else ""))
     return chosen[0]
-
-
-def add_json(parser: argparse.ArgumentParser) -> None:
-    """``--json``: one JSON document on stdout instead of the table."""
-    parser.add_argument("--json", action="store_true", help="print one JSON document instead "
-                        "(schema: the JSON output reference page); notes still go to stderr")
 
 
 def add_search(command: AddCommand) -> None:

@@ -53,3 +53,7 @@ def tail(path: Path, lines: int | None) -> str:
         return ""
 
 
+def add_json(parser: argparse.ArgumentParser) -> None:
+    """``--json``: one JSON document on stdout instead of the table."""
+    parser.add_argument("--json", action="store_true", help="print one JSON document instead "
+                        "(schema: the JSON output reference page); notes still go to stderr")

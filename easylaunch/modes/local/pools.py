@@ -74,8 +74,13 @@ class PoolState:
     busy: int | None  # runs running now (None: not counted, as for a launch's check)
     queued: int | None  # runs added and not started yet
     done: int | None  # runs ended
-    where: str  # the machine, or its Slurm allocation: its job, node and time left
+    where: str  # the machine, or its allocation: its job, node and time left
     gpus: int = 0
+
+    @property
+    def free(self) -> int | None:
+        """Workers with no run now (None: not counted)."""
+        return None if self.busy is None else max(0, self.workers - self.busy)
 
 
 def seconds(value: str | float, what: str) -> float:
