@@ -115,6 +115,7 @@ class Driver:
     variant_of: Callable[[Mapping[str, Any]], dict]
     distributions: dict[str, Any]
     live: dict[int, _Live] = field(default_factory=dict)  # by trial number
+    settled: list[Job] = field(default_factory=list)  # ended: their ends go to the registry
 
     def drive(self) -> None:
         """Carry on the trials left running, then run trials until n_trials are finished. A
@@ -146,6 +147,11 @@ class Driver:
                     len(_counted(self.study.get_trials(deepcopy=False))) < self.n_trials:
                 self._start(self.study.ask(self.distributions))
                 changed = True
+            if self.settled:  # (after the next trials started: a free slot waits for none)
+                for job in self.settled:
+                    job.record.reload()
+                record_ends(self.settled)
+                self.settled.clear()
             if changed:
                 self._write_summary()
             if not self.live:
@@ -289,7 +295,8 @@ class Driver:
             trial.set_user_attr("last_step", pruned["step"])
             self._tell(trial, state=states.PRUNED)
         elif state == "succeeded":  # (one that ended before its prune stopped it, too)
-            trial.set_user_attr("reason", None)
+            if self._frozen(trial).user_attrs.get("reason") is not None:  # (an earlier run's)
+                trial.set_user_attr("reason", None)
             value = self._value(live)
             if value is None or math.isnan(value):
                 trial.set_user_attr("reason", f"run {job.id} returned no number for "
@@ -307,8 +314,7 @@ class Driver:
                 reason = f"cancelled by hand: {reason}"
             trial.set_user_attr("reason", reason)
             self._tell(trial, state=states.FAIL)
-        job.record.reload()
-        record_ends([job])
+        self.settled.append(job)
 
     def _tell(self, trial: Any, value: float | None = None, state: Any = None) -> None:
         """Tell Optuna the trial's end (its value, or its state)."""
