@@ -31,7 +31,7 @@ from easylaunch.modes.hosts.staging import Upload, bundle_items
 from easylaunch.modes.hosts.transport import HostError, Transport, checked
 from easylaunch.runs.bundle import Run
 from easylaunch.runs.commands import check_found
-from easylaunch.runs.record import LAUNCH_JSON, RunRecord
+from easylaunch.runs.record import LAUNCH_JSON, RunRecord, until_changed
 from easylaunch_job.records import (
     BUNDLE_DIR,
     METRICS_JSONL,
@@ -363,5 +363,7 @@ class HostedMode(Mode):
                 self.transport.pull(root_there, rels, root_here)
 
     def wait_for_change(self, job: RunRecord, timeout: float) -> None:
-        # each look asks the far side: at most 4 times a second (here, a look reads files)
-        time.sleep(timeout if self.transport.is_local else max(timeout, 0.25))
+        if self.transport.is_local:  # (the record where the job writes it: a look is a stat)
+            until_changed(Path(self._job_log_dir(job)) / STATUS_JSON, timeout)
+        else:  # (each look asks the far side: at most 4 times a second)
+            time.sleep(max(timeout, 0.25))

@@ -135,6 +135,18 @@ def _signature(path: Path) -> tuple[int, int, int] | None:
     return found.st_ino, found.st_size, found.st_mtime_ns
 
 
+def until_changed(path: Path, timeout: float) -> None:
+    """Return once the file at ``path`` changes, or after ``timeout`` seconds. It is looked
+    at ten times in that while, at most every 2 ms: a short wait sees a change at once, a long
+    one costs little."""
+    before = _signature(path)
+    deadline = time.monotonic() + timeout
+    while (left := deadline - time.monotonic()) > 0:
+        time.sleep(min(max(timeout / 10, 0.002), left))
+        if _signature(path) != before:
+            return
+
+
 def _copy(content: dict) -> dict:
     """A copy of a record's content, as the file holds it (JSON's C code: several times a
     deep copy's pace)."""
