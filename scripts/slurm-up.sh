@@ -221,7 +221,7 @@ done
 # The nodes answer when none is down or still unknown; resume any left down by an earlier stop.
 for _ in $(seq 1 60); do
     states=$(sinfo -h -N -p cpu -o %T 2>/dev/null || true)
-    if [ "$(echo "$states" | grep -c -E '^(idle|mixed|allocated|completing)')" = 4 ]; then
+    if [ "$(echo "$states" | grep -c -E '^(idle|mixed|allocated|completing|planned)')" = 4 ]; then
         echo "slurm-up: $NAME answers (4 nodes)"
         exit 0
     fi

@@ -4,6 +4,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -79,17 +80,23 @@ def slurm_cluster():
     """The tests' four-node Slurm cluster, once its nodes answer, else skip (run
     scripts/slurm-up.sh as root). Starts nothing. Slurm's commands find it by its default
     config, /etc/slurm/slurm.conf. (Another worker's job that is ending shows its node
-    "completing": it still answers.)"""
+    "completing", and one that waits for a node shows it "planned": it still answers. A node
+    another worker's test took down is waited for, up to 2 minutes: that test brings it back.)"""
     if shutil.which("sinfo") is None:
         pytest.skip("Slurm is not installed: run scripts/slurm-up.sh as root")
-    out = subprocess.run(["sinfo", "-h", "-N", "-p", "cpu", "-o", "%T"], capture_output=True,
-                         text=True)
-    answering = [s for s in out.stdout.split() if s.rstrip("+") in ("idle", "mixed", "allocated",
-                                                                    "completing")]
-    if out.returncode != 0 or len(answering) < 4:
-        pytest.skip(f"the test cluster's nodes do not all answer "
-                    f"({out.stderr.strip() or out.stdout.split()}): run scripts/slurm-up.sh "
-                    "as root")
+    deadline = time.monotonic() + 120
+    while True:
+        out = subprocess.run(["sinfo", "-h", "-N", "-p", "cpu", "-o", "%T"],
+                             capture_output=True, text=True)
+        answering = [s for s in out.stdout.split() if s.rstrip("+") in (
+            "idle", "mixed", "allocated", "completing", "planned")]
+        if out.returncode == 0 and len(answering) >= 4:
+            return
+        if out.returncode != 0 or time.monotonic() > deadline:
+            pytest.skip(f"the test cluster's nodes do not all answer "
+                        f"({out.stderr.strip() or out.stdout.split()}): run "
+                        "scripts/slurm-up.sh as root")
+        time.sleep(1)
 
 
 @pytest.fixture(scope="session")
