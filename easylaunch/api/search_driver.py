@@ -3,9 +3,11 @@ metrics to the pruner as they are written, stops pruned runs, and tells Optuna h
 
 One driver at a time holds a search (``driver.lock`` in its folder); it alone writes the
 journal, which runs never touch. A new trial starts as soon as one ends, at most
-``max_parallel`` at once. A driver that starts finds the trials the last one left running and
-carries them on: runs still going are followed, runs that its death stopped run again under the
-same trial number, and finished trials are never run again.
+``max_parallel`` at once: the driver asks Optuna for it ahead, while the others run (so it is
+sampled without the value of the trial whose slot it takes). A driver that starts finds the
+trials the last one left running and carries them on: runs still going are followed, runs that
+its death stopped run again under the same trial number, and finished trials are never run
+again.
 
 Optuna (the ``search`` extra) is imported where used: a search's handle reads its records, and
 tells whether its driver is alive, without it.
@@ -39,9 +41,9 @@ from easylaunch_job.outcome import load_outcome
 from easylaunch_job.records import METRICS_JSONL, update_status, write_json_atomic
 
 JOURNAL = "journal.log"
-# The driver's pause between looks: four times what a look took, so that it uses at most a
-# fifth of a core, between these bounds (a pool starts a trial in milliseconds: a slot that
-# frees waits for the next look).
+# The driver's pause between looks: four times what its last look that found nothing new
+# took, so that looking uses at most a fifth of a core, between these bounds (a pool starts a
+# trial in milliseconds: a slot that frees waits for the next look).
 POLL_SECONDS = (0.01, 0.05)
 NOT_LAUNCHED = "not_launched"  # a trial's user attribute: its run was refused at launch
 STOPPED_WITH_DRIVER = "stopped_with_driver"  # one whose driver a Ctrl-C stopped while it ran
@@ -116,6 +118,9 @@ class Driver:
     distributions: dict[str, Any]
     live: dict[int, _Live] = field(default_factory=dict)  # by trial number
     settled: list[Job] = field(default_factory=list)  # ended: their ends go to the registry
+    # A trial asked ahead, which the next free slot starts at once: its sampling and Optuna's
+    # writes are done while the slots are busy (it is sampled without the last trial's value)
+    ready: Any = None
 
     def drive(self) -> None:
         """Carry on the trials left running, then run trials until n_trials are finished. A
@@ -137,29 +142,40 @@ class Driver:
         self._carry_on()
         self._write_summary()
         asked: dict[int, float] = {}  # when each mode's backend was last asked
+        look = 0.0  # what the last look that found nothing new took
         while True:
             looked = time.monotonic()
             changed = False
             self._ask_backends(asked)
             for live in list(self.live.values()):
                 changed |= self._follow(live)
-            while len(self.live) < self.max_parallel and \
-                    len(_counted(self.study.get_trials(deepcopy=False))) < self.n_trials:
-                self._start(self.study.ask(self.distributions))
+            while len(self.live) < self.max_parallel and (
+                    self.ready is not None or self._left_to_ask()):
+                self._start(self.ready or self.study.ask(self.distributions))
+                self.ready = None
                 changed = True
             if self.settled:  # (after the next trials started: a free slot waits for none)
                 for job in self.settled:
                     job.record.reload()
                 record_ends(self.settled)
                 self.settled.clear()
+            if self.ready is None and self.live and self._left_to_ask():
+                self.ready = self.study.ask(self.distributions)  # (for the next free slot)
+                changed = True
             if changed:
                 self._write_summary()
             if not self.live:
                 return
+            if not changed:
+                look = time.monotonic() - looked
             fastest, slowest = POLL_SECONDS
-            time.sleep(min(max(4 * (time.monotonic() - looked), fastest), slowest))
+            time.sleep(min(max(4 * look, fastest), slowest))
 
     # starting and carrying on
+
+    def _left_to_ask(self) -> bool:
+        """Whether fewer than ``n_trials`` trials have been asked (each counts from then)."""
+        return len(_counted(self.study.get_trials(deepcopy=False))) < self.n_trials
 
     def _start(self, trial: Any, rerun_of: Job | None = None) -> None:
         """Launch ``trial``'s run (again, for one its last driver's death stopped)."""
@@ -423,9 +439,11 @@ def summary(study: Any, n_trials: int, objective: str,
     counts: dict[str, int] = {}
     rows = []
     for t in trials:
-        counts[t.state.name.lower()] = counts.get(t.state.name.lower(), 0) + 1
         runs = t.user_attrs.get("runs") or []
-        rows.append({"number": t.number, "state": t.state.name.lower(), "value": t.value,
+        # (a trial asked ahead waits for a free slot: Optuna has it running)
+        state = "waiting" if t.state.name == "RUNNING" and not runs else t.state.name.lower()
+        counts[state] = counts.get(state, 0) + 1
+        rows.append({"number": t.number, "state": state, "value": t.value,
                      "variant": variant_of(t.params), "runs": runs,
                      "reason": t.user_attrs.get("reason"),
                      "last_step": max(t.intermediate_values, default=None)})
