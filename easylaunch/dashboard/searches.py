@@ -13,7 +13,8 @@ from easylaunch.tracking import listing
 from easylaunch.tracking.registry import Registry
 from easylaunch.tracking.searches import summary_of
 
-STATES = ("running", "complete", "pruned", "fail")  # Optuna's trial states, in the order shown
+# Optuna's trial states, in the order shown ("waiting": the trial the driver asked ahead)
+STATES = ("running", "waiting", "complete", "pruned", "fail")
 
 
 @dataclass(frozen=True)
