@@ -15,10 +15,9 @@ from typing import Any
 
 from easylaunch.errors import LaunchError
 from easylaunch.modes.hosts.transport import Transport
-from easylaunch.modes.schedulers import Scheduler, nodes, pbs, slurm
+from easylaunch.modes.schedulers import Scheduler, nodes, pbs, slurm, time_limit_at
 from easylaunch.settings import Settings
 from easylaunch_job import pool as layout
-from easylaunch_job.environment import ENV_TIME_LIMIT_AT
 
 POOL_SCHEDULERS: dict[str, Scheduler] = {"slurm": slurm.SCHEDULER, "pbs": pbs.SCHEDULER}
 
@@ -76,8 +75,7 @@ def job_script(scheduler: Scheduler, res: Any, name: str, folder: str, argv: lis
         granted = res.ngpus
         _, warning = warning_seconds(settings, scheduler)
         if warning:  # (PBS warns no one: the packer warns itself, before the walltime ends)
-            exports.append(f"export {ENV_TIME_LIMIT_AT}=$(( $(date +%s) + "
-                           f"{res.walltime_seconds} ))")
+            exports.append(f"export {time_limit_at(res.walltime_seconds)}")
             options += ["--warn-before", str(warning)]
     else:
         header = [*slurm.sbatch_header(res, f"pool-{name}", log,

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from easylaunch.errors import LaunchError
+from easylaunch_job.environment import ENV_TIME_LIMIT_AT
 
 if TYPE_CHECKING:
     from easylaunch.modes.schedulers.nodes import Nodes
@@ -25,6 +26,12 @@ if TYPE_CHECKING:
     from easylaunch_job.schedulers import JobSide
 
 UNLIMITED = 2**31 - 1  # array entries where a scheduler says no limit
+
+
+def time_limit_at(seconds: int) -> str:
+    """A job script's ``EASYLAUNCH_TIME_LIMIT_AT=...`` word: when its time limit comes,
+    ``seconds`` after the script starts (its runs read a SIGTERM from then on as a timeout)."""
+    return f"{ENV_TIME_LIMIT_AT}=$(( $(date +%s) + {seconds} ))"
 
 
 class Scheduler(ABC):

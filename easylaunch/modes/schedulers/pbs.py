@@ -19,7 +19,14 @@ from typing import TYPE_CHECKING
 
 from easylaunch.errors import LaunchError
 from easylaunch.modes import launchers
-from easylaunch.modes.schedulers import Broadcast, Packing, Scheduler, Shells, pbs_queue
+from easylaunch.modes.schedulers import (
+    Broadcast,
+    Packing,
+    Scheduler,
+    Shells,
+    pbs_queue,
+    time_limit_at,
+)
 from easylaunch.modes.schedulers import nodes as cluster_nodes
 from easylaunch.settings.entries import LAUNCH_SOURCE, check_entry, walltime_seconds
 from easylaunch_job.environment import (
@@ -27,7 +34,6 @@ from easylaunch_job.environment import (
     ENV_JOB_ID,
     ENV_RESUBMIT_SCRIPT,
     ENV_SCHEDULER,
-    ENV_TIME_LIMIT_AT,
     ENV_WATCH_CANCEL,
 )
 from easylaunch_job.schedulers import PBS_SIDE, qsub_job_id
@@ -296,7 +302,7 @@ def job_exports(res: Resources, resubmit: str | None) -> str:
     """When the walltime comes, the job's id and how soon a cancel is read; with
     ``resubmit``, the script an attempt that ends to restart submits again with qsub (a plain
     job told its entry)."""
-    exports = (f"{ENV_TIME_LIMIT_AT}=$(( $(date +%s) + {res.walltime_seconds} )) "
+    exports = (f"{time_limit_at(res.walltime_seconds)} "
                f'{ENV_JOB_ID}="{JOB_ID}" {ENV_WATCH_CANCEL}={WATCH_CANCEL}')
     if resubmit is not None:
         exports += (f" {ENV_RESUBMIT_SCRIPT}={shlex.quote(resubmit)} "

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import re
 import subprocess
 from collections.abc import Sequence
 
@@ -110,8 +109,7 @@ def read_waits(job_ids: Sequence[str], answers: list[subprocess.CompletedProcess
                 if PBS_STATES.get(str(attrs.get("job_state", ""))[:1]) == "queued":
                     comments[short_id(job_id)] = str(attrs.get("comment") or "")
     else:
-        for block in stdout.split("Job Id:")[1:]:
-            attrs = dict(re.findall(r"^\s+(\w+) = (.*)$", block, re.MULTILINE))
+        for job_id, attrs in qstat_blocks(stdout).items():
             if PBS_STATES.get(attrs.get("job_state", "")[:1]) == "queued":
-                comments[short_id(block.split(None, 1)[0])] = attrs.get("comment", "")
+                comments[short_id(job_id)] = attrs.get("comment", "")
     return {j: comments[short_id(j)] for j in job_ids if comments.get(short_id(j))}

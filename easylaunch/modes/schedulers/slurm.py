@@ -19,13 +19,19 @@ from typing import TYPE_CHECKING, Any
 
 from easylaunch.errors import LaunchError, check_count
 from easylaunch.modes import launchers
-from easylaunch.modes.schedulers import Broadcast, Packing, Scheduler, Shells, slurm_queue
+from easylaunch.modes.schedulers import (
+    Broadcast,
+    Packing,
+    Scheduler,
+    Shells,
+    slurm_queue,
+    time_limit_at,
+)
 from easylaunch.modes.schedulers import nodes as cluster_nodes
 from easylaunch.settings.entries import LAUNCH_SOURCE, MEM_PATTERN, check_entry, time_minutes
 from easylaunch_job.environment import (
     ENV_RESUBMIT_SCRIPT,
     ENV_SCHEDULER,
-    ENV_TIME_LIMIT_AT,
     ENV_TIMEOUT_SIGNAL,
     TIMEOUT_SIGNAL,
 )
@@ -378,8 +384,7 @@ def job_exports(res: Resources, resubmit: str | None) -> str:
     limit with SIGTERM, as scancel does, so a SIGTERM from then on is a timeout (without a
     warning signal, SLURM_SIGNAL_SECONDS=0, nothing else tells them apart). With ``resubmit``,
     the script an attempt that ends to restart submits again for its element."""
-    exports = (f"{EXPORTS} "
-               f"{ENV_TIME_LIMIT_AT}=$(( $(date +%s) + {res.time_minutes * 60} ))")
+    exports = f"{EXPORTS} {time_limit_at(res.time_minutes * 60)}"
     if resubmit is None:
         return exports
     return f"{exports} {ENV_RESUBMIT_SCRIPT}={shlex.quote(resubmit)} {ENV_SCHEDULER}={SIDE.name}"
