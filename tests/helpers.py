@@ -210,6 +210,11 @@ print(job.log_dir)
 """
 
 
+def pool_record(pool) -> dict:
+    """The pool's ``pool.json`` as it is now (its allocation's ``job_id``, its ``scheduler``)."""
+    return json.loads(Path(pool.folder, "pool.json").read_text())
+
+
 def launch_and_exit(cfg: dict, mode: str, exp_name: str, variant: dict):
     """Launch a ``jobfns.count_steps`` run with restarts from a process that then ends; the
     run's Job, reconnected here."""

@@ -13,7 +13,7 @@ from pathlib import Path
 import jobfns
 import pytest
 from conftest import settings_file
-from helpers import batch_runs_under_way, run_pids, wait_for, write_settings
+from helpers import batch_runs_under_way, pool_record, run_pids, wait_for, write_settings
 
 from easylaunch import JobState, list_pools, run_experiment, run_sweep, start_pool, stop_pool
 from easylaunch.errors import LaunchError
@@ -217,7 +217,7 @@ def test_a_mode_with_a_container_refuses_a_pool(pool, cfg):
 def test_a_pool_on_slurm_holds_one_allocation_that_takes_each_sweep(slurm_cfg):
     pool = start_pool("nodes", on="slurm", workers=2, preload=["numpy"], idle="10m",
                       time_limit="10m", config=slurm_cfg)
-    allocation = json.loads(Path(pool.folder, "pool.json").read_text())["job_id"]
+    allocation = pool_record(pool)["job_id"]
     try:
         for _ in range(2):
             jobs = run_sweep(jobfns.node_facts, [{"n": i} for i in range(3)], mode="local",
@@ -266,7 +266,7 @@ def test_runs_a_pools_allocation_leaves_behind_end_saying_so(slurm_cfg):
     that ran gets SIGTERM, and the one that waited fails with what to do."""
     pool = start_pool("short", on="slurm", workers=1, idle="10m", time_limit="10m",
                       config=slurm_cfg)
-    allocation = json.loads(Path(pool.folder, "pool.json").read_text())["job_id"]
+    allocation = pool_record(pool)["job_id"]
     waiting = _left_when_ended_from_outside("short", ["scancel", allocation], "Slurm", "slurm",
                                             slurm_cfg)
     start_pool("short", on="slurm", workers=1, idle="10m", time_limit="10m", config=slurm_cfg)
@@ -285,7 +285,7 @@ def test_a_pool_on_pbs_takes_sweeps_and_its_runs_end_saying_so_with_its_job(pbs_
     the run that waited, saying what to do."""
     pool = start_pool("pbs-pool", on="pbs", workers=1, preload=["numpy"], idle="10m",
                       time_limit="10m", config=pbs_cfg)
-    meta = json.loads(Path(pool.folder, "pool.json").read_text())
+    meta = pool_record(pool)
     allocation = meta["job_id"]
     assert meta["scheduler"] == "pbs" and (Path(pool.folder) / "pool.qsub").is_file()
     script = (Path(pool.folder) / "pool.qsub").read_text()
@@ -362,7 +362,7 @@ def test_a_pbs_pool_warns_its_runs_before_its_walltime_and_goes_on_in_a_new_job(
     pbs_cfg["PBS_SIGNAL_SECONDS"] = 45
     pool = start_pool("pbs-going", on="pbs", workers=2, idle="10m", time_limit="1m",
                       config=pbs_cfg)
-    first = json.loads(Path(pool.folder, "pool.json").read_text())["job_id"]
+    first = pool_record(pool)["job_id"]
     script = Path(pool.folder, "pool.qsub").read_text()
     assert "\nexport EASYLAUNCH_TIME_LIMIT_AT=$(( $(date +%s) + 60 ))\n" in script
     assert script.endswith(" --warn-before 45\n"), script
@@ -376,7 +376,7 @@ def test_a_pbs_pool_warns_its_runs_before_its_walltime_and_goes_on_in_a_new_job(
             stopped_at = max(s for a, s in jobfns.steps_done(job.log_dir) if a == 1)
             assert (result["steps"], result["resumed_from"]) == (80, stopped_at)
         (shown,) = list_pools(pbs_cfg)
-        now = json.loads(Path(pool.folder, "pool.json").read_text())
+        now = pool_record(pool)
         assert now["job_id"] != first and now["earlier_jobs"] == [first]
         assert re.fullmatch(rf"PBS job {now['job_id']} on node[12], 0:00:[0-5]\d left",
                             shown.where), shown.where
@@ -402,7 +402,7 @@ def test_a_pool_at_its_time_limit_goes_on_in_a_new_allocation_with_its_runs(slur
     submitted again; the pool takes the next launch there."""
     pool = start_pool("going", on="slurm", workers=1, idle="10m", time_limit="10m",
                       config=slurm_cfg)
-    first = json.loads(Path(pool.folder, "pool.json").read_text())["job_id"]
+    first = pool_record(pool)["job_id"]
     try:
         jobs = run_sweep(jobfns.count_steps, [{"steps": 30, "every": 5, "step_seconds": 0.2}] * 2,
                          mode="local", pool="going", max_restarts=2, config=slurm_cfg)
@@ -434,7 +434,7 @@ def test_a_preempted_pool_goes_on_in_its_requeued_job_with_its_runs(slurm_cfg):
                                              extra_flags="--nodelist=node4")
     pool = start_pool("preempted", on="slurm", workers=4, idle="10m", time_limit="10m",
                       config=slurm_cfg)
-    allocation = json.loads(Path(pool.folder, "pool.json").read_text())["job_id"]
+    allocation = pool_record(pool)["job_id"]
     try:
         jobs = run_sweep(jobfns.count_steps, [{"steps": 160, "every": 1000,
                                                "step_seconds": 0.25}] * 2,

@@ -18,7 +18,7 @@ from pathlib import Path
 import jobfns
 import pytest
 from conftest import TESTS_DIR
-from helpers import wait_for
+from helpers import pool_record, wait_for
 
 from easylaunch import JobState, run_experiment, run_sweep
 
@@ -490,7 +490,7 @@ def test_a_pool_whose_node_dies_goes_on_in_its_requeued_job_with_its_runs(real_c
     real_cfg["SLURM_CONFIGS"]["cpu"]["extra_flags"] = "--exclude=node[1-2]"
     pool = start_pool("lost", on="slurm", workers=2, idle="10m", time_limit="10m",
                       config=real_cfg)
-    allocation = json.loads(Path(pool.folder, "pool.json").read_text())["job_id"]
+    allocation = pool_record(pool)["job_id"]
     try:
         jobs = run_sweep(jobfns.count_steps, [{"steps": 40, "every": 5,
                                                "step_seconds": 0.25}] * 3,
