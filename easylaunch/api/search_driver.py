@@ -3,11 +3,9 @@ metrics to the pruner as they are written, stops pruned runs, and tells Optuna h
 
 One driver at a time holds a search (``driver.lock`` in its folder); it alone writes the
 journal, which runs never touch. A new trial starts as soon as one ends, at most
-``max_parallel`` at once: the driver asks Optuna for it ahead, while the others run (so it is
-sampled without the value of the trial whose slot it takes). A driver that starts finds the
-trials the last one left running and carries them on: runs still going are followed, runs that
-its death stopped run again under the same trial number, and finished trials are never run
-again.
+``max_parallel`` at once. A driver that starts finds the trials the last one left running and
+carries them on: runs still going are followed, runs that its death stopped run again under the
+same trial number, and finished trials are never run again.
 
 Optuna (the ``search`` extra) is imported where used: a search's handle reads its records, and
 tells whether its driver is alive, without it.
@@ -118,9 +116,6 @@ class Driver:
     distributions: dict[str, Any]
     live: dict[int, _Live] = field(default_factory=dict)  # by trial number
     settled: list[Job] = field(default_factory=list)  # ended: their ends go to the registry
-    # A trial asked ahead, which the next free slot starts at once: its sampling and Optuna's
-    # writes are done while the slots are busy (it is sampled without the last trial's value)
-    ready: Any = None
 
     def drive(self) -> None:
         """Carry on the trials left running, then run trials until n_trials are finished. A
@@ -149,19 +144,15 @@ class Driver:
             self._ask_backends(asked)
             for live in list(self.live.values()):
                 changed |= self._follow(live)
-            while len(self.live) < self.max_parallel and (
-                    self.ready is not None or self._left_to_ask()):
-                self._start(self.ready or self.study.ask(self.distributions))
-                self.ready = None
+            while len(self.live) < self.max_parallel and \
+                    len(_counted(self.study.get_trials(deepcopy=False))) < self.n_trials:
+                self._start(self.study.ask(self.distributions))
                 changed = True
             if self.settled:  # (after the next trials started: a free slot waits for none)
                 for job in self.settled:
                     job.record.reload()
                 record_ends(self.settled)
                 self.settled.clear()
-            if self.ready is None and self.live and self._left_to_ask():
-                self.ready = self.study.ask(self.distributions)  # (for the next free slot)
-                changed = True
             if changed:
                 self._write_summary()
             if not self.live:
@@ -172,10 +163,6 @@ class Driver:
             time.sleep(min(max(4 * look, fastest), slowest))
 
     # starting and carrying on
-
-    def _left_to_ask(self) -> bool:
-        """Whether fewer than ``n_trials`` trials have been asked (each counts from then)."""
-        return len(_counted(self.study.get_trials(deepcopy=False))) < self.n_trials
 
     def _start(self, trial: Any, rerun_of: Job | None = None) -> None:
         """Launch ``trial``'s run (again, for one its last driver's death stopped)."""
@@ -440,8 +427,7 @@ def summary(study: Any, n_trials: int, objective: str,
     rows = []
     for t in trials:
         runs = t.user_attrs.get("runs") or []
-        # (a trial asked ahead waits for a free slot: Optuna has it running)
-        state = "waiting" if t.state.name == "RUNNING" and not runs else t.state.name.lower()
+        state = t.state.name.lower()
         counts[state] = counts.get(state, 0) + 1
         rows.append({"number": t.number, "state": state, "value": t.value,
                      "variant": variant_of(t.params), "runs": runs,

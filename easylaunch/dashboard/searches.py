@@ -13,8 +13,7 @@ from easylaunch.tracking import listing
 from easylaunch.tracking.registry import Registry
 from easylaunch.tracking.searches import summary_of
 
-# Optuna's trial states, in the order shown ("waiting": the trial the driver asked ahead)
-STATES = ("running", "waiting", "complete", "pruned", "fail")
+STATES = ("running", "complete", "pruned", "fail")  # Optuna's trial states, in the order shown
 
 
 @dataclass(frozen=True)
