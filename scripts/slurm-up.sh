@@ -184,7 +184,12 @@ wait_until slurmdbd 60 sacctmgr -n list cluster
 if [ -z "$(sacctmgr -n -P list cluster "$NAME" format=cluster)" ]; then
     sacctmgr -i add cluster "$NAME" >/dev/null
 fi
-id -u easyuser >/dev/null 2>&1 || useradd -m easyuser
+# The Unix accounts exist before slurmctld starts: it maps a user to its uid when it loads the
+# associations, and a user made later cannot submit until it restarts ("Invalid account").
+# (ssh-up.sh, run beside this script, makes easyremote too: whichever comes second finds it.)
+for user in $USERS; do
+    id -u "$user" >/dev/null 2>&1 || useradd -m -s /bin/bash "$user" || id -u "$user" >/dev/null
+done
 if [ -z "$(sacctmgr -n -P list qos limited format=name)" ]; then
     sacctmgr -i add qos limited MaxSubmitJobsPerUser=3 >/dev/null
 fi

@@ -20,8 +20,9 @@ if [ ! -x /usr/sbin/sshd ] || ! command -v rsync >/dev/null; then
 fi
 
 # the remote user: a home of its own, unlocked for key logins only (no password)
+# (slurm-up.sh, run beside this script, may make it first: then useradd fails and id finds it)
 if ! id "$REMOTE_USER" >/dev/null 2>&1; then
-    useradd -m -s /bin/bash "$REMOTE_USER"
+    useradd -m -s /bin/bash "$REMOTE_USER" || id "$REMOTE_USER" >/dev/null
 fi
 usermod -p '*' "$REMOTE_USER"
 home=$(getent passwd "$REMOTE_USER" | cut -d: -f6)

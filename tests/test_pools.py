@@ -188,12 +188,33 @@ def test_a_second_start_of_a_running_pool_is_refused(pool, cfg):
     with pytest.raises(LaunchError, match="pool 'warm' is running already .* stop it first: "
                                           "easylaunch pool stop warm"):
         start_pool("warm", config=cfg)
-    with pytest.raises(LaunchError, match="gpus= is for pools on a scheduler"):
-        start_pool("gpus", gpus=1, config=cfg)
+    with pytest.raises(LaunchError, match="gpus= on a machine reached over SSH without a "
+                                          "scheduler: not yet"):
+        start_pool("gpus", gpus=1, cluster="me@workstation", config=cfg)
+    with pytest.raises(LaunchError, match=r"gpus=3, but this machine shows only 3, 5 "
+                                          r"\(LOCAL_GPU_IDS.*ask fewer"):
+        start_pool("gpus", gpus=3, config=dict(cfg, LOCAL_GPU_IDS=["3", "5"]))
     with pytest.raises(LaunchError, match="neither SLURM_JOB_ID nor PBS_JOBID is set: run "
                                           "this inside salloc"):
         start_pool("held", on="allocation", config=cfg)
     assert [p.name for p in list_pools(cfg)] == ["warm"]
+
+
+def test_a_pool_here_with_gpus_runs_each_worker_on_its_own(cfg):
+    """``--gpus 2`` on this machine: a worker on each of its first two GPUs (LOCAL_GPU_IDS
+    here: this machine has none), pinned as ``mode="local"`` pins them."""
+    gpu_cfg = dict(cfg, LOCAL_GPU_IDS=["3", "5", "7"])
+    started = start_pool("gpus", gpus=2, idle="10m", config=gpu_cfg)
+    try:
+        assert (started.workers, started.gpus) == (2, 2)
+        jobs = run_sweep(jobfns.node_facts, [{"n": i, "hold": 1} for i in range(4)],
+                         mode="local", pool="gpus", use_gpu=True, config=gpu_cfg)
+        facts = [job.result(timeout=60) for job in jobs]
+    finally:
+        stop_pool("gpus", gpu_cfg)
+    # (each run holds its GPU a second: both workers serve, each on its own GPU)
+    assert sorted(f["cuda_visible_devices"] for f in facts) == ["3", "3", "5", "5"], facts
+    assert all(f["gpu_id"] == 0 for f in facts), facts
 
 
 @pytest.mark.parametrize("options, said", [

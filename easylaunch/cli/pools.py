@@ -79,8 +79,8 @@ def add_pool(command: AddCommand) -> None:
                        "(inside salloc)")
     start.add_argument("--time", default="1h", help="(slurm, pbs) the allocation's time "
                        "limit")
-    start.add_argument("--gpus", type=int, default=0, help="(slurm, pbs, allocation) GPUs, "
-                       "one a worker")
+    start.add_argument("--gpus", type=int, default=0, help="GPUs, one a worker: the "
+                       "allocation's, or this machine's (LOCAL_GPU_IDS)")
     start.set_defaults(func=_pool_start)
     listing = sub("ls", "the pools that run: workers busy and free, runs queued, "
                   "where and for how long")

@@ -50,7 +50,7 @@ class PooledMode(DetachedLocalMode):
         self.pool = live_pool(transport, pools_root(self.settings, transport), name)
         if request.use_gpu and not self.pool.gpus:
             raise LaunchError(f"use_gpu=True, but pool {name!r} holds no GPUs: start it with "
-                              "--gpus N (on Slurm, or in an allocation you hold)")
+                              "--gpus N")
         there = str(request.log_root)
         if not transport.is_local:  # (the runs go to the cluster's log_dir)
             (made,) = checked(transport.run_ops([

@@ -43,6 +43,7 @@ from easylaunch.errors import LaunchError, check_count, did_you_mean
 from easylaunch.modes import hosts
 from easylaunch.modes.hosts.transport import Transport, checked
 from easylaunch.modes.local import pool_jobs
+from easylaunch.modes.local.machine import local_gpu_ids
 from easylaunch.modes.schedulers import Scheduler, pbs, slurm
 from easylaunch.runs.jobpack import job_archive
 from easylaunch.settings import ConfigArg, Settings, load_settings
@@ -166,7 +167,9 @@ def start_pool(name: str, *, workers: int | None = None, preload: list[str] | No
             ``qsub -I`` or a batch job): a job step of a Slurm one, the packer itself on
             this node of a PBS one; no job is submitted.
         time_limit: How long a Slurm or PBS allocation is held ("8h", or seconds).
-        gpus: GPUs of the allocation, one a worker (on a scheduler only).
+        gpus: GPUs, one a worker: of the allocation on a scheduler; of this machine
+            with ``on="local"`` (LOCAL_GPU_IDS, else those it shows). Default workers: one
+            a GPU.
         cluster: A CLUSTERS name or ssh destination: the pool is started there, over SSH.
         config: A settings file or dict, as for ``run_experiment``.
 
@@ -179,6 +182,8 @@ def start_pool(name: str, *, workers: int | None = None, preload: list[str] | No
     """
     settings = load_settings(config)
     held = _check_pool(name, on, workers, preload or [], gpus, cluster)
+    here = on == "local" and cluster is None
+    gpus_here = _gpus_here(settings, gpus) if here and gpus else []
     idle_seconds = seconds(idle, "idle")
     modules = list(preload or [])
     transport, root = holder(settings, cluster)
@@ -186,7 +191,7 @@ def start_pool(name: str, *, workers: int | None = None, preload: list[str] | No
     if not said.get("missing") and said["ended"] is None:
         raise LaunchError(f"pool {name!r} is running already ({said['folder']}); stop it "
                           f"first: easylaunch pool stop {name}")
-    count = workers or ((os.cpu_count() or 1) if on == "local" and cluster is None else 1)
+    count = workers or gpus or ((os.cpu_count() or 1) if here else 1)
     scheduler = pool_jobs.POOL_SCHEDULERS.get(on)  # (None: a packer here, or a job step)
     res = pool_jobs.asked(settings, transport, name, scheduler, count, gpus,
                           seconds(time_limit, "time_limit")) if scheduler else None
@@ -200,6 +205,8 @@ def start_pool(name: str, *, workers: int | None = None, preload: list[str] | No
     argv = _packer_argv(python, folder, count, idle_seconds, modules, learn, scheduler)
     if held:
         argv = _inside(held, argv, count, gpus)
+    elif gpus_here:
+        argv += ["--gpus", ",".join(gpus_here)]
     files = {JOB_PYZ: job_archive(), layout.TASKS: b"", layout.RUNS: b""}
     if scheduler is not None:
         files[pool_jobs.script_name(scheduler)] = pool_jobs.job_script(
@@ -233,6 +240,18 @@ def _packer_python(settings: Settings, transport: Transport, runs_on: Scheduler 
         (runs_on.python(settings) if runs_on else None) or settings.LOCAL_PYTHON \
         or sys.executable
     return home + python[1:] if python.startswith("~/") else python
+
+
+def _gpus_here(settings: Settings, gpus: int) -> list[str]:
+    """The first ``gpus`` GPUs of this machine, as ``mode="local"`` finds them (LOCAL_GPU_IDS,
+    else CUDA_VISIBLE_DEVICES, else nvidia-smi); too few is refused, naming what was found."""
+    found = local_gpu_ids(settings.LOCAL_GPU_IDS)
+    if len(found) < gpus:
+        seen = f"only {', '.join(found)}" if found else "none"
+        raise LaunchError(f"gpus={gpus}, but this machine shows {seen} (LOCAL_GPU_IDS, else "
+                          "CUDA_VISIBLE_DEVICES, else nvidia-smi): ask fewer, or list its "
+                          "GPUs in LOCAL_GPU_IDS")
+    return found[:gpus]
 
 
 def _held() -> tuple[Scheduler, str] | None:
@@ -274,10 +293,10 @@ def _check_pool(name: str, on: str, workers: int | None, preload: list[str], gpu
                           "allocation this process runs in: leave cluster out")
     if gpus:
         check_count("gpus", gpus)
-        if on == "local":
-            raise LaunchError("gpus= is for pools on a scheduler (on='slurm', 'pbs' or "
-                              "'allocation'); a pool on a machine without one gives no GPUs "
-                              "yet")
+        if on == "local" and cluster is not None:
+            raise LaunchError("gpus= on a machine reached over SSH without a scheduler: not "
+                              "yet. Start the pool there with --on slurm or --on pbs, or "
+                              "leave gpus out")
     if not NAME.fullmatch(name):
         raise LaunchError(f"pool name {name!r}: use letters, digits and _.- (64 at most)")
     if workers is not None:
