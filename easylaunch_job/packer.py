@@ -294,6 +294,9 @@ class Packer:
         :func:`~easylaunch_job.resubmit.resubmit_allocation`); the new job's id, or None."""
         if self.runs is None:  # (--resubmit comes with --runs)
             return None
+        if self.pool is not None and self.pool.alone:
+            self.pool.each_alone(left)
+            return None
         assert self.resubmit is not None  # (called with --resubmit alone)
         going_on = self.claims.leave(left) if self.claims is not None else "1"
         return resubmit_allocation(self.scheduler, self.resubmit, going_on,
@@ -327,6 +330,8 @@ def _parser() -> argparse.ArgumentParser:
                         help="fork the runs in warm workers instead of running the lines")
     parser.add_argument("--resubmit", help="the job script to submit again for the runs left "
                         "when a signal stops the allocation")
+    parser.add_argument("--alone", help="(a pool) at the time limit's warning, submit this "
+                        "script once for each run left, instead of --resubmit's for them all")
     parser.add_argument("--scheduler", choices=sorted(SCHEDULERS), default=SLURM_SIDE.name,
                         help="whose submit command --resubmit uses")
     parser.add_argument("--gpus", help="comma-separated GPU ids: worker i runs on GPU i "
@@ -379,7 +384,7 @@ def main(argv: list[str] | None = None) -> int:
                                        pools.LEARNED) if args.learn_preloads else None)
     if args.pool_idle is not None:  # (it reads the task file as it grows)
         packer.pool = pools.Watcher(os.path.dirname(os.path.abspath(args.taskfile)),
-                                    args.pool_idle, packer)
+                                    args.pool_idle, packer, args.alone)
     signal.signal(signal.SIGTERM, packer.forward)
     signal.signal(signal.SIGUSR1, packer.forward)
     if args.warn_before is not None and os.environ.get(ENV_TIME_LIMIT_AT):

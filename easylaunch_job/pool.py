@@ -10,7 +10,9 @@ while with nothing to do. Each start of a pool has a folder of its own,
 - ``task-state/``: the packer's record of each task (as any packer's);
 - ``ended``: written by the packer as it ends (why, in words); a pool with it takes no runs;
   a pool's packer stopped at its time limit's warning with runs left writes none: it
-  submits the pool's job script again, and ``pool.json`` names the new job. Nor does one
+  submits the pool's job script again, and ``pool.json`` names the new job (with
+  ``runs_left="jobs"``, it submits ``run.sbatch`` once a run left, and writes it, naming
+  those jobs). Nor does one
   stopped by SIGTERM: a preempted job, requeued, goes on; a cancelled one is gone;
 - ``learned/``: with ``learn``, the installed libraries each run imported, which the workers
   import before their next fork (:mod:`easylaunch_job.warm`);
@@ -46,6 +48,7 @@ from easylaunch_job.records import (
     write_bytes_atomic,
     write_json_atomic,
 )
+from easylaunch_job.resubmit import resubmit_allocation
 from easylaunch_job.schedulers import SLURM_SIDE, JobSide, scheduler_named
 
 if TYPE_CHECKING:
@@ -150,10 +153,12 @@ class Watcher:
     """The pool's side of its packer: takes in the runs launches append, and ends the packer
     once it has had no run for ``idle`` seconds."""
 
-    def __init__(self, folder: str, idle: float, packer: Packer) -> None:
+    def __init__(self, folder: str, idle: float, packer: Packer,
+                 alone: str | None = None) -> None:
         self.folder = folder
         self.idle = idle
         self.packer = packer
+        self.alone = alone  # (runs_left="jobs") the script of a job of its own for a run left
         self.grown = threading.Condition(packer.lock)  # (workers wait on it for new runs)
         self.closed = False
         self.busy_until = time.monotonic()
@@ -255,6 +260,21 @@ class Watcher:
         preemption) submits nothing: Slurm requeues a preempted job itself (see
         :meth:`ended`)."""
         return signum == signal.SIGUSR1 and ended_why(self.folder) is None
+
+    def each_alone(self, left: list[int]) -> None:
+        """(stopped at its time limit's warning, ``runs_left="jobs"``) Submit a job of its own
+        for each run left (``alone``, which packs the one task EASYLAUNCH_CONTINUE names;
+        each run's record names its job), and end the pool, naming them."""
+        packer = self.packer
+        assert packer.runs is not None and self.alone is not None
+        jobs = []
+        for index in left:
+            only = os.path.join(packer.state_dir, f"alone-{index}.json")
+            write_json_atomic(only, {"tasks": [index]})
+            jobs.append(resubmit_allocation(packer.scheduler, self.alone, only,
+                                            [packer.runs[index][1]]) or "not submitted")
+        self._close(f"its time limit came; its {len(left)} run(s) left went on each in a "
+                    f"{packer.scheduler.label} job of its own: {', '.join(jobs)}")
 
     def ended(self, moved_to: str | None) -> None:
         """As the packer ends: the pool's record names the job it goes on in (``moved_to``),

@@ -194,6 +194,9 @@ def test_a_second_start_of_a_running_pool_is_refused(pool, cfg):
     with pytest.raises(LaunchError, match=r"gpus=3, but this machine shows only 3, 5 "
                                           r"\(LOCAL_GPU_IDS.*ask fewer"):
         start_pool("gpus", gpus=3, config=dict(cfg, LOCAL_GPU_IDS=["3", "5"]))
+    with pytest.raises(LaunchError, match=r"runs_left='jobs': .* each in a job of its own "
+                                          r"\('jobs', for on='slurm' or 'pbs'\)"):
+        start_pool("alone", runs_left="jobs", config=cfg)
     with pytest.raises(LaunchError, match="neither SLURM_JOB_ID nor PBS_JOBID is set: run "
                                           "this inside salloc"):
         start_pool("held", on="allocation", config=cfg)
@@ -356,10 +359,16 @@ exec python3 '/logs/.pools/quick/1 st/job.pyz' pack --gpus granted --warn-before
 """
 
 
-@pytest.mark.parametrize(("on", "golden"), [("slurm", POOL_SBATCH), ("pbs", POOL_QSUB)])
-def test_pool_job_scripts_golden(on, golden):
+@pytest.mark.parametrize(("on", "golden", "alone"), [
+    ("slurm", POOL_SBATCH, [("=\"pool-quick\"", "=\"pool-quick-run\""),
+                            ("cpus-per-task=4", "cpus-per-task=1"), ("gpu:2", "gpu:1")]),
+    ("pbs", POOL_QSUB, [("pool-quick", "pool-quick-run"), ("ncpus=4:ngpus=2", "ncpus=1:ngpus=1")]),
+])
+def test_pool_job_scripts_golden(on, golden, alone):
     """A pool of 4 workers and 2 GPUs for 2 hours: Slurm warns it (--signal) and requeues it;
-    on PBS, which warns no one, its packer warns itself 120 s before the walltime."""
+    on PBS, which warns no one, its packer warns itself 120 s before the walltime. A job of
+    its own for a run left (``runs_left="jobs"``) asks one CPU and one GPU, and is warned
+    likewise."""
     from easylaunch.modes.local import pool_jobs
     from easylaunch.settings import load_settings
 
@@ -371,8 +380,12 @@ def test_pool_job_scripts_golden(on, golden):
     scheduler = pool_jobs.POOL_SCHEDULERS[on]
     res = pool_jobs.asked(settings, NoSinfo(), "quick", scheduler, 4, 2, 7200)
     folder = "/logs/.pools/quick/1 st"
-    assert pool_jobs.job_script(scheduler, res, "quick", folder,
-                                ["python3", f"{folder}/job.pyz", "pack"], settings) == golden
+    argv = ["python3", f"{folder}/job.pyz", "pack"]
+    assert pool_jobs.job_script(scheduler, res, "pool-quick", folder, argv, settings) == golden
+    for was, now in alone:
+        golden = golden.replace(was, now)
+    assert pool_jobs.job_script(scheduler, pool_jobs.one_run(scheduler, res), "pool-quick-run",
+                                folder, argv, settings) == golden
 
 
 def test_a_pbs_pool_warns_its_runs_before_its_walltime_and_goes_on_in_a_new_job(pbs_cfg):
@@ -442,6 +455,50 @@ def test_a_pool_at_its_time_limit_goes_on_in_a_new_allocation_with_its_runs(slur
         assert later.launch_info["backend"]["pool_job"] != first
     finally:
         stop_pool("going", slurm_cfg)
+
+
+@pytest.mark.parametrize("on", ["slurm", "pbs"])
+def test_runs_left_at_the_time_limit_go_on_each_in_a_job_of_its_own(request, on):
+    """``runs_left="jobs"``: at the time limit's warning the pool ends, and each run left goes
+    on in a job of its own (one CPU), the one that ran from its checkpoint. (The warning is
+    sent by hand: Slurm's PBS front ends run the PBS pool's job as a Slurm job.)"""
+    cfg = request.getfixturevalue(f"{on}_cfg")
+    pool = start_pool("alone", on=on, workers=1, idle="10m", time_limit="10m",
+                      runs_left="jobs", config=cfg)
+    first = pool_record(pool)["job_id"]
+    try:
+        jobs = run_sweep(jobfns.count_steps, [{"steps": 30, "every": 5, "step_seconds": 0.2}] * 2,
+                         mode="local", pool="alone", max_restarts=2, config=cfg)
+        waiting = run_experiment(jobfns.sleep_a_while, variant={"seconds": 300}, mode="local",
+                                 pool="alone", config=cfg)
+        batch_runs_under_way(jobs, count=1)
+        subprocess.run(["scancel", "--batch", "--signal=USR1", first], check=True)
+        assert [j.result(timeout=180)["steps"] for j in jobs] == [30, 30]
+        # (a run in a job of its own is cancelled as any run of the pool, and its job ends)
+        assert wait_for(lambda: waiting.status() is JobState.RUNNING, 60)
+        waiting.cancel()
+        assert waiting.wait(timeout=60) is JobState.CANCELLED
+        gone = waiting.info()["next_job_id"]
+        assert wait_for(lambda: not subprocess.run(["squeue", "-h", "-j", gone],
+                                                   capture_output=True, text=True).stdout, 60)
+    finally:
+        if any(p.name == "alone" for p in list_pools(cfg)):
+            stop_pool("alone", cfg)
+    assert [r["reason"] for r in jobs[0].info()["restarts"]] == ["time limit"]
+    attempts = {a for a, _ in jobfns.steps_done(jobs[0].launch_info["backend"]["job_log_dir"])}
+    assert attempts == {1, 2}, attempts  # (the second went on from the checkpoint)
+    own = [j.info()["next_job_id"] for j in [*jobs, waiting]]
+    assert len({first, *own}) == 4, own  # (a job each)
+    asked = subprocess.run(["sacct", "-n", "-X", "-P", "-j", ",".join(own), "-o",
+                            "JobName,AllocCPUS"], capture_output=True, text=True,
+                           check=True).stdout.split()
+    assert asked == ["pool-alone-run|1"] * 3, asked
+    (shown,) = list_pools(cfg, everything=True)
+    assert shown.ended == (f"its time limit came; its 3 run(s) left went on each in a "
+                           f"{'PBS' if on == 'pbs' else 'Slurm'} job of its own: "
+                           f"{', '.join(own)}"), shown.ended
+    with pytest.raises(LaunchError, match="pool 'alone' has ended"):
+        run_experiment(jobfns.double, mode="local", pool="alone", config=cfg)
 
 
 def test_a_preempted_pool_goes_on_in_its_requeued_job_with_its_runs(slurm_cfg):

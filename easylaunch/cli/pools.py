@@ -15,7 +15,7 @@ def _pool_start(args: argparse.Namespace) -> int:
     pool = pools.start_pool(args.name, workers=args.workers, idle=args.idle, config=args.config,
                             preload=[m for m in (args.preload or "").split(",") if m],
                             learn=args.learn, on=args.on, time_limit=args.time,
-                            gpus=args.gpus, cluster=args.cluster)
+                            gpus=args.gpus, cluster=args.cluster, runs_left=args.runs_left)
     print(f"pool {pool.name}: {pool.workers} workers"
           + (f", {', '.join(pool.preload)} preloaded" if pool.preload else "")
           + (", preloading what its runs import" if args.learn else "")
@@ -81,6 +81,9 @@ def add_pool(command: AddCommand) -> None:
                        "limit")
     start.add_argument("--gpus", type=int, default=0, help="GPUs, one a worker: the "
                        "allocation's, or this machine's (LOCAL_GPU_IDS)")
+    start.add_argument("--runs-left", choices=("pool", "jobs"), default="pool",
+                       help="(slurm, pbs) where runs left at the time limit go on: a new "
+                       "allocation of the pool, or each in a job of its own")
     start.set_defaults(func=_pool_start)
     listing = sub("ls", "the pools that run: workers busy and free, runs queued, "
                   "where and for how long")

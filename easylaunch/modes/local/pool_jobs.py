@@ -22,9 +22,10 @@ from easylaunch_job import pool as layout
 POOL_SCHEDULERS: dict[str, Scheduler] = {"slurm": slurm.SCHEDULER, "pbs": pbs.SCHEDULER}
 
 
-def script_name(scheduler: Scheduler) -> str:
-    """The pool's job script in its folder: ``pool.sbatch``, ``pool.qsub``."""
-    return f"pool.{scheduler.SIDE.tool}"
+def script_name(scheduler: Scheduler, alone: bool = False) -> str:
+    """The pool's job script in its folder: ``pool.sbatch``, ``pool.qsub``; ``alone``: that
+    of a job of its own for a run left at the time limit (``run.sbatch``, ``run.qsub``)."""
+    return f"{'run' if alone else 'pool'}.{scheduler.SIDE.tool}"
 
 
 def warning_seconds(settings: Settings, scheduler: Scheduler) -> tuple[str, int]:
@@ -63,22 +64,30 @@ def asked(settings: Settings, transport: Transport, name: str, scheduler: Schedu
     return res
 
 
-def job_script(scheduler: Scheduler, res: Any, name: str, folder: str, argv: list[str],
+def one_run(scheduler: Scheduler, res: Any) -> Any:
+    """What a job of its own for one run left asks (``runs_left="jobs"``): the pool's
+    allocation cut to one worker's CPU and, where it has GPUs, one GPU."""
+    if scheduler is pbs.SCHEDULER:
+        return dataclasses.replace(res, ncpus=1, ngpus=min(1, res.ngpus), depth=1)
+    return dataclasses.replace(res, cpus_per_task=1, n_gpus=min(1, res.n_gpus))
+
+
+def job_script(scheduler: Scheduler, res: Any, job_name: str, folder: str, argv: list[str],
                settings: Settings) -> str:
-    """The pool's job script: its header, then the packer, its output appended to the
+    """A job script of the pool: its header, then the packer, its output appended to the
     pool's log (an allocation it goes on in appends to the same log)."""
     log = f"{folder}/{layout.LOG}"
     exports: list[str] = []
     options: list[str] = []  # (the packer's, after argv)
     if scheduler is pbs.SCHEDULER:
-        header = pbs.pbs_header(res, f"pool-{name}")
+        header = pbs.pbs_header(res, job_name)
         granted = res.ngpus
         _, warning = warning_seconds(settings, scheduler)
         if warning:  # (PBS warns no one: the packer warns itself, before the walltime ends)
             exports.append(f"export {time_limit_at(res.walltime_seconds)}")
             options += ["--warn-before", str(warning)]
     else:
-        header = [*slurm.sbatch_header(res, f"pool-{name}", log,
+        header = [*slurm.sbatch_header(res, job_name, log,
                                        signal_seconds=settings.SLURM_SIGNAL_SECONDS),
                   "#SBATCH --open-mode=append", "#SBATCH --requeue"]
         granted = res.n_gpus

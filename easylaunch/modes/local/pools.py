@@ -143,7 +143,7 @@ def live_pool(transport: Transport, root: str, name: str) -> PoolState:
 def start_pool(name: str, *, workers: int | None = None, preload: list[str] | None = None,
                learn: bool = False, idle: str | float = "20m", on: str = "local",
                time_limit: str | float = "1h", gpus: int = 0, cluster: str | None = None,
-               config: ConfigArg = None) -> PoolState:
+               runs_left: str = "pool", config: ConfigArg = None) -> PoolState:
     """Start a warm pool that takes runs in milliseconds.
 
     ```python
@@ -171,6 +171,10 @@ def start_pool(name: str, *, workers: int | None = None, preload: list[str] | No
             with ``on="local"`` (LOCAL_GPU_IDS, else those it shows). Default workers: one
             a GPU.
         cluster: A CLUSTERS name or ssh destination: the pool is started there, over SSH.
+        runs_left: Where the runs left at the time limit's warning go on. ``"pool"``: a
+            new allocation of the pool. ``"jobs"``: each in a Slurm or PBS job of its own
+            (one CPU, one GPU with ``gpus``), as ``mode="slurm"`` or ``"pbs"`` submits
+            runs; the pool then ends.
         config: A settings file or dict, as for ``run_experiment``.
 
     Returns:
@@ -182,6 +186,10 @@ def start_pool(name: str, *, workers: int | None = None, preload: list[str] | No
     """
     settings = load_settings(config)
     held = _check_pool(name, on, workers, preload or [], gpus, cluster)
+    if runs_left not in ("pool", "jobs") or (runs_left == "jobs" and on not in ("slurm", "pbs")):
+        raise LaunchError(f"runs_left={runs_left!r}: the runs left at the time limit go on in "
+                          "a new allocation of the pool ('pool'), or each in a job of its own "
+                          "('jobs', for on='slurm' or 'pbs')")
     here = on == "local" and cluster is None
     gpus_here = _gpus_here(settings, gpus) if here and gpus else []
     idle_seconds = seconds(idle, "idle")
@@ -202,7 +210,8 @@ def start_pool(name: str, *, workers: int | None = None, preload: list[str] | No
     folder = made["path"]
     held = held if on == "allocation" else None
     python = _packer_python(settings, transport, held[0] if held else scheduler, info["home"])
-    argv = _packer_argv(python, folder, count, idle_seconds, modules, learn, scheduler)
+    argv = _packer_argv(python, folder, count, idle_seconds, modules, learn, scheduler,
+                        runs_left == "jobs")
     if held:
         argv = _inside(held, argv, count, gpus)
     elif gpus_here:
@@ -210,10 +219,14 @@ def start_pool(name: str, *, workers: int | None = None, preload: list[str] | No
     files = {JOB_PYZ: job_archive(), layout.TASKS: b"", layout.RUNS: b""}
     if scheduler is not None:
         files[pool_jobs.script_name(scheduler)] = pool_jobs.job_script(
-            scheduler, res, name, folder, argv, settings).encode()
+            scheduler, res, f"pool-{name}", folder, argv, settings).encode()
+    if scheduler is not None and runs_left == "jobs":
+        files[pool_jobs.script_name(scheduler, alone=True)] = pool_jobs.job_script(
+            scheduler, pool_jobs.one_run(scheduler, res), f"pool-{name}-run", folder,
+            _alone_argv(python, folder, scheduler), settings).encode()
     _send(transport, folder, files)
     meta: dict = {"name": name, "workers": count, "preload": modules, "learn": learn,
-                  "gpus": gpus,
+                  "gpus": gpus, "runs_left": runs_left,
                   "idle_seconds": idle_seconds, "started_at": time.time()}
     if scheduler is not None:
         try:
@@ -308,18 +321,39 @@ def _check_pool(name: str, on: str, workers: int | None, preload: list[str], gpu
 
 
 def _packer_argv(python: str, folder: str, workers: int, idle_seconds: float,
-                 preload: list[str], learn: bool, going_on: Scheduler | None) -> list[str]:
+                 preload: list[str], learn: bool, going_on: Scheduler | None,
+                 alone: bool) -> list[str]:
     """The pool's packer, as its machine starts it (the pool's folder there); ``going_on``:
-    the scheduler whose allocation it submits again at its time limit's warning."""
-    return [python, f"{folder}/{JOB_PYZ}", "pack", f"{folder}/{layout.TASKS}", "--state-dir",
-            f"{folder}/{layout.TASK_STATE}", "--workers", str(workers), "--runs",
-            f"{folder}/{layout.RUNS}", "--warm", "--pool-idle", str(idle_seconds),
+    the scheduler whose allocation it submits again at its time limit's warning (``alone``:
+    a job of its own for each run left, instead)."""
+    return [*_packer(python, folder, workers), "--pool-idle", str(idle_seconds),
             *(["--preload", ",".join(preload)] * bool(preload)),
             *(["--learn-preloads"] * learn),
             # (at its time limit's warning, the runs left go on in a new allocation)
-            *([] if going_on is None else [
-                "--resubmit", f"{folder}/{pool_jobs.script_name(going_on)}",
-                "--scheduler", going_on.SIDE.name])]
+            *([] if going_on is None else _going_on(folder, going_on)),
+            *(["--alone", f"{folder}/{pool_jobs.script_name(going_on, alone=True)}"]
+              if going_on is not None and alone else [])]
+
+
+def _alone_argv(python: str, folder: str, scheduler: Scheduler) -> list[str]:
+    """The packer of a job of its own that a run left at the time limit goes on in
+    (``runs_left="jobs"``): that run alone (EASYLAUNCH_CONTINUE names it), with the pool's
+    task file, and again in a job of its own at its own time limit."""
+    return [*_packer(python, folder, 1), "--shared",
+            *_going_on(folder, scheduler, alone=True)]
+
+
+def _packer(python: str, folder: str, workers: int) -> list[str]:
+    """A packer of the pool's task file, with ``workers`` warm workers."""
+    return [python, f"{folder}/{JOB_PYZ}", "pack", f"{folder}/{layout.TASKS}", "--state-dir",
+            f"{folder}/{layout.TASK_STATE}", "--workers", str(workers), "--runs",
+            f"{folder}/{layout.RUNS}", "--warm"]
+
+
+def _going_on(folder: str, scheduler: Scheduler, alone: bool = False) -> list[str]:
+    """The script a stopped allocation submits again for the runs it left, and with what."""
+    return ["--resubmit", f"{folder}/{pool_jobs.script_name(scheduler, alone)}",
+            "--scheduler", scheduler.SIDE.name]
 
 
 def _send(transport: Transport, folder: str, files: dict[str, bytes]) -> None:
