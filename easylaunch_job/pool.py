@@ -10,10 +10,10 @@ while with nothing to do. Each start of a pool has a folder of its own,
 - ``task-state/``: the packer's record of each task (as any packer's);
 - ``ended``: written by the packer as it ends (why, in words); a pool with it takes no runs;
   a pool's packer stopped at its time limit's warning with runs left writes none: it
-  submits the pool's job script again, and ``pool.json`` names the new job (with
-  ``runs_left="jobs"``, it submits ``run.sbatch`` once a run left, and writes it, naming
-  those jobs). Nor does one
-  stopped by SIGTERM: a preempted job, requeued, goes on; a cancelled one is gone;
+  submits the pool's job script again, and ``pool.json`` names the new job. (With
+  ``runs_left="jobs"``, it submits ``run.sbatch`` once for each run left instead, and writes
+  ``ended``, naming those jobs.) Nor does one stopped by SIGTERM: a preempted job, requeued,
+  goes on; a cancelled one is gone;
 - ``learned/``: with ``learn``, the installed libraries each run imported, which the workers
   import before their next fork (:mod:`easylaunch_job.warm`);
 - ``time-limit-at``: when the allocation's time limit comes (epoch seconds), written by the
