@@ -46,7 +46,14 @@ from easylaunch_job.records import (
     read_status,
     update_status,
 )
-from easylaunch_job.stops import Terminated, end_grace, handle_stops, stop_words, stopped
+from easylaunch_job.stops import (
+    Terminated,
+    end_grace,
+    handle_stops,
+    returned,
+    stop_words,
+    stopped,
+)
 from easylaunch_job.trackers import open_mirror
 
 # Exit codes of the runner itself (the function's own failure exits with 1).
@@ -127,6 +134,7 @@ def call_and_record(fn: Any, config: DoodadConfig, variant: Any, log_dir: str,
     try:
         with metrics_into(log_dir, open_mirror(trackers, log_dir, variant)):
             value = fn(config, variant)
+            returned()  # (a stop before this line is the function's; after it, too late)
         end_grace()  # (it returned after a stop notice: its result is recorded, not cut short)
     except KeyboardInterrupt:
         name = signal_name(signal.SIGINT)

@@ -55,7 +55,10 @@ class Terminated(BaseException):
 
 
 def raise_terminated(signum: int, _frame: Any) -> None:
-    """The handler of a stop signal that ends the function at once."""
+    """The handler of a stop signal that ends the function at once (once it returned, a stop
+    comes too late: it is let go, and the run's result is recorded whole)."""
+    if _stop.get("returned"):
+        return
     # Stop signals often come twice (scancel signals every process of the step, Singularity
     # forwards its own); a repeat must not cut short the recording of the first.
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -73,6 +76,8 @@ def _stop_notice(signum: int, frame: Any) -> None:
     """A stop that the run may restart after: tell the function (``stop_requested()``); one
     that checkpoints gets ``grace`` seconds to save (its save then ends it), others stop now.
     A cancel asked through easylaunch stops at once."""
+    if _stop.get("returned"):
+        return
     if cancel_asked():
         raise_terminated(signal.SIGTERM, frame)
     if os.environ.get(ENV_STOPPING):
@@ -90,7 +95,7 @@ def handle_stops(log_dir: str, policy: RestartPolicy) -> None:
     """Install this process's handlers of SIGTERM and the time-limit warning signal."""
     for name in (ENV_STOPPING, ENV_CHECKPOINTING):  # (not the launching side's, if inherited)
         os.environ.pop(name, None)
-    _stop.update(log_dir=log_dir, grace=policy.grace)
+    _stop.update(log_dir=log_dir, grace=policy.grace, returned=False)
     handler = _stop_notice if policy.max_restarts > 0 else raise_terminated
     signal.signal(signal.SIGTERM, handler)
     if os.environ.get(ENV_TIMEOUT_SIGNAL):
@@ -106,6 +111,12 @@ def stopped(exc: BaseException) -> Terminated | None:
         end_grace()
         return Terminated(_stop["signum"])
     return None
+
+
+def returned() -> None:
+    """The function returned: a stop signal from now on is let go, so that a launcher's end
+    or a cancel that comes as its result is recorded never leaves a half-written record."""
+    _stop["returned"] = True
 
 
 def end_grace() -> None:

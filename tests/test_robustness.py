@@ -63,6 +63,33 @@ def test_a_second_sigterm_does_not_cut_short_the_record_of_the_first(tmp_path):
     assert proc.stdout.split() == ["143", "cancelled"], proc.stderr
 
 
+_SIGTERM_AS_THE_RESULT_IS_RECORDED = """
+import json, os, signal, sys, time
+from easylaunch_job import run, stops
+
+signal.signal(signal.SIGTERM, stops.raise_terminated)
+save = run.save_result
+
+def sigterm_while_saving(*args, **kwargs):
+    os.kill(os.getpid(), signal.SIGTERM)  # the launcher's end, seen by its watcher thread
+    time.sleep(0.1)
+    return save(*args, **kwargs)
+
+run.save_result = sigterm_while_saving
+code, value = run.call_and_record(lambda config, variant: {"loss": 0.5}, None, None,
+                                  sys.argv[1])
+print(code, value["loss"], json.load(open(os.path.join(sys.argv[1], "status.json")))["state"])
+"""
+
+
+def test_a_stop_after_the_function_returned_never_loses_its_result(tmp_path):
+    """A SIGTERM while a returned value is recorded (a launcher that died, a late cancel)
+    comes too late: the run succeeded, and says so. It once left the record half-written."""
+    proc = subprocess.run([sys.executable, "-c", _SIGTERM_AS_THE_RESULT_IS_RECORDED,
+                           str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert proc.stdout.split() == ["0", "0.5", "succeeded"], proc.stderr
+
+
 def test_runner_never_starts_a_run_cancelled_before_it_took_it(cfg, tmp_path):
     job = run_experiment(jobfns.write_file, variant={"text": "ran"}, config=cfg)
     job.wait(timeout=60)

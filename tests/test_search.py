@@ -143,6 +143,33 @@ def _driver_script(config: str) -> str:
     """)
 
 
+def test_a_ctrl_c_during_a_trials_launch_leaves_it_to_start_again(tmp_path, monkeypatch):
+    """The trial whose launch a Ctrl-C cut short is no failed launch: carried on, it starts
+    under its own number (it was once dropped, and a thirteenth trial asked instead)."""
+    from easylaunch.api import search as search_api
+
+    config = settings_file(tmp_path)
+    launch = search_api.launch_variants
+    calls = []
+
+    def third_launch_interrupted(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return launch(*args, **kwargs)
+
+    monkeypatch.setattr(search_api, "launch_variants", third_launch_interrupted)
+    space = dict(SPACE, step_s=0.01, steps=2)
+    with pytest.raises(KeyboardInterrupt):
+        run_search(searchfns.curve, space, "loss", n_trials=4, max_parallel=1, seed=0,
+                   name="cut", config=config)
+    search = run_search(searchfns.curve, space, "loss", n_trials=4, max_parallel=1, seed=0,
+                        name="cut", config=config)
+    assert [(t["number"], t["state"]) for t in search.trials()] == \
+        [(n, "complete") for n in range(4)]
+    assert len(search.study().trials) == 4
+
+
 @pytest.mark.parametrize("stop", [signal.SIGKILL, signal.SIGINT], ids=["SIGKILL", "Ctrl-C"])
 def test_a_stopped_driver_is_carried_on_without_running_a_finished_trial_again(tmp_path, stop):
     config = settings_file(tmp_path)
@@ -178,7 +205,9 @@ def test_a_stopped_driver_is_carried_on_without_running_a_finished_trial_again(t
                         exp_name="killed", name="killed", config=config)
     after = {t["number"]: t for t in search.trials()}
     assert sorted(after) == list(range(12))
-    assert all(t["state"] in ("complete", "pruned") for t in after.values()), after
+    unfinished = {n: (t["state"], t.get("reason"), t["runs"]) for n, t in after.items()
+                  if t["state"] not in ("complete", "pruned")}
+    assert not unfinished, unfinished
     for number, trial in done_before.items():  # finished trials are never run again
         assert after[number]["runs"] == trial["runs"]
         assert after[number]["value"] == trial["value"]

@@ -171,6 +171,8 @@ class Driver:
             fields["resubmitted_from"] = rerun_of.id
         try:
             job = self.launch(self.variant_of(trial.params), fields)
+        except KeyboardInterrupt:  # (left running with no run: carried on, it starts again)
+            raise
         except BaseException as exc:  # (a launch refused: the trial is not left running)
             optuna = import_optuna()
             trial.set_user_attr("reason", f"its run could not be launched: {exc}")
