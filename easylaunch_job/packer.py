@@ -260,8 +260,9 @@ class Packer:
             states = [self._state(i) for i in range(len(self.tasks))]
             ok = states.count("succeeded")
             print(f"packer: {ok} of {len(states)} tasks succeeded", file=sys.stderr)
-            left = [i for i, state in enumerate(states)  # (a cancelled one never goes on)
-                    if state in LEFT and not self.cancelled(i)]
+            left = [i for i, state in enumerate(states)  # (a cancelled one never goes on;
+                    if state in LEFT and not self.cancelled(i)  # one not left to this
+                    and (self.only is None or i in self.only)]  # allocation is another's)
             if self.claims is not None and self.stopping:  # (its allocation's, and those no
                 left = [i for i in left if self.claims.ours(i) or self.claims.claim(i)]
             moved_to = None

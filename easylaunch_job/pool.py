@@ -11,9 +11,9 @@ while with nothing to do. Each start of a pool has a folder of its own,
 - ``ended``: written by the packer as it ends (why, in words); a pool with it takes no runs;
   a pool's packer stopped at its time limit's warning with runs left writes none: it
   submits the pool's job script again, and ``pool.json`` names the new job. (With
-  ``runs_left="jobs"``, it submits ``run.sbatch`` once for each run left instead, and writes
-  ``ended``, naming those jobs.) Nor does one stopped by SIGTERM: a preempted job, requeued,
-  goes on; a cancelled one is gone;
+  ``runs_left="jobs"``, it submits ``run.sbatch`` or ``run.qsub`` once for each run left, and
+  writes ``ended``, naming those jobs.) Nor does one stopped by SIGTERM: a preempted job,
+  requeued, goes on; a cancelled one is gone;
 - ``learned/``: with ``learn``, the installed libraries each run imported, which the workers
   import before their next fork (:mod:`easylaunch_job.warm`);
 - ``time-limit-at``: when the allocation's time limit comes (epoch seconds), written by the
@@ -268,13 +268,16 @@ class Watcher:
         packer = self.packer
         assert packer.runs is not None and self.alone is not None
         jobs = []
-        for index in left:
+        for index in left:  # (one refused ends failed, saying why and how to run it again)
             only = os.path.join(packer.state_dir, f"alone-{index}.json")
             write_json_atomic(only, {"tasks": [index]})
             jobs.append(resubmit_allocation(packer.scheduler, self.alone, only,
-                                            [packer.runs[index][1]]) or "not submitted")
-        self._close(f"its time limit came; its {len(left)} run(s) left went on each in a "
-                    f"{packer.scheduler.label} job of its own: {', '.join(jobs)}")
+                                            [packer.runs[index][1]]))
+        went = [job for job in jobs if job]
+        refused = f"; {len(jobs) - len(went)} could not be submitted (see {LOG})" \
+            if len(went) < len(jobs) else ""
+        self._close(f"its time limit came; its {len(went)} run(s) left went on each in a "
+                    f"{packer.scheduler.label} job of its own: {', '.join(went)}{refused}")
 
     def ended(self, moved_to: str | None) -> None:
         """As the packer ends: the pool's record names the job it goes on in (``moved_to``),

@@ -3,6 +3,7 @@ and record how it went in the run folder (``status.json`` and ``result.pkl``).""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -50,7 +51,7 @@ from easylaunch_job.stops import (
     Terminated,
     end_grace,
     handle_stops,
-    returned,
+    recording,
     stop_words,
     stopped,
 )
@@ -131,10 +132,11 @@ def call_and_record(fn: Any, config: DoodadConfig, variant: Any, log_dir: str,
     once recorded, instead of being printed. ``trackers`` (bundle.json's) names the trackers
     its metrics are mirrored to.
     """
-    try:
+    held = contextlib.ExitStack()  # (a stop until the function returned is the function's;
+    try:                           # then, until its result is recorded, it comes too late)
         with metrics_into(log_dir, open_mirror(trackers, log_dir, variant)):
             value = fn(config, variant)
-            returned()  # (a stop before this line is the function's; after it, too late)
+            held.enter_context(recording())
         end_grace()  # (it returned after a stop notice: its result is recorded, not cut short)
     except KeyboardInterrupt:
         name = signal_name(signal.SIGINT)
@@ -164,11 +166,14 @@ def call_and_record(fn: Any, config: DoodadConfig, variant: Any, log_dir: str,
         if reraise:
             raise
         return (EXIT_RESTART if restarting else EXIT_FAILED), None
-    problem, recorded = save_result(log_dir, value)
-    if problem:
-        return _fail(log_dir, EXIT_FAILED, problem), None
-    update_status(log_dir, state="succeeded", ended_at=time.time(), exit_code=0, **recorded)
-    return 0, value
+    else:
+        problem, recorded = save_result(log_dir, value)
+        if problem:
+            return _fail(log_dir, EXIT_FAILED, problem), None
+        update_status(log_dir, state="succeeded", ended_at=time.time(), exit_code=0, **recorded)
+        return 0, value
+    finally:
+        held.close()
 
 
 def _provide_easylaunch_module() -> None:

@@ -8,9 +8,11 @@ its next save (which then ends it).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from easylaunch_job.attempts import RestartPolicy
@@ -95,7 +97,7 @@ def handle_stops(log_dir: str, policy: RestartPolicy) -> None:
     """Install this process's handlers of SIGTERM and the time-limit warning signal."""
     for name in (ENV_STOPPING, ENV_CHECKPOINTING):  # (not the launching side's, if inherited)
         os.environ.pop(name, None)
-    _stop.update(log_dir=log_dir, grace=policy.grace, returned=False)
+    _stop.update(log_dir=log_dir, grace=policy.grace)
     handler = _stop_notice if policy.max_restarts > 0 else raise_terminated
     signal.signal(signal.SIGTERM, handler)
     if os.environ.get(ENV_TIMEOUT_SIGNAL):
@@ -113,10 +115,17 @@ def stopped(exc: BaseException) -> Terminated | None:
     return None
 
 
-def returned() -> None:
-    """The function returned: a stop signal from now on is let go, so that a launcher's end
-    or a cancel that comes as its result is recorded never leaves a half-written record."""
+@contextlib.contextmanager
+def recording() -> Iterator[None]:
+    """While a returned function's result is recorded: a stop signal then comes too late to
+    stop anything, and is let go, so the record is never left half-written. Stops act again
+    afterwards (a run nested in this process's own run, an exit waiting on threads)."""
+    before = _stop.get("returned", False)
     _stop["returned"] = True
+    try:
+        yield
+    finally:
+        _stop["returned"] = before
 
 
 def end_grace() -> None:

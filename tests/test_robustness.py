@@ -79,15 +79,21 @@ run.save_result = sigterm_while_saving
 code, value = run.call_and_record(lambda config, variant: {"loss": 0.5}, None, None,
                                   sys.argv[1])
 print(code, value["loss"], json.load(open(os.path.join(sys.argv[1], "status.json")))["state"])
+try:  # (once recorded, a stop stops again: a run nested in another, an exit waiting on threads)
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(5)
+except stops.Terminated:
+    print("stopped-again")
 """
 
 
 def test_a_stop_after_the_function_returned_never_loses_its_result(tmp_path):
     """A SIGTERM while a returned value is recorded (a launcher that died, a late cancel)
-    comes too late: the run succeeded, and says so. It once left the record half-written."""
+    comes too late: the run succeeded, and says so. It once left the record half-written.
+    Once recorded, a SIGTERM stops the process again."""
     proc = subprocess.run([sys.executable, "-c", _SIGTERM_AS_THE_RESULT_IS_RECORDED,
                            str(tmp_path)], capture_output=True, text=True, timeout=60)
-    assert proc.stdout.split() == ["0", "0.5", "succeeded"], proc.stderr
+    assert proc.stdout.split() == ["0", "0.5", "succeeded", "stopped-again"], proc.stderr
 
 
 def test_runner_never_starts_a_run_cancelled_before_it_took_it(cfg, tmp_path):
