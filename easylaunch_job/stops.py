@@ -57,8 +57,8 @@ class Terminated(BaseException):
 
 
 def raise_terminated(signum: int, _frame: Any) -> None:
-    """The handler of a stop signal that ends the function at once (once it returned, a stop
-    comes too late: it is let go, and the run's result is recorded whole)."""
+    """The handler of a stop signal that ends the function at once (while a returned
+    function's result is recorded, a stop comes too late: it is let go; see ``recording``)."""
     if _stop.get("returned"):
         return
     # Stop signals often come twice (scancel signals every process of the step, Singularity
