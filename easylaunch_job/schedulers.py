@@ -92,8 +92,9 @@ def _squeue_standing(job_id: str, _time_limit_at: float | None = None) -> str | 
     if said is None:
         return None
     state, left, node, reason = said.split("|")
-    if state == "PENDING":
-        return f"Slurm job {job_id}, waiting for its allocation ({reason})"
+    if state == "PENDING":  # (squeue says None before the scheduler gave a reason)
+        why = f" ({reason})" if reason not in ("", "None") else ""
+        return f"Slurm job {job_id}, waiting for its allocation{why}"
     return f"Slurm job {job_id} on {node}, {left} left"
 
 

@@ -16,7 +16,7 @@ def _pool_start(args: argparse.Namespace) -> int:
                             preload=[m for m in (args.preload or "").split(",") if m],
                             learn=args.learn, on=args.on, time_limit=args.time,
                             gpus=args.gpus, cluster=args.cluster, runs_left=args.runs_left)
-    print(f"pool {pool.name}: {pool.workers} workers"
+    print(f"pool {pool.name}: {pool.workers} worker{'s' * (pool.workers != 1)}"
           + (f", {', '.join(pool.preload)} preloaded" if pool.preload else "")
           + (", preloading what its runs import" if args.learn else "")
           + f"; it ends after {args.idle} with no run. Launch into it: "
@@ -28,7 +28,7 @@ def _pool_start(args: argparse.Namespace) -> int:
 def _pool_ls(args: argparse.Namespace) -> int:
     found = pools.list_pools(args.config, everything=args.all, cluster=args.cluster)
     if not found:
-        print("no pools run" + ("" if args.all else " (--all: those that ended too)"),
+        print("no pool is running" + ("" if args.all else " (--all: those that ended too)"),
               file=sys.stderr if args.json else sys.stdout)
     if args.json:
         print(as_json.document("pools", [as_json.pool_object(p) for p in found]))
@@ -64,26 +64,26 @@ def add_pool(command: AddCommand) -> None:
         return parser
 
     start = sub("start", "start a pool")
-    start.add_argument("name")
+    start.add_argument("name", help="the name launches give it: pool=NAME")
     start.add_argument("--workers", type=int, help="runs at once (default: one per CPU of "
                        "this machine; 1 on a scheduler)")
     start.add_argument("--preload", help="comma-separated modules each worker imports once "
                        "(e.g. torch,numpy)")
     start.add_argument("--learn", action="store_true", help="each worker also imports the "
                        "installed libraries earlier runs imported, before its next run")
-    start.add_argument("--idle", default="20m", help="end after this long with no run "
-                       "(default: 20m)")
+    start.add_argument("--idle", default="20m", help="end after this long with no run: "
+                       "20m, 8h, 90s (default: 20m)")
     start.add_argument("--on", choices=("local", "slurm", "pbs", "allocation"),
                        default="local", help="where its workers run: this machine, a Slurm "
                        "or PBS allocation of its own, or the Slurm allocation you hold "
                        "(inside salloc)")
     start.add_argument("--time", default="1h", help="(slurm, pbs) the allocation's time "
-                       "limit")
+                       "limit, as --idle (default: 1h)")
     start.add_argument("--gpus", type=int, default=0, help="GPUs, one a worker: the "
                        "allocation's, or this machine's (LOCAL_GPU_IDS)")
     start.add_argument("--runs-left", choices=("pool", "jobs"), default="pool",
                        help="(slurm, pbs) where runs left at the time limit go on: a new "
-                       "allocation of the pool, or each in a job of its own")
+                       "allocation of the pool, or each in a job of its own (default: pool)")
     start.set_defaults(func=_pool_start)
     listing = sub("ls", "the pools that run: workers busy and free, runs queued, "
                   "where and for how long")
@@ -91,5 +91,5 @@ def add_pool(command: AddCommand) -> None:
     add_json(listing)
     listing.set_defaults(func=_pool_ls)
     stop = sub("stop", "stop a pool; its runs are cancelled")
-    stop.add_argument("name")
+    stop.add_argument("name", help="the running pool to stop")
     stop.set_defaults(func=_pool_stop)

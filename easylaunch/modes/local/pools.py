@@ -132,8 +132,9 @@ def live_pool(transport: Transport, root: str, name: str) -> PoolState:
     said = _ask(transport, root, "find", name)
     start = f"easylaunch pool start {name}"
     if said.get("missing"):
+        hint = did_you_mean(name, said["known"])  # (a typo: no advice to start it)
         raise LaunchError(f"no pool named {name!r} on {transport.where}"
-                          f"{did_you_mean(name, said['known'])}; start one: {start}")
+                          + (hint or f"; start one: {start}"))
     pool = _state(said, transport)
     if pool.ended is not None:
         raise LaunchError(f"pool {name!r} has ended: {pool.ended}; start it again: {start}")
@@ -186,10 +187,14 @@ def start_pool(name: str, *, workers: int | None = None, preload: list[str] | No
     """
     settings = load_settings(config)
     held = _check_pool(name, on, workers, preload or [], gpus, cluster)
-    if runs_left not in ("pool", "jobs") or (runs_left == "jobs" and on not in ("slurm", "pbs")):
+    if runs_left not in ("pool", "jobs"):
         raise LaunchError(f"runs_left={runs_left!r}: the runs left at the time limit go on in "
                           "a new allocation of the pool ('pool'), or each in a job of its own "
-                          "('jobs', for on='slurm' or 'pbs')")
+                          "('jobs')")
+    if runs_left == "jobs" and on not in ("slurm", "pbs"):
+        raise LaunchError(f"runs_left='jobs' (--runs-left jobs) sends runs left to Slurm or "
+                          f"PBS, but this pool is on={on!r}: add on='slurm' or 'pbs' (--on "
+                          "slurm, --on pbs)")
     here = on == "local" and cluster is None
     gpus_here = _gpus_here(settings, gpus) if here and gpus else []
     idle_seconds = seconds(idle, "idle")

@@ -85,7 +85,8 @@ def resolve_resources(configs: dict, name: str | None, use_gpu: bool,
         ints[key] = cfg.get(key, default)
     if ints["n_gpus"] > 0 and not cfg.get("partition"):
         raise LaunchError(f"{where} asks for n_gpus={ints['n_gpus']} but names no partition; "
-                          "GPU jobs need a GPU partition: set partition")
+                          "GPU jobs need a GPU partition: set it in your settings file, "
+                          "as SLURM_CONFIGS = {'gpu': {'partition': 'gpu', ...}}")
     if use_gpu and ints["n_gpus"] < 1:
         raise LaunchError(f"use_gpu=True but {where} asks for n_gpus=0; pick a GPU config with "
                           "slurm_config_name or set n_gpus")
