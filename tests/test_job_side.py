@@ -188,3 +188,17 @@ def test_job_pyz_submit_refuses_a_scheduler_it_does_not_know(tmp_path):
     known = ",".join(SCHEDULERS)
     assert done.returncode == 2 and f"usage: job.pyz submit {{{known}}}" in done.stderr
     assert not (tmp_path / "ids.txt").exists()
+
+
+def test_a_pool_job_waiting_says_why_only_when_slurm_gave_a_reason(monkeypatch):
+    """squeue's reason is the word None until the scheduler gives one: pool ls then says
+    the job waits, without "(None)"."""
+    from easylaunch_job import schedulers
+
+    said = {"reason": "None"}
+    monkeypatch.setattr(schedulers, "_asked",
+                        lambda argv: f"PENDING|1:00:00|(null)|{said['reason']}")
+    assert schedulers.SLURM_SIDE.standing("7") == "Slurm job 7, waiting for its allocation"
+    said["reason"] = "Priority"
+    assert schedulers.SLURM_SIDE.standing("7") == \
+        "Slurm job 7, waiting for its allocation (Priority)"
