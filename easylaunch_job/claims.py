@@ -70,10 +70,15 @@ class Claims:
 
     def leave(self, left: list[int]) -> str:
         """Write down the tasks this allocation leaves, for the next to take; their file."""
-        going_on = os.path.join(self.state_dir,
-                                f"continue-{submission_id()}-{self.allocation}.txt")
-        write_json_atomic(going_on, {"tasks": left})
-        return going_on
+        return write_tasks_left(os.path.join(
+            self.state_dir, f"continue-{submission_id()}-{self.allocation}.txt"), left)
+
+
+def write_tasks_left(path: str, left: list[int]) -> str:
+    """Write the tasks an allocation leaves to ``path``, as :func:`tasks_left` reads them
+    (the next allocation's EASYLAUNCH_CONTINUE); ``path``."""
+    write_json_atomic(path, {"tasks": left})
+    return path
 
 
 def tasks_left(going_on: str | None) -> frozenset[int] | None:

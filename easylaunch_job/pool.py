@@ -40,6 +40,7 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, cast
 
+from easylaunch_job.claims import write_tasks_left
 from easylaunch_job.environment import ENV_TIME_LIMIT_AT, is_alive
 from easylaunch_job.records import (
     DamagedRecord,
@@ -269,8 +270,8 @@ class Watcher:
         assert packer.runs is not None and self.alone is not None
         jobs = []
         for index in left:  # (one refused ends failed, saying why and how to run it again)
-            only = os.path.join(packer.state_dir, f"alone-{index}.json")
-            write_json_atomic(only, {"tasks": [index]})
+            only = write_tasks_left(
+                os.path.join(packer.state_dir, f"alone-{index}.json"), [index])
             jobs.append(resubmit_allocation(packer.scheduler, self.alone, only,
                                             [packer.runs[index][1]]))
         went = [job for job in jobs if job]
