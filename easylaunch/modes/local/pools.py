@@ -186,15 +186,7 @@ def start_pool(name: str, *, workers: int | None = None, preload: list[str] | No
             its partition cannot give (with sinfo's numbers).
     """
     settings = load_settings(config)
-    held = _check_pool(name, on, workers, preload or [], gpus, cluster)
-    if runs_left not in ("pool", "jobs"):
-        raise LaunchError(f"runs_left={runs_left!r}: the runs left at the time limit go on in "
-                          "a new allocation of the pool ('pool'), or each in a job of its own "
-                          "('jobs')")
-    if runs_left == "jobs" and on not in ("slurm", "pbs"):
-        raise LaunchError(f"runs_left='jobs' (--runs-left jobs) sends runs left to Slurm or "
-                          f"PBS, but this pool is on={on!r}: add on='slurm' or 'pbs' (--on "
-                          "slurm, --on pbs)")
+    held = _check_pool(name, on, workers, preload or [], gpus, cluster, runs_left)
     here = on == "local" and cluster is None
     gpus_here = _gpus_here(settings, gpus) if here and gpus else []
     idle_seconds = seconds(idle, "idle")
@@ -296,7 +288,7 @@ def _inside(held: tuple[Scheduler, str], argv: list[str], workers: int,
 
 
 def _check_pool(name: str, on: str, workers: int | None, preload: list[str], gpus: int,
-                cluster: str | None) -> tuple[Scheduler, str] | None:
+                cluster: str | None, runs_left: str) -> tuple[Scheduler, str] | None:
     """Refuse start_pool's options that cannot work, naming the fix; the allocation this
     process runs in, if any (:func:`_held`)."""
     if on not in ("local", "slurm", "pbs", "allocation"):
@@ -315,6 +307,14 @@ def _check_pool(name: str, on: str, workers: int | None, preload: list[str], gpu
             raise LaunchError("gpus= on a machine reached over SSH without a scheduler: not "
                               "yet. Start the pool there with --on slurm or --on pbs, or "
                               "leave gpus out")
+    if runs_left not in ("pool", "jobs"):
+        raise LaunchError(f"runs_left={runs_left!r}: the runs left at the time limit go on in "
+                          "a new allocation of the pool ('pool'), or each in a job of its own "
+                          "('jobs')")
+    if runs_left == "jobs" and on not in ("slurm", "pbs"):
+        raise LaunchError(f"runs_left='jobs' (--runs-left jobs) sends runs left to Slurm or "
+                          f"PBS, but this pool is on={on!r}: add on='slurm' or 'pbs' (--on "
+                          "slurm, --on pbs)")
     if not NAME.fullmatch(name):
         raise LaunchError(f"pool name {name!r}: use letters, digits and _.- (64 at most)")
     if workers is not None:
