@@ -156,11 +156,9 @@ def test_a_job_slurm_has_forgotten_reaches_a_terminal_state(slurm_cfg):
     lost_launch = lost.launch_info
     # A job that had started records "cancelled" as it ends: wait for that, then forge.
     cancelled = lost_launch["backend"]["slurm_job_id"]
-    deadline = time.monotonic() + 60
-    while subprocess.run(["squeue", "-h", "-j", cancelled], capture_output=True,
-                         text=True).stdout.strip():
-        assert time.monotonic() < deadline, f"Slurm job {cancelled} outlived its scancel"
-        time.sleep(0.2)
+    assert wait_for(lambda: not subprocess.run(["squeue", "-h", "-j", cancelled],
+                                               capture_output=True, text=True).stdout.strip(),
+                    60), f"Slurm job {cancelled} outlived its scancel"
     lost_launch["backend"]["slurm_job_id"] = "99999999_0"  # a job squeue never heard of
     (lost.log_dir / "launch.json").write_text(json.dumps(lost_launch))
     (lost.log_dir / "status.json").write_text('{"state": "queued"}')
